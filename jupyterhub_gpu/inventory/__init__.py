@@ -1,0 +1,1 @@
+"""GPU inventory: the data model, the probes (NVML, declared file) and their loaders."""

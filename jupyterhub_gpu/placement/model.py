@@ -1,0 +1,40 @@
+"""Plain data for placement: what is asked, and what placement answers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PlacementRequest:
+    """What one server needs.
+
+    ``allowed_models`` is ``None`` for "any model"; model names are matched exactly as
+    the probe reports them (e.g. ``"NVIDIA GeForce RTX 3090"``).
+    ``min_driver_version`` comes from the image's CUDA version (see the catalog);
+    ``compute_capabilities`` is the inclusive range of architectures the image was
+    built for, ``None`` for any.
+    """
+
+    gpu_count: int
+    min_memory_mib: int = 0
+    allowed_models: frozenset[str] | None = None
+    min_driver_version: str | None = None
+    min_compute_capability: tuple[int, int] | None = None
+    max_compute_capability: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A decision: put the server on ``node`` with exactly these GPUs (in index order)."""
+
+    node: str
+    gpu_uuids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class NoFit:
+    """Nothing fits now. ``reason`` is a sentence for a person: what is missing and
+    what is free instead ("No RTX 3090 is free; 2 TITAN X are.")."""
+
+    reason: str
