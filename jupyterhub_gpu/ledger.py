@@ -1,0 +1,86 @@
+"""The allocation ledger: which GPU each server holds.
+
+The source of truth is the containers themselves (their labels on every node) and the
+spawners' persisted state; this in-memory ledger is a cache rebuilt from them and kept
+in line by reconciliation. Reservations are made synchronously (no ``await`` between
+checking and taking), so concurrent spawns on the hub's event loop can't both take
+the same GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Hold:
+    holder: str  # "<username>/<servername>"
+    node: str
+    port: int | None = None
+
+
+class GPULedger:
+    """GPU uuid -> :class:`Hold`. One per hub process (shared by every spawner)."""
+
+    def __init__(self) -> None:
+        self._holds: dict[str, Hold] = {}
+        self._ports: dict[tuple[str, int], str] = {}
+
+    def allocations(self) -> dict[str, str]:
+        """uuid -> holder, for placement snapshots."""
+        return {uuid: hold.holder for uuid, hold in self._holds.items()}
+
+    def held_by(self, holder: str) -> list[str]:
+        return sorted(u for u, h in self._holds.items() if h.holder == holder)
+
+    def holder_of(self, uuid: str) -> str | None:
+        hold = self._holds.get(uuid)
+        return hold.holder if hold else None
+
+    def reserve(self, holder: str, node: str, uuids: Iterable[str]) -> None:
+        """Take ``uuids`` for ``holder`` or raise ``KeyError`` naming a taken one; all or none."""
+        wanted = list(uuids)
+        for uuid in wanted:
+            current = self._holds.get(uuid)
+            if current is not None and current.holder != holder:
+                raise KeyError(f"GPU {uuid} is held by {current.holder}")
+        for uuid in wanted:
+            self._holds[uuid] = Hold(holder, node)
+
+    def adopt(self, holder: str, node: str, uuids: Iterable[str]) -> list[str]:
+        """Record holds found in state or labels; returns the uuids held by someone else."""
+        conflicts = []
+        for uuid in uuids:
+            current = self._holds.get(uuid)
+            if current is not None and current.holder != holder:
+                conflicts.append(uuid)
+                continue
+            self._holds[uuid] = Hold(holder, node)
+        return conflicts
+
+    def release(self, holder: str, uuids: Iterable[str] | None = None) -> list[str]:
+        """Free what ``holder`` holds (only those ``uuids`` if given); returns what was freed."""
+        targets = self.held_by(holder) if uuids is None else list(uuids)
+        freed = []
+        for uuid in targets:
+            hold = self._holds.get(uuid)
+            if hold is not None and hold.holder == holder:
+                del self._holds[uuid]
+                freed.append(uuid)
+        return freed
+
+    # ports: with host networking every server on a node needs its own port
+    def reserve_port(self, holder: str, node: str, port: int) -> bool:
+        owner = self._ports.get((node, port))
+        if owner is not None and owner != holder:
+            return False
+        self._ports[(node, port)] = holder
+        return True
+
+    def servers_on(self, node: str) -> int:
+        return len({h for (n, _), h in self._ports.items() if n == node})
+
+    def release_ports(self, holder: str) -> None:
+        for key in [k for k, v in self._ports.items() if v == holder]:
+            del self._ports[key]

@@ -1,0 +1,97 @@
+"""Shared fixtures. Integration fixtures start the real local cluster (scripts/cluster.sh)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.cluster import TEST_IMAGE, Engine, cluster_up, remove_hub_containers
+from tests.support.hub import Hub
+
+
+@pytest.fixture(scope="session")
+def engines() -> list[Engine]:
+    """Three real Docker engines (node-a, node-b, node-c), started once per session."""
+    return cluster_up(3)
+
+
+@pytest.fixture
+def engine(engines: list[Engine]) -> Engine:
+    return engines[0]
+
+
+def gpu_inventory(node: str, prefix: str, models: list[tuple[str, int, str]]) -> dict:
+    """A declared-inventory node: ``models`` is a list of (model, memory_mib, cc)."""
+    return {
+        "name": node,
+        "driver_version": "550.54.15",
+        "cuda_driver_version": "12.4",
+        "gpus": [
+            {
+                "uuid": f"GPU-{prefix}{i:04d}-0000-4000-8000-000000000000",
+                "index": i,
+                "model": m,
+                "memory_mib": mem,
+                "compute_capability": cc,
+            }
+            for i, (m, mem, cc) in enumerate(models)
+        ],
+    }
+
+
+@pytest.fixture
+def make_hub(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator:
+    """Factory: start a real hub whose GPUDockerSpawner uses the given engines/inventory."""
+    hubs: list[tuple[Hub, list[Engine]]] = []
+
+    def factory(nodes: list[Engine], inventory: list[dict], extra: str = "") -> Hub:
+        work = tmp_path / f"hub{len(hubs)}"
+        work.mkdir()
+        inv = work / "inventory.yaml"
+        inv.write_text(yaml.safe_dump({"nodes": inventory}))
+        homes = tmp_path / "homes"
+        homes.mkdir(exist_ok=True)
+        node_cfg = [{"name": e.name, "docker_url": e.url, "address": "127.0.0.1"} for e in nodes]
+        hub = Hub(work)
+        hub.extra_config = f"""
+c.JupyterHub.spawner_class = "gpudocker"
+c.GPUDockerSpawner.nodes = {node_cfg!r}
+c.GPUDockerSpawner.probe_mode = "declared"
+c.GPUDockerSpawner.inventory_file = {str(inv)!r}
+c.GPUDockerSpawner.image = {TEST_IMAGE!r}
+c.GPUDockerSpawner.home_template = "{homes}/{{username}}"
+c.GPUDockerSpawner.hub_id = {hub.hub_id!r}
+c.GPUDockerSpawner.prefix = "jhgpu-" + {hub.hub_id!r}
+""" + extra
+        hubs.append((hub, nodes))
+        return hub.start()
+
+    yield factory
+    failed = getattr(request.node, "rep_call", None)
+    for hub, nodes in hubs:
+        if failed is not None and failed.failed:
+            print(f"\n===== hub log tail ({hub.workdir}) =====\n{hub.log_tail(80)}")
+            _print_container_logs(hub, nodes)
+        hub.stop()
+        for e in nodes:
+            remove_hub_containers(e, hub.hub_id)
+
+
+def _print_container_logs(hub: Hub, nodes: list[Engine]) -> None:
+    for e in nodes:
+        with e.client() as client:
+            for c in client.containers.list(
+                all=True, filters={"label": f"jupyterhub-gpu.hub={hub.hub_id}"}
+            ):
+                print(f"===== container {c.name} on {e.name} ({c.status}) =====")
+                print(c.logs(tail=30).decode(errors="replace"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> object:
+    rep = yield
+    setattr(item, f"rep_{rep.when}", rep)
+    return rep

@@ -1,0 +1,162 @@
+"""GPUDockerSpawner end to end: a real hub, a real engine, real containers."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import gpu_inventory
+from tests.support.cluster import Engine, container_env
+
+pytestmark = pytest.mark.integration
+
+RTX = ("NVIDIA GeForce RTX 3090", 24576, "8.6")
+FAST_POLL = "c.Spawner.poll_interval = 1\n"
+
+
+def two_gpu_hub(make_hub, engine: Engine, extra: str = ""):
+    return make_hub([engine], [gpu_inventory(engine.name, "aaaaaaaa", [RTX, RTX])], extra)
+
+
+def containers_of(engine: Engine, hub, owner: str) -> list:
+    with engine.client() as client:
+        return client.containers.list(
+            all=True,
+            filters={"label": [f"jupyterhub-gpu.hub={hub.hub_id}", f"jupyterhub-gpu.owner={owner}"]},
+        )
+
+
+def spawn_ready(hub, name: str, options: dict | None = None) -> dict:
+    hub.create_user(name)
+    r = hub.spawn(name, options)
+    assert r.status_code in (201, 202), r.text
+    hub.wait_ready(name)
+    return hub.server(name)["state"]
+
+
+def wait_until(predicate, timeout: float = 30, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_each_user_gets_own_gpu_seen_inside_container(make_hub, engine, tmp_path: Path) -> None:
+    hub = two_gpu_hub(make_hub, engine)
+    states = {u: spawn_ready(hub, u, {"gpus": 1}) for u in ("alice", "bob")}
+
+    held = [s["gpu_uuids"] for s in states.values()]
+    assert all(len(h) == 1 for h in held)
+    assert held[0] != held[1], "two users were given the same GPU"
+    for user, state in states.items():
+        (container,) = containers_of(engine, hub, user)
+        env = container_env(engine, container.name)
+        assert env["NVIDIA_VISIBLE_DEVICES"] == ",".join(state["gpu_uuids"])
+        assert env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+        labels = container.labels
+        assert labels["jupyterhub-gpu.gpus"] == ",".join(state["gpu_uuids"])
+        assert labels["jupyterhub-gpu.node"] == engine.name
+        assert labels["jupyterhub-gpu.image"] and labels["jupyterhub-gpu.started"]
+        assert container.attrs["Config"]["User"] == "1000:100"
+        requests = container.attrs["HostConfig"]["DeviceRequests"]
+        assert requests[0]["DeviceIDs"] == state["gpu_uuids"] and requests[0]["Count"] == 0
+        # the home is mounted, owned by the user, and the server can write there
+        out = container.exec_run(["sh", "-c", 'id -u; echo "$HOME"; echo hi > "$HOME/probe.txt"'])
+        assert out.exit_code == 0, out.output
+        uid, home = out.output.decode().split()[:2]
+        assert uid == "1000" and home == f"/home/{user}"
+        host_file = tmp_path / "homes" / user / "probe.txt"
+        assert host_file.read_text() == "hi\n"
+        st = os.stat(host_file.parent)
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (1000, 100, 0o700)
+
+
+def test_no_free_gpu_fails_clearly_and_leaves_nothing(make_hub, engine) -> None:
+    hub = two_gpu_hub(make_hub, engine)
+    first = spawn_ready(hub, "alice", {"gpus": 2})
+    assert len(first["gpu_uuids"]) == 2
+
+    hub.create_user("carol")
+    r = hub.spawn("carol", {"gpus": 1})
+    assert r.status_code >= 400, r.text
+    assert "free" in r.json()["message"].lower(), r.text
+    assert hub.server("carol") is None
+    assert containers_of(engine, hub, "carol") == []
+
+    # stopping frees the GPUs for the next user
+    hub.stop_server("alice")
+    wait_until(lambda: containers_of(engine, hub, "alice") == [], what="alice's container to go")
+    carol = spawn_ready(hub, "carol", {"gpus": 1})
+    assert carol["gpu_uuids"][0] in first["gpu_uuids"]
+
+
+def test_cpu_only_server_gets_no_gpu(make_hub, engine) -> None:
+    hub = two_gpu_hub(make_hub, engine)
+    state = spawn_ready(hub, "dave", {"gpus": 0})
+    assert state["gpu_uuids"] == []
+    (container,) = containers_of(engine, hub, "dave")
+    assert container_env(engine, container.name)["NVIDIA_VISIBLE_DEVICES"] == "void"
+    assert not container.attrs["HostConfig"]["DeviceRequests"]
+
+
+def test_dead_container_releases_its_gpu(make_hub, engine) -> None:
+    hub = two_gpu_hub(make_hub, engine, FAST_POLL)
+    spawn_ready(hub, "erin", {"gpus": 2})
+    (container,) = containers_of(engine, hub, "erin")
+    container.kill()  # the server dies: the hub never calls stop()
+    wait_until(lambda: hub.server("erin") is None, what="the hub to notice the dead server")
+    state = spawn_ready(hub, "frank", {"gpus": 2})
+    assert len(state["gpu_uuids"]) == 2
+
+
+@pytest.mark.parametrize(
+    "options, fragment",
+    [
+        ({"gpus": -1}, "whole number"),
+        ({"gpus": "abc"}, "whole number"),
+        ({"gpus": 999}, "whole number"),
+        ({"gpus": 1, "environment": {"NVIDIA_VISIBLE_DEVICES": "all"}}, "unknown option"),
+        ({"gpus": 1, "volumes": {"/": "/host"}}, "unknown option"),
+    ],
+)
+def test_bad_options_are_refused_and_nothing_starts(make_hub, engine, options, fragment) -> None:
+    hub = two_gpu_hub(make_hub, engine)
+    hub.create_user("mallory")
+    r = hub.spawn("mallory", options)
+    assert r.status_code == 400, r.text
+    assert fragment in r.json()["message"].lower()
+    assert hub.server("mallory") is None
+    assert containers_of(engine, hub, "mallory") == []
+    # and nothing is held: both GPUs are still there for someone else
+    assert len(spawn_ready(hub, "grace", {"gpus": 2})["gpu_uuids"]) == 2
+
+
+HOSTILE = ["..", ".hidden", "..%2F..%2Fetc", "a..b", "x y", "zoë"]
+
+
+def test_hostile_usernames_stay_inside_home_root(make_hub, engine, tmp_path: Path) -> None:
+    hub = two_gpu_hub(make_hub, engine)
+    root = tmp_path / "homes"
+    before_outside = set(tmp_path.iterdir())
+    spawned = 0
+    for name in HOSTILE:
+        if hub.create_user(name).status_code >= 400:
+            continue  # the hub itself refused the name: nothing to check
+        r = hub.spawn(name, {"gpus": 0})
+        assert r.status_code in (201, 202), r.text
+        hub.wait_ready(name)
+        spawned += 1
+        (container,) = containers_of(engine, hub, name)
+        binds = container.attrs["HostConfig"]["Binds"]
+        host = Path(binds[0].split(":", 1)[0])
+        assert host.parent == root and host.name.replace("-", "").isalnum(), host
+        hub.stop_server(name)
+    assert spawned >= 3, "too few hostile names reached the spawner to test anything"
+    assert set(tmp_path.iterdir()) == before_outside
+    for p in root.iterdir():
+        assert p.is_dir() and not p.is_symlink() and not p.name.startswith(".")

@@ -1,0 +1,179 @@
+"""A real JupyterHub process (with its proxy) for integration tests and benchmarks."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ADMIN_SCOPES = [
+    "admin:users",
+    "admin:servers",
+    "admin:server_state",
+    "read:users",
+    "access:servers",
+    "list:users",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Hub:
+    """Starts ``jupyterhub`` with a generated config; ``extra_config`` is Python appended to it."""
+
+    workdir: Path
+    extra_config: str = ""
+    hub_id: str = field(default_factory=lambda: "t" + secrets.token_hex(4))
+    token: str = field(default_factory=lambda: secrets.token_hex(16))
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "hub.log"
+
+    def write_config(self) -> Path:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        cfg = self.workdir / "jupyterhub_config.py"
+        cfg.write_text(
+            f"""
+c = get_config()  # noqa
+c.JupyterHub.bind_url = {self.url!r}
+c.JupyterHub.hub_bind_url = "http://127.0.0.1:{free_port()}"
+c.JupyterHub.hub_connect_ip = "127.0.0.1"
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{free_port()}"
+c.ConfigurableHTTPProxy.pid_file = {str(self.workdir / "proxy.pid")!r}
+c.JupyterHub.db_url = "sqlite:///{self.workdir / "jupyterhub.sqlite"}"
+c.JupyterHub.cookie_secret_file = {str(self.workdir / "cookie_secret")!r}
+c.JupyterHub.pid_file = {str(self.workdir / "hub.pid")!r}
+c.JupyterHub.cleanup_servers = False
+c.JupyterHub.services = [{{"name": "tester", "api_token": {self.token!r}}}]
+c.JupyterHub.load_roles = [{{"name": "tester", "scopes": {ADMIN_SCOPES!r}, "services": ["tester"]}}]
+c.JupyterHub.authenticator_class = "dummy"
+c.Authenticator.allow_all = True
+c.Spawner.start_timeout = 60
+c.Spawner.http_timeout = 60
+c.Spawner.debug = False
+"""
+            + self.extra_config
+        )
+        return cfg
+
+    def start(self, timeout: float = 60) -> Hub:
+        cfg = self.write_config()
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyterhub", "-f", str(cfg)],
+            cwd=self.workdir,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"hub exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                if httpx.get(f"{self.url}/hub/api/", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"hub did not answer in {timeout}s:\n{self.log_tail()}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        proxy_pid = self.workdir / "proxy.pid"
+        if proxy_pid.exists():
+            try:
+                os.kill(int(proxy_pid.read_text().strip()), signal.SIGTERM)
+            except (ProcessLookupError, ValueError):
+                pass
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no hub log)"
+
+    # ------------------------------------------------------------------ API
+    def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        headers = {"Authorization": f"token {self.token}", **kwargs.pop("headers", {})}
+        return httpx.request(
+            method, f"{self.url}/hub/api{path}", headers=headers, timeout=90, **kwargs
+        )
+
+    async def aapi(self, client: httpx.AsyncClient, method: str, path: str, **kw: Any) -> httpx.Response:
+        headers = {"Authorization": f"token {self.token}"}
+        return await client.request(method, f"{self.url}/hub/api{path}", headers=headers, **kw)
+
+    def create_user(self, name: str) -> httpx.Response:
+        from urllib.parse import quote
+
+        return self.api("POST", f"/users/{quote(name, safe='')}")
+
+    def user(self, name: str) -> dict[str, Any]:
+        from urllib.parse import quote
+
+        r = self.api("GET", f"/users/{quote(name, safe='')}")
+        r.raise_for_status()
+        return dict(r.json())
+
+    def server(self, name: str, server: str = "") -> dict[str, Any] | None:
+        return self.user(name)["servers"].get(server)
+
+    def spawn(self, name: str, options: dict[str, Any] | None = None, server: str = "") -> httpx.Response:
+        from urllib.parse import quote
+
+        path = f"/users/{quote(name, safe='')}/server" + (f"s/{quote(server, safe='')}" if server else "")
+        return self.api("POST", path, content=json.dumps(options or {}))
+
+    def wait_ready(self, name: str, server: str = "", timeout: float = 90) -> dict[str, Any]:
+        """Wait until the server is ready; raise with the hub log if it fails or times out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            s = self.server(name, server)
+            if s and s.get("ready"):
+                return s
+            if not s or (not s.get("pending") and not s.get("ready")):
+                raise RuntimeError(f"server of {name!r} failed to start:\n{self.log_tail()}")
+            time.sleep(0.2)
+        raise TimeoutError(f"server of {name!r} not ready in {timeout}s:\n{self.log_tail()}")
+
+    def stop_server(self, name: str, server: str = "") -> httpx.Response:
+        from urllib.parse import quote
+
+        path = f"/users/{quote(name, safe='')}/server" + (f"s/{quote(server, safe='')}" if server else "")
+        r = self.api("DELETE", path)
+        deadline = time.monotonic() + 60
+        while r.status_code == 202 and time.monotonic() < deadline:
+            if self.server(name, server) is None:
+                break
+            time.sleep(0.2)
+        return r

@@ -1,0 +1,123 @@
+"""Pure parts of the skeleton: home paths, GPU options, the ledger, node specs."""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePosixPath
+
+import pytest
+
+from jupyterhub_gpu.errors import ConfigError, InvalidRequest, UnsafePath
+from jupyterhub_gpu.homes import ensure_home, home_host_path, safe_path_component, template_root
+from jupyterhub_gpu.ledger import GPULedger
+from jupyterhub_gpu.nodes import parse_nodes
+from jupyterhub_gpu.options import parse_gpu_options
+
+pytestmark = pytest.mark.unit
+
+TEMPLATE = "/mnt/cephfs/home/{username}"
+ROOT = PurePosixPath("/mnt/cephfs/home")
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["..", "../../etc", "/etc/passwd", ".ssh", "a/../b", "nul\x00byte", "..\\..", "ALICE", "zoë", " "],
+)
+def test_hostile_usernames_map_inside_root(name: str) -> None:
+    path = home_host_path(TEMPLATE, name)
+    assert path.parent == ROOT
+    assert ".." not in path.parts and not path.name.startswith(".")
+    assert set(path.name) <= set("abcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+def test_mapping_is_injective_for_look_alikes() -> None:
+    names = ["a.b", "a-b", "a_b", "a/b", "A.b", "a-2eb"]
+    paths = {home_host_path(TEMPLATE, n) for n in names}
+    # escapism is injective over case-folded input; only 'a.b'/'A.b' may collide by design
+    assert len(paths) >= len(names) - 1
+
+
+def test_plain_username_is_kept_readable() -> None:
+    assert home_host_path(TEMPLATE, "alice") == PurePosixPath("/mnt/cephfs/home/alice")
+    assert safe_path_component("bob42") == "bob42"
+
+
+@pytest.mark.parametrize("template", ["relative/{username}", "/{username}", "/home/alice", "/a/../{username}"])
+def test_bad_templates_are_config_errors(template: str) -> None:
+    with pytest.raises(ConfigError):
+        template_root(template) if "{username}" in template else home_host_path(template, "x")
+
+
+def test_empty_username_refused() -> None:
+    with pytest.raises(UnsafePath):
+        home_host_path(TEMPLATE, "")
+
+
+def test_ensure_home_creates_0700_and_refuses_symlinks(tmp_path: Path) -> None:
+    root = tmp_path / "homes"
+    root.mkdir()
+    home = root / "alice"
+    ensure_home(PurePosixPath(home), PurePosixPath(root), 1234, 5678)
+    st = home.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (1234, 5678, 0o700)
+    (root / "evil").symlink_to("/etc")
+    with pytest.raises(UnsafePath, match="symbolic link"):
+        ensure_home(PurePosixPath(root / "evil"), PurePosixPath(root), 1234, 5678)
+    with pytest.raises(UnsafePath, match="root"):
+        ensure_home(PurePosixPath(root / "bob"), PurePosixPath(root), 0, 0)
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [(None, 1), ({}, 1), ({"gpus": 0}, 0), ({"gpus": "2"}, 2), ({"gpus": ["3"]}, 3), ({"gpus": 8}, 8)],
+)
+def test_gpu_options_accepted(raw, expected: int) -> None:
+    assert parse_gpu_options(raw, default=1, maximum=8).gpus == expected
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [{"gpus": -1}, {"gpus": 9}, {"gpus": "abc"}, {"gpus": 1.5}, {"gpus": True}, {"gpus": ["1", "2"]},
+     {"gpus": 1, "env": {"A": "b"}}, {"image": "evil"}],
+)
+def test_gpu_options_refused(raw) -> None:
+    with pytest.raises(InvalidRequest):
+        parse_gpu_options(raw, default=1, maximum=8)
+
+
+def test_ledger_never_gives_a_gpu_twice_and_releases_only_own() -> None:
+    ledger = GPULedger()
+    ledger.reserve("alice/", "n1", ["GPU-1", "GPU-2"])
+    with pytest.raises(KeyError):
+        ledger.reserve("bob/", "n1", ["GPU-3", "GPU-2"])
+    assert ledger.holder_of("GPU-3") is None  # all or nothing
+    assert ledger.release("bob/", ["GPU-1"]) == []
+    assert ledger.allocations() == {"GPU-1": "alice/", "GPU-2": "alice/"}
+    assert ledger.adopt("bob/", "n1", ["GPU-2", "GPU-4"]) == ["GPU-2"]
+    assert sorted(ledger.release("alice/")) == ["GPU-1", "GPU-2"]
+    assert ledger.allocations() == {"GPU-4": "bob/"}
+
+
+def test_ledger_ports_are_per_node() -> None:
+    ledger = GPULedger()
+    assert ledger.reserve_port("a/", "n1", 4000)
+    assert not ledger.reserve_port("b/", "n1", 4000)
+    assert ledger.reserve_port("b/", "n2", 4000)
+    assert ledger.servers_on("n1") == 1
+    ledger.release_ports("a/")
+    assert ledger.reserve_port("b/", "n1", 4000)
+
+
+@pytest.mark.parametrize(
+    "nodes, fragment",
+    [
+        ([], "at least one"),
+        ([{"name": "a", "docker_url": "http://x", "address": "1.2.3.4"}], "docker_url"),
+        ([{"name": "a/b", "docker_url": "unix:///s", "address": "x"}], "name"),
+        ([{"name": "a", "docker_url": "tcp://10.0.0.5:2375", "address": "10.0.0.5"}], "tls"),
+        ([{"name": "a", "docker_url": "unix:///s", "address": "x", "sudo": True}], "unknown"),
+        ([{"name": "a", "docker_url": "unix:///s", "address": "x"}] * 2, "unique"),
+    ],
+)
+def test_bad_node_specs_named(nodes, fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        parse_nodes(nodes)
