@@ -40,7 +40,9 @@ def default_node() -> dict[str, Any]:
 def parse_node(raw: Mapping[str, Any], where: str) -> NodeSpec:
     unknown = set(raw) - _FIELDS
     if unknown:
-        raise ConfigError(f"{where}: unknown field(s) {sorted(unknown)}; allowed: {sorted(_FIELDS)}")
+        raise ConfigError(
+            f"{where}: unknown field(s) {sorted(unknown)}; allowed: {sorted(_FIELDS)}"
+        )
     name = raw.get("name")
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise ConfigError(f"{where}.name: must be letters, digits, '.', '_' or '-', got {name!r}")

@@ -46,7 +46,7 @@ def _spawn_error(e: UserFacingError) -> SpawnException:
     return SpawnException(str(e), reason=e.reason, status_code=e.status_code)
 
 
-class GPUDockerSpawner(DockerSpawner):  # type: ignore[misc]
+class GPUDockerSpawner(DockerSpawner):
     """A DockerSpawner that gives each server exactly the GPUs it was placed on."""
 
     ledger: ClassVar[GPULedger] = GPULedger()
@@ -97,7 +97,10 @@ class GPUDockerSpawner(DockerSpawner):  # type: ignore[misc]
         10.0, config=True, help="Seconds before a Docker call to a node is abandoned."
     )
     port_range = Tuple(
-        Int(), Int(), default_value=(40000, 49999), config=True,
+        Int(),
+        Int(),
+        default_value=(40000, 49999),
+        config=True,
         help="Ports for single-user servers (host networking: one port per server and node).",
     )
     hub_id = Unicode(
@@ -122,6 +125,10 @@ class GPUDockerSpawner(DockerSpawner):  # type: ignore[misc]
     @default("network_name")
     def _default_network(self) -> str:
         return "host"
+
+    @default("use_internal_ip")
+    def _default_use_internal_ip(self) -> bool:
+        return True  # host networking: no port bindings; get_ip_and_port says where
 
     @default("remove")
     def _default_remove(self) -> bool:
@@ -151,11 +158,16 @@ class GPUDockerSpawner(DockerSpawner):  # type: ignore[misc]
             conflicts = self.ledger.adopt(self.holder, self.node_name, self.gpu_uuids)
             self.ledger.reserve_port(self.holder, self.node_name, self.port)
             if conflicts:
-                self.log.warning("%s: GPUs %s also claimed by another server", self.holder, conflicts)
+                self.log.warning(
+                    "%s: GPUs %s also claimed by another server", self.holder, conflicts
+                )
 
     def clear_state(self) -> None:
-        self._release()
         super().clear_state()
+        self._forget_placement()
+
+    def _forget_placement(self) -> None:
+        self._release()
         self.node_name = ""
         self.gpu_uuids = []
 
@@ -201,7 +213,9 @@ class GPUDockerSpawner(DockerSpawner):  # type: ignore[misc]
         key = self.node_name or self.node_specs[0].name
         pool = self._node_executors.get(key)
         if pool is None:
-            pool = ThreadPoolExecutor(self.docker_threads_per_node, thread_name_prefix=f"docker-{key}")
+            pool = ThreadPoolExecutor(
+                self.docker_threads_per_node, thread_name_prefix=f"docker-{key}"
+            )
             self._node_executors[key] = pool
         return pool
 
@@ -254,7 +268,8 @@ class GPUDockerSpawner(DockerSpawner):  # type: ignore[misc]
                 return port
         raise SpawnException(
             f"No free port on node {node}; ask an admin to widen port_range.",
-            reason="no_port", status_code=503,
+            reason="no_port",
+            status_code=503,
         )
 
     # ------------------------------------------------------------------ container
@@ -299,17 +314,23 @@ class GPUDockerSpawner(DockerSpawner):  # type: ignore[misc]
         uid, gid = self._uid_gid()
         binds = self._prepare_home()
         devices = (
-            [DeviceRequest(driver="nvidia", device_ids=list(self.gpu_uuids), capabilities=[["gpu"]])]
+            [
+                DeviceRequest(
+                    driver="nvidia", device_ids=list(self.gpu_uuids), capabilities=[["gpu"]]
+                )
+            ]
             if self.gpu_uuids
             else []
         )
-        self.extra_create_kwargs = {**self.extra_create_kwargs, "user": f"{uid}:{gid}",
-                                    "labels": self._labels()}
+        create_kwargs: dict[str, Any] = dict(getattr(self, "extra_create_kwargs", {}))
+        create_kwargs.update(user=f"{uid}:{gid}", labels=self._labels())
         if binds:
-            self.extra_create_kwargs["working_dir"] = self._container_home()
-        self.extra_host_config = {**self.extra_host_config, "device_requests": devices,
-                                  "binds": binds, "network_mode": "host"}
-        return await super().create_object()  # type: ignore[no-any-return]
+            create_kwargs["working_dir"] = self._container_home()
+        self.extra_create_kwargs = create_kwargs
+        host_config: dict[str, Any] = dict(getattr(self, "extra_host_config", {}))
+        host_config.update(device_requests=devices, binds=binds, network_mode="host")
+        self.extra_host_config = host_config
+        return await super().create_object()
 
     def get_args(self) -> list[str]:
         args = super().get_args()
@@ -326,14 +347,16 @@ class GPUDockerSpawner(DockerSpawner):  # type: ignore[misc]
             )
         except UserFacingError as e:
             raise _spawn_error(e) from None
-        self.clear_state()
+        self._forget_placement()  # the hub cleared the state; be sure nothing is left held
         decision = self._choose(options)
-        self.log.info("%s: node %s, GPUs %s", self.holder, decision.node, decision.gpu_uuids or "none")
+        self.log.info(
+            "%s: node %s, GPUs %s", self.holder, decision.node, decision.gpu_uuids or "none"
+        )
         try:
-            return await super().start()  # type: ignore[no-any-return]
+            return await super().start()
         except BaseException:
             await self._remove_leftovers()
-            self.clear_state()
+            self._forget_placement()
             raise
 
     async def _remove_leftovers(self) -> None:
@@ -353,11 +376,13 @@ class GPUDockerSpawner(DockerSpawner):  # type: ignore[misc]
             status = await super().poll()
         except _NODE_ERRORS as e:
             # an unreachable node says nothing about the server: keep it and its GPUs
-            self.log.warning("Node %s unreachable while polling %s: %s", self.node_name, self.holder, e)
+            self.log.warning(
+                "Node %s unreachable while polling %s: %s", self.node_name, self.holder, e
+            )
             return None
         if status is not None:
             self._release()
-        return status  # type: ignore[no-any-return]
+        return status
 
     async def stop(self, now: bool = False) -> None:
         if self.object_id:

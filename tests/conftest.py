@@ -56,7 +56,8 @@ def make_hub(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator:
         homes.mkdir(exist_ok=True)
         node_cfg = [{"name": e.name, "docker_url": e.url, "address": "127.0.0.1"} for e in nodes]
         hub = Hub(work)
-        hub.extra_config = f"""
+        hub.extra_config = (
+            f"""
 c.JupyterHub.spawner_class = "gpudocker"
 c.GPUDockerSpawner.nodes = {node_cfg!r}
 c.GPUDockerSpawner.probe_mode = "declared"
@@ -65,7 +66,9 @@ c.GPUDockerSpawner.image = {TEST_IMAGE!r}
 c.GPUDockerSpawner.home_template = "{homes}/{{username}}"
 c.GPUDockerSpawner.hub_id = {hub.hub_id!r}
 c.GPUDockerSpawner.prefix = "jhgpu-" + {hub.hub_id!r}
-""" + extra
+"""
+            + extra
+        )
         hubs.append((hub, nodes))
         return hub.start()
 

@@ -121,13 +121,17 @@ def _parse_node(raw: Any, where: str) -> NodeInventory:
     try:
         parse_version(str(driver))
     except ValueError:
-        raise _fail(f"{where}.driver_version", f"must look like '550.54.15', got {driver!r}") from None
+        raise _fail(
+            f"{where}.driver_version", f"must look like '550.54.15', got {driver!r}"
+        ) from None
     cuda = raw.get("cuda_driver_version")
     if cuda is not None:
         try:
             parse_version(str(cuda))
         except ValueError:
-            raise _fail(f"{where}.cuda_driver_version", f"must look like '12.4', got {cuda!r}") from None
+            raise _fail(
+                f"{where}.cuda_driver_version", f"must look like '12.4', got {cuda!r}"
+            ) from None
     labels = raw.get("labels") or {}
     if not isinstance(labels, Mapping):
         raise _fail(f"{where}.labels", "must be a mapping of strings")
@@ -200,7 +204,7 @@ def dump_inventory(nodes: Sequence[NodeInventory]) -> dict[str, Any]:
                         "index": g.index,
                         "model": g.model,
                         "memory_mib": g.memory_mib,
-                        "compute_capability": f"{g.compute_capability[0]}.{g.compute_capability[1]}",
+                        "compute_capability": "{}.{}".format(*g.compute_capability),
                         **({"topology_group": g.topology_group} if g.topology_group else {}),
                     }
                     for g in n.gpus

@@ -36,7 +36,9 @@ class DeclaredProbe:
         try:
             mtime = self.path.stat().st_mtime
         except OSError as e:
-            raise ProbeError(f"{self.path}: cannot read the declared inventory ({e.strerror})") from None
+            raise ProbeError(
+                f"{self.path}: cannot read the declared inventory ({e.strerror})"
+            ) from None
         if self._cached is not None and mtime == self._mtime:
             return self._cached
         nodes = load_inventory_file(self.path)

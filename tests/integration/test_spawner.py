@@ -25,7 +25,9 @@ def containers_of(engine: Engine, hub, owner: str) -> list:
     with engine.client() as client:
         return client.containers.list(
             all=True,
-            filters={"label": [f"jupyterhub-gpu.hub={hub.hub_id}", f"jupyterhub-gpu.owner={owner}"]},
+            filters={
+                "label": [f"jupyterhub-gpu.hub={hub.hub_id}", f"jupyterhub-gpu.owner={owner}"]
+            },
         )
 
 

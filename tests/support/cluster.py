@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,8 +26,9 @@ class Engine:
     def url(self) -> str:
         return f"unix://{self.socket}"
 
-    def client(self) -> docker.DockerClient:
-        return docker.DockerClient(base_url=self.url, version="auto", timeout=30)
+    def client(self) -> closing[docker.DockerClient]:
+        """Use as ``with engine.client() as client:`` (closed afterwards)."""
+        return closing(docker.DockerClient(base_url=self.url, version="auto", timeout=30))
 
 
 def engines(n: int) -> list[Engine]:
@@ -44,12 +46,18 @@ def cluster_up(n: int) -> list[Engine]:
 
 def remove_hub_containers(engine: Engine, hub_id: str) -> None:
     with engine.client() as client:
-        for c in client.containers.list(all=True, filters={"label": f"jupyterhub-gpu.hub={hub_id}"}):
+        for c in client.containers.list(
+            all=True, filters={"label": f"jupyterhub-gpu.hub={hub_id}"}
+        ):
             c.remove(force=True)
 
 
 def container_env(engine: Engine, name: str) -> dict[str, str]:
-    """The environment a process inside the running container really sees."""
+    """The environment of the container's main process (the single-user server).
+
+    Read from /proc/1/environ: the engine adds NVIDIA_VISIBLE_DEVICES for a
+    DeviceRequest to the main process only, not to ``docker exec`` processes.
+    """
     with engine.client() as client:
-        out = client.containers.get(name).exec_run(["env"]).output.decode()
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+        out = client.containers.get(name).exec_run(["cat", "/proc/1/environ"]).output.decode()
+    return dict(item.split("=", 1) for item in out.split("\0") if "=" in item)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -111,10 +112,8 @@ c.Spawner.debug = False
                 self.proc.wait(5)
         proxy_pid = self.workdir / "proxy.pid"
         if proxy_pid.exists():
-            try:
+            with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(proxy_pid.read_text().strip()), signal.SIGTERM)
-            except (ProcessLookupError, ValueError):
-                pass
 
     def log_tail(self, lines: int = 60) -> str:
         try:
@@ -129,7 +128,9 @@ c.Spawner.debug = False
             method, f"{self.url}/hub/api{path}", headers=headers, timeout=90, **kwargs
         )
 
-    async def aapi(self, client: httpx.AsyncClient, method: str, path: str, **kw: Any) -> httpx.Response:
+    async def aapi(
+        self, client: httpx.AsyncClient, method: str, path: str, **kw: Any
+    ) -> httpx.Response:
         headers = {"Authorization": f"token {self.token}"}
         return await client.request(method, f"{self.url}/hub/api{path}", headers=headers, **kw)
 
@@ -148,10 +149,14 @@ c.Spawner.debug = False
     def server(self, name: str, server: str = "") -> dict[str, Any] | None:
         return self.user(name)["servers"].get(server)
 
-    def spawn(self, name: str, options: dict[str, Any] | None = None, server: str = "") -> httpx.Response:
+    def spawn(
+        self, name: str, options: dict[str, Any] | None = None, server: str = ""
+    ) -> httpx.Response:
         from urllib.parse import quote
 
-        path = f"/users/{quote(name, safe='')}/server" + (f"s/{quote(server, safe='')}" if server else "")
+        path = f"/users/{quote(name, safe='')}/server" + (
+            f"s/{quote(server, safe='')}" if server else ""
+        )
         return self.api("POST", path, content=json.dumps(options or {}))
 
     def wait_ready(self, name: str, server: str = "", timeout: float = 90) -> dict[str, Any]:
@@ -169,7 +174,9 @@ c.Spawner.debug = False
     def stop_server(self, name: str, server: str = "") -> httpx.Response:
         from urllib.parse import quote
 
-        path = f"/users/{quote(name, safe='')}/server" + (f"s/{quote(server, safe='')}" if server else "")
+        path = f"/users/{quote(name, safe='')}/server" + (
+            f"s/{quote(server, safe='')}" if server else ""
+        )
         r = self.api("DELETE", path)
         deadline = time.monotonic() + 60
         while r.status_code == 202 and time.monotonic() < deadline:

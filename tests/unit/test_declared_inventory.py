@@ -33,13 +33,22 @@ def _base() -> dict:
 @pytest.mark.parametrize(
     "mutate, fragment",
     [
-        (lambda d: d["nodes"][0]["gpus"][1].update(memory_mib="abc"), "nodes[0] (gpu-a).gpus[1].memory_mib"),
+        (
+            lambda d: d["nodes"][0]["gpus"][1].update(memory_mib="abc"),
+            "nodes[0] (gpu-a).gpus[1].memory_mib",
+        ),
         (lambda d: d["nodes"][1]["gpus"][0].update(uuid="1234"), "gpus[0].uuid"),
-        (lambda d: d["nodes"][1]["gpus"][0].update(compute_capability="sm_61"), "compute_capability"),
+        (
+            lambda d: d["nodes"][1]["gpus"][0].update(compute_capability="sm_61"),
+            "compute_capability",
+        ),
         (lambda d: d["nodes"][0].update(driver_version="latest"), "driver_version"),
         (lambda d: d["nodes"][0]["gpus"][0].pop("model"), "gpus[0].model: is required"),
         (lambda d: d["nodes"][0]["gpus"][0].update(colour="red"), "unknown field"),
-        (lambda d: d["nodes"][2]["gpus"][1].update(uuid=d["nodes"][0]["gpus"][0]["uuid"]), "appears on"),
+        (
+            lambda d: d["nodes"][2]["gpus"][1].update(uuid=d["nodes"][0]["gpus"][0]["uuid"]),
+            "appears on",
+        ),
         (lambda d: d["nodes"][2].update(name="gpu-a"), "appears twice"),
         (lambda d: d["nodes"][0]["gpus"][1].update(index=0), "indices must be unique"),
         (lambda d: d["nodes"][0]["gpus"][0].update(utilization_pct=140), "0-100"),

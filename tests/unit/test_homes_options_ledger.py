@@ -20,7 +20,18 @@ ROOT = PurePosixPath("/mnt/cephfs/home")
 
 @pytest.mark.parametrize(
     "name",
-    ["..", "../../etc", "/etc/passwd", ".ssh", "a/../b", "nul\x00byte", "..\\..", "ALICE", "zoë", " "],
+    [
+        "..",
+        "../../etc",
+        "/etc/passwd",
+        ".ssh",
+        "a/../b",
+        "nul\x00byte",
+        "..\\..",
+        "ALICE",
+        "zoë",
+        " ",
+    ],
 )
 def test_hostile_usernames_map_inside_root(name: str) -> None:
     path = home_host_path(TEMPLATE, name)
@@ -41,7 +52,9 @@ def test_plain_username_is_kept_readable() -> None:
     assert safe_path_component("bob42") == "bob42"
 
 
-@pytest.mark.parametrize("template", ["relative/{username}", "/{username}", "/home/alice", "/a/../{username}"])
+@pytest.mark.parametrize(
+    "template", ["relative/{username}", "/{username}", "/home/alice", "/a/../{username}"]
+)
 def test_bad_templates_are_config_errors(template: str) -> None:
     with pytest.raises(ConfigError):
         template_root(template) if "{username}" in template else home_host_path(template, "x")
@@ -68,7 +81,14 @@ def test_ensure_home_creates_0700_and_refuses_symlinks(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "raw, expected",
-    [(None, 1), ({}, 1), ({"gpus": 0}, 0), ({"gpus": "2"}, 2), ({"gpus": ["3"]}, 3), ({"gpus": 8}, 8)],
+    [
+        (None, 1),
+        ({}, 1),
+        ({"gpus": 0}, 0),
+        ({"gpus": "2"}, 2),
+        ({"gpus": ["3"]}, 3),
+        ({"gpus": 8}, 8),
+    ],
 )
 def test_gpu_options_accepted(raw, expected: int) -> None:
     assert parse_gpu_options(raw, default=1, maximum=8).gpus == expected
@@ -76,8 +96,16 @@ def test_gpu_options_accepted(raw, expected: int) -> None:
 
 @pytest.mark.parametrize(
     "raw",
-    [{"gpus": -1}, {"gpus": 9}, {"gpus": "abc"}, {"gpus": 1.5}, {"gpus": True}, {"gpus": ["1", "2"]},
-     {"gpus": 1, "env": {"A": "b"}}, {"image": "evil"}],
+    [
+        {"gpus": -1},
+        {"gpus": 9},
+        {"gpus": "abc"},
+        {"gpus": 1.5},
+        {"gpus": True},
+        {"gpus": ["1", "2"]},
+        {"gpus": 1, "env": {"A": "b"}},
+        {"image": "evil"},
+    ],
 )
 def test_gpu_options_refused(raw) -> None:
     with pytest.raises(InvalidRequest):
