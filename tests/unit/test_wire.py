@@ -1,0 +1,230 @@
+"""The agent's JSON contract: round trips, and clear errors for bad answers and updates."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyterhub_gpu.errors import ProbeError
+from jupyterhub_gpu.inventory.declared import load_inventory_file
+from jupyterhub_gpu.inventory.model import GPU, NodeInventory
+from jupyterhub_gpu.inventory.wire import (
+    LIVE_FIELDS,
+    inventory_from_json,
+    inventory_to_json,
+    parse_live_update,
+    snapshot_time,
+)
+
+pytestmark = pytest.mark.unit
+
+CLUSTER = Path(__file__).parent.parent / "data" / "cluster-hetero.yaml"
+
+
+def busy_node() -> NodeInventory:
+    node = load_inventory_file(CLUSTER)[0]
+    first = dataclasses.replace(
+        node.gpus[0],
+        utilization_pct=87.5,
+        memory_used_mib=20000,
+        temperature_c=71.0,
+        healthy=None,
+        process_containers=("", "c" * 64),
+    )
+    return dataclasses.replace(node, gpus=(first, *node.gpus[1:]))
+
+
+def answer() -> dict[str, Any]:
+    return json.loads(json.dumps(inventory_to_json(busy_node(), 1767225600.5)))
+
+
+@pytest.mark.parametrize("node", load_inventory_file(CLUSTER), ids=lambda n: n.name)
+def test_round_trip_through_json_text(node: NodeInventory) -> None:
+    data = json.loads(json.dumps(inventory_to_json(node, 1.0)))
+    assert inventory_from_json(data) == node
+
+
+def test_round_trip_keeps_live_values() -> None:
+    assert inventory_from_json(answer()) == busy_node()
+
+
+def test_answer_shape() -> None:
+    data = answer()
+    assert set(data) == {"node", "driver_version", "cuda_driver_version", "labels", "time", "gpus"}
+    assert data["node"] == "gpu-a"
+    assert data["labels"] == {"site": "lab", "rack": "r1"}
+    assert data["time"] == 1767225600.5
+    gpu = data["gpus"][0]
+    assert gpu == {
+        "uuid": "GPU-aaaaaaaa-0000-4000-8000-000000000000",
+        "index": 0,
+        "model": "NVIDIA GeForce RTX 3090",
+        "memory_mib": 24576,
+        "memory_used_mib": 20000,
+        "utilization_pct": 87.5,
+        "temperature_c": 71.0,
+        "compute_capability": "8.6",
+        "healthy": None,
+        "process_containers": ["", "c" * 64],
+        "topology_group": "pcie0",
+    }
+
+
+def test_unknown_fields_are_ignored_for_newer_agents() -> None:
+    data = answer()
+    data["fan_speed"] = 40
+    data["gpus"][0]["power_w"] = 250.0
+    assert inventory_from_json(data) == busy_node()
+
+
+def test_optional_fields_may_be_missing() -> None:
+    data = {
+        "node": "n",
+        "driver_version": "550.54.15",
+        "gpus": [
+            {
+                "uuid": "GPU-1",
+                "index": 0,
+                "model": "M",
+                "memory_mib": 1,
+                "compute_capability": "7.5",
+            }
+        ],
+    }
+    node = inventory_from_json(data)
+    assert node.cuda_driver_version is None
+    assert node.labels == {}
+    assert node.gpus[0] == GPU("GPU-1", 0, "M", 1, (7, 5), healthy=None)
+
+
+def _set(path: str, value: Any) -> dict[str, Any]:
+    data = answer()
+    target: Any = data
+    *parents, last = path.split(".")
+    for p in parents:
+        target = target[int(p)] if p.isdigit() else target[p]
+    key: Any = int(last) if last.isdigit() else last
+    if value is KeyError:
+        del target[key]
+    else:
+        target[key] = value
+    return data
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ([], "the answer must be a JSON object"),
+        (_set("node", KeyError), "answer.node is missing"),
+        (_set("node", ""), "node must be a non-empty string"),
+        (_set("driver_version", "new"), "driver_version must be a dotted version"),
+        (_set("cuda_driver_version", 12.4), "cuda_driver_version must be a non-empty string"),
+        (_set("labels", {"a": 1}), "labels must map strings to strings"),
+        (_set("gpus", {}), "gpus must be a list"),
+        (_set("gpus.0", "GPU-1"), r"gpus\[0\] must be a JSON object"),
+        (_set("gpus.1.uuid", KeyError), r"gpus\[1\].uuid is missing"),
+        (_set("gpus.0.index", -1), r"gpus\[0\].index must be an integer >= 0"),
+        (_set("gpus.0.index", True), r"gpus\[0\].index must be an integer"),
+        (_set("gpus.0.memory_mib", 0), r"gpus\[0\].memory_mib must be an integer >= 1"),
+        (_set("gpus.0.memory_mib", "24GB"), r"gpus\[0\].memory_mib must be an integer"),
+        (_set("gpus.0.memory_used_mib", 1.5), r"gpus\[0\].memory_used_mib must be an integer"),
+        (_set("gpus.0.utilization_pct", 101), r"gpus\[0\].utilization_pct must be a number"),
+        (_set("gpus.0.utilization_pct", "50"), r"gpus\[0\].utilization_pct must be a number"),
+        (_set("gpus.0.temperature_c", "hot"), r"gpus\[0\].temperature_c must be a number"),
+        (_set("gpus.0.healthy", "yes"), r"gpus\[0\].healthy must be true, false or null"),
+        (_set("gpus.0.compute_capability", "sm_86"), r"gpus\[0\].compute_capability"),
+        (_set("gpus.0.compute_capability", 8.6), r"gpus\[0\].compute_capability"),
+        (_set("gpus.0.process_containers", "abc"), r"gpus\[0\].process_containers must be a list"),
+        (_set("gpus.0.process_containers", [1]), r"gpus\[0\].process_containers must be a list"),
+        (_set("gpus.0.topology_group", 3), r"gpus\[0\].topology_group must be a non-empty string"),
+        (
+            _set("gpus.1.uuid", "GPU-aaaaaaaa-0000-4000-8000-000000000000"),
+            "GPU uuid values must be unique",
+        ),
+        (_set("gpus.1.index", 0), "GPU index values must be unique"),
+    ],
+)
+def test_bad_answers_name_the_field(data: Any, message: str) -> None:
+    with pytest.raises(ProbeError, match=f"^invalid agent answer: {message}"):
+        inventory_from_json(data)
+
+
+def test_nan_is_rejected() -> None:
+    with pytest.raises(ProbeError, match="utilization_pct"):
+        inventory_from_json(_set("gpus.0.utilization_pct", float("nan")))
+
+
+def test_validation_does_not_change_the_input() -> None:
+    data = answer()
+    before = copy.deepcopy(data)
+    inventory_from_json(data)
+    assert data == before
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ({"time": 12.5}, 12.5),
+        ({"time": 12}, 12.0),
+        ({"time": None}, None),
+        ({"time": "12"}, None),
+        ({"time": True}, None),
+        ({"time": float("inf")}, None),
+        ({}, None),
+        ([], None),
+    ],
+)
+def test_snapshot_time(data: Any, expected: float | None) -> None:
+    assert snapshot_time(data) == expected
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({"utilization_pct": 55}, {"utilization_pct": 55.0}),
+        ({"memory_used_mib": 1024, "healthy": False}, {"memory_used_mib": 1024, "healthy": False}),
+        ({"healthy": None}, {"healthy": None}),
+        ({"temperature_c": None}, {"temperature_c": None}),
+        ({"temperature_c": 80}, {"temperature_c": 80.0}),
+        ({"process_containers": ["b", "", "b"]}, {"process_containers": ("", "b")}),
+        ({"process_containers": []}, {"process_containers": ()}),
+    ],
+)
+def test_live_update_accepts(body: dict[str, Any], expected: dict[str, Any]) -> None:
+    assert parse_live_update(body) == expected
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (None, "the body must be a JSON object"),
+        ({}, "the body must be a JSON object"),
+        ([1], "the body must be a JSON object"),
+        ({"model": "A100"}, r"unknown field\(s\) \['model'\]"),
+        ({"utilization_pct": 101}, "utilization_pct must be a number from 0 to 100"),
+        ({"utilization_pct": True}, "utilization_pct must be a number"),
+        ({"memory_used_mib": -1}, "memory_used_mib must be an integer >= 0"),
+        ({"healthy": "false"}, "healthy must be true, false or null"),
+        ({"process_containers": "abc"}, "process_containers must be a list"),
+        ({"process_containers": ["x" * 129]}, "at most 128 characters"),
+        ({"temperature_c": 1000}, "temperature_c must be a number"),
+    ],
+)
+def test_live_update_rejects_with_a_sentence(body: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_live_update(body)
+
+
+def test_live_fields() -> None:
+    assert set(LIVE_FIELDS) == {
+        "utilization_pct",
+        "memory_used_mib",
+        "healthy",
+        "process_containers",
+        "temperature_c",
+    }
