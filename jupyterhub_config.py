@@ -1,0 +1,65 @@
+"""Example configuration for a real site. Copy it, then replace every <PLACEHOLDER>.
+
+Start with:  jupyterhub -f jupyterhub_config.py
+Secrets (LDAP bind password, agent token, JUPYTERHUB_CRYPT_KEY) come from the
+environment, never from this file.
+"""
+
+import os
+
+c = get_config()  # type: ignore[name-defined]  # noqa: F821
+
+# --- the hub -----------------------------------------------------------------------
+c.JupyterHub.bind_url = "https://<HUB_HOSTNAME>/"
+c.JupyterHub.ssl_cert = "/etc/jupyterhub/tls/hub.crt"
+c.JupyterHub.ssl_key = "/etc/jupyterhub/tls/hub.key"
+# single-user servers on the GPU nodes call back to the hub at this address
+c.JupyterHub.hub_bind_url = "http://0.0.0.0:8081"
+c.JupyterHub.hub_connect_ip = "<HUB_IP_REACHABLE_FROM_NODES>"
+
+# --- login: the lab's LDAP (see docs/auth.md; OAuth/OIDC is documented there too) ---
+c.JupyterHub.authenticator_class = "jupyterhub_gpu.auth.ldap.GPULDAPAuthenticator"
+c.LDAPAuthenticator.server_address = "<ldap.example.org>"
+c.LDAPAuthenticator.server_port = 636
+c.LDAPAuthenticator.tls_strategy = "on_connect"
+c.LDAPAuthenticator.lookup_dn = True
+c.LDAPAuthenticator.lookup_dn_search_user = "<cn=jupyterhub,ou=services,dc=example,dc=org>"
+c.LDAPAuthenticator.lookup_dn_search_password = os.environ.get("LDAP_SEARCH_PASSWORD", "")
+c.LDAPAuthenticator.user_search_base = "<ou=people,dc=example,dc=org>"
+c.LDAPAuthenticator.user_attribute = "uid"
+c.LDAPAuthenticator.allowed_groups = ["<cn=gpu-users,ou=groups,dc=example,dc=org>"]
+c.Authenticator.enable_auth_state = True  # needs JUPYTERHUB_CRYPT_KEY in the environment
+
+# --- GPU nodes ------------------------------------------------------------------------
+c.JupyterHub.spawner_class = "gpudocker"
+c.GPUDockerSpawner.nodes = [
+    {
+        "name": "gpu-a",  # e.g. 3x RTX 3090
+        "docker_url": "tcp://<gpu-a.example.org>:2376",
+        "address": "<gpu-a IP the hub reaches servers at>",
+        "tls": {
+            "ca_cert": "/etc/jupyterhub/docker-tls/ca.pem",
+            "client_cert": "/etc/jupyterhub/docker-tls/cert.pem",
+            "client_key": "/etc/jupyterhub/docker-tls/key.pem",
+        },
+        "agent_url": "http://<gpu-a.example.org>:9450",
+        "labels": {"site": "<building>", "rack": "<rack>"},
+    },
+    # {"name": "gpu-b", ...},
+]
+# GPU inventories: "nvml" through each node's agent, or a declared file you maintain
+c.GPUDockerSpawner.probe_mode = "declared"
+c.GPUDockerSpawner.inventory_file = "/etc/jupyterhub/gpu-inventory.yaml"
+
+# --- shared storage: the same CephFS/GlusterFS/NFS path on every node -------------
+c.GPUDockerSpawner.home_template = "/mnt/cephfs/home/{username}"
+c.GPUDockerSpawner.home_container_path = "/home/{username}"
+
+# --- images and limits ----------------------------------------------------------------
+c.GPUDockerSpawner.image = "<registry.example.org>/jupyterhub-gpu/pytorch:2.4-cuda12.4"
+c.GPUDockerSpawner.pull_policy = "ifnotpresent"
+c.GPUDockerSpawner.max_gpus_per_server = 4
+c.GPUDockerSpawner.mem_limit = "32G"
+c.GPUDockerSpawner.cpu_limit = 8
+c.Spawner.start_timeout = 300  # first pull of a CUDA image on a node takes minutes
+c.Spawner.http_timeout = 120
