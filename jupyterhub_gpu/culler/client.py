@@ -1,0 +1,163 @@
+"""The culler's HTTP edges: the hub's REST API, single-user servers, node agents.
+
+Every call goes through one injected ``httpx.AsyncClient`` with an explicit timeout and
+returns plain data (dicts, :mod:`~jupyterhub_gpu.culler.idleness` dataclasses). Failures
+raise ``httpx.HTTPError`` (network, status) or :class:`~jupyterhub_gpu.errors.ProbeError`
+(an answer that breaks its contract); the service decides what a failure means.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from ..errors import ProbeError
+from .idleness import KernelObservation, KernelsObservation
+
+PAGINATION = "application/jupyterhub-pagination+json"
+MAX_PAGES = 10_000
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An ISO 8601 timestamp from the hub or jupyter-server as an aware UTC datetime."""
+    if not isinstance(value, str) or not value:
+        return None
+    text = value[:-1] + "+00:00" if value.endswith("Z") else value
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
+
+
+def _auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"token {token}"}
+
+
+class HubAPI:
+    """The few hub API calls the culler makes, with the service's own token."""
+
+    def __init__(
+        self, client: httpx.AsyncClient, api_url: str, token: str, *, page_size: int, timeout: float
+    ) -> None:
+        self.client = client
+        self.api_url = api_url.rstrip("/")
+        self.token = token
+        self.page_size = page_size
+        self.timeout = timeout
+
+    async def ready_users(self) -> list[dict[str, Any]]:
+        """Every user with a ready server (``?state=ready``), following pagination."""
+        url = httpx.URL(f"{self.api_url}/users")
+        params: dict[str, str] | None = {"state": "ready"}
+        if self.page_size and params is not None:
+            params["limit"] = str(self.page_size)
+        headers = {**_auth(self.token), "Accept": PAGINATION}
+        users: list[dict[str, Any]] = []
+        for _ in range(MAX_PAGES):
+            resp = await self.client.get(url, params=params, headers=headers, timeout=self.timeout)
+            resp.raise_for_status()
+            model = resp.json()
+            if isinstance(model, list):  # a hub without pagination
+                return users + [u for u in model if isinstance(u, dict)]
+            if not isinstance(model, Mapping) or not isinstance(model.get("items"), list):
+                raise ProbeError("hub answered /users without an 'items' list")
+            users.extend(u for u in model["items"] if isinstance(u, dict))
+            nxt = (model.get("_pagination") or {}).get("next")
+            if not nxt or not nxt.get("url"):
+                return users
+            url, params = url.join(nxt["url"]), None
+        raise ProbeError(f"hub /users pagination did not end after {MAX_PAGES} pages")
+
+    async def stop_server(self, user: str, server: str) -> int:
+        """Stop one server; returns the status code (204 stopped, 202 stopping)."""
+        path = f"/users/{quote(user, safe='')}/server"
+        if server:
+            path = f"/users/{quote(user, safe='')}/servers/{quote(server, safe='')}"
+        resp = await self.client.delete(
+            self.api_url + path, headers=_auth(self.token), timeout=self.timeout
+        )
+        resp.raise_for_status()
+        return resp.status_code
+
+
+async def read_kernels(
+    client: httpx.AsyncClient, server_url: str, token: str, timeout: float
+) -> KernelsObservation:
+    """``/api/kernels`` and ``/api/status`` of one single-user server, without counting as
+    activity there (``no_track_activity=1``)."""
+    base = server_url.rstrip("/") + "/"
+    params = {"no_track_activity": "1"}
+    got: dict[str, Any] = {}
+    for name in ("kernels", "status"):
+        resp = await client.get(
+            f"{base}api/{name}", params=params, headers=_auth(token), timeout=timeout
+        )
+        resp.raise_for_status()
+        got[name] = resp.json()
+    if not isinstance(got["kernels"], list) or not isinstance(got["status"], Mapping):
+        raise ProbeError(f"unexpected answer from {base}api/kernels or api/status")
+    kernels = tuple(
+        KernelObservation(
+            execution_state=str(k.get("execution_state") or "unknown"),
+            last_activity=parse_time(k.get("last_activity")),
+            kernel_id=str(k.get("id") or ""),
+        )
+        for k in got["kernels"]
+        if isinstance(k, Mapping)
+    )
+    return KernelsObservation(kernels, parse_time(got["status"].get("last_activity")))
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """One GPU in a node agent's answer, as far as the culler cares."""
+
+    uuid: str
+    utilization_pct: float
+    memory_used_mib: float | None
+
+
+def _number(gpu: Mapping[str, Any], key: str, where: str) -> float:
+    value = gpu.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ProbeError(f"{where}: '{key}' must be a number, got {value!r}")
+    return float(value)
+
+
+def parse_agent_answer(data: Any) -> tuple[str, list[GpuReading]]:
+    """Validate ``GET /v1/gpus``: ``{"node", "gpus": [{"uuid", "utilization_pct",
+    "memory_used_mib", ...}]}``; unknown fields are ignored, bad known ones named."""
+    if not isinstance(data, Mapping) or not isinstance(data.get("gpus"), list):
+        raise ProbeError("agent answer must be an object with a 'gpus' list")
+    node = str(data.get("node") or "")
+    readings = []
+    for i, gpu in enumerate(data["gpus"]):
+        where = f"agent {node or '?'} gpus[{i}]"
+        if not isinstance(gpu, Mapping) or not isinstance(gpu.get("uuid"), str):
+            raise ProbeError(f"{where}: needs a string 'uuid'")
+        memory = (
+            None if gpu.get("memory_used_mib") is None else _number(gpu, "memory_used_mib", where)
+        )
+        readings.append(GpuReading(gpu["uuid"], _number(gpu, "utilization_pct", where), memory))
+    return node, readings
+
+
+async def read_agent(
+    client: httpx.AsyncClient, agent_url: str, token: str, timeout: float
+) -> tuple[str, list[GpuReading]]:
+    """One node agent's current GPU readings."""
+    headers = _auth(token) if token else {}
+    resp = await client.get(f"{agent_url.rstrip('/')}/v1/gpus", headers=headers, timeout=timeout)
+    resp.raise_for_status()
+    try:
+        data = resp.json()
+    except ValueError:
+        raise ProbeError(f"agent {agent_url} did not answer JSON") from None
+    return parse_agent_answer(data)

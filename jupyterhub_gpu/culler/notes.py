@@ -1,0 +1,88 @@
+"""Why was my server stopped? A small JSON file of recent cull reasons, per user.
+
+The culler service appends a note after each server it stops; the hub side (home page or
+spawn form) reads the file and shows the user's notes the next time they come. The file
+is ``{"alice": [{"server": "", "at": "2026-01-01T12:00:00+00:00", "reason": "..."}]}``,
+newest last, at most ``keep`` notes per user. Writes are atomic (temporary file, then
+rename), so a reader never sees half a file; a missing or unreadable file reads as empty.
+Reasons are the culler's one-line decisions: durations and GPU shares, never secrets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+Notes = dict[str, list[dict[str, str]]]
+
+
+@dataclass(frozen=True)
+class CullNote:
+    user: str
+    server: str  # "" for the default server
+    at: datetime
+    reason: str
+
+    def message(self) -> str:
+        """The sentence a user reads, e.g. on the hub's home page."""
+        which = f"Your server '{self.server}'" if self.server else "Your server"
+        when = self.at.strftime("%Y-%m-%d %H:%M UTC")
+        return f"{which} was stopped at {when} to free its resources: {self.reason}."
+
+
+def add_note(notes: Notes, note: CullNote, keep: int = 5) -> Notes:
+    """A copy of ``notes`` with ``note`` appended to its user's list, trimmed to ``keep``."""
+    out = {user: list(items) for user, items in notes.items()}
+    item = {"server": note.server, "at": note.at.isoformat(), "reason": note.reason}
+    out[note.user] = ([*out.get(note.user, []), item])[-max(keep, 1) :]
+    return out
+
+
+def notes_for(notes: Notes, user: str, since: datetime | None = None) -> list[CullNote]:
+    """The user's notes, oldest first, newer than ``since`` if given; bad entries skipped."""
+    found = []
+    for item in notes.get(user, []):
+        try:
+            at = datetime.fromisoformat(item["at"])
+            note = CullNote(user, str(item["server"]), at, str(item["reason"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+        if since is None or at > since:
+            found.append(note)
+    return found
+
+
+def load_notes(path: str | Path) -> Notes:
+    """Read the notes file; ``{}`` when it is missing or not valid."""
+    try:
+        data: Any = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(u): v for u, v in data.items() if isinstance(v, list)}
+
+
+def save_notes(path: str | Path, notes: Notes) -> None:
+    """Write the notes file atomically (readable by the hub, which may run as another user)."""
+    write_json_atomic(path, notes, mode=0o644)
+
+
+def write_json_atomic(path: str | Path, data: Any, mode: int = 0o600) -> None:
+    """Write ``data`` as JSON to ``path`` through a temporary file and a rename."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

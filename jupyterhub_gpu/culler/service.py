@@ -1,0 +1,493 @@
+"""The GPU-aware idle culler: a JupyterHub-managed service (see docs/culler.md).
+
+Modelled on jupyterhub-idle-culler 2.0 (a traitlets ``Application`` that lists users
+with ``?state=ready`` and pagination, bounded by a semaphore), plus two signals it
+lacks: the servers' kernels and their GPUs' utilisation from the node agents. Two loops
+run side by side: one polls every agent every ``gpu_poll_interval`` seconds into a
+:class:`~jupyterhub_gpu.culler.tracker.GpuTracker` per GPU; the other, every ``interval``
+seconds, judges each ready server with :func:`~jupyterhub_gpu.culler.idleness.judge`
+and stops the idle ones through the hub API.
+
+Kernels are read only for servers every other signal already calls idle: reading a
+server through the proxy counts as activity in the proxy's books, which the hub then
+copies into ``last_activity``. A server whose spawner state has ``server_url`` is read
+directly, bypassing the proxy. Nothing here raises out of a loop: the hub API down means
+"try again next interval", an agent down means its GPUs have no fresh readings, so their
+servers are kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import logging
+import os
+from collections.abc import Callable as CallableABC
+from collections.abc import Mapping
+from dataclasses import fields, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import httpx
+from traitlets import Bool, Callable, Dict, Float, Instance, Int, Unicode, Union, default, validate
+from traitlets.config import Application
+
+from ..errors import ConfigError, ProbeError
+from .client import HubAPI, parse_time, read_agent, read_kernels
+from .idleness import (
+    Decision,
+    GpuSummary,
+    Policy,
+    ServerObservation,
+    Signal,
+    judge,
+    resolve_policy,
+    validate_overrides,
+)
+from .notes import CullNote, add_note, load_notes, save_notes, write_json_atomic
+from .tracker import GpuTracker
+
+_D = Policy()
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class GPUIdleCuller(Application):
+    """Stop idle single-user servers, reading the hub, the kernels and the GPUs."""
+
+    name = "jupyterhub-gpu-culler"
+    description = "GPU-aware idle culler for jupyterhub-gpu (a hub-managed service)."
+
+    api_url = Unicode(help="The hub API URL. Default: $JUPYTERHUB_API_URL.").tag(config=True)
+    api_token = Unicode(
+        help="The service's hub token. Default: $JUPYTERHUB_API_TOKEN (never logged)."
+    )
+    proxy_url = Unicode(
+        "http://127.0.0.1:8000",
+        help="""Where single-user servers are reached when their spawner state has no
+        ``server_url``: the proxy's address (a server's ``url`` path is appended).""",
+    ).tag(config=True)
+    timeout = Float(
+        _D.timeout, help="Idle timeout (s) of CPU-only servers; 0: never by idleness."
+    ).tag(config=True)
+    gpu_timeout = Float(
+        _D.gpu_timeout,
+        help="""Idle timeout (s) of servers holding GPUs, shorter than ``timeout`` by default
+        because a GPU is the scarce thing; 0: never cull them by idleness.""",
+    ).tag(config=True)
+    gpu_threshold = Float(
+        _D.gpu_threshold,
+        help="Mean GPU utilisation (%) over ``gpu_window`` at or above which a GPU is active.",
+    ).tag(config=True)
+    gpu_window = Float(_D.gpu_window, help="Window (s) of the utilisation mean.").tag(config=True)
+    gpu_memory_change = Float(
+        _D.gpu_memory_change,
+        help="GPU memory use moving by this many MiB between readings counts as activity.",
+    ).tag(config=True)
+    gpu_pause_factor = Float(
+        _D.gpu_pause_factor,
+        help="""A GPU must stay idle this many times the longest pause it took between two
+        active stretches (for this server) before it counts as idle; 0: off.""",
+    ).tag(config=True)
+    gpu_pause_cap = Float(_D.gpu_pause_cap, help="Upper bound (s) of the pause-based wait.").tag(
+        config=True
+    )
+    max_age = Float(
+        _D.max_age, help="Stop any server older than this (s), active or not; 0: off."
+    ).tag(config=True)
+    interval = Float(120.0, help="Seconds between two culling rounds.").tag(config=True)
+    gpu_poll_interval = Float(15.0, help="Seconds between two polls of the node agents.").tag(
+        config=True
+    )
+    gpu_stale_after = Float(
+        help="A GPU reading older than this (s) is missing data. Default: 3 polls, at least 60 s."
+    ).tag(config=True)
+    concurrency = Int(10, help="Most requests in flight at once to the hub and the servers.").tag(
+        config=True
+    )
+    api_page_size = Int(0, help="Users per page of /users (0: the hub's default).").tag(config=True)
+    request_timeout = Float(30.0, help="Timeout (s) of hub API requests.").tag(config=True)
+    server_timeout = Float(10.0, help="Timeout (s) of requests to single-user servers.").tag(
+        config=True
+    )
+    agent_timeout = Float(5.0, help="Timeout (s) of requests to node agents.").tag(config=True)
+    dry_run = Bool(
+        False, help="Log what would be stopped (and every keep, at INFO) and stop nothing."
+    ).tag(config=True)
+    group_overrides = Union(
+        [Callable(), Dict()],
+        default_value={},
+        help="""Per-group policies, in the shape of JupyterHub's ``Spawner.group_overrides``:
+        ``{"10-staff": {"groups": ["staff"], "policy_override": {"gpu_timeout": 7200}}}``;
+        applied in sorted key order, later entries win. Keys of ``policy_override``:
+        timeout, gpu_timeout, gpu_pause_factor, gpu_pause_cap, max_age. A callable gets
+        the hub's user model and returns such a dict (it may be async).""",
+    ).tag(config=True)
+    agent_urls = Dict(
+        value_trait=Unicode(),
+        help="""Node agent per node name, as the spawner state's ``node`` names it:
+        ``{"gpu-a": "http://10.0.0.11:9450"}``. GPUs of a node without one are never culled.""",
+    ).tag(config=True)
+    agent_token = Unicode(help="Token for the agents. Default: $JUPYTERHUB_GPU_AGENT_TOKEN.").tag(
+        config=True
+    )
+    notes_file = Unicode(
+        "jupyterhub-gpu-cull-notes.json",
+        help="JSON file of recent cull reasons per user, read by the hub to tell users; '' = off.",
+    ).tag(config=True)
+    notes_keep = Int(5, help="Cull notes kept per user.").tag(config=True)
+    state_file = Unicode(
+        "jupyterhub-gpu-culler-state.json",
+        help="Where GPU histories survive a restart of the culler; '' = off.",
+    ).tag(config=True)
+    config_file = Unicode("", help="A config file to load (Python, traitlets).").tag(config=True)
+    http_client = Instance(
+        httpx.AsyncClient, allow_none=True, help="The HTTP client (default: a new one)."
+    )
+
+    aliases = {
+        "config": "GPUIdleCuller.config_file",
+        "timeout": "GPUIdleCuller.timeout",
+        "gpu-timeout": "GPUIdleCuller.gpu_timeout",
+        "gpu-threshold": "GPUIdleCuller.gpu_threshold",
+        "max-age": "GPUIdleCuller.max_age",
+        "interval": "GPUIdleCuller.interval",
+        "concurrency": "GPUIdleCuller.concurrency",
+        "url": "GPUIdleCuller.api_url",
+        "log-level": "Application.log_level",
+    }
+    flags = {"dry-run": ({"GPUIdleCuller": {"dry_run": True}}, "Log decisions, stop nothing.")}
+
+    @default("api_url")
+    def _api_url(self) -> str:
+        return os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8081/hub/api")
+
+    @default("api_token")
+    def _api_token(self) -> str:
+        return os.environ.get("JUPYTERHUB_API_TOKEN", "")
+
+    @default("agent_token")
+    def _agent_token(self) -> str:
+        return os.environ.get("JUPYTERHUB_GPU_AGENT_TOKEN", "")
+
+    @default("gpu_stale_after")
+    def _gpu_stale_after(self) -> float:
+        return max(3 * self.gpu_poll_interval, 60.0)
+
+    @default("log_level")
+    def _log_level(self) -> int:
+        return logging.INFO
+
+    @default("log_format")
+    def _log_format(self) -> str:
+        return "[%(levelname)1.1s %(asctime)s.%(msecs).03d %(name)s] %(message)s"
+
+    @default("log_datefmt")
+    def _log_datefmt(self) -> str:
+        return "%Y-%m-%d %H:%M:%S"
+
+    @validate("group_overrides")
+    def _check_overrides(self, proposal: Any) -> Any:
+        value = proposal["value"]
+        return value if callable(value) else validate_overrides(value)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._trackers: dict[str, GpuTracker] = {}
+        self._holders: dict[str, str] = {}  # GPU uuid -> "user/server@started"
+        self._agent_ok: dict[str, bool] = {}
+        self._warned: set[str] = set()
+
+    def initialize(self, argv: Any = None) -> None:
+        self.parse_command_line(argv)
+        if self.config_file:
+            self.load_config_file(self.config_file)
+            self.parse_command_line(argv)  # the command line wins over the file
+
+    # -- configuration ---------------------------------------------------------------
+
+    def base_policy(self) -> Policy:
+        """The policy the traits describe, before group overrides."""
+        return Policy(**{f.name: float(getattr(self, f.name)) for f in fields(Policy)})
+
+    async def policy_for(self, user: Mapping[str, Any]) -> Policy:
+        overrides: Any = self.group_overrides
+        if callable(overrides):
+            overrides = overrides(user)
+            if inspect.isawaitable(overrides):
+                overrides = await overrides
+            overrides = validate_overrides(overrides)
+        return resolve_policy(self.base_policy(), overrides, user.get("groups") or ())
+
+    def _client(self) -> httpx.AsyncClient:
+        if self.http_client is None:
+            self.http_client = httpx.AsyncClient()
+        return self.http_client
+
+    def _tracker(self, uuid: str) -> GpuTracker:
+        if uuid not in self._trackers:
+            self._trackers[uuid] = GpuTracker(
+                uuid,
+                threshold=self.gpu_threshold,
+                window=self.gpu_window,
+                memory_change=self.gpu_memory_change,
+                max_gap=self.gpu_stale_after,
+            )
+        return self._trackers[uuid]
+
+    # -- GPU polling -----------------------------------------------------------------
+
+    async def poll_gpus_once(self, now: datetime | None = None) -> None:
+        """Read every agent once and feed its readings to the GPUs' trackers."""
+        at = now or utcnow()
+
+        async def poll(node: str, url: str) -> None:
+            try:
+                _, readings = await read_agent(
+                    self._client(), url, self.agent_token, self.agent_timeout
+                )
+            except (httpx.HTTPError, ProbeError) as e:
+                if self._agent_ok.get(node, True):
+                    self.log.warning("Agent of %s unreachable (%s): its servers are kept", node, e)
+                self._agent_ok[node] = False
+                return
+            if not self._agent_ok.get(node, True):
+                self.log.info("Agent of %s answers again", node)
+            self._agent_ok[node] = True
+            for r in readings:
+                self._tracker(r.uuid).add(at, r.utilization_pct, r.memory_used_mib)
+
+        await asyncio.gather(*(poll(n, u) for n, u in sorted(self.agent_urls.items())))
+
+    # -- culling ---------------------------------------------------------------------
+
+    def _gpus_of(self, full: str, server: Mapping[str, Any]) -> dict[str, GpuSummary | None] | None:
+        state = server.get("state")
+        if not isinstance(state, Mapping) or not isinstance(state.get("gpu_uuids"), list):
+            if "state" not in server and "no-state" not in self._warned:
+                self._warned.add("no-state")
+                self.log.warning(
+                    "The hub shows no spawner state: grant the culler admin:server_state, "
+                    "or servers are never culled (their GPUs are unknown)"
+                )
+            return None
+        started = parse_time(server.get("started"))
+        holder = f"{full}@{server.get('started')}"
+        gpus: dict[str, GpuSummary | None] = {}
+        for uuid in map(str, state["gpu_uuids"]):
+            tracker = self._trackers.get(uuid)
+            if self._holders.get(uuid) != holder:
+                # first sight of this holder: earlier readings belong to another server
+                self._holders[uuid] = holder
+                if tracker is not None and started is not None:
+                    tracker.forget_before(started)
+            gpus[uuid] = tracker.summary() if tracker else None
+        return gpus
+
+    def _server_url(self, server: Mapping[str, Any]) -> str:
+        state = server.get("state")
+        if isinstance(state, Mapping) and isinstance(state.get("server_url"), str):
+            return str(state["server_url"])
+        return self.proxy_url.rstrip("/") + str(server.get("url") or "/")
+
+    async def _decide(
+        self,
+        sem: asyncio.Semaphore,
+        user: Mapping[str, Any],
+        name: str,
+        server: Mapping[str, Any],
+        now: datetime,
+    ) -> Decision:
+        full = f"{user['name']}/{name}" if name else str(user["name"])
+        obs = ServerObservation(
+            name=full,
+            started=parse_time(server.get("started")),
+            last_activity=parse_time(server.get("last_activity")),
+            gpus=self._gpus_of(full, server),
+            kernels=None,
+        )
+        policy = await self.policy_for(user)
+        decision = judge(obs, policy, now)
+        if decision.signal is Signal.KERNELS_MISSING:  # every other signal says idle
+            try:
+                async with sem:
+                    kernels = await read_kernels(
+                        self._client(),
+                        self._server_url(server),
+                        self.api_token,
+                        self.server_timeout,
+                    )
+            except (httpx.HTTPError, ProbeError, ValueError) as e:
+                self.log.info("Keeping %s: its kernels could not be read (%s)", full, e)
+                return decision
+            decision = judge(replace(obs, kernels=kernels), policy, now)
+        return decision
+
+    async def _handle(
+        self,
+        sem: asyncio.Semaphore,
+        user: Mapping[str, Any],
+        name: str,
+        server: Mapping[str, Any],
+        now: datetime,
+    ) -> tuple[str, Decision, CullNote | None]:
+        full = f"{user['name']}/{name}" if name else str(user["name"])
+        if server.get("pending") or not server.get("ready"):
+            return full, Decision(False, f"pending {server.get('pending')}", Signal.HUB), None
+        decision = await self._decide(sem, user, name, server, now)
+        if not decision.cull:
+            (self.log.info if self.dry_run else self.log.debug)(
+                "Keeping %s: %s", full, decision.reason
+            )
+            return full, decision, None
+        if self.dry_run:
+            self.log.info("Would cull %s (dry run): %s", full, decision.reason)
+            return full, decision, None
+        self.log.info("Culling %s: %s", full, decision.reason)
+        try:
+            async with sem:
+                code = await self._hub().stop_server(str(user["name"]), name)
+        except httpx.HTTPError as e:
+            self.log.warning("Could not stop %s (%s); will retry next round", full, e)
+            return full, decision, None
+        if code == 202:
+            self.log.info("Server %s is slow to stop", full)
+        return full, decision, CullNote(str(user["name"]), name, now, decision.reason)
+
+    def _hub(self) -> HubAPI:
+        return HubAPI(
+            self._client(),
+            self.api_url,
+            self.api_token,
+            page_size=self.api_page_size,
+            timeout=self.request_timeout,
+        )
+
+    async def cull_once(self, now: datetime | None = None) -> dict[str, Decision]:
+        """One round over every ready server; returns ``{"user[/server]": decision}``.
+
+        Never raises for an unreachable hub, server or agent: it logs and returns what it
+        decided (nothing, when the hub's user list could not be read)."""
+        at = now or utcnow()
+        try:
+            users = await self._hub().ready_users()
+        except (httpx.HTTPError, ProbeError, ValueError) as e:
+            self.log.warning("Hub API unavailable (%s); next try in %.0fs", e, self.interval)
+            self.save_state()
+            return {}
+        sem = asyncio.Semaphore(max(self.concurrency, 1))
+        jobs = [
+            self._handle(sem, user, name, server, at)
+            for user in users
+            for name, server in sorted((user.get("servers") or {}).items())
+        ]
+        results = await asyncio.gather(*jobs, return_exceptions=True)
+        decisions: dict[str, Decision] = {}
+        notes: list[CullNote] = []
+        for result in results:
+            if isinstance(result, BaseException):
+                self.log.error("Error judging a server: %r", result)
+                continue
+            full, decision, note = result
+            decisions[full] = decision
+            if note is not None:
+                notes.append(note)
+        self._write_notes(notes)
+        self.save_state()
+        return decisions
+
+    # -- files -----------------------------------------------------------------------
+
+    def _write_notes(self, notes: list[CullNote]) -> None:
+        if not notes or not self.notes_file:
+            return
+        data = load_notes(self.notes_file)
+        for note in notes:
+            data = add_note(data, note, keep=self.notes_keep)
+        try:
+            save_notes(self.notes_file, data)
+        except OSError as e:
+            self.log.warning("Could not write cull notes to %s: %s", self.notes_file, e)
+
+    def save_state(self) -> None:
+        """Persist GPU histories and holders so a restart keeps its patience."""
+        if not self.state_file:
+            return
+        data = {
+            "version": 1,
+            "holders": self._holders,
+            "trackers": {u: t.to_dict() for u, t in self._trackers.items()},
+        }
+        try:
+            write_json_atomic(self.state_file, data)
+        except OSError as e:
+            self.log.warning("Could not save culler state to %s: %s", self.state_file, e)
+
+    def load_state(self) -> None:
+        """Restore :meth:`save_state`'s file; a missing or bad file starts afresh."""
+        if not self.state_file or not Path(self.state_file).exists():
+            return
+        try:
+            data = json.loads(Path(self.state_file).read_text(encoding="utf-8"))
+            holders = {str(k): str(v) for k, v in data["holders"].items()}
+            for uuid, saved in data["trackers"].items():
+                self._tracker(uuid).restore(saved)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            self.log.warning("Ignoring unreadable culler state %s: %s", self.state_file, e)
+            self._trackers.clear()
+            return
+        self._holders = holders
+
+    # -- running ---------------------------------------------------------------------
+
+    def check_config(self) -> None:
+        """Refuse to start on a configuration that can't work; warn on one that culls nothing."""
+        if not self.api_token:
+            raise ConfigError(
+                "no hub token: run the culler as a hub service (JUPYTERHUB_API_TOKEN)"
+            )
+        if self.interval <= 0 or self.gpu_poll_interval <= 0:
+            raise ConfigError("interval and gpu_poll_interval must be > 0")
+        self.base_policy()
+        if not self.agent_urls:
+            self.log.warning("No agent_urls: servers holding GPUs will never be culled")
+        if self.dry_run:
+            self.log.info("Dry run: decisions are logged, no server is stopped")
+
+    async def _every(self, seconds: float, step: CallableABC[[], Any]) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            try:
+                await step()
+            except Exception:
+                self.log.exception(
+                    "Unexpected error in %s; continuing", getattr(step, "__name__", step)
+                )
+            await asyncio.sleep(max(seconds - (loop.time() - started), 0.0))
+
+    async def run(self) -> None:
+        """Both loops, forever."""
+        self.check_config()
+        self.load_state()
+        await asyncio.gather(
+            self._every(self.gpu_poll_interval, self.poll_gpus_once),
+            self._every(self.interval, self.cull_once),
+        )
+
+    def start(self) -> None:
+        try:
+            with contextlib.suppress(KeyboardInterrupt):
+                asyncio.run(self.run())
+        except ConfigError as e:
+            self.log.critical("%s", e)
+            self.exit(1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    GPUIdleCuller.launch_instance(argv)

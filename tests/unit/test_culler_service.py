@@ -1,0 +1,326 @@
+"""The culler service's rounds against a fake hub, servers and agents (httpx.MockTransport).
+
+The HTTP client is injected through the service's ``http_client`` trait, as OAuthenticator
+does; nothing inside the service is patched. Time is passed to ``poll_gpus_once`` and
+``cull_once`` as their ``now`` argument.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+import httpx
+import pytest
+from traitlets.config import Config
+
+from jupyterhub_gpu.culler.client import parse_agent_answer, parse_time
+from jupyterhub_gpu.culler.idleness import Signal
+from jupyterhub_gpu.culler.notes import load_notes, notes_for
+from jupyterhub_gpu.culler.service import GPUIdleCuller
+from jupyterhub_gpu.errors import ConfigError, ProbeError
+
+pytestmark = pytest.mark.unit
+
+T0 = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+HUB = "http://hub.test/hub/api"
+
+
+def iso(minutes_ago: float) -> str:
+    return (T0 - timedelta(minutes=minutes_ago)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def server(user: str, name: str = "", *, idle: float = 120, gpus: tuple[str, ...] = (),
+           state: bool = True, **extra: Any) -> tuple[str, dict[str, Any]]:  # fmt: skip
+    model: dict[str, Any] = {
+        "name": name,
+        "ready": True,
+        "pending": None,
+        "url": f"/user/{user}/" + (f"{name}/" if name else ""),
+        "started": iso(300),
+        "last_activity": iso(idle),
+    }
+    if state:
+        model["state"] = {"gpu_uuids": list(gpus), "node": "node-a", **extra}
+    return name, model
+
+
+class World:
+    """A hub, its users' servers and two node agents (node-b's is down)."""
+
+    def __init__(self) -> None:
+        self.users = [
+            self.user("alice", server("alice", gpus=("GPU-a0",))),
+            self.user("bob", server("bob", gpus=("GPU-a1",))),
+            self.user("carol", server("carol", gpus=("GPU-a2",))),
+            self.user("dave", server("dave", gpus=("GPU-b0",))),
+            self.user("erin", server("erin", "train", server_url="http://10.0.0.7:8888/user/erin/train/")),
+            self.user("frank", server("frank", state=False)),
+            self.user("grace", server("grace", gpus=("GPU-a3",)), groups=["staff"]),
+            self.user("heidi", ("", {**server("heidi")[1], "ready": False, "pending": "spawn"})),
+        ]  # fmt: skip
+        self.gpu_util = {"GPU-a0": 0.0, "GPU-a1": 0.0, "GPU-a2": 85.0, "GPU-a3": 0.0}
+        self.kernels = {
+            "/user/alice/": [{"id": "k1", "execution_state": "idle", "last_activity": iso(110)}],
+            "/user/bob/": [{"id": "k2", "execution_state": "busy", "last_activity": iso(100)}],
+        }
+        self.hub_up = True
+        self.requests: list[httpx.Request] = []
+        self.in_flight = self.max_in_flight = 0
+
+    @staticmethod
+    def user(name: str, *servers: tuple[str, dict[str, Any]], groups: Any = ()) -> dict[str, Any]:
+        return {"kind": "user", "name": name, "groups": list(groups), "servers": dict(servers)}
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(0.001)
+            return self.route(request)
+        finally:
+            self.in_flight -= 1
+
+    def route(self, request: httpx.Request) -> httpx.Response:
+        url, host = request.url, request.url.host
+        if host == "hub.test":
+            if not self.hub_up:
+                raise httpx.ConnectError("connection refused", request=request)
+            return self.hub(request)
+        if host == "agent-a.test":
+            gpus = [{"uuid": u, "index": i, "model": "TITAN X", "memory_mib": 12288,
+                     "memory_used_mib": 4000, "utilization_pct": p, "healthy": True,
+                     "process_containers": []}
+                    for i, (u, p) in enumerate(sorted(self.gpu_util.items()))]  # fmt: skip
+            return httpx.Response(
+                200, json={"node": "node-a", "driver_version": "535", "gpus": gpus}
+            )
+        if host == "agent-b.test":
+            raise httpx.ConnectError("no route to host", request=request)
+        prefix, _, endpoint = url.path.rpartition("api/")
+        if endpoint == "kernels":
+            return httpx.Response(200, json=self.kernels.get(prefix, []))
+        if endpoint == "status":
+            return httpx.Response(200, json={"last_activity": iso(115), "connections": 0})
+        return httpx.Response(404)
+
+    def hub(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "DELETE":
+            return httpx.Response(204)
+        assert request.url.path == "/hub/api/users"
+        query = parse_qs(request.url.query.decode())
+        assert query["state"] == ["ready"]
+        offset = int(query.get("offset", ["0"])[0])
+        page = self.users[offset : offset + 3]
+        nxt = None
+        if offset + 3 < len(self.users):
+            nxt = {"offset": offset + 3, "limit": 3,
+                   "url": f"{HUB}/users?state=ready&offset={offset + 3}&limit=3"}  # fmt: skip
+        body = {"items": page, "_pagination": {"offset": offset, "limit": 3, "next": nxt}}
+        return httpx.Response(200, json=body)
+
+    def deletes(self) -> list[str]:
+        return sorted(r.url.path for r in self.requests if r.method == "DELETE")
+
+    def reads_of(self, endpoint: str) -> list[httpx.Request]:
+        return [r for r in self.requests if r.url.path.endswith(f"/api/{endpoint}")]
+
+
+@pytest.fixture
+def world() -> World:
+    return World()
+
+
+def make_culler(world: World, tmp_path: Path, **traits: Any) -> GPUIdleCuller:
+    c = Config()
+    c.GPUIdleCuller.api_url = HUB
+    c.GPUIdleCuller.proxy_url = "http://proxy.test"
+    c.GPUIdleCuller.agent_urls = {"node-a": "http://agent-a.test:9450",
+                                  "node-b": "http://agent-b.test:9450"}  # fmt: skip
+    c.GPUIdleCuller.agent_token = "agent-secret"
+    c.GPUIdleCuller.gpu_poll_interval = 60.0
+    c.GPUIdleCuller.notes_file = str(tmp_path / "notes.json")
+    c.GPUIdleCuller.state_file = str(tmp_path / "state.json")
+    c.GPUIdleCuller.group_overrides = {
+        "10-staff": {"groups": ["staff"], "policy_override": {"gpu_timeout": 4 * 3600.0}}
+    }
+    for key, value in traits.items():
+        setattr(c.GPUIdleCuller, key, value)
+    client = httpx.AsyncClient(transport=httpx.MockTransport(world.handle))
+    return GPUIdleCuller(config=c, http_client=client, api_token="svc-token")
+
+
+def minutes(start: float, stop: float) -> Iterator[datetime]:
+    """T0 - start ... T0 - stop, a minute apart."""
+    for m in range(int(start), int(stop) - 1, -1):
+        yield T0 - timedelta(minutes=m)
+
+
+async def poll(culler: GPUIdleCuller, start: float = 40, stop: float = 0) -> None:
+    for at in minutes(start, stop):
+        await culler.poll_gpus_once(now=at)
+
+
+EXPECTED = {
+    "alice": (True, Signal.IDLE),  # GPU at 0% for 40 min, kernels and hub idle for 2h
+    "bob": (False, Signal.KERNELS),  # a busy kernel nobody watches
+    "carol": (False, Signal.GPU),  # 85% GPU, no busy kernel: a training in a terminal
+    "dave": (False, Signal.GPU_MISSING),  # node-b's agent is unreachable
+    "erin/train": (True, Signal.IDLE),  # CPU-only named server, idle 2h > 1h
+    "frank": (False, Signal.GPU_MISSING),  # no spawner state: GPUs unknown
+    "grace": (False, Signal.HUB),  # staff: gpu_timeout 4h by group override
+    "heidi": (False, Signal.HUB),  # still spawning
+}
+
+
+async def test_a_round_culls_only_the_idle(world: World, tmp_path: Path) -> None:
+    culler = make_culler(world, tmp_path)
+    await poll(culler)
+    decisions = await culler.cull_once(now=T0)
+    assert {k: (d.cull, d.signal) for k, d in decisions.items()} == EXPECTED
+    assert world.deletes() == ["/hub/api/users/alice/server", "/hub/api/users/erin/servers/train"]
+    # the service's token everywhere on the hub and the servers, the agent's on the agents
+    for r in world.requests:
+        expected = "token agent-secret" if "agent" in r.url.host else "token svc-token"
+        assert r.headers["Authorization"] == expected
+    # kernels are read only where every other signal said idle, and never tracked as activity
+    kernel_reads = world.reads_of("kernels")
+    assert sorted(str(r.url.copy_with(query=None)) for r in kernel_reads) == [
+        "http://10.0.0.7:8888/user/erin/train/api/kernels",
+        "http://proxy.test/user/alice/api/kernels",
+        "http://proxy.test/user/bob/api/kernels",
+    ]
+    assert all(r.url.params["no_track_activity"] == "1" for r in kernel_reads)
+    # the hub's user list was read page by page, as the hub paginates it
+    pages = [r for r in world.requests if r.url.path == "/hub/api/users"]
+    assert len(pages) == 3
+    assert all(r.headers["Accept"] == "application/jupyterhub-pagination+json" for r in pages)
+    notes = load_notes(tmp_path / "notes.json")
+    (note,) = notes_for(notes, "alice")
+    assert note.server == "" and note.reason.startswith("idle: no hub activity for 2h00m")
+    assert [n.server for n in notes_for(notes, "erin")] == ["train"]
+
+
+async def test_dry_run_stops_nothing(world: World, tmp_path: Path) -> None:
+    culler = make_culler(world, tmp_path, dry_run=True)
+    await poll(culler)
+    decisions = await culler.cull_once(now=T0)
+    assert {k: (d.cull, d.signal) for k, d in decisions.items()} == EXPECTED
+    assert world.deletes() == []
+    assert not (tmp_path / "notes.json").exists()
+
+
+async def test_young_gpu_history_protects(world: World, tmp_path: Path) -> None:
+    """Right after the culler starts, 10 minutes of 0% is not 30 minutes of idle."""
+    culler = make_culler(world, tmp_path)
+    await poll(culler, start=10)
+    decisions = await culler.cull_once(now=T0)
+    assert decisions["alice"].signal is Signal.GPU
+    assert world.deletes() == ["/hub/api/users/erin/servers/train"]
+
+
+async def test_agent_going_away_protects_its_servers(world: World, tmp_path: Path) -> None:
+    culler = make_culler(world, tmp_path)
+    await poll(culler, start=40, stop=5)  # then node-a's agent stops answering
+    culler.agent_urls = {"node-a": "http://agent-b.test:9450"}
+    await poll(culler, start=4)
+    decisions = await culler.cull_once(now=T0)
+    assert decisions["alice"].signal is Signal.GPU_MISSING
+    assert "alice" not in " ".join(world.deletes())
+
+
+async def test_hub_down_is_survived(world: World, tmp_path: Path) -> None:
+    culler = make_culler(world, tmp_path)
+    await poll(culler)
+    world.hub_up = False
+    assert await culler.cull_once(now=T0) == {}
+    world.hub_up = True
+    decisions = await culler.cull_once(now=T0)
+    assert decisions["alice"].cull and len(world.deletes()) == 2
+
+
+async def test_restart_keeps_gpu_history(world: World, tmp_path: Path) -> None:
+    first = make_culler(world, tmp_path)
+    await poll(first)
+    world.users = [u for u in world.users if u["name"] == "alice"]
+    first.save_state()
+    again = make_culler(world, tmp_path)
+    again.load_state()
+    decisions = await again.cull_once(now=T0 + timedelta(seconds=30))
+    assert decisions["alice"].cull, decisions["alice"].reason
+
+
+async def test_a_new_server_on_the_gpu_does_not_inherit_its_past(
+    world: World, tmp_path: Path
+) -> None:
+    """The previous holder paused 100 min between two jobs (so its GPU would have needed
+    2h of idle); alice's server started after it left and owes nothing to that pattern."""
+    culler = make_culler(world, tmp_path)
+    for util, start, stop in [(90.0, 200, 195), (0.0, 194, 96), (90.0, 95, 90), (0.0, 89, 0)]:
+        world.gpu_util["GPU-a0"] = util
+        await poll(culler, start=start, stop=stop)
+    alice = world.users[0]["servers"][""]
+    alice["started"] = iso(80)
+    decisions = await culler.cull_once(now=T0)
+    assert decisions["alice"].cull, decisions["alice"].reason
+
+
+async def test_concurrency_is_bounded(world: World, tmp_path: Path) -> None:
+    world.users = [World.user(f"u{i}", server(f"u{i}")) for i in range(30)]
+    culler = make_culler(world, tmp_path, concurrency=3)
+    decisions = await culler.cull_once(now=T0)
+    assert sum(d.cull for d in decisions.values()) == 30
+    assert 1 < world.max_in_flight <= 3
+
+
+async def test_callable_group_overrides(world: World, tmp_path: Path) -> None:
+    def overrides(user: dict[str, Any]) -> dict[str, Any]:
+        groups = ["everyone"] if user["name"] == "alice" else []
+        return {"x": {"groups": groups, "policy_override": {"gpu_timeout": 0}}}
+
+    culler = make_culler(world, tmp_path, group_overrides=overrides)
+    world.users[0]["groups"] = ["everyone"]
+    await poll(culler)
+    assert (await culler.cull_once(now=T0))["alice"].signal is Signal.DISABLED
+
+
+def test_config_is_checked_at_start(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="can't override"):
+        GPUIdleCuller(group_overrides={"x": {"groups": ["a"], "policy_override": {"foo": 1}}})
+    culler = GPUIdleCuller(api_token="")
+    with pytest.raises(ConfigError, match="no hub token"):
+        culler.check_config()
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"holders": {}, "trackers": {"GPU-x": {"samples": 3}}}))
+    broken = GPUIdleCuller(api_token="t", state_file=str(state))
+    broken.load_state()  # logs and starts afresh
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        ([], "an object with a 'gpus' list"),
+        ({"gpus": [{"index": 0}]}, "needs a string 'uuid'"),
+        ({"node": "n", "gpus": [{"uuid": "G", "utilization_pct": "7"}]}, "'utilization_pct'"),
+        ({"gpus": [{"uuid": "G", "utilization_pct": 7, "memory_used_mib": True}]}, "memory"),
+    ],
+)
+def test_bad_agent_answers_are_named(answer: Any, message: str) -> None:
+    with pytest.raises(ProbeError, match=message):
+        parse_agent_answer(answer)
+
+
+def test_agent_answer_and_times() -> None:
+    node, (gpu,) = parse_agent_answer(
+        {"node": "n", "gpus": [{"uuid": "G", "utilization_pct": 7, "new_field": 1}]}
+    )
+    assert (node, gpu.uuid, gpu.utilization_pct, gpu.memory_used_mib) == ("n", "G", 7.0, None)
+    assert parse_time("2026-01-01T12:00:00.000000Z") == T0
+    assert parse_time("2026-01-01T12:00:00") == T0
+    assert parse_time("yesterday") is None and parse_time(None) is None

@@ -1,0 +1,300 @@
+"""The culler's pure judgement (``jupyterhub_gpu.culler``): table-driven, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyterhub_gpu.culler.idleness import (
+    GpuSummary,
+    KernelObservation,
+    KernelsObservation,
+    Policy,
+    ServerObservation,
+    Signal,
+    fmt_duration,
+    judge,
+    resolve_policy,
+    validate_overrides,
+)
+from jupyterhub_gpu.culler.notes import CullNote, add_note, load_notes, notes_for, save_notes
+from jupyterhub_gpu.culler.tracker import GpuTracker
+from jupyterhub_gpu.errors import ConfigError
+
+pytestmark = pytest.mark.unit
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+POLICY = Policy(timeout=3600, gpu_timeout=1800, gpu_pause_factor=2.0, gpu_pause_cap=7200)
+
+
+def ago(minutes: float) -> datetime:
+    return NOW - timedelta(minutes=minutes)
+
+
+def gpu(
+    idle: float | None = 120,
+    observed: float = 240,
+    util: float = 0.0,
+    pause: float = 0.0,
+    stale: float = 0.25,
+    uuid: str = "GPU-aaaa",
+) -> GpuSummary:
+    """A GPU summary: last active ``idle`` min ago (None: never), observed for ``observed``
+    min, newest reading ``stale`` min old, longest pause ``pause`` min."""
+    return GpuSummary(
+        uuid=uuid,
+        last_sample_at=ago(stale),
+        observed_since=ago(observed),
+        last_active_at=None if idle is None else ago(idle),
+        utilization_pct=util,
+        memory_used_mib=4096,
+        longest_pause_s=pause * 60,
+    )
+
+
+def kernels(*states: tuple[str, float], status: float | None = None) -> KernelsObservation:
+    """Kernels as (execution_state, minutes since last activity); ``status``: /api/status."""
+    return KernelsObservation(
+        tuple(KernelObservation(s, ago(m), f"k{i}") for i, (s, m) in enumerate(states)),
+        None if status is None else ago(status),
+    )
+
+
+def server(**kw: Any) -> ServerObservation:
+    base: dict[str, Any] = {
+        "name": "alice",
+        "started": ago(300),
+        "last_activity": ago(120),
+        "gpus": {"GPU-aaaa": gpu()},
+        "kernels": kernels(("idle", 120)),
+    }
+    base.update(kw)
+    return ServerObservation(**base)
+
+
+CASES: list[tuple[str, ServerObservation, Policy, bool, Signal]] = [
+    ("everything idle for 2h, GPU held", server(), POLICY, True, Signal.IDLE),
+    ("CPU-only, idle 2h > 1h", server(gpus={}), POLICY, True, Signal.IDLE),
+    ("CPU-only, idle 40m < 1h", server(gpus={}, last_activity=ago(40),
+                                       kernels=kernels(("idle", 40))), POLICY, False, Signal.HUB),
+    ("GPU server, idle 40m > 30m gpu_timeout",
+     server(last_activity=ago(40), kernels=kernels(("idle", 40)), gpus={"GPU-aaaa": gpu(40)}),
+     POLICY, True, Signal.IDLE),
+    ("hub activity 10m ago", server(last_activity=ago(10)), POLICY, False, Signal.HUB),
+    ("no last_activity: counts from start", server(last_activity=None, started=ago(20)),
+     POLICY, False, Signal.HUB),
+    ("no last_activity, started 5h ago", server(last_activity=None), POLICY, True, Signal.IDLE),
+    ("no activity and no start time", server(last_activity=None, started=None),
+     POLICY, False, Signal.HUB),
+    ("a busy kernel, nobody watching", server(kernels=kernels(("idle", 200), ("busy", 150))),
+     POLICY, False, Signal.KERNELS),
+    ("a kernel starting", server(kernels=kernels(("starting", 200))), POLICY,
+     False, Signal.KERNELS),
+    ("a dead kernel is not work", server(kernels=kernels(("dead", 200))), POLICY,
+     True, Signal.IDLE),
+    ("kernel activity 5m ago", server(kernels=kernels(("idle", 5))), POLICY, False, Signal.KERNELS),
+    ("terminal activity (api/status) 5m ago", server(kernels=kernels(("idle", 90), status=5)),
+     POLICY, False, Signal.KERNELS),
+    ("no kernels at all", server(kernels=KernelsObservation()), POLICY, True, Signal.IDLE),
+    ("server did not answer", server(kernels=None), POLICY, False, Signal.KERNELS_MISSING),
+    ("agent unreachable: no reading", server(gpus={"GPU-aaaa": None}), POLICY,
+     False, Signal.GPU_MISSING),
+    ("agent stopped answering 10m ago", server(gpus={"GPU-aaaa": gpu(stale=10)}), POLICY,
+     False, Signal.GPU_MISSING),
+    ("GPU assignment unknown", server(gpus=None), POLICY, False, Signal.GPU_MISSING),
+    ("sustained GPU use, no busy kernel", server(gpus={"GPU-aaaa": gpu(idle=1, util=85)}),
+     POLICY, False, Signal.GPU),
+    ("GPU active 20m ago < 30m", server(gpus={"GPU-aaaa": gpu(idle=20)}), POLICY,
+     False, Signal.GPU),
+    ("GPU never active, observed only 10m (culler restarted)",
+     server(gpus={"GPU-aaaa": gpu(idle=None, observed=10)}), POLICY, False, Signal.GPU),
+    ("GPU never active, observed 3h", server(gpus={"GPU-aaaa": gpu(idle=None, observed=180)}),
+     POLICY, True, Signal.IDLE),
+    ("active 50m ago but unobserved since until 10m ago",
+     server(gpus={"GPU-aaaa": gpu(idle=50, observed=10)}), POLICY, False, Signal.GPU),
+    ("pauses of 25m seen: 40m idle is not enough (needs 50m)",
+     server(gpus={"GPU-aaaa": gpu(idle=40, pause=25)}), POLICY, False, Signal.GPU),
+    ("pauses of 25m seen: 55m idle is", server(gpus={"GPU-aaaa": gpu(idle=55, pause=25)}),
+     POLICY, True, Signal.IDLE),
+    ("pause wait is capped at 2h", server(gpus={"GPU-aaaa": gpu(idle=121, pause=300)}),
+     POLICY, True, Signal.IDLE),
+    ("pause wait off", server(gpus={"GPU-aaaa": gpu(idle=40, pause=25)}),
+     replace(POLICY, gpu_pause_factor=0), True, Signal.IDLE),
+    ("two GPUs, one busy",
+     server(gpus={"GPU-aaaa": gpu(), "GPU-bbbb": gpu(idle=2, util=60, uuid="GPU-bbbb")}),
+     POLICY, False, Signal.GPU),
+    ("two GPUs, one missing", server(gpus={"GPU-aaaa": gpu(), "GPU-bbbb": None}),
+     POLICY, False, Signal.GPU_MISSING),
+    ("over max age, even while busy",
+     server(kernels=kernels(("busy", 1)), last_activity=ago(1), gpus={"GPU-aaaa": None}),
+     replace(POLICY, max_age=4 * 3600), True, Signal.MAX_AGE),
+    ("under max age, idle anyway", server(), replace(POLICY, max_age=8 * 3600), True, Signal.IDLE),
+    ("timeout 0: never by idleness", server(), replace(POLICY, gpu_timeout=0), False,
+     Signal.DISABLED),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("obs", "policy", "cull", "signal"), [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])  # fmt: skip
+def test_judge(obs: ServerObservation, policy: Policy, cull: bool, signal: Signal) -> None:
+    decision = judge(obs, policy, NOW)
+    assert (decision.cull, decision.signal) == (cull, signal), decision.reason
+    assert decision.reason and "\n" not in decision.reason
+
+
+def test_reason_says_why() -> None:
+    assert "1 kernel(s) busy" in judge(server(kernels=kernels(("busy", 1))), POLICY, NOW).reason
+    cull = judge(server(), POLICY, NOW)
+    assert cull.reason.startswith("idle: no hub activity for 2h00m")
+    assert "under 10% for 2h00m" in cull.reason
+    assert "GPU-aaaa" in judge(server(gpus={"GPU-aaaa": None}), POLICY, NOW).reason
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0s"), (59, "59s"), (125, "2m05s"), (4000, "1h06m"), (90061, "1d01h01m"), (-5, "0s")],
+)
+def test_fmt_duration(seconds: float, text: str) -> None:
+    assert fmt_duration(seconds) == text
+
+
+# -- the GPU tracker ----------------------------------------------------------------------
+
+
+def tracker(**kw: Any) -> GpuTracker:
+    opts = {"threshold": 10.0, "window": 300.0, "memory_change": 1024.0, "max_gap": 180.0}
+    opts.update(kw)
+    return GpuTracker("GPU-aaaa", **opts)
+
+
+def feed(t: GpuTracker, utils: Sequence[float], start: datetime, every: float = 60.0,
+         memory: float | None = 4096.0) -> list[bool]:  # fmt: skip
+    return [t.add(start + timedelta(seconds=i * every), u, memory) for i, u in enumerate(utils)]
+
+
+@pytest.mark.parametrize(
+    ("utils", "active"),
+    [
+        ([0, 0, 0, 0, 0, 0], [False] * 6),
+        ([0, 0, 0, 30, 0, 0], [False] * 6),  # a blip: 30/5 = 6% over the window
+        ([0, 0, 60, 0, 0, 0], [False, False, True, True, True, True]),  # 60/5 = 12%
+        ([0, 0, 0, 0, 0, 0, 60, 0, 0, 0, 0, 0], [False] * 6 + [True] * 5 + [False]),
+        ([20, 20, 20, 20, 20, 20], [True] * 6),  # sustained, however low the kernel's state
+        ([9, 9, 9, 9, 9, 9], [False] * 6),  # just under the threshold
+    ],
+)
+def test_tracker_sustained_mean(utils: Sequence[float], active: list[bool]) -> None:
+    assert feed(tracker(), utils, ago(60)) == active
+
+
+def test_tracker_memory_moving_is_activity() -> None:
+    t = tracker()
+    assert not t.add(ago(3), 0, 4096)
+    assert t.add(ago(2), 0, 8192)  # a process allocated 4 GiB
+    assert not t.add(ago(1), 0, 8192)  # holding memory is not activity
+    s = t.summary()
+    assert s is not None and s.last_active_at == ago(2)
+
+
+def test_tracker_summary_and_pauses() -> None:
+    t = tracker()
+    assert t.summary() is None
+    utils = [80] * 3 + [0] * 30 + [80] * 3 + [0] * 20
+    feed(t, utils, ago(len(utils) - 1))
+    s = t.summary()
+    assert s is not None
+    assert s.observed_since == ago(len(utils) - 1) and s.last_sample_at == NOW
+    # the mean stays >= 10% for 4 minutes after the last 80% reading
+    assert s.last_active_at == ago(20 - 4)
+    assert s.longest_pause_s == pytest.approx((30 + 1 - 4) * 60)
+    decision = judge(server(gpus={"GPU-aaaa": s}), replace(POLICY, gpu_timeout=600), NOW)
+    assert decision.signal is Signal.GPU  # 16 min idle < 2 x 27 min pause
+
+
+def test_tracker_gap_breaks_observation_and_old_readings_are_ignored() -> None:
+    t = tracker()
+    feed(t, [50, 50], ago(30))
+    assert not t.add(ago(30), 0, None)  # not newer than the last reading
+    t.add(ago(10), 0, None)  # 19 minutes without readings
+    s = t.summary()
+    assert s is not None and s.observed_since == ago(10) and s.last_active_at == ago(29)
+    decision = judge(server(gpus={"GPU-aaaa": s}), POLICY, ago(9.5))
+    assert decision.signal is Signal.GPU and "observed for only 30s" in decision.reason
+
+
+def test_tracker_survives_a_restart() -> None:
+    t = tracker()
+    feed(t, [0, 70, 0, 0], ago(3), memory=2048)
+    copy = tracker()
+    copy.restore(t.to_dict())
+    assert copy.summary() == t.summary()
+    assert copy.add(NOW + timedelta(minutes=1), 0, 2048) == t.add(
+        NOW + timedelta(minutes=1), 0, 2048
+    )
+    with pytest.raises((KeyError, ValueError, TypeError)):
+        tracker().restore({"samples": "nonsense"})
+
+
+# -- policies and group overrides ---------------------------------------------------------
+
+OVERRIDES = {
+    "20-students": {"groups": ["students"], "policy_override": {"gpu_timeout": 900}},
+    "10-staff": {"groups": ["staff"], "policy_override": {"gpu_timeout": 7200, "max_age": 0}},
+}
+
+
+@pytest.mark.parametrize(
+    ("groups", "gpu_timeout"),
+    [([], 1800), (["staff"], 7200), (["students"], 900), (["staff", "students"], 900)],
+)
+def test_resolve_policy_in_sorted_order(groups: list[str], gpu_timeout: float) -> None:
+    checked = validate_overrides(OVERRIDES)
+    assert resolve_policy(POLICY, checked, groups).gpu_timeout == gpu_timeout
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ([], "must be a dict"),
+        ({"x": {"groups": ["a"]}}, "exactly the keys"),
+        ({"x": {"groups": "staff", "policy_override": {}}}, "list of group names"),
+        ({"x": {"groups": ["a"], "policy_override": {"gpu_threshold": 5}}}, "can't override"),
+        ({"x": {"groups": ["a"], "policy_override": {"timeout": -1}}}, "timeout must be"),
+        ({"x": {"groups": ["a"], "policy_override": {"timeout": "1h"}}}, "timeout must be"),
+    ],
+)
+def test_bad_overrides_name_the_entry(overrides: Any, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        validate_overrides(overrides)
+
+
+def test_policy_rejects_nonsense() -> None:
+    with pytest.raises(ConfigError, match="gpu_window"):
+        Policy(gpu_window=0)
+
+
+# -- cull notes ---------------------------------------------------------------------------
+
+
+def test_notes_round_trip_and_trim(tmp_path: Path) -> None:
+    path = tmp_path / "notes.json"
+    assert load_notes(path) == {}
+    notes: dict[str, list[dict[str, str]]] = {}
+    for i in range(7):
+        notes = add_note(notes, CullNote("alice", "", ago(70 - i), f"reason {i}"), keep=5)
+    notes = add_note(notes, CullNote("bob", "train", ago(1), "idle"))
+    save_notes(path, notes)
+    loaded = load_notes(path)
+    assert [n.reason for n in notes_for(loaded, "alice")] == [f"reason {i}" for i in range(2, 7)]
+    assert [n.reason for n in notes_for(loaded, "alice", since=ago(66))] == ["reason 5", "reason 6"]
+    (bob,) = notes_for(loaded, "bob")
+    assert bob.message() == (
+        "Your server 'train' was stopped at 2026-01-01 11:59 UTC to free its resources: idle."
+    )
+    path.write_text("{not json")
+    assert load_notes(path) == {}
