@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.ldap_fixture import ldap_server  # noqa: F401
+from tests.support.agent import AgentProcess
 from tests.support.cluster import TEST_IMAGE, Engine, cluster_up, remove_hub_containers
 from tests.support.hub import Hub
 
@@ -47,14 +49,34 @@ def make_hub(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator:
     """Factory: start a real hub whose GPUDockerSpawner uses the given engines/inventory."""
     hubs: list[tuple[Hub, list[Engine]]] = []
 
-    def factory(nodes: list[Engine], inventory: list[dict], extra: str = "") -> Hub:
+    def factory(
+        nodes: list[Engine],
+        inventory: list[dict],
+        extra: str = "",
+        agents: dict[str, AgentProcess] | None = None,
+    ) -> Hub:
         work = tmp_path / f"hub{len(hubs)}"
         work.mkdir()
         inv = work / "inventory.yaml"
         inv.write_text(yaml.safe_dump({"nodes": inventory}))
         homes = tmp_path / "homes"
         homes.mkdir(exist_ok=True)
-        node_cfg = [{"name": e.name, "docker_url": e.url, "address": "127.0.0.1"} for e in nodes]
+        if agents:
+            node_cfg = [
+                {
+                    "name": e.name,
+                    "docker_url": e.tcp,
+                    "address": e.address,
+                    "agent_url": agents[e.name].url,
+                }
+                for e in nodes
+            ]
+            token = next(iter(agents.values())).token
+            extra = f"c.GPUDockerSpawner.agent_token = {token!r}\n" + extra
+        else:
+            node_cfg = [
+                {"name": e.name, "docker_url": e.url, "address": "127.0.0.1"} for e in nodes
+            ]
         hub = Hub(work)
         hub.extra_config = (
             f"""
