@@ -1,0 +1,72 @@
+#!/bin/sh
+# Installs, inside `docker build`, everything a jupyterhub-gpu image needs:
+#   1. python3 with venv, from the distribution, only when the base lacks it (the
+#      nvidia/cuda images have no Python; the CI base, Debian + python3-venv, has it),
+#      plus APT_PACKAGES (e.g. libnss-wrapper) when set;
+#   2. a virtual environment at $VENV (default /opt/venv), readable by every uid;
+#   3. jupyterhub==$JUPYTERHUB_VERSION and $JUPYTER_PIP (JupyterLab);
+#   4. $FRAMEWORK_PIP (may be empty: a fast, framework-less test image), with
+#      $FRAMEWORK_INDEX_URL as an extra index and $FRAMEWORK_PIP_FLAGS, after
+#      $FRAMEWORK_PIP_PRE; then `python -c "$FRAMEWORK_CHECK"`.
+# pip trusts $PIP_CA_BUNDLE when set (a CA bundle copied into the build context).
+set -eu
+set -f  # no globbing: requirement specs like 'pkg[extra]>=1' stay literal
+
+VENV=${VENV:-/opt/venv}
+here=$(dirname "$0")
+
+has_python() {
+    command -v python3 >/dev/null 2>&1 && python3 -c 'import venv, ensurepip' >/dev/null 2>&1
+}
+
+apt_packages=${APT_PACKAGES:-}
+if ! has_python; then
+    apt_packages="python3 python3-venv ca-certificates $apt_packages"
+fi
+if [ -n "$(echo "$apt_packages" | tr -d ' ')" ]; then
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "install-python-env: need apt-get to install: $apt_packages" >&2
+        exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update
+    # shellcheck disable=SC2086  # word splitting intended
+    apt-get install -y --no-install-recommends $apt_packages
+    rm -rf /var/lib/apt/lists/*
+fi
+
+if [ -n "${PIP_CA_BUNDLE:-}" ]; then
+    if [ ! -s "$PIP_CA_BUNDLE" ]; then
+        echo "install-python-env: PIP_CA_BUNDLE=$PIP_CA_BUNDLE is missing or empty" >&2
+        exit 1
+    fi
+    export PIP_CERT="$PIP_CA_BUNDLE"
+fi
+export PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_PROGRESS_BAR=off
+
+python3 -m venv "$VENV"
+pip="$VENV/bin/python -m pip"
+# shellcheck disable=SC2086
+$pip install "jupyterhub==${JUPYTERHUB_VERSION:?JUPYTERHUB_VERSION is required}" ${JUPYTER_PIP:-}
+
+if [ -n "$(echo "${FRAMEWORK_PIP:-}" | tr -d ' ')" ]; then
+    if [ -n "${FRAMEWORK_PIP_PRE:-}" ]; then
+        # shellcheck disable=SC2086  # e.g. an old setuptools for a legacy sdist
+        $pip install $FRAMEWORK_PIP_PRE
+    fi
+    index=""
+    if [ -n "${FRAMEWORK_INDEX_URL:-}" ]; then
+        index="--extra-index-url $FRAMEWORK_INDEX_URL"
+    fi
+    # shellcheck disable=SC2086
+    $pip install $index ${FRAMEWORK_PIP_FLAGS:-} $FRAMEWORK_PIP
+    if [ -n "${FRAMEWORK_CHECK:-}" ]; then
+        "$VENV/bin/python" -c "$FRAMEWORK_CHECK"
+    fi
+fi
+
+"$VENV/bin/jupyterhub-singleuser" --version
+chmod 0755 "$here/start-singleuser.sh"
+chmod 1777 /tmp  # a docker-imported rootfs may lack the sticky, world-writable /tmp
+chmod -R a+rX "$VENV"
+rm -f "$here/pip-ca.crt"
