@@ -6,16 +6,15 @@
 scheme DockerSpawner uses for container names), so ``..``, ``/``, NUL and leading dots
 can't survive; the result is still checked lexically against the root.
 
-``ensure_home`` does the I/O: it creates a missing home with the user's owner and mode
-0700 (run by the hub, never by the user's container) and refuses symlinks and homes
-whose real path leaves the root.
+Creating the home (owner, mode 0700, no symlinks) is
+:func:`jupyterhub_gpu.auth.identity.ensure_home`.
 """
 
 from __future__ import annotations
 
 import os
 import string
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
 from escapism import escape
 
@@ -52,20 +51,3 @@ def home_host_path(template: str, username: str) -> PurePosixPath:
     if ".." in path.parts or root not in path.parents:
         raise UnsafePath(f"The home path for {username!r} would leave {root}.")
     return path
-
-
-def ensure_home(path: PurePosixPath, root: PurePosixPath, uid: int, gid: int) -> None:
-    """Create ``path`` (mode 0700, owned by uid:gid) if missing; refuse unsafe homes."""
-    if uid == 0:
-        raise UnsafePath("Refusing to create a home owned by root.")
-    p = Path(path)
-    if p.is_symlink():
-        raise UnsafePath(f"The home {path} is a symbolic link; an admin must replace it.")
-    real_root = Path(root).resolve()
-    real = p.resolve()
-    if real_root not in real.parents:
-        raise UnsafePath(f"The home {path} resolves outside {root}; an admin must fix it.")
-    if not p.exists():
-        p.mkdir(mode=0o700, parents=False, exist_ok=True)
-        os.chown(p, uid, gid)
-        os.chmod(p, 0o700)

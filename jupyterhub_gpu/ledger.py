@@ -9,15 +9,18 @@ the same GPU.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+ORPHAN = "orphan:"  # prefix of holds whose server was stopped while its node was unreachable
 
 
 @dataclass(frozen=True)
 class Hold:
     holder: str  # "<username>/<servername>"
     node: str
-    port: int | None = None
+    since: float = field(default_factory=time.monotonic)
 
 
 class GPULedger:
@@ -25,7 +28,7 @@ class GPULedger:
 
     def __init__(self) -> None:
         self._holds: dict[str, Hold] = {}
-        self._ports: dict[tuple[str, int], str] = {}
+        self._ports: dict[tuple[str, int], tuple[str, float]] = {}
 
     def allocations(self) -> dict[str, str]:
         """uuid -> holder, for placement snapshots."""
@@ -37,6 +40,19 @@ class GPULedger:
     def holder_of(self, uuid: str) -> str | None:
         hold = self._holds.get(uuid)
         return hold.holder if hold else None
+
+    def holders_on(self, node: str, older_than: float = 0.0) -> set[str]:
+        """Holders of GPUs or ports on ``node`` whose holds are at least ``older_than`` s old."""
+        now = time.monotonic()
+        gpus = {
+            h.holder for h in self._holds.values() if h.node == node and now - h.since >= older_than
+        }
+        ports = {
+            holder
+            for (n, _), (holder, since) in self._ports.items()
+            if n == node and now - since >= older_than
+        }
+        return gpus | ports
 
     def reserve(self, holder: str, node: str, uuids: Iterable[str]) -> None:
         """Take ``uuids`` for ``holder`` or raise ``KeyError`` naming a taken one; all or none."""
@@ -70,17 +86,26 @@ class GPULedger:
                 freed.append(uuid)
         return freed
 
+    def rename(self, holder: str, new_holder: str) -> None:
+        """Move every hold of ``holder`` (GPUs and ports) to ``new_holder``."""
+        for uuid, hold in list(self._holds.items()):
+            if hold.holder == holder:
+                self._holds[uuid] = Hold(new_holder, hold.node, hold.since)
+        for key, (owner, since) in list(self._ports.items()):
+            if owner == holder:
+                self._ports[key] = (new_holder, since)
+
     # ports: with host networking every server on a node needs its own port
     def reserve_port(self, holder: str, node: str, port: int) -> bool:
         owner = self._ports.get((node, port))
-        if owner is not None and owner != holder:
+        if owner is not None and owner[0] != holder:
             return False
-        self._ports[(node, port)] = holder
+        self._ports[(node, port)] = (holder, time.monotonic())
         return True
 
     def servers_on(self, node: str) -> int:
-        return len({h for (n, _), h in self._ports.items() if n == node})
+        return len({h for (n, _), (h, _since) in self._ports.items() if n == node})
 
     def release_ports(self, holder: str) -> None:
-        for key in [k for k, v in self._ports.items() if v == holder]:
+        for key in [k for k, v in self._ports.items() if v[0] == holder]:
             del self._ports[key]

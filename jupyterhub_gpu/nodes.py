@@ -14,7 +14,7 @@ from typing import Any
 from .errors import ConfigError
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-_FIELDS = {"name", "docker_url", "address", "tls", "agent_url", "labels"}
+_FIELDS = {"name", "docker_url", "address", "tls", "agent_url", "labels", "drain"}
 _TLS_FIELDS = {"ca_cert", "client_cert", "client_key"}
 
 
@@ -26,6 +26,7 @@ class NodeSpec:
     tls: Mapping[str, str] = field(default_factory=dict)  # ca_cert, client_cert, client_key
     agent_url: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    drain: bool = False  # no new servers; running ones untouched
 
 
 def default_node() -> dict[str, Any]:
@@ -64,6 +65,9 @@ def parse_node(raw: Mapping[str, Any], where: str) -> NodeSpec:
         )
     labels = raw.get("labels") or {}
     agent = raw.get("agent_url")
+    drain = raw.get("drain", False)
+    if not isinstance(drain, bool):
+        raise ConfigError(f"{where} ({name}).drain: must be true or false, got {drain!r}")
     return NodeSpec(
         name=name,
         docker_url=url,
@@ -71,6 +75,7 @@ def parse_node(raw: Mapping[str, Any], where: str) -> NodeSpec:
         tls={k: str(v) for k, v in tls.items()},
         agent_url=None if agent is None else str(agent),
         labels={str(k): str(v) for k, v in labels.items()},
+        drain=drain,
     )
 
 

@@ -1,23 +1,31 @@
 """GPUDockerSpawner: DockerSpawner that places each server on a node and GPUs.
 
-Thin by design: the decisions live in pure modules (``placement``, ``homes``,
-``options``); this class wires them into DockerSpawner's hooks:
+Thin by design: the decisions live in pure modules (``placement``, ``form``,
+``catalog``, ``auth.identity``, ``homes``); the I/O of the nodes lives in ``cluster``.
+This class wires them into DockerSpawner's hooks:
 
-- ``start``: validate options, make the home, place and reserve GPUs (no ``await``
-  between reading the ledger and writing it), then create the container with a Docker
-  ``DeviceRequest`` listing the GPU UUIDs, labels, the home mount and a non-root user;
-  any failure releases the GPUs and removes what was created;
+- ``options_form``: the form with the catalog and what is free now;
+- ``start``: identity, strict validation, the home, then placement and reservation (no
+  ``await`` between reading the ledger and writing it), then the container with a Docker
+  ``DeviceRequest`` listing the GPU UUIDs, labels, limits and a non-root user; any failure
+  releases the GPUs and removes what was created;
+- ``progress``: the steps of ``start`` for the hub's spawn page;
 - ``poll``/``stop``/``clear_state``: free the GPUs when the server stops, dies or fails;
-- ``get_state``/``load_state``: persist the node and GPUs so a restarted hub re-adopts them.
+- ``get_state``/``load_state``: persist node, GPUs and port so a restarted hub re-adopts them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import random
 import socket
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, ClassVar
 
 import docker
@@ -26,19 +34,34 @@ from docker.types import DeviceRequest
 from dockerspawner import DockerSpawner
 from jupyterhub.spawner import SpawnException
 from requests.exceptions import RequestException
-from traitlets import Dict, Float, Int, List, Tuple, Unicode, default, validate
+from traitlets import Bool, Dict, Float, Int, List, Tuple, Unicode, default, validate
 
 from . import homes
-from .errors import ConfigError, UnsafePath, UserFacingError
-from .inventory.model import ClusterSnapshot, NodeState
-from .inventory.probe import Probe, make_probe
-from .ledger import GPULedger
+from .auth.identity import Identity, ensure_home, identity_from_auth_state, map_home
+from .catalog import Catalog, default_catalog_path, load_catalog
+from .cluster import LABEL, Cluster, ClusterSettings
+from .errors import ConfigError, UserFacingError
+from .form import (
+    ResourcePolicy,
+    SpawnOptions,
+    UserBounds,
+    gpu_model_availability,
+    options_from_form,
+    placement_request,
+    policy_from_config,
+    resolve_bounds,
+    resolve_entry,
+    resource_limits,
+    spawn_form_html,
+    validate_options,
+)
+from .inventory.model import ClusterSnapshot
+from .ledger import ORPHAN, GPULedger
 from .nodes import NodeSpec, default_node, parse_nodes
-from .options import GPUOptions, parse_gpu_options
-from .placement import place
+from .placement import availability, place
 from .placement.model import NoFit, Placement, PlacementRequest
+from .progress import describe_gpus, pull_percent
 
-LABEL = "jupyterhub-gpu"
 _NODE_ERRORS = (RequestException, DockerException, OSError, asyncio.TimeoutError)
 
 
@@ -49,15 +72,13 @@ def _spawn_error(e: UserFacingError) -> SpawnException:
 class GPUDockerSpawner(DockerSpawner):
     """A DockerSpawner that gives each server exactly the GPUs it was placed on."""
 
-    ledger: ClassVar[GPULedger] = GPULedger()
-    _node_clients: ClassVar[dict[str, docker.APIClient]] = {}
-    _node_executors: ClassVar[dict[str, ThreadPoolExecutor]] = {}
-    _probes: ClassVar[dict[str, Probe]] = {}
+    _cluster: ClassVar[Cluster | None] = None
+    _catalogs: ClassVar[dict[str, tuple[float, Catalog]]] = {}
 
     nodes = List(
         Dict(),
         config=True,
-        help="""GPU nodes: a list of {name, docker_url, address[, tls, agent_url, labels]}.
+        help="""GPU nodes: a list of {name, docker_url, address[, tls, agent_url, labels, drain]}.
 
         ``docker_url`` is ``unix:///var/run/docker.sock`` or ``tcp://host:2376`` (with
         ``tls: {ca_cert, client_cert, client_key}``); ``address`` is where the hub
@@ -65,37 +86,79 @@ class GPUDockerSpawner(DockerSpawner):
         Default: the local engine (``DOCKER_HOST``) as one node named ``local``.
         """,
     )
+    nodes_file = Unicode(
+        "",
+        config=True,
+        help="""A YAML file with more nodes (``nodes: [...]``, same fields as ``nodes`` plus
+        ``drain: true``), re-read when it changes: add, drain or remove nodes without
+        restarting the hub. A removed node gets no new servers; running ones stay managed.
+        """,
+    )
+    agent_token = Unicode(
+        config=True, help="Token for the node agents (default: $JUPYTERHUB_GPU_AGENT_TOKEN)."
+    )
     probe_mode = Unicode(
         "auto",
         config=True,
-        help="Where GPU inventories come from: 'nvml', 'declared' (inventory_file) or 'auto'.",
+        help="For nodes without an agent: 'nvml', 'declared' (inventory_file) or 'auto'.",
     )
     inventory_file = Unicode(
-        "",
+        "", config=True, help="Declared GPU inventory (YAML); one entry per node name."
+    )
+    reconcile_interval = Float(
+        30.0, config=True, help="Seconds between reconciliations of the ledger with the nodes."
+    )
+    catalog_file = Unicode(
+        "", config=True, help="The image catalog (YAML). Default: the catalog shipped in images/."
+    )
+    resource_defaults = Dict(
         config=True,
-        help="Declared GPU inventory (YAML, see docs/inventory.md); one entry per node name.",
+        help="""Site defaults and bounds: max_gpus, allowed_models, allowed_images, max_cpu,
+        max_mem_gib, min_cpu, min_mem_gib, default_gpu_count, default_cpu, default_mem_gib,
+        shm_size_gib, pids_limit (see docs/spawn-form.md).""",
+    )
+    group_bounds = Dict(
+        config=True,
+        help="""Per-group bounds: {group: {max_gpus, allowed_models, allowed_images, max_cpu,
+        max_mem_gib}}; a user gets the most generous of their groups.""",
     )
     home_template = Unicode(
         "",
         config=True,
         help="""Host path of each user's home on the shared filesystem, mounted at the
-        container's home, e.g. ``/mnt/cephfs/home/{username}``. The username is escaped
-        so the path can never leave the folder before ``{username}``. Empty: no home mount.
+        container's home, e.g. ``/mnt/cephfs/home/{username}``. The folder before
+        ``{username}`` is the shared root no home may leave. Empty: no home mount.
         """,
+    )
+    home_from_directory = Bool(
+        True,
+        config=True,
+        help="Map the directory's homeDirectory (e.g. /home/alice) under the shared root.",
+    )
+    home_directory_prefix = Unicode(
+        "/home", config=True, help="The prefix of homeDirectory values that maps to the root."
     )
     home_container_path = Unicode(
         "/home/{username}", config=True, help="Where the home is mounted in the container."
     )
-    default_uid = Int(1000, config=True, help="uid the container runs as (never 0).")
-    default_gid = Int(100, config=True, help="gid the container runs as (never 0).")
-    max_gpus_per_server = Int(8, config=True, help="Upper bound on GPUs one server may ask for.")
-    default_gpus = Int(1, config=True, help="GPUs a server gets when its options don't say.")
+    require_identity = Bool(
+        False,
+        config=True,
+        help="""Refuse users whose auth_state has no uid/gid (set True with LDAP/OAuth).
+        False: such users run as default_uid:default_gid.""",
+    )
+    supplementary_groups = List(
+        Unicode(), config=True, help="Groups whose gid is added to the container ('*': all)."
+    )
+    default_uid = Int(1000, config=True, help="uid for users without one (never 0).")
+    default_gid = Int(100, config=True, help="gid for users without one (never 0).")
     docker_threads_per_node = Int(
         4, config=True, help="Threads for Docker calls, per node (a slow node blocks only its own)."
     )
     docker_timeout = Float(
         10.0, config=True, help="Seconds before a Docker call to a node is abandoned."
     )
+    pull_timeout = Float(600.0, config=True, help="Seconds before an image pull is abandoned.")
     port_range = Tuple(
         Int(),
         Int(),
@@ -110,6 +173,10 @@ class GPUDockerSpawner(DockerSpawner):
     @default("nodes")
     def _default_nodes(self) -> list[dict[str, Any]]:
         return [default_node()]
+
+    @default("agent_token")
+    def _default_agent_token(self) -> str:
+        return os.environ.get("JUPYTERHUB_GPU_AGENT_TOKEN", "")
 
     @validate("nodes")
     def _validate_nodes(self, proposal: Any) -> list[dict[str, Any]]:
@@ -133,6 +200,22 @@ class GPUDockerSpawner(DockerSpawner):
     @default("remove")
     def _default_remove(self) -> bool:
         return True
+
+    @default("options_from_form")
+    def _default_options_from_form(self) -> Any:
+        return options_from_form
+
+    @default("options_form")
+    def _default_options_form(self) -> Any:
+        return GPUDockerSpawner._render_options_form
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._events: list[dict[str, Any]] = []
+        self._events_changed = asyncio.Event()
+        self._start_done = True
+        self._create_kwargs: dict[str, Any] = {}
+        self._host_config: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ state
     node_name = Unicode("")
@@ -167,86 +250,116 @@ class GPUDockerSpawner(DockerSpawner):
         self._forget_placement()
 
     def _forget_placement(self) -> None:
-        self._release()
-        self.node_name = ""
-        self.gpu_uuids = []
-
-    def _release(self) -> None:
         freed = self.ledger.release(self.holder, self.gpu_uuids)
         self.ledger.release_ports(self.holder)
         if freed:
             self.log.info("%s: released GPUs %s", self.holder, ", ".join(freed))
+        self.node_name = ""
+        self.gpu_uuids = []
 
-    # ------------------------------------------------------------------ nodes
+    # ------------------------------------------------------------------ config
     @property
-    def node_specs(self) -> list[NodeSpec]:
-        return parse_nodes(self.nodes)
+    def cluster(self) -> Cluster:
+        """The hub's one :class:`Cluster`, built from the first spawner's configuration."""
+        cls = GPUDockerSpawner
+        if cls._cluster is None:
+            cls._cluster = Cluster(
+                ClusterSettings(
+                    nodes=list(self.nodes),
+                    nodes_file=self.nodes_file,
+                    probe_mode=self.probe_mode,
+                    inventory_file=self.inventory_file,
+                    agent_token=self.agent_token,
+                    hub_id=self.hub_id,
+                    docker_timeout=self.docker_timeout,
+                    threads_per_node=self.docker_threads_per_node,
+                    reconcile_interval=self.reconcile_interval,
+                ),
+                self.log,
+            )
+        return cls._cluster
+
+    @property
+    def ledger(self) -> GPULedger:
+        return self.cluster.ledger
+
+    @property
+    def catalog(self) -> Catalog:
+        """The image catalog, re-read when its file changes (a bad edit keeps the old one)."""
+        path = str(self.catalog_file or default_catalog_path())
+        mtime = Path(path).stat().st_mtime
+        cached = self._catalogs.get(path)
+        if cached and cached[0] == mtime:
+            return cached[1]
+        try:
+            catalog = load_catalog(path)
+        except ConfigError:
+            if cached is None:
+                raise
+            self.log.exception("Image catalog %s is invalid; keeping the previous one", path)
+            return cached[1]
+        self._catalogs[path] = (mtime, catalog)
+        return catalog
+
+    @property
+    def policy(self) -> ResourcePolicy:
+        return policy_from_config(self.resource_defaults, self.group_bounds)
 
     def _node(self, name: str) -> NodeSpec:
-        for spec in self.node_specs:
-            if spec.name == name:
-                return spec
-        raise ConfigError(f"node {name!r} is not configured")
+        return self.cluster.spec(name)
 
+    # ------------------------------------------------------------------ docker, per node
     @property
     def client(self) -> docker.APIClient:
-        """One Docker client per node (DockerSpawner has one for everything)."""
-        spec = self._node(self.node_name) if self.node_name else self.node_specs[0]
-        client = self._node_clients.get(spec.name)
-        if client is None:
-            tls: Any = False
-            if spec.tls:
-                tls = docker.tls.TLSConfig(
-                    client_cert=(spec.tls["client_cert"], spec.tls["client_key"]),
-                    ca_cert=spec.tls["ca_cert"],
-                    verify=True,
-                )
-            client = docker.APIClient(
-                base_url=spec.docker_url, version="auto", timeout=self.docker_timeout, tls=tls
-            )
-            self._node_clients[spec.name] = client
-        return client
+        """The Docker client of this server's node (DockerSpawner has one for everything)."""
+        return self.cluster.client(self.node_name or self.cluster.specs()[0].name)
 
     @property
     def executor(self) -> ThreadPoolExecutor:
-        """One thread pool per node, so a slow node never blocks the others."""
-        key = self.node_name or self.node_specs[0].name
-        pool = self._node_executors.get(key)
-        if pool is None:
-            pool = ThreadPoolExecutor(
-                self.docker_threads_per_node, thread_name_prefix=f"docker-{key}"
-            )
-            self._node_executors[key] = pool
-        return pool
+        """The thread pool of this server's node, so a slow node never blocks the others."""
+        return self.cluster.executor(self.node_name or self.cluster.specs()[0].name)
 
-    def _probe(self, spec: NodeSpec) -> Probe:
-        probe = self._probes.get(spec.name)
-        if probe is None:
-            probe = make_probe(self.probe_mode, self.inventory_file or None, spec.name)
-            self._probes[spec.name] = probe
-        return probe
+    def docker(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """DockerSpawner's call, bounded by ``docker_timeout`` on this server's node."""
+        node = self.node_name or self.cluster.specs()[0].name
+        return self.cluster.run(node, lambda: self._docker(method, *args, **kwargs))
 
-    def snapshot(self) -> ClusterSnapshot:
-        states = []
-        for spec in self.node_specs:
-            try:
-                states.append(NodeState(self._probe(spec).read()))
-            except Exception as e:  # a node we can't read is skipped, not fatal
-                self.log.warning("GPU inventory of node %s unreadable: %s", spec.name, e)
-        return ClusterSnapshot(nodes=tuple(states), allocations=self.ledger.allocations())
+    # ------------------------------------------------------------------ who, what
+    async def identity(self) -> Identity:
+        """The uid/gid/groups/home of the user, from the authenticator's auth_state."""
+        auth_state = await self.user.get_auth_state()
+        if not (auth_state and "uid" in auth_state) and not self.require_identity:
+            groups = tuple(g.name for g in self.user.groups)
+            return Identity(self.user.name, self.default_uid, self.default_gid, groups)
+        ident = identity_from_auth_state(
+            self.user.name, auth_state, supplementary_groups=self.supplementary_groups
+        )
+        extra = tuple(g.name for g in self.user.groups if g.name not in ident.groups)
+        return replace(ident, groups=ident.groups + extra)
+
+    async def _bounds(self) -> UserBounds:
+        return resolve_bounds(self.policy, (await self.identity()).groups)
+
+    async def _render_options_form(self) -> str:
+        snapshot = await self.cluster.snapshot()
+        free = {a.model: a.free for a in availability(snapshot)}
+        previous = self.orm_spawner.user_options if self.orm_spawner else None
+        return spawn_form_html(self.catalog, snapshot, await self._bounds(), previous, free)
 
     # ------------------------------------------------------------------ placement
-    def _choose(self, options: GPUOptions) -> Placement:
-        """Decide and reserve, synchronously: no await between reading and taking."""
-        snapshot = self.snapshot()
-        if options.gpus == 0:
-            node = self._least_busy_node(snapshot)
-            decision: Placement | NoFit = Placement(node=node, gpu_uuids=())
+    def _decide_and_reserve(
+        self, snapshot: ClusterSnapshot, request: PlacementRequest
+    ) -> Placement:
+        """Decide and take the GPUs with no await in between: concurrent spawns can't collide."""
+        snapshot = replace(snapshot, allocations=self.ledger.allocations())
+        if request.gpu_count == 0:
+            decision: Placement | NoFit = Placement(self._least_busy_node(snapshot), ())
         else:
-            decision = place(snapshot, PlacementRequest(gpu_count=options.gpus))
+            decision = place(snapshot, request)
         if isinstance(decision, NoFit):
             raise SpawnException(decision.reason, reason="no_capacity", status_code=503)
         self.ledger.reserve(self.holder, decision.node, decision.gpu_uuids)
+        self.cluster.pending.add(self.holder)
         self.node_name = decision.node
         self.gpu_uuids = list(decision.gpu_uuids)
         self.port = self._reserve_port(decision.node)
@@ -254,15 +367,22 @@ class GPUDockerSpawner(DockerSpawner):
 
     def _least_busy_node(self, snapshot: ClusterSnapshot) -> str:
         names = [n.name for n in snapshot.nodes if n.schedulable and n.reachable]
-        names = names or [s.name for s in self.node_specs]
+        if not names:
+            raise SpawnException(
+                "No node can take a new server right now (all drained or unreachable). "
+                "Try again in a few minutes or ask an admin.",
+                reason="no_capacity",
+                status_code=503,
+            )
         return min(names, key=lambda n: (self.ledger.servers_on(n), n))
 
     def _reserve_port(self, node: str) -> int:
         low, high = self.port_range
         rng = random.Random()
+        address = self._node(node).address
         for _ in range(200):
             port = rng.randint(low, high)
-            if _port_free_locally(self._node(node).address, port) and self.ledger.reserve_port(
+            if _port_free_locally(address, port) and self.ledger.reserve_port(
                 self.holder, node, port
             ):
                 return port
@@ -297,40 +417,93 @@ class GPUDockerSpawner(DockerSpawner):
             f"{LABEL}.started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
 
-    def _prepare_home(self) -> dict[str, dict[str, str]]:
+    def _home_path(self, ident: Identity) -> Path | None:
+        """The user's home on the shared filesystem (refuses anything leaving the root)."""
         if not self.home_template:
-            return {}
-        try:
-            path = homes.home_host_path(self.home_template, self.user.name)
-            homes.ensure_home(path, homes.template_root(self.home_template), *self._uid_gid())
-        except UnsafePath as e:
-            raise _spawn_error(e) from None
-        return {str(path): {"bind": self._container_home(), "mode": "rw"}}
+            return None
+        root = homes.template_root(self.home_template)
+        if self.home_from_directory and ident.home_directory:
+            return map_home(
+                ident.home_directory, ident.username, root, home_prefix=self.home_directory_prefix
+            )
+        return Path(homes.home_host_path(self.home_template, ident.username))
 
-    def _uid_gid(self) -> tuple[int, int]:
-        return self.default_uid, self.default_gid
-
-    async def create_object(self) -> dict[str, Any]:
-        uid, gid = self._uid_gid()
-        binds = self._prepare_home()
-        devices = (
-            [
+    async def _prepare(self, ident: Identity, options: SpawnOptions) -> None:
+        """Create the home and set everything create_object needs (no Docker calls)."""
+        binds: dict[str, dict[str, str]] = {}
+        path = self._home_path(ident)
+        if path is not None:
+            root = homes.template_root(self.home_template)
+            await asyncio.get_running_loop().run_in_executor(
+                None, lambda: ensure_home(path, ident.uid, ident.gid, shared_root=root)
+            )
+            binds[str(path)] = {"bind": self._container_home(), "mode": "rw"}
+        limits = resource_limits(options.cpu, options.mem_gib, self.policy)
+        self.cpu_limit = limits.cpu  # DockerSpawner turns these into cpu_quota and mem_limit
+        self.mem_limit = limits.mem_bytes
+        self._create_kwargs = {
+            "user": f"{ident.uid}:{ident.gid}",
+            "labels": self._labels(),
+            **({"working_dir": self._container_home()} if binds else {}),
+        }
+        self._host_config = {
+            "device_requests": [
                 DeviceRequest(
                     driver="nvidia", device_ids=list(self.gpu_uuids), capabilities=[["gpu"]]
                 )
             ]
             if self.gpu_uuids
-            else []
-        )
+            else [],
+            "binds": binds,
+            "network_mode": "host",
+            "group_add": [str(g) for g in ident.supplementary_gids],
+            "shm_size": limits.shm_bytes,
+            "pids_limit": limits.pids_limit,
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+        }
+
+    async def create_object(self) -> dict[str, Any]:
         create_kwargs: dict[str, Any] = dict(getattr(self, "extra_create_kwargs", {}))
-        create_kwargs.update(user=f"{uid}:{gid}", labels=self._labels())
-        if binds:
-            create_kwargs["working_dir"] = self._container_home()
+        create_kwargs.update(self._create_kwargs)
         self.extra_create_kwargs = create_kwargs
         host_config: dict[str, Any] = dict(getattr(self, "extra_host_config", {}))
-        host_config.update(device_requests=devices, binds=binds, network_mode="host")
+        host_config.update(self._host_config)
         self.extra_host_config = host_config
+        self._event(70, "Starting the container")
         return await super().create_object()
+
+    async def check_allowed(self, image: str) -> str:
+        """The image was resolved from the catalog by ``start``; DockerSpawner asks again."""
+        return str(self.image)
+
+    async def pull_image(self, image: str) -> None:
+        """Pull a missing image on the chosen node, reporting the percentage."""
+        try:
+            await self.docker("inspect_image", image)
+            return
+        except docker.errors.NotFound:
+            if self.pull_policy.lower() == "never":
+                raise SpawnException(
+                    f"The image {image} is not on node {self.node_name} and pulling is disabled; "
+                    "ask an admin to load it there.",
+                    reason="image",
+                    status_code=503,
+                ) from None
+        repo, _, tag = (
+            image.rpartition(":") if ":" in image.split("/")[-1] else (image, "", "latest")
+        )
+        events: list[dict[str, Any]] = []
+
+        def pull() -> None:
+            for event in self.client.pull(repo, tag=tag, stream=True, decode=True):
+                events.append(event)
+                pct = pull_percent(events)
+                if pct is not None and pct % 5 == 0:
+                    self._event(40 + pct // 4, f"Pulling {image} on node {self.node_name}: {pct}%")
+
+        self._event(40, f"Pulling {image} on node {self.node_name} (not there yet)")
+        await self.cluster.run(self.node_name, pull, self.pull_timeout)
 
     def get_args(self) -> list[str]:
         args = super().get_args()
@@ -339,25 +512,78 @@ class GPUDockerSpawner(DockerSpawner):
     async def get_ip_and_port(self) -> tuple[str, int]:
         return self._node(self.node_name).address, self.port
 
+    # ------------------------------------------------------------------ progress
+    def _event(self, progress: int, message: str) -> None:
+        self._events.append({"progress": progress, "message": message})
+        self._events_changed.set()
+
+    async def progress(self) -> AsyncIterator[dict[str, Any]]:
+        sent = 0
+        while True:
+            while sent < len(self._events):
+                yield self._events[sent]
+                sent += 1
+            if self._start_done:
+                return
+            self._events_changed.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._events_changed.wait(), 1.0)
+
     # ------------------------------------------------------------------ lifecycle
-    async def start(self) -> tuple[str, int]:
+    async def _validated(
+        self, snapshot: ClusterSnapshot
+    ) -> tuple[Identity, SpawnOptions, PlacementRequest]:
         try:
-            options = parse_gpu_options(
-                self.user_options, default=self.default_gpus, maximum=self.max_gpus_per_server
+            ident = await self.identity()
+            bounds = resolve_bounds(self.policy, ident.groups)
+            models = gpu_model_availability(snapshot)
+            options = validate_options(
+                self.user_options, catalog=self.catalog, bounds=bounds, models=models
             )
+            entry = resolve_entry(self.catalog, options)
+            names = {g.model for n in snapshot.nodes for g in n.inventory.gpus}
+            request = placement_request(options, entry, bounds, names)
         except UserFacingError as e:
             raise _spawn_error(e) from None
+        self.image = entry.image
+        return ident, options, request
+
+    async def start(self) -> tuple[str, int]:
+        self._events = []
+        self._events_changed = asyncio.Event()
+        self._start_done = False
         self._forget_placement()  # the hub cleared the state; be sure nothing is left held
-        decision = self._choose(options)
-        self.log.info(
-            "%s: node %s, GPUs %s", self.holder, decision.node, decision.gpu_uuids or "none"
-        )
         try:
-            return await super().start()
+            self._event(10, f"Choosing a node among {len(self.cluster.specs())}")
+            snapshot = await self.cluster.snapshot()
+            ident, options, request = await self._validated(snapshot)
+            decision = self._decide_and_reserve(snapshot, request)
+            self._event(30, self._describe(snapshot, decision))
+            self.log.info("%s: %s", self.holder, self._describe(snapshot, decision))
+            await self._prepare(ident, options)
+            ip_port = await super().start()
+            self._event(90, "Waiting for the server to answer")
+            return ip_port
+        except UserFacingError as e:
+            await self._undo()
+            raise _spawn_error(e) from None
         except BaseException:
-            await self._remove_leftovers()
-            self._forget_placement()
+            await self._undo()
             raise
+        finally:
+            self.cluster.pending.discard(self.holder)
+            self._start_done = True
+            self._events_changed.set()
+
+    def _describe(self, snapshot: ClusterSnapshot, decision: Placement) -> str:
+        node = next(n for n in snapshot.nodes if n.name == decision.node)
+        gpus = [node.inventory.gpu(u) for u in decision.gpu_uuids]
+        return describe_gpus(decision.node, [(g.index, g.model, g.memory_mib) for g in gpus if g])
+
+    async def _undo(self) -> None:
+        if self.node_name:
+            await self._remove_leftovers()
+        self._forget_placement()
 
     async def _remove_leftovers(self) -> None:
         try:
@@ -372,21 +598,34 @@ class GPUDockerSpawner(DockerSpawner):
     async def poll(self) -> int | str | None:
         if not self.node_name:
             return 0
+        if self.cluster.known_down(self.node_name):
+            return None  # an unreachable node says nothing about the server: keep its GPUs
         try:
             status = await super().poll()
         except _NODE_ERRORS as e:
-            # an unreachable node says nothing about the server: keep it and its GPUs
             self.log.warning(
                 "Node %s unreachable while polling %s: %s", self.node_name, self.holder, e
             )
             return None
         if status is not None:
-            self._release()
+            self._forget_placement()
         return status
 
     async def stop(self, now: bool = False) -> None:
-        if self.object_id:
-            await super().stop(now=now)
+        if self.object_id and self.node_name:
+            try:
+                await super().stop(now=now)
+            except _NODE_ERRORS as e:
+                # The container may still run: keep its GPUs held (as an orphan) until
+                # reconciliation sees the node again and finds the container gone.
+                self.log.warning(
+                    "Node %s unreachable while stopping %s (%s); its GPUs stay held until the "
+                    "node answers again",
+                    self.node_name,
+                    self.holder,
+                    e,
+                )
+                self.ledger.rename(self.holder, ORPHAN + self.holder)
         self.clear_state()
 
 

@@ -5,6 +5,7 @@
 #   scripts/cluster.sh up [N]   install packages, start N engines (default 1, max 3), build images
 #   scripts/cluster.sh down     stop the engines (image data is kept)
 #   scripts/cluster.sh status   show the engines
+#   scripts/cluster.sh stop-node NODE | start-node NODE   one engine (failure tests)
 #
 # Each engine is a simulated GPU node: node-a, node-b, node-c, listening on a unix
 # socket under $JHGPU_STATE/engines/<node>/ and on tcp://127.0.0.{2,3,4}:2375 (loopback
@@ -17,7 +18,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 STATE=${JHGPU_STATE:-/var/lib/jupyterhub-gpu-test}
 NODES=(node-a node-b node-c)
 BASE_IMAGE=jupyterhub-gpu/base:bookworm
-TEST_IMAGE=jupyterhub-gpu/singleuser-test:latest
+TEST_IMAGE=jupyterhub-gpu/singleuser-test:6.1.1
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
 log() { printf '[cluster] %s\n' "$*" >&2; }
@@ -105,6 +106,17 @@ build_test_image() {
   rm -rf "$ctx"
 }
 
+build_catalog_image() {  # the catalog's CPU image, built the way a site builds its images
+  local node=$1 image=jupyterhub-gpu/python-cpu:3.11-bookworm py=python3
+  dk "$node" image inspect "$image" >/dev/null 2>&1 && return
+  [[ -x $REPO/.venv/bin/python ]] && py=$REPO/.venv/bin/python
+  log "$node: building $image with images/build.py (--minimal, on the local base)"
+  DOCKER_HOST="unix://$(sock "$node")" "$py" "$REPO/images/build.py" --only python-cpu \
+    --base "$BASE_IMAGE" --minimal --pip-cert /etc/ssl/certs/ca-certificates.crt \
+    --network host --quiet >"$STATE/build-python-cpu.log" 2>&1 \
+    || { tail -30 "$STATE/build-python-cpu.log" >&2; exit 1; }
+}
+
 copy_image() {  # copy_image IMAGE FROM TO
   local image=$1 from=$2 to=$3 want
   want=$(dk "$from" image inspect -f '{{.Id}}' "$image")
@@ -121,19 +133,28 @@ cmd_up() {
   for i in $(seq 0 $((n - 1))); do start_engine "${NODES[$i]}" "127.0.0.$((i + 2))"; done
   build_base node-a
   build_test_image node-a
+  build_catalog_image node-a
   for i in $(seq 1 $((n - 1))); do copy_image "$TEST_IMAGE" node-a "${NODES[$i]}"; done
   log "up: ${NODES[*]:0:$n}"
 }
 
+stop_engine() {
+  local node=$1 pidfile="$STATE/engines/$1/docker.pid"
+  if engine_alive "$node"; then
+    log "$node: stopping"
+    kill "$(cat "$pidfile")"
+    for _ in $(seq 1 120); do engine_alive "$node" || break; sleep 0.25; done
+  fi
+}
+
+node_index() {
+  local i
+  for i in "${!NODES[@]}"; do [[ ${NODES[$i]} == "$1" ]] && { echo "$i"; return; }; done
+  log "unknown node $1 (one of ${NODES[*]})"; exit 2
+}
+
 cmd_down() {
-  for node in "${NODES[@]}"; do
-    local pidfile="$STATE/engines/$node/docker.pid"
-    if engine_alive "$node"; then
-      log "$node: stopping"
-      kill "$(cat "$pidfile")"
-      for _ in $(seq 1 40); do engine_alive "$node" || break; sleep 0.25; done
-    fi
-  done
+  for node in "${NODES[@]}"; do stop_engine "$node"; done
 }
 
 cmd_status() {
@@ -145,6 +166,8 @@ cmd_status() {
 case "${1:-up}" in
   up) shift || true; cmd_up "$@" ;;
   down) cmd_down ;;
+  stop-node) stop_engine "$2" ;;
+  start-node) i=$(node_index "$2"); start_engine "$2" "127.0.0.$((i + 2))" ;;
   status) cmd_status ;;
-  *) echo "usage: $0 up [N] | down | status" >&2; exit 2 ;;
+  *) echo "usage: $0 up [N] | down | status | stop-node NODE | start-node NODE" >&2; exit 2 ;;
 esac

@@ -10,8 +10,10 @@ import yaml
 
 from tests.ldap_fixture import ldap_server  # noqa: F401
 from tests.support.agent import AgentProcess
-from tests.support.cluster import TEST_IMAGE, Engine, cluster_up, remove_hub_containers
+from tests.support.cluster import REPO, TEST_IMAGE, Engine, cluster_up, remove_hub_containers
 from tests.support.hub import Hub
+
+CATALOG = REPO / "scripts" / "demo" / "catalog.yaml"
 
 
 @pytest.fixture(scope="session")
@@ -85,6 +87,10 @@ c.GPUDockerSpawner.nodes = {node_cfg!r}
 c.GPUDockerSpawner.probe_mode = "declared"
 c.GPUDockerSpawner.inventory_file = {str(inv)!r}
 c.GPUDockerSpawner.image = {TEST_IMAGE!r}
+c.GPUDockerSpawner.catalog_file = {str(CATALOG)!r}
+c.GPUDockerSpawner.resource_defaults = {{
+    "max_gpus": 8, "max_cpu": 2, "max_mem_gib": 4, "default_cpu": 1, "default_mem_gib": 1,
+}}
 c.GPUDockerSpawner.home_template = "{homes}/{{username}}"
 c.GPUDockerSpawner.hub_id = {hub.hub_id!r}
 c.GPUDockerSpawner.prefix = "jhgpu-" + {hub.hub_id!r}

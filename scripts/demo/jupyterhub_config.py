@@ -35,7 +35,10 @@ c.GPUDockerSpawner.nodes = [
 ]
 c.GPUDockerSpawner.probe_mode = "declared"
 c.GPUDockerSpawner.inventory_file = str(HERE / "inventory.yaml")
-c.GPUDockerSpawner.image = "jupyterhub-gpu/singleuser-test:latest"
+c.GPUDockerSpawner.image = "jupyterhub-gpu/singleuser-test:6.1.1"
+c.GPUDockerSpawner.catalog_file = str(HERE / "catalog.yaml")
+c.GPUDockerSpawner.resource_defaults = {"max_gpus": 2, "max_cpu": 2, "max_mem_gib": 4,
+                                        "default_cpu": 1, "default_mem_gib": 2}
 c.GPUDockerSpawner.home_template = str(DEMO / "homes" / "{username}")
 c.GPUDockerSpawner.hub_id = "demo"
 c.GPUDockerSpawner.prefix = "jhgpu-demo"

@@ -50,7 +50,7 @@ def wait_until(predicate, timeout: float = 30, what: str = "condition") -> None:
 
 def test_each_user_gets_own_gpu_seen_inside_container(make_hub, engine, tmp_path: Path) -> None:
     hub = two_gpu_hub(make_hub, engine)
-    states = {u: spawn_ready(hub, u, {"gpus": 1}) for u in ("alice", "bob")}
+    states = {u: spawn_ready(hub, u, {"gpu_count": 1}) for u in ("alice", "bob")}
 
     held = [s["gpu_uuids"] for s in states.values()]
     assert all(len(h) == 1 for h in held)
@@ -65,6 +65,11 @@ def test_each_user_gets_own_gpu_seen_inside_container(make_hub, engine, tmp_path
         assert labels["jupyterhub-gpu.node"] == engine.name
         assert labels["jupyterhub-gpu.image"] and labels["jupyterhub-gpu.started"]
         assert container.attrs["Config"]["User"] == "1000:100"
+        host = container.attrs["HostConfig"]
+        assert host["CpuQuota"] == host["CpuPeriod"] and host["Memory"] == 1024**3
+        assert host["ShmSize"] == 512 * 1024**2 and host["PidsLimit"] == 4096
+        assert host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
+        assert not any("docker.sock" in b for b in host["Binds"])
         requests = container.attrs["HostConfig"]["DeviceRequests"]
         assert requests[0]["DeviceIDs"] == state["gpu_uuids"] and requests[0]["Count"] == 0
         # the home is mounted, owned by the user, and the server can write there
@@ -80,11 +85,11 @@ def test_each_user_gets_own_gpu_seen_inside_container(make_hub, engine, tmp_path
 
 def test_no_free_gpu_fails_clearly_and_leaves_nothing(make_hub, engine) -> None:
     hub = two_gpu_hub(make_hub, engine)
-    first = spawn_ready(hub, "alice", {"gpus": 2})
+    first = spawn_ready(hub, "alice", {"gpu_count": 2})
     assert len(first["gpu_uuids"]) == 2
 
     hub.create_user("carol")
-    r = hub.spawn("carol", {"gpus": 1})
+    r = hub.spawn("carol", {"gpu_count": 1})
     assert r.status_code >= 400, r.text
     assert "free" in r.json()["message"].lower(), r.text
     assert hub.server("carol") is None
@@ -93,13 +98,13 @@ def test_no_free_gpu_fails_clearly_and_leaves_nothing(make_hub, engine) -> None:
     # stopping frees the GPUs for the next user
     hub.stop_server("alice")
     wait_until(lambda: containers_of(engine, hub, "alice") == [], what="alice's container to go")
-    carol = spawn_ready(hub, "carol", {"gpus": 1})
+    carol = spawn_ready(hub, "carol", {"gpu_count": 1})
     assert carol["gpu_uuids"][0] in first["gpu_uuids"]
 
 
 def test_cpu_only_server_gets_no_gpu(make_hub, engine) -> None:
     hub = two_gpu_hub(make_hub, engine)
-    state = spawn_ready(hub, "dave", {"gpus": 0})
+    state = spawn_ready(hub, "dave", {"gpu_count": 0})
     assert state["gpu_uuids"] == []
     (container,) = containers_of(engine, hub, "dave")
     assert container_env(engine, container.name)["NVIDIA_VISIBLE_DEVICES"] == "void"
@@ -108,22 +113,24 @@ def test_cpu_only_server_gets_no_gpu(make_hub, engine) -> None:
 
 def test_dead_container_releases_its_gpu(make_hub, engine) -> None:
     hub = two_gpu_hub(make_hub, engine, FAST_POLL)
-    spawn_ready(hub, "erin", {"gpus": 2})
+    spawn_ready(hub, "erin", {"gpu_count": 2})
     (container,) = containers_of(engine, hub, "erin")
     container.kill()  # the server dies: the hub never calls stop()
     wait_until(lambda: hub.server("erin") is None, what="the hub to notice the dead server")
-    state = spawn_ready(hub, "frank", {"gpus": 2})
+    state = spawn_ready(hub, "frank", {"gpu_count": 2})
     assert len(state["gpu_uuids"]) == 2
 
 
 @pytest.mark.parametrize(
     "options, fragment",
     [
-        ({"gpus": -1}, "whole number"),
-        ({"gpus": "abc"}, "whole number"),
-        ({"gpus": 999}, "whole number"),
-        ({"gpus": 1, "environment": {"NVIDIA_VISIBLE_DEVICES": "all"}}, "unknown option"),
-        ({"gpus": 1, "volumes": {"/": "/host"}}, "unknown option"),
+        ({"gpu_count": -1}, "gpu"),
+        ({"gpu_count": "abc"}, "gpu"),
+        ({"gpu_count": 999}, "gpu"),
+        ({"image": "evil/image:1"}, "catalog"),
+        ({"gpu_count": 1, "environment": {"NVIDIA_VISIBLE_DEVICES": "all"}}, "environment"),
+        ({"gpu_count": 1, "volumes": {"/": "/host"}}, "volume"),
+        ({"mem_gib": 512}, "memory"),
     ],
 )
 def test_bad_options_are_refused_and_nothing_starts(make_hub, engine, options, fragment) -> None:
@@ -131,11 +138,13 @@ def test_bad_options_are_refused_and_nothing_starts(make_hub, engine, options, f
     hub.create_user("mallory")
     r = hub.spawn("mallory", options)
     assert r.status_code == 400, r.text
-    assert fragment in r.json()["message"].lower()
+    message = r.json()["message"]
+    assert fragment in message.lower(), message
+    assert "Traceback" not in message
     assert hub.server("mallory") is None
     assert containers_of(engine, hub, "mallory") == []
     # and nothing is held: both GPUs are still there for someone else
-    assert len(spawn_ready(hub, "grace", {"gpus": 2})["gpu_uuids"]) == 2
+    assert len(spawn_ready(hub, "grace", {"gpu_count": 2})["gpu_uuids"]) == 2
 
 
 HOSTILE = ["..", ".hidden", "..%2F..%2Fetc", "a..b", "x y", "zoë"]
@@ -149,7 +158,7 @@ def test_hostile_usernames_stay_inside_home_root(make_hub, engine, tmp_path: Pat
     for name in HOSTILE:
         if hub.create_user(name).status_code >= 400:
             continue  # the hub itself refused the name: nothing to check
-        r = hub.spawn(name, {"gpus": 0})
+        r = hub.spawn(name, {"gpu_count": 0})
         assert r.status_code in (201, 202), r.text
         hub.wait_ready(name)
         spawned += 1

@@ -13,7 +13,7 @@ import docker
 REPO = Path(__file__).resolve().parents[2]
 STATE = Path(os.environ.get("JHGPU_STATE", "/var/lib/jupyterhub-gpu-test"))
 NODE_NAMES = ("node-a", "node-b", "node-c")
-TEST_IMAGE = "jupyterhub-gpu/singleuser-test:latest"
+TEST_IMAGE = "jupyterhub-gpu/singleuser-test:6.1.1"
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,11 @@ class Engine:
     name: str
     socket: Path
     tcp: str
+
+    @property
+    def address(self) -> str:
+        """The loopback address standing for this node's IP (127.0.0.2, .3, .4)."""
+        return self.tcp.split("//", 1)[1].split(":", 1)[0]
 
     @property
     def url(self) -> str:
@@ -42,6 +47,14 @@ def cluster_up(n: int) -> list[Engine]:
     """Run the idempotent set-up script for ``n`` engines and return them."""
     subprocess.run([str(REPO / "scripts" / "cluster.sh"), "up", str(n)], check=True)
     return engines(n)
+
+
+def stop_engine(engine: Engine) -> None:
+    subprocess.run([str(REPO / "scripts" / "cluster.sh"), "stop-node", engine.name], check=True)
+
+
+def start_engine(engine: Engine) -> None:
+    subprocess.run([str(REPO / "scripts" / "cluster.sh"), "start-node", engine.name], check=True)
 
 
 def remove_hub_containers(engine: Engine, hub_id: str) -> None:

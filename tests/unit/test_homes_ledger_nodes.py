@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
 import pytest
 
-from jupyterhub_gpu.errors import ConfigError, InvalidRequest, UnsafePath
-from jupyterhub_gpu.homes import ensure_home, home_host_path, safe_path_component, template_root
+from jupyterhub_gpu.errors import ConfigError, UnsafePath
+from jupyterhub_gpu.homes import home_host_path, safe_path_component, template_root
 from jupyterhub_gpu.ledger import GPULedger
 from jupyterhub_gpu.nodes import parse_nodes
-from jupyterhub_gpu.options import parse_gpu_options
 
 pytestmark = pytest.mark.unit
 
@@ -63,53 +62,6 @@ def test_bad_templates_are_config_errors(template: str) -> None:
 def test_empty_username_refused() -> None:
     with pytest.raises(UnsafePath):
         home_host_path(TEMPLATE, "")
-
-
-def test_ensure_home_creates_0700_and_refuses_symlinks(tmp_path: Path) -> None:
-    root = tmp_path / "homes"
-    root.mkdir()
-    home = root / "alice"
-    ensure_home(PurePosixPath(home), PurePosixPath(root), 1234, 5678)
-    st = home.stat()
-    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (1234, 5678, 0o700)
-    (root / "evil").symlink_to("/etc")
-    with pytest.raises(UnsafePath, match="symbolic link"):
-        ensure_home(PurePosixPath(root / "evil"), PurePosixPath(root), 1234, 5678)
-    with pytest.raises(UnsafePath, match="root"):
-        ensure_home(PurePosixPath(root / "bob"), PurePosixPath(root), 0, 0)
-
-
-@pytest.mark.parametrize(
-    "raw, expected",
-    [
-        (None, 1),
-        ({}, 1),
-        ({"gpus": 0}, 0),
-        ({"gpus": "2"}, 2),
-        ({"gpus": ["3"]}, 3),
-        ({"gpus": 8}, 8),
-    ],
-)
-def test_gpu_options_accepted(raw, expected: int) -> None:
-    assert parse_gpu_options(raw, default=1, maximum=8).gpus == expected
-
-
-@pytest.mark.parametrize(
-    "raw",
-    [
-        {"gpus": -1},
-        {"gpus": 9},
-        {"gpus": "abc"},
-        {"gpus": 1.5},
-        {"gpus": True},
-        {"gpus": ["1", "2"]},
-        {"gpus": 1, "env": {"A": "b"}},
-        {"image": "evil"},
-    ],
-)
-def test_gpu_options_refused(raw) -> None:
-    with pytest.raises(InvalidRequest):
-        parse_gpu_options(raw, default=1, maximum=8)
 
 
 def test_ledger_never_gives_a_gpu_twice_and_releases_only_own() -> None:

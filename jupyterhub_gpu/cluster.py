@@ -1,0 +1,298 @@
+"""The hub's view of its GPU nodes (an edge: all the I/O placement needs).
+
+One :class:`Cluster` per hub process, shared by every spawner:
+
+- node specs from configuration plus a watched nodes file (add, drain, remove without a
+  restart); a removed node's running servers can still be polled and stopped;
+- one Docker client and one thread pool per node, every call bounded by a timeout, so a
+  slow or dead node never holds up the others;
+- engine health (a cached ``ping``) and GPU inventories (node agents, read concurrently,
+  or a local probe) assembled into a :class:`ClusterSnapshot` for the pure placement;
+- the ledger, rebuilt and reconciled from the labels of the containers on every node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import docker
+import yaml
+
+from .errors import ConfigError, GPUHubError
+from .inventory.client import AgentClient, AgentEndpoint, Unreachable
+from .inventory.model import ClusterSnapshot, NodeInventory, NodeState
+from .inventory.probe import Probe, make_probe
+from .ledger import ORPHAN, GPULedger
+from .nodes import NodeSpec, parse_nodes
+
+LABEL = "jupyterhub-gpu"
+T = TypeVar("T")
+
+
+@dataclass
+class ClusterSettings:
+    nodes: list[dict[str, Any]]
+    nodes_file: str = ""
+    probe_mode: str = "auto"
+    inventory_file: str = ""
+    agent_token: str = field(default="", repr=False)
+    hub_id: str = "default"
+    docker_timeout: float = 10.0
+    ping_timeout: float = 2.0
+    health_ttl: float = 5.0
+    threads_per_node: int = 4
+    reconcile_interval: float = 30.0
+    reconcile_grace: float = 120.0
+
+
+@dataclass(frozen=True)
+class LabelledContainer:
+    node: str
+    id: str
+    holder: str
+    gpus: tuple[str, ...]
+    running: bool
+
+
+def containers_from_docker(node: str, listing: list[dict[str, Any]]) -> list[LabelledContainer]:
+    """Pure: the ``docker ps`` JSON of one node -> our labelled containers."""
+    out = []
+    for c in listing:
+        labels = c.get("Labels") or {}
+        owner = labels.get(f"{LABEL}.owner")
+        if owner is None:
+            continue
+        gpus = tuple(g for g in labels.get(f"{LABEL}.gpus", "").split(",") if g)
+        holder = f"{owner}/{labels.get(f'{LABEL}.server', '')}"
+        out.append(LabelledContainer(node, c["Id"], holder, gpus, c.get("State") == "running"))
+    return out
+
+
+class Cluster:
+    def __init__(self, settings: ClusterSettings, log: logging.Logger) -> None:
+        self.settings = settings
+        self.log = log
+        self.ledger = GPULedger()
+        self.agents = AgentClient(timeout=settings.ping_timeout, max_age=settings.health_ttl / 2)
+        self._clients: dict[str, docker.APIClient] = {}
+        self._executors: dict[str, ThreadPoolExecutor] = {}
+        self._probes: dict[str, Probe] = {}
+        self._health: dict[str, tuple[float, bool]] = {}
+        self._last_inventory: dict[str, NodeInventory] = {}
+        self._our_containers: set[str] = set()
+        self.pending: set[str] = set()  # holders whose spawn is in progress
+        self._ids_on: dict[str, set[str]] = {}
+        self._specs: dict[str, NodeSpec] = {}
+        self._retired: dict[str, NodeSpec] = {}
+        self._file_mtime: float | None = None
+        self._reconciled = False
+        self._reconcile_lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self.specs()  # fail at start-up on a bad configuration
+
+    # ------------------------------------------------------------------ specs
+    def specs(self) -> list[NodeSpec]:
+        """The configured nodes now (configuration + nodes file, re-read when it changes)."""
+        path = self.settings.nodes_file
+        mtime = Path(path).stat().st_mtime if path and Path(path).exists() else None
+        if self._specs and mtime == self._file_mtime:
+            return list(self._specs.values())
+        raw = list(self.settings.nodes)
+        if path and mtime is not None:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+            if not isinstance(loaded, dict) or not isinstance(loaded.get("nodes", []), list):
+                raise ConfigError(f"{path}: must be a mapping with a 'nodes' list")
+            raw += loaded.get("nodes", [])
+        specs = {s.name: s for s in parse_nodes(raw)}
+        for name in set(self._specs) - set(specs):
+            self.log.info("Node %s removed: no new servers; running ones stay reachable", name)
+            self._retired[name] = self._specs[name]
+        for name in specs:
+            self._retired.pop(name, None)
+        self._specs, self._file_mtime = specs, mtime
+        return list(specs.values())
+
+    def spec(self, name: str) -> NodeSpec:
+        self.specs()
+        spec = self._specs.get(name) or self._retired.get(name)
+        if spec is None:
+            raise ConfigError(f"node {name!r} is not configured")
+        return spec
+
+    # ------------------------------------------------------------------ docker
+    def client(self, node: str) -> docker.APIClient:
+        client = self._clients.get(node)
+        if client is None:
+            spec = self.spec(node)
+            tls: Any = False
+            if spec.tls:
+                tls = docker.tls.TLSConfig(
+                    client_cert=(spec.tls["client_cert"], spec.tls["client_key"]),
+                    ca_cert=spec.tls["ca_cert"],
+                    verify=True,
+                )
+            client = docker.APIClient(
+                base_url=spec.docker_url,
+                version="auto",
+                timeout=self.settings.docker_timeout,
+                tls=tls,
+            )
+            self._clients[node] = client
+        return client
+
+    def executor(self, node: str) -> ThreadPoolExecutor:
+        pool = self._executors.get(node)
+        if pool is None:
+            pool = ThreadPoolExecutor(
+                self.settings.threads_per_node, thread_name_prefix=f"docker-{node}"
+            )
+            self._executors[node] = pool
+        return pool
+
+    async def run(self, node: str, fn: Callable[[], T], timeout: float | None = None) -> T:
+        """Run a blocking call in the node's pool, abandoning it after ``timeout`` seconds."""
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self.executor(node), fn)
+        return await asyncio.wait_for(future, timeout or self.settings.docker_timeout + 1)
+
+    async def engine_ok(self, node: str) -> bool:
+        """Whether the node's engine answered a ping recently (cached ``health_ttl``)."""
+        cached = self._health.get(node)
+        if cached and time.monotonic() - cached[0] < self.settings.health_ttl:
+            return cached[1]
+        try:
+            await self.run(node, lambda: self.client(node).ping(), self.settings.ping_timeout)
+            ok = True
+        except Exception as e:
+            self.log.warning(
+                "Docker engine of node %s unreachable: %s", node, e or type(e).__name__
+            )
+            ok = False
+            self._clients.pop(node, None)  # reconnect next time (version negotiation)
+        self._health[node] = (time.monotonic(), ok)
+        return ok
+
+    def known_down(self, node: str) -> bool:
+        cached = self._health.get(node)
+        return bool(
+            cached and not cached[1] and time.monotonic() - cached[0] < self.settings.health_ttl
+        )
+
+    # ------------------------------------------------------------------ inventory
+    async def _inventory(self, spec: NodeSpec) -> NodeInventory | None:
+        if spec.agent_url:
+            reading = await self.agents.read(
+                AgentEndpoint(spec.name, spec.agent_url, self.settings.agent_token)
+            )
+            if isinstance(reading, Unreachable):
+                return None
+            return reading
+        probe = self._probes.get(spec.name)
+        if probe is None:
+            probe = make_probe(
+                self.settings.probe_mode, self.settings.inventory_file or None, spec.name
+            )
+            self._probes[spec.name] = probe
+        try:
+            return await self.run(spec.name, probe.read, self.settings.ping_timeout)
+        except (GPUHubError, OSError, asyncio.TimeoutError) as e:
+            self.log.warning("GPU inventory of node %s unreadable: %s", spec.name, e)
+            return None
+
+    async def _node_state(self, spec: NodeSpec) -> NodeState:
+        engine, inventory = await asyncio.gather(self.engine_ok(spec.name), self._inventory(spec))
+        if inventory is not None:
+            self._last_inventory[spec.name] = inventory
+        known = inventory or self._last_inventory.get(spec.name) or NodeInventory(spec.name, "0")
+        return NodeState(
+            known, schedulable=not spec.drain, reachable=engine and inventory is not None
+        )
+
+    async def snapshot(self) -> ClusterSnapshot:
+        """Every node's state now, with the ledger's allocations (reconciled once at first)."""
+        await self.ensure_reconciled()
+        states = await asyncio.gather(*(self._node_state(s) for s in self.specs()))
+        return ClusterSnapshot(
+            nodes=tuple(states),
+            allocations=self.ledger.allocations(),
+            our_containers=frozenset(self._our_containers),
+        )
+
+    # ------------------------------------------------------------------ reconciliation
+    async def ensure_reconciled(self) -> None:
+        if not self._reconciled:
+            await self.reconcile()
+        if self._task is None and self.settings.reconcile_interval > 0:
+            self._task = asyncio.ensure_future(self._reconcile_forever())
+
+    async def _reconcile_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.reconcile_interval)
+            try:
+                await self.reconcile()
+            except Exception:
+                self.log.exception("GPU ledger reconciliation failed; will retry")
+
+    async def _list(self, node: str) -> list[LabelledContainer] | None:
+        if not await self.engine_ok(node):
+            return None
+        hub = f"{LABEL}.hub={self.settings.hub_id}"
+        try:
+            listing = await self.run(
+                node, lambda: self.client(node).containers(filters={"label": hub})
+            )
+        except Exception as e:
+            self.log.warning("Listing containers on node %s failed: %s", node, e)
+            return None
+        return containers_from_docker(node, listing)
+
+    async def reconcile(self) -> None:
+        """Bring the ledger in line with the labelled containers on every reachable node."""
+        async with self._reconcile_lock:
+            nodes = [s.name for s in self.specs()] + list(self._retired)
+            listings = await asyncio.gather(*(self._list(n) for n in nodes))
+            for node, found in zip(nodes, listings, strict=True):
+                if found is not None:
+                    self._apply(node, found)
+            self._reconciled = True
+
+    def _apply(self, node: str, found: list[LabelledContainer]) -> None:
+        running = [c for c in found if c.running]
+        self._our_containers.difference_update(
+            {c.id for c in found if not c.running} | self._ids_on.get(node, set())
+        )
+        self._ids_on[node] = {c.id for c in running}
+        self._our_containers.update(self._ids_on[node])
+        for c in running:
+            conflicts = [
+                u
+                for u in self.ledger.adopt(c.holder, node, c.gpus)
+                if self.ledger.holder_of(u) != ORPHAN + c.holder
+            ]
+            if conflicts:
+                self.log.error(
+                    "Container %s on %s holds GPUs also held by others: %s",
+                    c.id[:12],
+                    node,
+                    conflicts,
+                )
+        holders = {c.holder for c in running}
+        holders |= {ORPHAN + h for h in holders}
+        for holder in self.ledger.holders_on(node, older_than=self.settings.reconcile_grace):
+            if holder not in holders and holder not in self.pending:
+                freed = self.ledger.release(holder)
+                self.ledger.release_ports(holder)
+                if freed:
+                    self.log.info(
+                        "Reconciliation: no container of %s on %s; freed %s",
+                        holder,
+                        node,
+                        ", ".join(freed),
+                    )
