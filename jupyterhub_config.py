@@ -63,3 +63,8 @@ c.GPUDockerSpawner.mem_limit = "32G"
 c.GPUDockerSpawner.cpu_limit = 8
 c.Spawner.start_timeout = 300  # first pull of a CUDA image on a node takes minutes
 c.Spawner.http_timeout = 120
+
+# --- refuse to start on a bad nodes/inventory/catalog/bounds setting -------------------
+from jupyterhub_gpu.config import check_config  # noqa: E402
+
+check_config(c)

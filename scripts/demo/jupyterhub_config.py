@@ -45,3 +45,7 @@ c.GPUDockerSpawner.prefix = "jhgpu-demo"
 c.Spawner.default_url = "/lab"
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120
+
+from jupyterhub_gpu.config import check_config  # noqa: E402
+
+check_config(c)

@@ -171,3 +171,22 @@ def test_hostile_usernames_stay_inside_home_root(make_hub, engine, tmp_path: Pat
     assert set(tmp_path.iterdir()) == before_outside
     for p in root.iterdir():
         assert p.is_dir() and not p.is_symlink() and not p.name.startswith(".")
+
+
+def test_hub_refuses_to_start_on_a_bad_catalog(tmp_path: Path) -> None:
+    from tests.conftest import CATALOG
+    from tests.support.hub import Hub
+
+    bad = tmp_path / "catalog.yaml"
+    bad.write_text(CATALOG.read_text().replace('cuda_version: "11.8"', 'cuda_version: "eleven"'))
+    hub = Hub(tmp_path / "hub")
+    hub.extra_config = f"""
+c.JupyterHub.spawner_class = "gpudocker"
+c.GPUDockerSpawner.catalog_file = {str(bad)!r}
+from jupyterhub_gpu.config import check_config
+check_config(c)
+"""
+    with pytest.raises(RuntimeError) as e:
+        hub.start(timeout=30)
+    hub.stop()
+    assert "images[1] (demo-cuda11).cuda_version" in str(e.value)
