@@ -1,0 +1,71 @@
+"""Write docs/config-reference.md from the help of every configurable trait we define.
+
+.venv/bin/python scripts/gen_config_reference.py        # rewrite the file
+.venv/bin/python scripts/gen_config_reference.py --check  # fail if it is stale
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+from pathlib import Path
+
+from traitlets import HasTraits
+
+from jupyterhub_gpu.agent.app import GPUAgent
+from jupyterhub_gpu.auth.ldap import GPULDAPAuthenticator
+from jupyterhub_gpu.culler.service import GPUIdleCuller
+from jupyterhub_gpu.inventory.client import AgentClient
+from jupyterhub_gpu.spawner import GPUDockerSpawner
+
+OUT = Path(__file__).resolve().parents[1] / "docs" / "config-reference.md"
+CLASSES: list[type[HasTraits]] = [
+    GPUDockerSpawner,
+    GPULDAPAuthenticator,
+    AgentClient,
+    GPUIdleCuller,
+    GPUAgent,
+]
+
+
+def section(cls: type[HasTraits]) -> str:
+    lines = [f"## {cls.__name__}", "", inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0], ""]
+    own = {k: t for k, t in cls.class_traits(config=True).items() if k in cls.__dict__}
+    for name, trait in sorted(own.items()):
+        default = trait.default_value_repr()
+        lines += [
+            f"### `c.{cls.__name__}.{name}`",
+            "",
+            f"{type(trait).__name__}, default `{default}`",
+            "",
+            inspect.cleandoc(trait.help or "(no help)"),
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def render() -> str:
+    head = (
+        "# Configuration reference\n\nGenerated from the traits' help by "
+        "`scripts/gen_config_reference.py`; do not edit by hand.\n\n"
+    )
+    return head + "\n".join(section(c) for c in CLASSES)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args()
+    text = render()
+    if args.check:
+        if not OUT.exists() or OUT.read_text() != text:
+            print(f"{OUT} is stale: run scripts/gen_config_reference.py", file=sys.stderr)
+            return 1
+        return 0
+    OUT.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
