@@ -23,6 +23,7 @@ from .errors import ConfigError
 from .form import policy_from_config
 from .homes import template_root
 from .inventory.declared import load_inventory_file
+from .mounts import parse_group_mounts
 from .nodes import default_node, parse_nodes
 
 
@@ -52,6 +53,7 @@ def check_config(config: Any, section: str = "GPUDockerSpawner") -> None:
         raise ConfigError(f"{section}.probe_mode is 'declared' but inventory_file is not set")
     load_catalog(s.get("catalog_file") or default_catalog_path())
     policy_from_config(s.get("resource_defaults"), s.get("group_bounds"), section)
+    parse_group_mounts(s.get("group_mounts") or {}, f"{section}.group_mounts")
     if s.get("home_template"):
         template_root(s["home_template"])
     for key in ("default_uid", "default_gid"):

@@ -57,6 +57,7 @@ from .form import (
 )
 from .inventory.model import ClusterSnapshot
 from .ledger import ORPHAN, GPULedger
+from .mounts import dataset_binds, parse_group_mounts
 from .nodes import NodeSpec, default_node, parse_nodes
 from .placement import availability, place
 from .placement.model import NoFit, Placement, PlacementRequest
@@ -121,6 +122,12 @@ class GPUDockerSpawner(DockerSpawner):
         config=True,
         help="""Per-group bounds: {group: {max_gpus, allowed_models, allowed_images, max_cpu,
         max_mem_gib}}; a user gets the most generous of their groups.""",
+    )
+    group_mounts = Dict(
+        config=True,
+        help="""Read-only dataset mounts per group:
+        ``{"vision-lab": [{"source": "/mnt/datasets/imagenet", "target": "/data/imagenet"}]}``.
+        Members get every mount of their groups, always read-only.""",
     )
     home_template = Unicode(
         "",
@@ -438,6 +445,7 @@ class GPUDockerSpawner(DockerSpawner):
                 None, lambda: ensure_home(path, ident.uid, ident.gid, shared_root=root)
             )
             binds[str(path)] = {"bind": self._container_home(), "mode": "rw"}
+        binds.update(dataset_binds(parse_group_mounts(self.group_mounts), ident.groups))
         limits = resource_limits(options.cpu, options.mem_gib, self.policy)
         self.cpu_limit = limits.cpu  # DockerSpawner turns these into cpu_quota and mem_limit
         self.mem_limit = limits.mem_bytes

@@ -190,3 +190,48 @@ check_config(c)
         hub.start(timeout=30)
     hub.stop()
     assert "images[1] (demo-cuda11).cuda_version" in str(e.value)
+
+
+def test_catalog_image_built_by_ci_spawns(make_hub, engine) -> None:
+    """images/build.py built the catalog's python-cpu image on the local base (cluster.sh)."""
+    hub = two_gpu_hub(make_hub, engine)
+    state = spawn_ready(hub, "ivan", {"image": "python-cpu", "gpu_count": 0})
+    assert state["gpu_uuids"] == []
+    (container,) = containers_of(engine, hub, "ivan")
+    assert container.attrs["Config"]["Image"] == "jupyterhub-gpu/python-cpu:3.11-bookworm"
+    assert container.labels["jupyterhub-gpu.image"] == "jupyterhub-gpu/python-cpu:3.11-bookworm"
+
+
+def test_named_servers_each_get_their_own_image_gpus_and_datasets(
+    make_hub, engine, tmp_path: Path
+) -> None:
+    data = tmp_path / "datasets" / "imagenet"
+    data.mkdir(parents=True)
+    (data / "README").write_text("read me\n")
+    mounts = {"vision": [{"source": str(data), "target": "/data/imagenet"}]}
+    extra = f"""
+c.JupyterHub.allow_named_servers = True
+c.JupyterHub.load_groups = {{"vision": {{"users": ["judy"]}}}}
+c.GPUDockerSpawner.group_mounts = {mounts!r}
+"""
+    hub = two_gpu_hub(make_hub, engine, extra)
+    hub.create_user("judy")
+    states = {}
+    for server, options in (
+        ("one", {"image": "demo-cuda12", "gpu_count": 1}),
+        ("two", {"image": "demo-cpu", "gpu_count": 0}),
+    ):
+        r = hub.spawn("judy", options, server=server)
+        assert r.status_code in (201, 202), r.text
+        hub.wait_ready("judy", server)
+        states[server] = hub.server("judy", server)["state"]
+    assert len(states["one"]["gpu_uuids"]) == 1 and states["two"]["gpu_uuids"] == []
+    containers = {c.labels["jupyterhub-gpu.server"]: c for c in containers_of(engine, hub, "judy")}
+    assert set(containers) == {"one", "two"}
+    env_one = container_env(engine, containers["one"].name)
+    assert env_one["NVIDIA_VISIBLE_DEVICES"] == states["one"]["gpu_uuids"][0]
+    assert container_env(engine, containers["two"].name)["NVIDIA_VISIBLE_DEVICES"] == "void"
+    out = containers["one"].exec_run(
+        ["sh", "-c", "cat /data/imagenet/README; touch /data/imagenet/x"]
+    )
+    assert out.output.decode().startswith("read me") and out.exit_code != 0  # read-only

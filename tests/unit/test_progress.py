@@ -1,0 +1,44 @@
+"""Progress messages of a spawn (pure parts)."""
+
+from __future__ import annotations
+
+import pytest
+
+from jupyterhub_gpu.progress import describe_gpus, pull_percent
+
+pytestmark = pytest.mark.unit
+
+
+def downloading(layer: str, current: int, total: int) -> dict:
+    return {
+        "id": layer,
+        "status": "Downloading",
+        "progressDetail": {"current": current, "total": total},
+    }
+
+
+def test_pull_percent_aggregates_layers_by_bytes() -> None:
+    events = [
+        {"status": "Pulling from library/x", "id": "1.0"},
+        downloading("a", 50, 100),
+        downloading("b", 0, 300),
+    ]
+    assert pull_percent(events) == 12  # 50 of 400 bytes
+    events += [{"id": "a", "status": "Download complete"}, downloading("b", 150, 300)]
+    assert pull_percent(events) == 62  # 250 of 400
+    events += [{"id": "b", "status": "Pull complete"}]
+    assert pull_percent(events) == 100
+
+
+def test_pull_percent_unknown_until_a_size_is_known() -> None:
+    assert pull_percent([{"status": "Pulling fs layer", "id": "a"}]) is None
+    assert pull_percent([]) is None
+
+
+def test_describe_gpus_reads_like_the_issue_asks() -> None:
+    text = describe_gpus("gpu-b", [(1, "NVIDIA GeForce RTX 3090", 24576)])
+    assert text == "node gpu-b, GPU 1 (RTX 3090, 24 GiB)"
+    assert describe_gpus("n", []) == "node n, no GPU (CPU only)"
+    assert "GPU 0 (A100-SXM4-80GB, 80 GiB), GPU 1" in describe_gpus(
+        "n", [(0, "NVIDIA A100-SXM4-80GB", 81920), (1, "NVIDIA A100-SXM4-80GB", 81920)]
+    )
