@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -27,12 +27,18 @@ def engine(engines: list[Engine]) -> Engine:
     return engines[0]
 
 
-def gpu_inventory(node: str, prefix: str, models: list[tuple[str, int, str]]) -> dict:
+def gpu_inventory(
+    node: str,
+    prefix: str,
+    models: list[tuple[str, int, str]],
+    driver_version: str = "550.54.15",
+    cuda_driver_version: str = "12.4",
+) -> dict:
     """A declared-inventory node: ``models`` is a list of (model, memory_mib, cc)."""
     return {
         "name": node,
-        "driver_version": "550.54.15",
-        "cuda_driver_version": "12.4",
+        "driver_version": driver_version,
+        "cuda_driver_version": cuda_driver_version,
         "gpus": [
             {
                 "uuid": f"GPU-{prefix}{i:04d}-0000-4000-8000-000000000000",
@@ -56,7 +62,10 @@ def make_hub(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator:
         inventory: list[dict],
         extra: str = "",
         agents: dict[str, AgentProcess] | None = None,
+        extra_engines: Sequence[Engine] = (),
     ) -> Hub:
+        """``extra_engines``: engines not configured at start (a test may add them through
+        a nodes file); this hub's containers there are logged and removed like the others."""
         work = tmp_path / f"hub{len(hubs)}"
         work.mkdir()
         inv = work / "inventory.yaml"
@@ -97,7 +106,7 @@ c.GPUDockerSpawner.prefix = "jhgpu-" + {hub.hub_id!r}
 """
             + extra
         )
-        hubs.append((hub, nodes))
+        hubs.append((hub, [*nodes, *(e for e in extra_engines if e not in nodes)]))
         return hub.start()
 
     yield factory

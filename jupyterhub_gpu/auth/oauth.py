@@ -1,20 +1,28 @@
 """OAuth / OIDC logins with the same ``auth_state`` identity keys as LDAP.
 
 OAuthenticator (17.x) keeps the provider's user info in ``auth_state["oauth_user"]`` and,
-with ``manage_groups``, the user's groups in the auth model. :func:`make_identity_hook`
-returns a JupyterHub ``post_auth_hook`` that adds ``uid``, ``gid``, ``home_directory``,
-``groups``, ``group_gids`` and ``uid_source`` (see :mod:`jupyterhub_gpu.auth.identity`),
-so the spawner and the group policies work the same whichever login is used::
+with ``manage_groups``, the user's groups in the auth model. Two JupyterHub hooks add
+``uid``, ``gid``, ``home_directory``, ``groups``, ``group_gids`` and ``uid_source`` (see
+:mod:`jupyterhub_gpu.auth.identity`) from the claims, so the spawner and the group
+policies work the same whichever login is used:
 
-    from jupyterhub_gpu.auth.oauth import make_identity_hook
+- :func:`make_identity_hook`, a ``post_auth_hook``: at login, and refuses a login without
+  a usable uid with the same message as LDAP's (unless ``fallback_uid`` is given);
+- :func:`make_reconcile_hook`, a ``reconcile_auth_state_hook``: at login **and at every
+  refresh**. OAuthenticator rebuilds auth_state from the provider before each spawn and
+  every ``auth_refresh_age``, without ``post_auth_hook``; without this hook the identity
+  keys vanish at the first spawn.
+
+::
+
+    from jupyterhub_gpu.auth.oauth import make_identity_hook, make_reconcile_hook
     c.GenericOAuthenticator.manage_groups = True
     c.GenericOAuthenticator.auth_state_groups_key = "oauth_user.groups"
-    c.Authenticator.post_auth_hook = make_identity_hook(
-        uid_claim="uidNumber", gid_claim="gidNumber", home_claim="homeDirectory"
-    )
+    identity = dict(uid_claim="uidNumber", gid_claim="gidNumber", home_claim="homeDirectory")
+    c.Authenticator.post_auth_hook = make_identity_hook(**identity)
+    c.Authenticator.reconcile_auth_state_hook = make_reconcile_hook(**identity)
 
-A login without a usable uid is refused with the same message as LDAP's, unless
-``fallback_uid`` is given. Not yet tested against a real OIDC provider (a later step).
+Tested against a local OpenID Connect provider (tests/integration/test_oauth.py).
 """
 
 from __future__ import annotations
@@ -26,9 +34,10 @@ from tornado import web
 
 from jupyterhub_gpu.auth.identity import IdentityError, identity_from_auth_state, parse_id
 
-__all__ = ["claims_to_identity_state", "make_identity_hook"]
+__all__ = ["claims_to_identity_state", "make_identity_hook", "make_reconcile_hook"]
 
 PostAuthHook = Callable[[Any, Any, dict[str, Any]], dict[str, Any]]
+ReconcileHook = Callable[[Any, dict[str, Any], dict[str, Any] | None], dict[str, Any] | None]
 
 
 def _lookup(data: Mapping[str, Any], dotted: str) -> Any:
@@ -79,6 +88,59 @@ def claims_to_identity_state(
     }
 
 
+class _IdentityClaims:
+    """The shared settings of :func:`make_identity_hook` and :func:`make_reconcile_hook`."""
+
+    def __init__(
+        self,
+        *,
+        uid_claim: str,
+        gid_claim: str,
+        home_claim: str | None,
+        groups_key: str | None,
+        fallback_uid: int | None,
+        fallback_gid: int | None,
+        min_uid: int,
+        min_gid: int,
+    ) -> None:
+        self.uid_claim = uid_claim
+        self.gid_claim = gid_claim
+        self.home_claim = home_claim
+        self.groups_key = groups_key
+        self.fallback_uid = fallback_uid
+        self.fallback_gid = fallback_gid
+        self.min_uid = min_uid
+        self.min_gid = min_gid
+
+    def state(self, authenticator: Any, auth_model: Mapping[str, Any]) -> dict[str, Any]:
+        """The model's auth_state with the identity keys added from its claims and groups."""
+        state = dict(auth_model.get("auth_state") or {})
+        user_info = state.get(getattr(authenticator, "user_auth_state_key", "oauth_user"))
+        groups = _lookup(state, self.groups_key) if self.groups_key else auth_model.get("groups")
+        state.update(
+            claims_to_identity_state(
+                user_info if isinstance(user_info, Mapping) else {},
+                groups,
+                uid_claim=self.uid_claim,
+                gid_claim=self.gid_claim,
+                home_claim=self.home_claim,
+                fallback_uid=self.fallback_uid,
+                fallback_gid=self.fallback_gid,
+            )
+        )
+        return state
+
+    def refusal(self, name: str, state: Mapping[str, Any]) -> IdentityError | None:
+        try:
+            identity_from_auth_state(name, state, min_uid=self.min_uid, min_gid=self.min_gid)
+        except IdentityError as e:
+            return e
+        return None
+
+    def describe(self, state: Mapping[str, Any]) -> str:
+        return f"{self.uid_claim}={state['uid']!r}, {self.gid_claim}={state['gid']!r}"
+
+
 def make_identity_hook(
     *,
     uid_claim: str = "uidNumber",
@@ -96,36 +158,85 @@ def make_identity_hook(
     from ``groups_key``, a dotted path into auth_state (``"oauth_user.groups"``; for
     Google groups ``"oauth_user.google_groups"``). Raises ``HTTPError(403)`` with a
     message for the user when the identity is unusable (no uid, root, a system uid).
+
+    JupyterHub runs ``post_auth_hook`` at login only; OAuthenticator replaces auth_state
+    at every refresh (before each spawn and every ``auth_refresh_age``), so configure
+    :func:`make_reconcile_hook` with the same arguments as well.
     """
+    claims = _IdentityClaims(
+        uid_claim=uid_claim,
+        gid_claim=gid_claim,
+        home_claim=home_claim,
+        groups_key=groups_key,
+        fallback_uid=fallback_uid,
+        fallback_gid=fallback_gid,
+        min_uid=min_uid,
+        min_gid=min_gid,
+    )
 
     def hook(authenticator: Any, handler: Any, auth_model: dict[str, Any]) -> dict[str, Any]:
-        state = dict(auth_model.get("auth_state") or {})
-        user_info = state.get(getattr(authenticator, "user_auth_state_key", "oauth_user"))
-        groups = _lookup(state, groups_key) if groups_key else auth_model.get("groups")
-        state.update(
-            claims_to_identity_state(
-                user_info if isinstance(user_info, Mapping) else {},
-                groups,
-                uid_claim=uid_claim,
-                gid_claim=gid_claim,
-                home_claim=home_claim,
-                fallback_uid=fallback_uid,
-                fallback_gid=fallback_gid,
-            )
-        )
-        try:
-            identity_from_auth_state(auth_model["name"], state, min_uid=min_uid, min_gid=min_gid)
-        except IdentityError as e:
+        state = claims.state(authenticator, auth_model)
+        refusal = claims.refusal(auth_model["name"], state)
+        if refusal is not None:
             authenticator.log.warning(
-                "OAuth user %r has no usable POSIX identity (%s=%r, %s=%r); login refused.",
+                "OAuth user %r has no usable POSIX identity (%s); login refused.",
                 auth_model["name"],
-                uid_claim,
-                state["uid"],
-                gid_claim,
-                state["gid"],
+                claims.describe(state),
             )
-            raise web.HTTPError(e.status_code, str(e)) from None
+            raise web.HTTPError(refusal.status_code, str(refusal))
         auth_model["auth_state"] = state
         return auth_model
+
+    return hook
+
+
+def make_reconcile_hook(
+    *,
+    uid_claim: str = "uidNumber",
+    gid_claim: str = "gidNumber",
+    home_claim: str | None = "homeDirectory",
+    groups_key: str | None = None,
+    fallback_uid: int | None = None,
+    fallback_gid: int | None = None,
+    min_uid: int = 1000,
+    min_gid: int = 100,
+) -> ReconcileHook:
+    """A ``reconcile_auth_state_hook`` (JupyterHub 6.1) that adds the identity keys to the
+    auth_state of every login **and every refresh**.
+
+    OAuthenticator refreshes a user's auth_state from the provider before each spawn
+    (``refresh_pre_spawn`` is on with auth_state) and every ``auth_refresh_age`` seconds;
+    JupyterHub does not run ``post_auth_hook`` then, so without this hook the refreshed
+    auth_state has no uid and the spawner refuses the user (or, with
+    ``require_identity = False``, runs them as ``default_uid``). The identity always comes
+    from the fresh claims: a uid removed at the provider is gone after the next refresh
+    (the keys stay, with ``uid`` None, so the spawner refuses with the usual message). It
+    never refuses a refresh itself; :func:`make_identity_hook` refuses at login.
+    """
+    claims = _IdentityClaims(
+        uid_claim=uid_claim,
+        gid_claim=gid_claim,
+        home_claim=home_claim,
+        groups_key=groups_key,
+        fallback_uid=fallback_uid,
+        fallback_gid=fallback_gid,
+        min_uid=min_uid,
+        min_gid=min_gid,
+    )
+
+    def hook(
+        authenticator: Any, auth_model: dict[str, Any], existing: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
+        if auth_model.get("auth_state") is None:
+            return None  # auth_state disabled or not given: nothing to add
+        state = claims.state(authenticator, auth_model)
+        if claims.refusal(auth_model["name"], state) is not None:
+            authenticator.log.warning(
+                "OAuth user %r has no usable POSIX identity any more (%s); "
+                "their servers will not start.",
+                auth_model["name"],
+                claims.describe(state),
+            )
+        return state
 
     return hook

@@ -42,6 +42,10 @@ class Hub:
     hub_id: str = field(default_factory=lambda: "t" + secrets.token_hex(4))
     token: str = field(default_factory=lambda: secrets.token_hex(16))
     port: int = field(default_factory=free_port)
+    # fixed for the hub's life, so a restarted hub (same workdir) keeps its addresses: the
+    # running single-user servers were told the hub's API URL when they started
+    hub_api_port: int = field(default_factory=free_port)
+    proxy_api_port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -59,9 +63,9 @@ class Hub:
             f"""
 c = get_config()  # noqa
 c.JupyterHub.bind_url = {self.url!r}
-c.JupyterHub.hub_bind_url = "http://127.0.0.1:{free_port()}"
+c.JupyterHub.hub_bind_url = "http://127.0.0.1:{self.hub_api_port}"
 c.JupyterHub.hub_connect_ip = "127.0.0.1"
-c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{free_port()}"
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{self.proxy_api_port}"
 c.ConfigurableHTTPProxy.pid_file = {str(self.workdir / "proxy.pid")!r}
 c.JupyterHub.db_url = "sqlite:///{self.workdir / "jupyterhub.sqlite"}"
 c.JupyterHub.cookie_secret_file = {str(self.workdir / "cookie_secret")!r}
