@@ -26,6 +26,13 @@ ADMIN_SCOPES = [
     "list:users",
 ]
 
+#: Append to a hub's extra config so that :meth:`Hub.user_token` may create users' tokens.
+TOKEN_ROLE_CONFIG = """
+c.JupyterHub.load_roles = c.JupyterHub.load_roles + [
+    {"name": "token-maker", "scopes": ["tokens"], "services": ["tester"]}
+]
+"""
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -142,6 +149,18 @@ c.Spawner.debug = False
         from urllib.parse import quote
 
         return self.api("POST", f"/users/{quote(name, safe='')}")
+
+    def user_token(self, name: str, expires_in: int = 3600, note: str = "test") -> str:
+        """A new API token of user ``name`` (needs :data:`TOKEN_ROLE_CONFIG`)."""
+        from urllib.parse import quote
+
+        r = self.api(
+            "POST",
+            f"/users/{quote(name, safe='')}/tokens",
+            json={"expires_in": expires_in, "note": note},
+        )
+        r.raise_for_status()
+        return str(r.json()["token"])
 
     def user(self, name: str) -> dict[str, Any]:
         from urllib.parse import quote

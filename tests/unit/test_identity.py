@@ -23,7 +23,11 @@ from jupyterhub_gpu.auth.identity import (
     verify_home_path,
 )
 from jupyterhub_gpu.auth.ldap import GPULDAPAuthenticator
-from jupyterhub_gpu.auth.oauth import claims_to_identity_state, make_identity_hook
+from jupyterhub_gpu.auth.oauth import (
+    claims_to_identity_state,
+    make_identity_hook,
+    make_reconcile_hook,
+)
 from jupyterhub_gpu.errors import ConfigError, UnsafePath
 
 pytestmark = pytest.mark.unit
@@ -406,3 +410,29 @@ def test_identity_hook_uses_managed_groups_or_a_key_and_refuses_no_uid() -> None
         make_identity_hook()(_FakeAuthenticator(), None, {"name": "x", "auth_state": {}})
     assert info.value.status_code == 403
     assert "uidNumber" in str(info.value.log_message)
+
+
+def test_reconcile_hook_maps_every_refresh_and_never_refuses_it() -> None:
+    """OAuthenticator's refresh rebuilds auth_state without post_auth_hook: the reconcile
+    hook puts the identity back, from the fresh claims."""
+    hook = make_reconcile_hook()
+    claims: dict[str, Any] = {"uidNumber": "10001", "gidNumber": 5000, "homeDirectory": "/home/a"}
+    fresh = {
+        "name": "alice",
+        "groups": ["gpu-users"],
+        "auth_state": {"access_token": "t", "oauth_user": claims},
+    }
+    old = {"uid": 10001, "gid": 5000, "groups": ["a100-users", "gpu-users"]}
+    state = hook(_FakeAuthenticator(), fresh, old)
+    assert state is not None
+    assert (state["uid"], state["gid"], state["home_directory"]) == (10001, 5000, "/home/a")
+    assert state["groups"] == ["gpu-users"] and state["access_token"] == "t"
+
+    # the provider dropped the uid: the old one is not kept, and the refresh is not refused
+    del claims["uidNumber"]
+    state = hook(_FakeAuthenticator(), fresh, old)
+    assert state is not None and state["uid"] is None
+    with pytest.raises(IdentityError):
+        identity_from_auth_state("alice", state)
+
+    assert hook(_FakeAuthenticator(), {"name": "alice", "auth_state": None}, old) is None
