@@ -22,15 +22,34 @@ ends at its first cull:
 
 Metrics, summed over sessions: ``reclaimed_gpu_hours`` = hours from the cull to the end of
 the session's trace; ``busy_gpu_minutes_killed`` = GPU-minutes with utilisation at or
-above the threshold in the ``--kill-window-min`` minutes after the cull (default 30): work
-the cull interrupted. Activity model, per job (a run of samples at or above the threshold,
-a new job after a pause of 5 minutes or more): with probability 0.5 the user is there
-(HTTP activity from 1-10 minutes before the job starts to an exponential 10-minute mean,
-at most 60, after); an attended job was started from a notebook cell with probability 0.5
-(its kernel is busy for the whole job, kernel messages at its start and end), otherwise
-from a terminal; unattended jobs (the other half) leave no HTTP or kernel trace: scripts,
-``nohup``, training left running. Every session opens with 5-20 minutes of HTTP activity
-(the user who spawned it).
+above the threshold in the ``--kill-window-min`` minutes after the cull (default 30), the
+issue's metric. It is split (tables, ``details``) into ``interrupted_gpu_minutes``: busy
+samples of a process already launched at the cull (work the cull interrupted), and
+``relaunched_gpu_minutes``: busy samples of a process whose user's launch activity began
+after the cull (the user came back after being away at least the timeout; a real user
+would find the server stopped and start it again).
+
+Activity model (seeded, ``--seed``; the same sessions and draws for every policy; fixed
+before any policy was compared). Jobs are runs of samples at or above the threshold; a
+pause of 5 minutes or more starts a new job. Every job is either *launched* or a
+*continuation*:
+
+- job 1 of a session is launched. A later job is the continuation of the previous job's
+  process (a training or serving loop resuming after a pause) with probability 0.5, but
+  only if the GPU memory stayed at or above 1024 (trace units) at every sample of the
+  pause between them (memory falling below that means the process exited); else launched;
+- a launched job has HTTP activity from U(1, 10) minutes before its start until its start
+  (the user types the cell or the command), and, with probability 0.5 (watched), on to
+  min(Exp(mean 10), 60) minutes after its start;
+- a launched job runs in a notebook cell with probability 0.5: the kernel is busy from its
+  start until the end of its process's last continuation (the cell has not returned), with
+  kernel messages (hub activity) at both ends; otherwise in a terminal (HTTP only);
+- a continuation leaves no new HTTP or kernel trace;
+- every session opens with U(5, 20) minutes of HTTP activity (the user who spawned it).
+
+Every random draw is made for every job, in the same order, whatever the job turns out to
+be. ``ours_held`` (tables and ``summary.proposed_ours_held``) is ``ours`` plus a proposed
+rule not yet in ``judge()`` (see :func:`cull_ours`).
 
 Trace: Lin et al., SoCC '25 (alibaba/clusterdata, cluster-trace-v2026-GenAI).
 """
@@ -60,6 +79,7 @@ from jupyterhub_gpu.culler.idleness import (
     KernelsObservation,
     Policy,
     ServerObservation,
+    Signal,
     judge,
 )
 from jupyterhub_gpu.culler.tracker import GpuTracker
@@ -71,19 +91,26 @@ STOCK_SWEEP_MIN = (10, 30, 60, 90, 120, 180, 240, 360, 480, 720, 960, 1440)
 TICK_S = 60.0
 THRESHOLD = 10.0
 JOB_GAP_S = 300.0
-# the activity model (identical for every policy)
-P_ATTENDED = 0.5
-P_NOTEBOOK = 0.5
+# the activity model (identical for every policy; fixed before any policy was compared)
+P_CONTINUATION = 0.5  # a later job, its GPU memory held since the last one: same process
+MEM_RELEASED_MIB = 1024.0  # memory below this between two jobs: the process exited
+P_WATCHED = 0.5  # the user who launched a job stays to watch it
+P_NOTEBOOK = 0.5  # a launched job runs in a notebook cell (else in a terminal)
 LEAD_MIN = (1.0, 10.0)
 STAY_MEAN_MIN, STAY_MAX_MIN = 10.0, 60.0
 SPAWN_VISIT_MIN = (5.0, 20.0)
+# the proposed held-GPU rule (see cull_ours); 120 min = the shipped gpu_pause_cap
+HELD_IDLE_MIN = 120.0
 
 ACTIVITY_MODEL = (
-    "per job (samples >= threshold, a new job after a >= 5 min pause): attended with p=0.5 "
-    "(HTTP activity from U(1,10) min before its start to min(Exp(mean 10), 60) min after); "
-    "an attended job runs in a notebook cell with p=0.5 (kernel busy for the job, kernel "
-    "messages at start and end), else in a terminal; unattended jobs leave no HTTP or "
-    "kernel trace; each session opens with U(5,20) min of HTTP activity"
+    "per job (samples >= threshold, a new job after a >= 5 min pause): job 1 is launched; "
+    "a later job continues the previous job's process with p=0.5 if GPU memory stayed >= "
+    "1024 (trace units) through the pause between them, else it is launched. A launched "
+    "job has HTTP activity from U(1,10) min before its start to its start, and with p=0.5 "
+    "(watched) until min(Exp(mean 10), 60) min after; it runs in a notebook cell with "
+    "p=0.5 (kernel busy from its start to the end of its process's last continuation, "
+    "kernel messages at both ends), else in a terminal (HTTP only). A continuation leaves "
+    "no new trace. Each session opens with U(5,20) min of HTTP activity"
 )
 
 Cell = dict[str, float]
@@ -113,6 +140,9 @@ class Activity:
     hub_last: list[float]  # the hub's last_activity (session start if none yet)
     kernel_busy: list[bool]
     kernel_last: list[float | None]
+    # per job: (start, end, launch time of its process); a continuation has its
+    # process's launch time, a launched job the time its user's launch activity began
+    jobs: list[tuple[float, float, float]]
 
 
 def load_sessions(folder: Path) -> list[Session]:
@@ -159,24 +189,47 @@ def merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return out
 
 
+def held_through(s: Session, a: float, b: float) -> bool:
+    """Whether the GPU's memory stayed held (>= MEM_RELEASED_MIB) at every sample in (a, b)."""
+    lo, hi = bisect.bisect_right(s.times, a), bisect.bisect_left(s.times, b)
+    return all(m is None or m >= MEM_RELEASED_MIB for m in s.mem_mib[lo:hi])
+
+
 def model_activity(s: Session, seed: int) -> Activity:
-    """The seeded user-activity model of the module docstring, sampled on the tick grid."""
+    """The seeded user-activity model of the module docstring, sampled on the tick grid.
+
+    Every job is either *launched* by its user (HTTP activity in the minutes before it
+    starts; a notebook cell also makes the kernel busy) or the *continuation* of the
+    process the previous job belongs to (a training or serving loop resuming after a
+    pause; no new trace). Job 1 is always launched, and only a job whose GPU memory stayed
+    held since the previous one can be a continuation. Every random draw is made for every
+    job in the same order, whatever the job turns out to be.
+    """
     rng = random.Random(f"{seed}:{s.cid}")
     presence = [(s.start, s.start + 60 * rng.uniform(*SPAWN_VISIT_MIN))]
-    busy: list[tuple[float, float]] = []
-    events: list[float] = []
+    # one per process: [its user's launch activity began, its job started, end of its
+    # last job, launched from a notebook cell]
+    processes: list[list[Any]] = []
+    jobs: list[tuple[float, float, float]] = []
+    previous_end: float | None = None
     for start, end in jobs_of(s):
-        if rng.random() >= P_ATTENDED:
-            continue
-        stay = min(rng.expovariate(1 / STAY_MEAN_MIN), STAY_MAX_MIN)
-        presence.append((start - 60 * rng.uniform(*LEAD_MIN), start + 60 * stay))
-        if rng.random() < P_NOTEBOOK:
-            busy.append((start, end))
-            events += [start, end]
+        continues = rng.random() < P_CONTINUATION
+        lead = 60 * rng.uniform(*LEAD_MIN)
+        watched = rng.random() < P_WATCHED
+        stay = 60 * min(rng.expovariate(1 / STAY_MEAN_MIN), STAY_MAX_MIN)
+        notebook = rng.random() < P_NOTEBOOK
+        if previous_end is not None and continues and held_through(s, previous_end, start):
+            processes[-1][2] = end
+        else:
+            presence.append((start - lead, start + (stay if watched else 0.0)))
+            processes.append([start - lead, start, end, notebook])
+        jobs.append((start, end, processes[-1][0]))
+        previous_end = end
+    busy = [(a, z) for _, a, z, cell in processes if cell]
+    events = sorted(t for a, z in busy for t in (a, z))
     presence = merge(presence)
-    events.sort()
     ticks = [s.start + i * TICK_S for i in range(int((s.end - s.start) // TICK_S) + 1)]
-    act = Activity(ticks, [], [], [])
+    act = Activity(ticks, [], [], [], jobs)
     last_seen, p, b, e = s.start, 0, 0, 0
     for t in ticks:
         while p < len(presence) and presence[p][1] <= t:
@@ -219,7 +272,18 @@ def cull_gpu_threshold(s: Session, act: Activity, timeout_s: float) -> float | N
     return None
 
 
-def cull_ours(s: Session, act: Activity, policy: Policy) -> float | None:
+def cull_ours(
+    s: Session, act: Activity, policy: Policy, held_idle: float = 0.0, busy_mean: bool = False
+) -> float | None:
+    """Replay one session through the tracker and ``judge()``; the cull time or None.
+
+    ``held_idle`` > 0 adds the proposed *held-GPU rule* (a ``gpu_held_idle`` policy setting,
+    not in ``judge()`` yet; composed here around the shipped ``judge()``, whose culls it can
+    only turn into keeps): a GPU that still holds ``gpu_memory_change`` MiB or more and has
+    been busy since the server started (a reading at or above the threshold; with
+    ``busy_mean``, a ``gpu_window`` mean at or above it) counts as idle only ``held_idle``
+    seconds after its last busy reading (and after its last activity and observation start).
+    """
     tracker = GpuTracker(
         s.cid,
         threshold=policy.gpu_threshold,
@@ -229,24 +293,37 @@ def cull_ours(s: Session, act: Activity, policy: Policy) -> float | None:
     )
     utc = timezone.utc
     started = datetime.fromtimestamp(s.start, utc)
+    last_busy: datetime | None = None  # the proposed GpuSummary.last_busy_at
     i = 0
     for k, t in enumerate(act.ticks):
         while i < len(s.times) and s.times[i] <= t:
-            tracker.add(datetime.fromtimestamp(s.times[i], utc), s.util[i], s.mem_mib[i])
+            at = datetime.fromtimestamp(s.times[i], utc)
+            tracker.add(at, s.util[i], s.mem_mib[i])
+            if (tracker.mean_pct if busy_mean else s.util[i]) >= policy.gpu_threshold:
+                last_busy = at
             i += 1
         last_kernel = act.kernel_last[k]
         kernel = KernelObservation(
             "busy" if act.kernel_busy[k] else "idle",
             None if last_kernel is None else datetime.fromtimestamp(last_kernel, utc),
         )
+        summary = tracker.summary()
         obs = ServerObservation(
             name=s.cid,
             started=started,
             last_activity=datetime.fromtimestamp(act.hub_last[k], utc),
-            gpus={s.cid: tracker.summary()},
+            gpus={s.cid: summary},
             kernels=KernelsObservation((kernel,)),
         )
-        if judge(obs, policy, datetime.fromtimestamp(t, utc)).cull:
+        now = datetime.fromtimestamp(t, utc)
+        decision = judge(obs, policy, now)
+        if decision.cull and decision.signal is Signal.IDLE and held_idle and last_busy:
+            assert summary is not None  # judge() keeps a server whose GPU has no summary
+            held = (summary.memory_used_mib or 0.0) >= policy.gpu_memory_change
+            since = max(summary.observed_since, summary.last_active_at or last_busy, last_busy)
+            if held and (now - since).total_seconds() < held_idle:
+                continue
+        if decision.cull:
             return t
     return None
 
@@ -255,29 +332,51 @@ def cull_ours(s: Session, act: Activity, policy: Policy) -> float | None:
 
 
 def score(
-    sessions: list[Session], culls: list[float | None], kill_window_s: float, sample_min: float
+    sessions: list[Session],
+    acts: list[Activity],
+    culls: list[float | None],
+    kill_window_s: float,
+    sample_min: float,
 ) -> Cell:
-    reclaimed = killed = 0.0
-    n_culls = n_kill = 0
-    for s, c in zip(sessions, culls, strict=True):
+    """Sum the metrics; killed minutes are also split by what they were (see docstring)."""
+    reclaimed = killed = interrupted = relaunched = 0.0
+    n_culls = n_kill = n_interrupted = 0
+    for s, act, c in zip(sessions, acts, culls, strict=True):
         if c is None:
             continue
         n_culls += 1
         reclaimed += (s.end - c) / 3600
         lo = bisect.bisect_right(s.times, c)
         hi = bisect.bisect_right(s.times, c + kill_window_s)
+        starts = [j[0] for j in act.jobs]
+        mine = 0.0
+        for t, u in zip(s.times[lo:hi], s.util[lo:hi], strict=True):
+            if u < THRESHOLD:
+                continue
+            launched_at = act.jobs[bisect.bisect_right(starts, t) - 1][2]
+            if launched_at >= c:
+                relaunched += sample_min
+            else:
+                interrupted += sample_min
+                mine += sample_min
         busy = sum(1 for u in s.util[lo:hi] if u >= THRESHOLD)
         killed += busy * sample_min
         n_kill += busy > 0
+        n_interrupted += mine > 0
     return {
         "reclaimed_gpu_hours": round(reclaimed, 1),
         "busy_gpu_minutes_killed": round(killed, 1),
         "culls": n_culls,
         "sessions_with_work_killed": n_kill,
+        "interrupted_gpu_minutes": round(interrupted, 1),
+        "sessions_interrupted": n_interrupted,
+        "relaunched_gpu_minutes": round(relaunched, 1),
     }
 
 
-def run(folder: Path, seed: int, kill_window_min: float) -> dict[str, Any]:
+def run(
+    folder: Path, seed: int, kill_window_min: float, held_idle_min: float = HELD_IDLE_MIN
+) -> dict[str, Any]:
     t0 = time.perf_counter()
     sessions = load_sessions(folder / TRACE_DIR)
     acts = [model_activity(s, seed) for s in sessions]
@@ -288,34 +387,61 @@ def run(folder: Path, seed: int, kill_window_min: float) -> dict[str, Any]:
 
     def evaluate(cull: Callable[[Session, Activity], float | None]) -> Cell:
         culls = [cull(s, a) for s, a in zip(sessions, acts, strict=True)]
-        return score(sessions, culls, window_s, sample_min)
+        return score(sessions, acts, culls, window_s, sample_min)
 
-    def ours_at(policy: Policy) -> Cell:
-        return evaluate(lambda s, a: cull_ours(s, a, policy))
+    def ours_at(policy: Policy, held_idle: float = 0.0) -> Cell:
+        return evaluate(lambda s, a: cull_ours(s, a, policy, held_idle))
 
+    held_s = 60 * held_idle_min
     cells: dict[str, dict[str, Cell]] = {"ours": {}, "stock": {}, "gpu_threshold": {}}
+    held: dict[str, Cell] = {}
     for m in TIMEOUTS_MIN:
-        cells["ours"][str(m)] = ours_at(replace(Policy(), gpu_timeout=60 * m, timeout=60 * m))
+        at_m = replace(Policy(), gpu_timeout=60 * m, timeout=60 * m)
+        cells["ours"][str(m)] = ours_at(at_m)
+        held[str(m)] = ours_at(at_m, held_s)
         cells["gpu_threshold"][str(m)] = evaluate(lambda s, a: cull_gpu_threshold(s, a, 60 * m))  # noqa: B023
     sweep = {str(m): evaluate(lambda s, a: cull_stock(s, a, 60 * m)) for m in STOCK_SWEEP_MIN}  # noqa: B023
     cells["stock"] = {str(m): sweep[str(m)] for m in TIMEOUTS_MIN}
     default = ours_at(Policy())
+    held_default = ours_at(Policy(), held_s)
     info = {
         "sessions": len(sessions),
         "session_gpu_hours": round(sum(s.end - s.start for s in sessions) / 3600, 1),
         "sample_spacing_s": spacing,
     }
     elapsed = time.perf_counter() - t0
-    return {"cells": cells, "sweep": sweep, "default": default, "info": info, "runtime_s": elapsed}
+    return {
+        "cells": cells,
+        "sweep": sweep,
+        "default": default,
+        "held": held,
+        "held_default": held_default,
+        "held_idle_min": held_idle_min,
+        "info": info,
+        "runtime_s": elapsed,
+    }
 
 
 def summarise(r: dict[str, Any], seed: int, kill_window_min: float) -> dict[str, Any]:
     safe = [int(m) for m, c in r["sweep"].items() if c["busy_gpu_minutes_killed"] == 0]
     shortest = min(safe) if safe else None
     stock_safe = r["sweep"][str(shortest)]["reclaimed_gpu_hours"] if shortest else None
-    ours = r["default"]["reclaimed_gpu_hours"]
-    ratio = round(ours / stock_safe, 2) if stock_safe else None
-    zero = all(c["busy_gpu_minutes_killed"] == 0 for c in r["cells"]["ours"].values())
+
+    def targets(by_timeout: dict[str, Cell], default: Cell) -> dict[str, Any]:
+        ours = default["reclaimed_gpu_hours"]
+        return {
+            "default_reclaimed_gpu_hours": ours,
+            "ratio_default_to_stock_safe": round(ours / stock_safe, 2) if stock_safe else None,
+            "zero_busy_killed_every_timeout": all(
+                c["busy_gpu_minutes_killed"] == 0 for c in by_timeout.values()
+            ),
+            "zero_interrupted_every_timeout": all(
+                c["interrupted_gpu_minutes"] == 0 for c in by_timeout.values()
+            ),
+            "default_beats_stock_safe": bool(stock_safe is not None and ours > stock_safe),
+        }
+
+    shipped = targets(r["cells"]["ours"], r["default"])
     return {
         **r["info"],
         "threshold_pct": THRESHOLD,
@@ -327,10 +453,18 @@ def summarise(r: dict[str, Any], seed: int, kill_window_min: float) -> dict[str,
         "stock_sweep": r["sweep"],
         "stock_shortest_safe_timeout_min": shortest,
         "stock_reclaimed_gpu_hours_at_safe_timeout": stock_safe,
-        "ours_default_reclaimed_gpu_hours": ours,
-        "ratio_ours_default_to_stock_safe": ratio,
-        "target_ours_zero_busy_killed_every_timeout": zero,
-        "target_ours_default_beats_stock_safe": bool(stock_safe is not None and ours > stock_safe),
+        "ours_default_reclaimed_gpu_hours": shipped["default_reclaimed_gpu_hours"],
+        "ratio_ours_default_to_stock_safe": shipped["ratio_default_to_stock_safe"],
+        "target_ours_zero_busy_killed_every_timeout": shipped["zero_busy_killed_every_timeout"],
+        "target_ours_default_beats_stock_safe": shipped["default_beats_stock_safe"],
+        "ours_zero_interrupted_every_timeout": shipped["zero_interrupted_every_timeout"],
+        "proposed_ours_held": {
+            "rule": "ours + held-GPU rule (cull_ours), not shipped",
+            "held_idle_min": r["held_idle_min"],
+            "by_timeout": r["held"],
+            "default": r["held_default"],
+            **targets(r["held"], r["held_default"]),
+        },
         "details": r["cells"],
         "runtime_s": round(r["runtime_s"], 1),
     }
@@ -352,22 +486,37 @@ def print_tables(r: dict[str, Any], summary: dict[str, Any]) -> None:
         f"{info['sessions']} sessions, {info['session_gpu_hours']} GPU-hours; threshold "
         f"{THRESHOLD:g}%, kill window {window:g} min, seed {summary['seed']}"
     )
-    head = ("policy", "timeout", "reclaimed GPU-h", "busy GPU-min killed", "culls")
-    print(f"{head[0]:<14}{head[1]:>8}{head[2]:>17}{head[3]:>21}{head[4]:>7}")
+    held = f"ours_held{r['held_idle_min']:g}"
+    head = ("policy", "timeout", "reclaimed", "busy killed", "interrupted", "relaunched", "culls")
+    print(
+        f"{head[0]:<16}{head[1]:>8}{head[2]:>11}{head[3]:>13}{head[4]:>13}{head[5]:>12}{head[6]:>7}"
+    )
     rows = [(p, m, c) for p, by in r["cells"].items() for m, c in by.items()]
-    rows.append(("ours default", str(int(Policy().gpu_timeout / 60)), r["default"]))
+    rows += [(held, m, c) for m, c in r["held"].items()]
+    default_m = str(int(Policy().gpu_timeout / 60))
+    rows += [
+        ("ours default", default_m, r["default"]),
+        (held + " def", default_m, r["held_default"]),
+    ]
     for policy, m, c in rows:
-        reclaimed, killed = c["reclaimed_gpu_hours"], c["busy_gpu_minutes_killed"]
-        print(f"{policy:<14}{m + 'm':>8}{reclaimed:>17}{killed:>21}{c['culls']:>7}")
+        print(
+            f"{policy:<16}{m + 'm':>8}{c['reclaimed_gpu_hours']:>11}"
+            f"{c['busy_gpu_minutes_killed']:>13}{c['interrupted_gpu_minutes']:>13}"
+            f"{c['relaunched_gpu_minutes']:>12}{c['culls']:>7}"
+        )
+    print("(GPU-hours reclaimed; GPU-minutes killed = interrupted + relaunched, see docstring)")
     print("\nstock sweep (timeout: reclaimed GPU-h / busy GPU-min killed):")
     for m, c in r["sweep"].items():
         print(f"  {m:>5}m  {c['reclaimed_gpu_hours']:>7} / {c['busy_gpu_minutes_killed']}")
+    prop = summary["proposed_ours_held"]
     print(
         "\nshortest stock timeout killing no busy work: "
         f"{summary['stock_shortest_safe_timeout_min']} min, reclaiming "
         f"{summary['stock_reclaimed_gpu_hours_at_safe_timeout']} GPU-h; ours at default "
-        f"settings: {summary['ours_default_reclaimed_gpu_hours']} GPU-h; ratio "
-        f"{summary['ratio_ours_default_to_stock_safe']} ({summary['runtime_s']} s)"
+        f"settings: {summary['ours_default_reclaimed_gpu_hours']} GPU-h, ratio "
+        f"{summary['ratio_ours_default_to_stock_safe']}; {held} at default settings: "
+        f"{prop['default_reclaimed_gpu_hours']} GPU-h, ratio "
+        f"{prop['ratio_default_to_stock_safe']} ({summary['runtime_s']} s)"
     )
 
 
@@ -386,12 +535,18 @@ def main(argv: list[str] | None = None) -> int:
         default=30.0,
         help="minutes after a cull in which busy GPU samples count as killed work",
     )
+    ap.add_argument(
+        "--held-idle-min",
+        type=float,
+        default=HELD_IDLE_MIN,
+        help="minutes of the proposed held-GPU rule's wait (ours_held; default %(default)s)",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
     if not (args.traces / TRACE_DIR).is_dir():
         print(f"no {TRACE_DIR}/ under {args.traces} (see --traces)", file=sys.stderr)
         return 2
-    result = run(args.traces, args.seed, args.kill_window_min)
+    result = run(args.traces, args.seed, args.kill_window_min, args.held_idle_min)
     summary = summarise(result, args.seed, args.kill_window_min)
     if args.json:
         print(json.dumps(as_json(result, summary), indent=1))
