@@ -14,7 +14,7 @@ import json
 import os
 import tempfile
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +31,13 @@ class CullNote:
     def message(self) -> str:
         """The sentence a user reads, e.g. on the hub's home page."""
         which = f"Your server '{self.server}'" if self.server else "Your server"
-        when = self.at.strftime("%Y-%m-%d %H:%M UTC")
+        when = _utc(self.at).strftime("%Y-%m-%d %H:%M UTC")
         return f"{which} was stopped at {when} to free its resources: {self.reason}."
+
+
+def _utc(t: datetime) -> datetime:
+    """An aware UTC datetime; a naive one is taken as UTC (as the hub's database keeps)."""
+    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
 
 
 def add_note(notes: Notes, note: CullNote, keep: int = 5) -> Notes:
@@ -44,15 +49,17 @@ def add_note(notes: Notes, note: CullNote, keep: int = 5) -> Notes:
 
 
 def notes_for(notes: Notes, user: str, since: datetime | None = None) -> list[CullNote]:
-    """The user's notes, oldest first, newer than ``since`` if given; bad entries skipped."""
+    """The user's notes, oldest first, newer than ``since`` if given; bad entries skipped.
+
+    Times are compared in UTC; a naive ``since`` (or a naive time in the file) is UTC."""
     found = []
     for item in notes.get(user, []):
         try:
-            at = datetime.fromisoformat(item["at"])
+            at = _utc(datetime.fromisoformat(item["at"]))
             note = CullNote(user, str(item["server"]), at, str(item["reason"]))
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, AttributeError):
             continue
-        if since is None or at > since:
+        if since is None or at > _utc(since):
             found.append(note)
     return found
 

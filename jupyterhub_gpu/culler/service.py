@@ -201,6 +201,7 @@ class GPUIdleCuller(Application):
         self._trackers: dict[str, GpuTracker] = {}
         self._holders: dict[str, str] = {}  # GPU uuid -> "user/server@started"
         self._agent_ok: dict[str, bool] = {}
+        self._listed: dict[str, frozenset[str]] = {}  # node -> GPUs its agent's last answer listed
         self._warned: set[str] = set()
 
     def initialize(self, argv: Any = None) -> None:
@@ -248,21 +249,41 @@ class GPUIdleCuller(Application):
 
         async def poll(node: str, url: str) -> None:
             try:
-                _, readings = await read_agent(
+                answered, readings = await read_agent(
                     self._client(), url, self.agent_token, self.agent_timeout
                 )
+                if answered and answered != node:  # a wrong URL: not this node's GPUs
+                    raise ProbeError(f"the agent at {url} answers for node {answered!r}")
             except (httpx.HTTPError, ProbeError) as e:
                 if self._agent_ok.get(node, True):
                     self.log.warning("Agent of %s unreachable (%s): its servers are kept", node, e)
                 self._agent_ok[node] = False
+                self._missed(self._listed.pop(node, frozenset()))
                 return
             if not self._agent_ok.get(node, True):
                 self.log.info("Agent of %s answers again", node)
             self._agent_ok[node] = True
+            listed = frozenset(r.uuid for r in readings)
+            self._missed(self._listed.get(node, frozenset()) - listed)
+            self._listed[node] = listed
             for r in readings:
                 self._tracker(r.uuid).add(at, r.utilization_pct, r.memory_used_mib)
 
         await asyncio.gather(*(poll(n, u) for n, u in sorted(self.agent_urls.items())))
+
+    def _missed(self, uuids: frozenset[str]) -> None:
+        """These GPUs' readings were missed: unobserved time must not count as idle time."""
+        for uuid in uuids:
+            if uuid in self._trackers:
+                self._trackers[uuid].interrupt()
+
+    def _unobserved(self, state: Mapping[str, Any], uuid: str) -> bool:
+        """Whether ``uuid`` has no current reading: its node's agent failed its latest poll
+        or did not list it. A reading from before is not used then, however recent."""
+        node = state.get("node")
+        if not isinstance(node, str) or node not in self.agent_urls:
+            return False  # no agent to ask: the reading's age alone decides
+        return self._agent_ok.get(node) is not True or uuid not in self._listed.get(node, ())
 
     # -- culling ---------------------------------------------------------------------
 
@@ -286,7 +307,8 @@ class GPUIdleCuller(Application):
                 self._holders[uuid] = holder
                 if tracker is not None and started is not None:
                     tracker.forget_before(started)
-            gpus[uuid] = tracker.summary() if tracker else None
+            missing = tracker is None or self._unobserved(state, uuid)
+            gpus[uuid] = None if missing or tracker is None else tracker.summary()
         return gpus
 
     def _server_url(self, server: Mapping[str, Any]) -> str:

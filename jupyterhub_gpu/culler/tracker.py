@@ -7,7 +7,8 @@ monitoring blip is not activity, and a GPU busy half the time at 30% is), or whe
 memory in use moved by ``memory_change`` MiB or more since the previous reading (a
 process allocating or freeing). A gap longer than ``max_gap`` between readings breaks
 the observation: what happened in it is unknown, so idle time counts again from the
-next reading.
+next reading. So does :meth:`interrupt`, which the service calls when a poll of the GPU's
+agent failed or the agent stopped listing the GPU, however short the gap.
 """
 
 from __future__ import annotations
@@ -44,12 +45,15 @@ class GpuTracker:
         self.last_active_at: datetime | None = None
         self.longest_pause_s = 0.0
         self.mean_pct = 0.0
+        self.interrupted = False  # readings were missed since the last one
 
     def add(self, at: datetime, utilization_pct: float, memory_used_mib: float | None) -> bool:
         """Record one reading; returns whether it counted as active. Old readings are ignored."""
         if self.last_sample_at is not None and at <= self.last_sample_at:
             return False
-        if self.last_sample_at is None or (at - self.last_sample_at).total_seconds() > self.max_gap:
+        gap = None if self.last_sample_at is None else (at - self.last_sample_at).total_seconds()
+        if gap is None or gap > self.max_gap or self.interrupted:
+            self.interrupted = False
             self.observed_since = at
             self._samples.clear()
             self._sum = 0.0
@@ -74,6 +78,11 @@ class GpuTracker:
             self._last_memory = memory_used_mib
         self.last_sample_at = at
         return active
+
+    def interrupt(self) -> None:
+        """Readings were missed (the agent did not answer, or did not list this GPU): what
+        happened meanwhile is unknown, so the next reading starts a new observation."""
+        self.interrupted = True
 
     def forget_before(self, started: datetime) -> None:
         """A server that started at ``started`` now holds this GPU: what happened before
@@ -113,6 +122,7 @@ class GpuTracker:
             "observed_since": iso(self.observed_since),
             "last_active_at": iso(self.last_active_at),
             "longest_pause_s": self.longest_pause_s,
+            "interrupted": self.interrupted,
         }
 
     def restore(self, data: dict[str, Any]) -> None:
@@ -127,6 +137,7 @@ class GpuTracker:
         longest = float(data["longest_pause_s"])
         self.last_sample_at, self.observed_since, self.last_active_at = stamps
         self.longest_pause_s = longest
+        self.interrupted = bool(data.get("interrupted", False))  # absent in older files
         self._last_memory = None if memory is None else float(memory)
         self._samples = samples
         self._sum = sum(u for _, u in samples)

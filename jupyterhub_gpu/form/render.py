@@ -138,6 +138,7 @@ def render_form(
     previous_choices: Mapping[str, Any] | None = None,
     *,
     models: Sequence[ModelAvailability] = (),
+    notes: Sequence[str] = (),
 ) -> str:
     """The form's HTML (inserted into JupyterHub's ``spawn.html``).
 
@@ -145,7 +146,9 @@ def render_form(
     ``availability``: from :func:`~jupyterhub_gpu.catalog.catalog_availability`;
     ``models``: from :func:`~jupyterhub_gpu.form.availability.gpu_model_availability`
     (models the user's groups may not use are left out here); ``previous_choices``:
-    the server's last ``user_options``, preselected where still valid.
+    the server's last ``user_options``, preselected where still valid; ``notes``:
+    sentences for the user, oldest first (e.g. why the culler stopped the server,
+    ``CullNote.message()``): the newest is shown above the form, dismissable.
     """
     allowed = [m for m in models if bounds.model_allowed(m.model)]
     images = _image_choices(catalog_view, availability, [m.model for m in allowed])
@@ -167,6 +170,7 @@ def render_form(
             bounds=bounds,
             choice=choice,
             any_model=ANY_MODEL,
+            notice=notes[-1] if notes else "",
         )
     )
 
@@ -177,10 +181,13 @@ def spawn_form_html(
     bounds: UserBounds,
     previous_choices: Mapping[str, Any] | None = None,
     free_counts: Mapping[str, int] | None = None,
+    *,
+    notes: Sequence[str] = (),
 ) -> str:
     """Everything in one call: the user's images, their availability on ``snapshot``'s
-    nodes, per-model free counts (``free_counts`` from placement, if given) and the form."""
+    nodes, per-model free counts (``free_counts`` from placement, if given) and the form,
+    with the newest of ``notes`` above it (see :func:`render_form`)."""
     view = visible_entries(catalog, bounds)
     availability = catalog_availability(view, snapshot.nodes)
     models = gpu_model_availability(snapshot, free_counts)
-    return render_form(view, availability, bounds, previous_choices, models=models)
+    return render_form(view, availability, bounds, previous_choices, models=models, notes=notes)

@@ -235,6 +235,60 @@ async def test_agent_going_away_protects_its_servers(world: World, tmp_path: Pat
     assert "alice" not in " ".join(world.deletes())
 
 
+async def test_an_agent_known_down_protects_at_once(world: World, tmp_path: Path) -> None:
+    """The agent fails its latest poll: its GPUs' last readings are a minute old, well
+    under ``gpu_stale_after`` (3 min), yet they are not used."""
+    culler = make_culler(world, tmp_path)
+    await poll(culler, start=40, stop=1)
+    culler.agent_urls = {"node-a": "http://agent-b.test:9450"}  # node-a's agent goes away
+    await culler.poll_gpus_once(now=T0)
+    decisions = await culler.cull_once(now=T0)
+    assert decisions["alice"].signal is Signal.GPU_MISSING
+    assert decisions["alice"].reason == "GPU GPU-a0: no reading from its node agent"
+    assert world.deletes() == ["/hub/api/users/erin/servers/train"]
+
+
+async def test_an_agent_answering_for_another_node_is_not_believed(
+    world: World, tmp_path: Path
+) -> None:
+    """A wrong URL in ``agent_urls``: node-a's agent configured as node-x's."""
+    culler = make_culler(world, tmp_path)
+    culler.agent_urls = {"node-x": "http://agent-a.test:9450"}
+    await poll(culler)
+    assert culler._trackers == {}  # node-a's readings were not taken for node-x's
+    decisions = await culler.cull_once(now=T0)
+    assert decisions["alice"].signal is Signal.GPU_MISSING
+    assert "alice" not in " ".join(world.deletes())
+
+
+async def test_after_missed_readings_a_gpu_is_observed_again(world: World, tmp_path: Path) -> None:
+    """One failed poll (a 2-minute gap, under ``gpu_stale_after``) or one answer without
+    the GPU: the time not observed is not idle time, the whole timeout starts again."""
+    culler = make_culler(world, tmp_path)
+    agents = dict(culler.agent_urls)
+    await poll(culler, start=60, stop=2)
+    culler.agent_urls = {"node-a": "http://agent-b.test:9450"}
+    await culler.poll_gpus_once(now=T0 - timedelta(minutes=1))
+    culler.agent_urls = agents
+    del world.gpu_util["GPU-a1"]  # the agent answers again, without bob's GPU
+    await culler.poll_gpus_once(now=T0)
+    decisions = await culler.cull_once(now=T0)
+    assert decisions["alice"].signal is Signal.GPU
+    assert "observed for only 0s of 30m00s" in decisions["alice"].reason
+    assert decisions["bob"].signal is Signal.GPU_MISSING
+    world.gpu_util["GPU-a1"] = 0.0
+    world.kernels["/user/bob/"][0]["execution_state"] = "idle"
+    for at in minutes(-1, -29):
+        await culler.poll_gpus_once(now=at)
+    decisions = await culler.cull_once(now=T0 + timedelta(minutes=29))
+    assert decisions["alice"].signal is Signal.GPU and decisions["bob"].signal is Signal.GPU
+    await culler.poll_gpus_once(now=T0 + timedelta(minutes=30))
+    decisions = await culler.cull_once(now=T0 + timedelta(minutes=30))
+    assert decisions["alice"].cull and decisions["bob"].signal is Signal.GPU, decisions
+    await culler.poll_gpus_once(now=T0 + timedelta(minutes=31))  # bob's came back a poll later
+    assert (await culler.cull_once(now=T0 + timedelta(minutes=31)))["bob"].cull
+
+
 async def test_hub_down_is_survived(world: World, tmp_path: Path) -> None:
     culler = make_culler(world, tmp_path)
     await poll(culler)
@@ -252,7 +306,12 @@ async def test_restart_keeps_gpu_history(world: World, tmp_path: Path) -> None:
     first.save_state()
     again = make_culler(world, tmp_path)
     again.load_state()
-    decisions = await again.cull_once(now=T0 + timedelta(seconds=30))
+    later = T0 + timedelta(seconds=30)
+    # nothing is known of the agents until the restarted culler has asked them once ...
+    assert (await again.cull_once(now=later))["alice"].signal is Signal.GPU_MISSING
+    # ... and one answer is enough: the 40 minutes observed before the restart count
+    await again.poll_gpus_once(now=later)
+    decisions = await again.cull_once(now=later)
     assert decisions["alice"].cull, decisions["alice"].reason
 
 

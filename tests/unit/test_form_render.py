@@ -3,6 +3,8 @@ preselected previous choices, bounds, and escaping of hostile text."""
 
 from __future__ import annotations
 
+import re
+from html import unescape as html_unescape
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -286,3 +288,29 @@ def test_no_image_for_the_user(snapshot: ClusterSnapshot, bounds: UserBounds) ->
     only_lab = parse_catalog({"images": [_image("lab-only", "12.1", groups=["lab"])]})
     html = spawn_form_html(only_lab, snapshot, bounds)
     assert "No image is available to you; ask an admin." in html
+
+
+def test_the_newest_note_is_shown_above_the_form(
+    catalog: Catalog, snapshot: ClusterSnapshot, bounds: UserBounds
+) -> None:
+    """Why the culler stopped the server: the newest note, escaped, in a dismissable alert
+    before the first field; no alert without notes (the default, as before)."""
+    older = "Your server was stopped at 2026-01-01 09:00 UTC to free its resources: idle."
+    newest = f"Your server was stopped at 2026-01-01 11:59 UTC to free its resources: {HOSTILE}"
+    html = spawn_form_html(catalog, snapshot, bounds, None, None, notes=[older, newest])
+    alert = re.search(
+        r'<div id="jhgpu-notice" class="([^"]*)" role="alert">(.*?)</div>', html, re.S
+    )
+    assert alert is not None, html[:800]
+    assert alert[1].split() == ["alert", "alert-info", "alert-dismissible", "fade", "show"]
+    assert 'data-bs-dismiss="alert"' in alert[2] and 'type="button"' in alert[2]
+    text = " ".join(re.sub(r"<[^>]+>", " ", alert[2]).split())
+    assert html_unescape(text) == newest
+    assert "09:00" not in html and "<script>alert" not in html
+    assert html.index('id="jhgpu-notice"') < html.index('id="jhgpu-image"')
+    assert parse(html).selects == parse(spawn_form_html(catalog, snapshot, bounds)).selects
+    for plain in (
+        spawn_form_html(catalog, snapshot, bounds),
+        spawn_form_html(catalog, snapshot, bounds, notes=[]),
+    ):
+        assert "jhgpu-notice" not in plain and "alert-dismissible" not in plain

@@ -298,3 +298,26 @@ def test_notes_round_trip_and_trim(tmp_path: Path) -> None:
     )
     path.write_text("{not json")
     assert load_notes(path) == {}
+
+
+def test_notes_compare_and_tell_times_in_utc() -> None:
+    """A naive ``since`` (the hub's database keeps naive UTC) or a naive or non-UTC time in
+    the file neither raises nor shifts the note; the message always says UTC."""
+    cest = timezone(timedelta(hours=2))
+    notes = {
+        "alice": [
+            {"server": "", "at": "2026-01-01T11:00:00", "reason": "naive"},
+            {"server": "", "at": "2026-01-01T13:30:00+02:00", "reason": "cest"},
+            {"server": "", "at": 17, "reason": "bad"},
+            "nonsense",
+        ]
+    }
+    assert [n.reason for n in notes_for(notes, "alice")] == ["naive", "cest"]  # type: ignore[arg-type]
+    naive_since = datetime(2026, 1, 1, 11, 15)
+    (late,) = notes_for(notes, "alice", since=naive_since)  # type: ignore[arg-type]
+    assert late.reason == "cest" and late.at == ago(30)
+    note = CullNote("alice", "", datetime(2026, 1, 1, 13, 59, tzinfo=cest), "idle")
+    assert (
+        note.message()
+        == "Your server was stopped at 2026-01-01 11:59 UTC to free its resources: idle."
+    )

@@ -1,0 +1,363 @@
+"""The GPU-aware idle culler end to end (issue 6): a real hub starts the real culler service
+(``c.JupyterHub.services`` with a command, the minimal role of docs/culler.md); servers run
+in real containers; node agents run in declared mode and report what each test sets.
+
+One hub holds four servers side by side, one per case, so the whole timeline (timeout
+30 s, a round every 5 s) is paid once:
+
+- ann: nothing runs (no kernel, GPU at 0 %, no HTTP): culled within timeout + interval,
+  and her GPU goes to the next user at once;
+- bob: a kernel busy in a ``time.sleep`` cell, GPU at 0 %: kept;
+- carol: her GPU at 90 % (a training in a terminal), no kernel: kept;
+- dave: idle like ann, but his node's agent is stopped before his timeout: kept.
+
+Every decision is one line of the culler's log, asserted with its reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from tornado.httpclient import HTTPRequest
+from tornado.websocket import websocket_connect
+
+from jupyterhub_gpu.culler.client import parse_time
+from jupyterhub_gpu.culler.notes import load_notes, notes_for
+from tests.conftest import gpu_inventory
+from tests.support.agent import AgentProcess
+from tests.support.cluster import REPO, Engine
+from tests.support.hub import Hub
+
+pytestmark = pytest.mark.integration
+
+TIMEOUT = 30.0
+INTERVAL = 5.0
+STOP_SLACK = 30.0  # from the cull decision to the hub reporting the server gone
+# a loaded 2-core machine starts JupyterLab in a minute or more: more than the hub's 60 s
+SLOW_STARTS = "c.Spawner.http_timeout = 180\nc.Spawner.start_timeout = 180\n"
+RTX = ("NVIDIA GeForce RTX 3090", 24576, "8.6")
+A100 = ("NVIDIA A100-SXM4-40GB", 40960, "8.0")
+OPTIONS = {"image": "demo-cuda11", "gpu_count": 1, "mem_gib": 1, "cpu": 0.5}
+CULLER_SCOPES = ["list:users", "read:servers", "admin:server_state", "delete:servers"]
+CULLER_SCOPES += ["access:servers"]  # kernels and status of the servers
+LINE = re.compile(r"^\[(?P<level>[DIWEC]) (?P<at>[\d-]+ [\d:.]+) GPUIdleCuller\] (?P<message>.*)$")
+
+
+# -- the culler as the hub's service ----------------------------------------------------
+
+
+def culler_extra(work: Path, agents: dict[str, AgentProcess], entry: str = "module") -> str:
+    """Hub config adding the culler service and its role; its own settings in a file."""
+    work.mkdir(parents=True, exist_ok=True)
+    config = work / "culler_config.py"
+    config.write_text(
+        f"""
+c.GPUIdleCuller.agent_urls = { ({n: a.url for n, a in agents.items()})!r}
+c.GPUIdleCuller.timeout = {TIMEOUT}
+c.GPUIdleCuller.gpu_timeout = {TIMEOUT}
+c.GPUIdleCuller.interval = {INTERVAL}
+c.GPUIdleCuller.gpu_poll_interval = 1.0
+c.GPUIdleCuller.gpu_window = 5.0
+c.GPUIdleCuller.notes_file = {str(work / "notes.json")!r}
+c.GPUIdleCuller.state_file = {str(work / "state.json")!r}
+"""
+    )
+    start = ["-m", "jupyterhub_gpu.culler"]
+    if entry == "script":
+        start = [str(REPO / "services" / "culler.py")]
+    token = next(iter(agents.values())).token if agents else ""
+    return (
+        SLOW_STARTS
+        + f"""
+import sys
+c.JupyterHub.services.append({{
+    "name": "gpu-culler",
+    "command": [sys.executable, *{start!r}, "--config={config}", "--log-level=DEBUG",
+                "--GPUIdleCuller.proxy_url=" + c.JupyterHub.bind_url],
+    "environment": {{"JUPYTERHUB_GPU_AGENT_TOKEN": {token!r}}},
+}})
+c.JupyterHub.load_roles.append(
+    {{"name": "gpu-culler", "scopes": {CULLER_SCOPES!r}, "services": ["gpu-culler"]}}
+)
+"""
+    )
+
+
+def culler_log(hub: Hub) -> list[tuple[datetime, str, str]]:
+    """(time, level, message) of every line the culler logged (its output goes to the
+    hub's log; its time is local, made aware here)."""
+    text = hub.log_path.read_text(errors="replace")
+    return [
+        (datetime.strptime(m["at"], "%Y-%m-%d %H:%M:%S.%f").astimezone(), m["level"], m["message"])
+        for m in map(LINE.match, text.splitlines())
+        if m
+    ]
+
+
+def logged_at(hub: Hub, message: str) -> datetime:
+    """When the culler logged ``message``."""
+    at = next((at for at, _, msg in culler_log(hub) if msg == message), None)
+    assert at is not None, f"not in the culler's log: {message}"
+    return at
+
+
+def decisions(hub: Hub, user: str, since: datetime | None = None) -> list[str]:
+    """The culler's decision lines about ``user``'s default server, in order."""
+    return [
+        msg
+        for at, _, msg in culler_log(hub)
+        if msg.startswith((f"Culling {user}: ", f"Keeping {user}: "))
+        and (since is None or at >= since)
+    ]
+
+
+StartAgents = Callable[[list[dict[str, Any]]], dict[str, AgentProcess]]
+
+
+@pytest.fixture
+def start_agents(tmp_path: Path) -> Iterator[StartAgents]:
+    """Factory: one declared-mode agent per inventory node, all with one token."""
+    started: list[AgentProcess] = []
+
+    def start(inventory: list[dict[str, Any]]) -> dict[str, AgentProcess]:
+        path = tmp_path / "agents-inventory.yaml"
+        path.write_text(yaml.safe_dump({"nodes": inventory}))
+        token = uuid.uuid4().hex
+        agents = {}
+        for node in inventory:
+            agent = AgentProcess(node["name"], path, tmp_path / f"agent-{node['name']}.log")
+            agent.token = token
+            started.append(agent.start())
+            agents[node["name"]] = agent
+        return agents
+
+    yield start
+    for agent in started:
+        agent.stop()
+
+
+# -- servers, kernels, time -------------------------------------------------------------
+
+
+def spawn_all(hub: Hub, options: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Spawn every user's server at once; returns when each was first seen ready."""
+    for user in options:
+        hub.create_user(user)
+    with ThreadPoolExecutor(len(options)) as pool:  # the hub answers a spawn when it is done
+        answers = list(pool.map(lambda u: hub.spawn(u, options[u]), options))
+    for r in answers:
+        assert r.status_code in (201, 202), r.text
+    ready: dict[str, float] = {}
+    deadline = time.monotonic() + 240
+    while len(ready) < len(options) and time.monotonic() < deadline:
+        for user in options.keys() - ready.keys():
+            s = hub.server(user)
+            if s and s.get("ready"):
+                ready[user] = time.monotonic()
+            elif not s or not s.get("pending"):
+                raise AssertionError(f"server of {user} failed to start:\n{hub.log_tail()}")
+        time.sleep(0.2)
+    assert len(ready) == len(options), f"not ready in time:\n{hub.log_tail()}"
+    return ready
+
+
+async def start_busy_kernel(hub: Hub, user: str, seconds: int = 600) -> str:
+    """Start a kernel on ``user``'s server and run ``time.sleep`` in it, as a notebook
+    would (the kernel REST API, then an ``execute_request`` over the kernel websocket);
+    returns once the kernel said it is busy with that cell."""
+    headers = {"Authorization": f"token {hub.token}"}
+    async with httpx.AsyncClient(timeout=60) as client:
+        r = await client.post(f"{hub.url}/user/{user}/api/kernels", headers=headers, json={})
+        assert r.status_code == 201, r.text
+        kernel_id = str(r.json()["id"])
+    ws_url = "ws" + hub.url[4:] + f"/user/{user}/api/kernels/{kernel_id}/channels"
+    ws = await websocket_connect(HTTPRequest(ws_url, headers=headers, connect_timeout=30))
+    msg_id = uuid.uuid4().hex
+    header = {
+        "msg_id": msg_id,
+        "msg_type": "execute_request",
+        "username": user,
+        "session": uuid.uuid4().hex,
+        "date": datetime.now(timezone.utc).isoformat(),
+        "version": "5.3",
+    }
+    content = {"code": f"import time; time.sleep({seconds})", "silent": False}
+    content |= {"store_history": False, "user_expressions": {}, "allow_stdin": False}
+    message = {"header": header, "parent_header": {}, "metadata": {}, "content": content}
+    await ws.write_message(json.dumps({**message, "channel": "shell"}))
+    try:
+        while True:
+            raw = await asyncio.wait_for(ws.read_message(), 30)
+            assert raw is not None, "the kernel websocket closed before the cell ran"
+            msg = json.loads(raw) if isinstance(raw, str) else {}
+            if (
+                msg.get("msg_type") == "status"
+                and msg.get("parent_header", {}).get("msg_id") == msg_id
+                and msg["content"].get("execution_state") == "busy"
+            ):
+                return kernel_id
+    finally:
+        ws.close()  # the cell keeps running: nobody is watching, as with a forgotten tab
+
+
+def kernel_states(hub: Hub, user: str) -> list[str]:
+    r = httpx.get(
+        f"{hub.url}/user/{user}/api/kernels",
+        params={"no_track_activity": "1"},
+        headers={"Authorization": f"token {hub.token}"},
+        timeout=30,
+    )
+    r.raise_for_status()
+    return [k["execution_state"] for k in r.json()]
+
+
+def wait_for(predicate: Callable[[], Any], until: float, what: str, hub: Hub) -> Any:
+    """Poll ``predicate`` until it is truthy or ``time.monotonic()`` passes ``until``."""
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > until:
+            raise AssertionError(f"timed out waiting for {what}:\n{hub.log_tail(40)}")
+        time.sleep(0.25)
+
+
+def culled_line(hub: Hub, user: str) -> str | None:
+    return next((d for d in decisions(hub, user) if d.startswith("Culling")), None)
+
+
+# -- the tests --------------------------------------------------------------------------
+
+
+def test_idle_gpu_server_is_culled_and_working_ones_are_kept(
+    make_hub: Callable[..., Hub], engines: list[Engine], start_agents: StartAgents, tmp_path: Path
+) -> None:
+    node_a, node_b = engines[0], engines[2]  # test_multinode stops node-b; leave it
+    inventory = [
+        gpu_inventory(node_a.name, "aaaaaaaa", [RTX, RTX, RTX]),
+        gpu_inventory(node_b.name, "bbbbbbbb", [A100]),
+    ]
+    agents = start_agents(inventory)
+    culler_dir = tmp_path / "culler"
+    hub = make_hub([node_a, node_b], inventory, culler_extra(culler_dir, agents), agents)
+
+    rtx, a100 = {**OPTIONS, "gpu_model": RTX[0]}, {**OPTIONS, "gpu_model": A100[0]}
+    ready = spawn_all(hub, {"ann": rtx, "bob": rtx, "carol": rtx, "dave": a100})
+    all_ready = datetime.now(timezone.utc)
+    servers = {u: hub.server(u) or {} for u in ready}
+    gpu = {u: s["state"]["gpu_uuids"][0] for u, s in servers.items()}
+    assert servers["dave"]["state"]["node"] == node_b.name
+    assert {servers[u]["state"]["node"] for u in ("ann", "bob", "carol")} == {node_a.name}
+
+    agents[node_a.name].set_state(gpu["carol"], utilization_pct=90)  # (c) a training
+    asyncio.run(start_busy_kernel(hub, "bob"))  # (b) a long cell nobody watches
+    # (d) dave's GPU is observed idle for half his timeout, then his node's agent goes away
+    time.sleep(max(ready["dave"] + TIMEOUT / 2 - time.monotonic(), 0))
+    agents[node_b.name].stop()
+    late = {u: time.monotonic() - ready[u] for u in ("bob", "dave")}
+    assert max(late.values()) < TIMEOUT - INTERVAL, f"set-up too slow for the timeline: {late}"
+    assert all(hub.server(u) for u in ready), "a server was stopped before its timeout"
+
+    # (a) ann: every GPU of the cluster is held: nobody else gets an RTX until the culler
+    # frees one (how clearly a full cluster refuses is test_spawner's business)
+    hub.create_user("erin")
+    assert culled_line(hub, "ann") is None, "set-up too slow for the timeline"
+    refused = hub.spawn("erin", rtx)
+    assert refused.status_code >= 400, refused.text
+    assert hub.server("erin") is None
+
+    # the culler decides within timeout + interval of her last activity ...
+    line = wait_for(
+        lambda: culled_line(hub, "ann"),
+        ready["ann"] + TIMEOUT + INTERVAL + 3,
+        "the culler to cull ann",
+        hub,
+    )
+    decided = time.monotonic()
+    last_seen = parse_time(servers["ann"]["last_activity"])  # as the hub had it once ready
+    assert last_seen is not None
+    idle_for = (logged_at(hub, line) - last_seen).total_seconds()
+    assert idle_for >= TIMEOUT, f"culled {idle_for:.1f}s after her last activity: too early"
+    # ... the hub stops her server, and the GPU goes to the next user right away
+    wait_for(lambda: hub.server("ann") is None, decided + STOP_SLACK, "ann's server to go", hub)
+    r = hub.spawn("erin", rtx)
+    assert r.status_code in (201, 202), r.text
+    erin = hub.wait_ready("erin", timeout=240)
+    assert erin["state"]["gpu_uuids"] == [gpu["ann"]], "erin did not get ann's freed GPU"
+
+    # the others: given three more rounds past the last one's timeout, still running
+    time.sleep(max(max(ready.values()) + TIMEOUT + 3 * INTERVAL - time.monotonic(), 0))
+    for user in ("bob", "carol", "dave"):
+        s = hub.server(user)
+        assert s and s["ready"], f"{user}'s server was stopped: {decisions(hub, user)}"
+        assert culled_line(hub, user) is None, decisions(hub, user)
+    assert kernel_states(hub, "bob") == ["busy"]
+
+    # one line per decision, with its reason: every round judged each server once
+    rounds = {u: len(decisions(hub, u, since=all_ready)) for u in ("bob", "carol", "dave")}
+    assert max(rounds.values()) - min(rounds.values()) <= 1, rounds
+    assert line.startswith("Culling ann: idle: no hub activity for "), line
+    assert "kernels idle" in line and "1 GPU under 10% for" in line, line
+    assert line.endswith(f"(timeout {int(TIMEOUT)}s)"), line
+    kept = [d for d in decisions(hub, "ann") if d.startswith("Keeping")]
+    assert len(kept) >= 2 and all(re.match(r"Keeping ann: \S", d) for d in kept), kept
+    assert [d for d in decisions(hub, "ann") if d.startswith("Culling")] == [line]
+
+    def kept_for(user: str, pattern: str) -> list[str]:
+        return [d for d in decisions(hub, user) if re.fullmatch(pattern, d)]
+
+    assert kept_for("bob", r"Keeping bob: 1 kernel\(s\) busy"), decisions(hub, "bob")
+    assert kept_for(
+        "carol", rf"Keeping carol: GPU {gpu['carol'][:12]} active \d+s ago, .*\(now \d+%\)"
+    ), decisions(hub, "carol")
+    dave_kept = kept_for("dave", rf"Keeping dave: GPU {gpu['dave'][:12]}.*agent.*")
+    assert len(dave_kept) >= 2, decisions(hub, "dave")
+    warnings = [m for _, lvl, m in culler_log(hub) if lvl == "W"]
+    assert any(m.startswith(f"Agent of {node_b.name} unreachable") for m in warnings), warnings
+
+    # ann is told why: the culler's note carries the logged reason
+    (note,) = notes_for(load_notes(culler_dir / "notes.json"), "ann")
+    assert note.server == "" and f"Culling ann: {note.reason}" == line
+
+
+@pytest.mark.xfail(strict=True, reason="needs spawner wiring (GPUDockerSpawner.cull_notes_file)")
+def test_spawn_form_tells_the_user_why_the_server_stopped(
+    make_hub: Callable[..., Hub], engines: list[Engine], tmp_path: Path
+) -> None:
+    """A CPU-only server, culled for real by the service; then its owner opens the spawn
+    form and reads why (the hub reads the culler's notes file)."""
+    node = engines[0]
+    culler_dir = tmp_path / "culler"
+    extra = culler_extra(culler_dir, {}, entry="script")
+    extra += f"c.GPUDockerSpawner.cull_notes_file = {str(culler_dir / 'notes.json')!r}\n"
+    hub = make_hub([node], [gpu_inventory(node.name, "cccccccc", [RTX])], extra)
+    ready = spawn_all(hub, {"zoe": {**OPTIONS, "image": "demo-cpu", "gpu_count": 0}})
+    wait_for(
+        lambda: hub.server("zoe") is None,
+        ready["zoe"] + TIMEOUT + INTERVAL + STOP_SLACK,
+        "the culler to stop zoe's server",
+        hub,
+    )
+    (note,) = notes_for(load_notes(culler_dir / "notes.json"), "zoe")
+
+    with httpx.Client(base_url=hub.url, timeout=60, follow_redirects=True) as browser:
+        login = browser.get("/hub/login")
+        xsrf = re.search(r'name="_xsrf" value="([^"]+)"', login.text)
+        assert xsrf, login.text
+        data = {"username": "zoe", "password": "any", "_xsrf": xsrf[1]}
+        assert browser.post("/hub/login", data=data).status_code == 200
+        page = browser.get("/hub/spawn/zoe")
+    assert page.status_code == 200 and 'id="jhgpu-form"' in page.text, page.text[-2000:]
+    assert note.message() in page.text.replace("&#39;", "'")
