@@ -24,7 +24,7 @@ import socket
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -40,6 +40,7 @@ from . import homes
 from .auth.identity import Identity, ensure_home, identity_from_auth_state, map_home
 from .catalog import Catalog, default_catalog_path, load_catalog
 from .cluster import LABEL, Cluster, ClusterSettings
+from .culler.notes import load_notes, notes_for
 from .errors import ConfigError, UserFacingError
 from .form import (
     ResourcePolicy,
@@ -176,6 +177,12 @@ class GPUDockerSpawner(DockerSpawner):
     hub_id = Unicode(
         "default", config=True, help="Label value that tells this hub's containers from others'."
     )
+    cull_notes_file = Unicode(
+        "",
+        config=True,
+        help="""The idle culler's notes file (``GPUIdleCuller.notes_file``, readable by the
+        hub): the spawn form tells the user why the culler stopped their server. '' = off.""",
+    )
 
     @default("nodes")
     def _default_nodes(self) -> list[dict[str, Any]]:
@@ -236,6 +243,9 @@ class GPUDockerSpawner(DockerSpawner):
         state = super().get_state()
         if self.node_name:
             state.update(node=self.node_name, gpu_uuids=list(self.gpu_uuids), port=self.port)
+            if self.server is not None:  # lets the culler read kernels without the proxy
+                address = self._node(self.node_name).address
+                state["server_url"] = f"http://{address}:{self.port}{self.server.base_url}"
         return state
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -347,11 +357,26 @@ class GPUDockerSpawner(DockerSpawner):
     async def _bounds(self) -> UserBounds:
         return resolve_bounds(self.policy, (await self.identity()).groups)
 
+    def _cull_notes(self) -> list[str]:
+        """Why the culler stopped this server, if it did and the server has not run since.
+
+        The hub sets ``last_activity`` when a server starts and when it stops; the stop
+        that follows a cull comes within seconds of the culler's note, a later start after."""
+        if not self.cull_notes_file:
+            return []
+        last = self.orm_spawner.last_activity if self.orm_spawner else None
+        since = last - timedelta(minutes=10) if last else None  # naive UTC, as notes_for takes
+        notes = notes_for(load_notes(self.cull_notes_file), self.user.name, since=since)
+        mine = [n for n in notes if n.server == self.name]
+        return [mine[-1].message()] if mine else []
+
     async def _render_options_form(self) -> str:
         snapshot = await self.cluster.snapshot()
         free = {a.model: a.free for a in availability(snapshot)}
         previous = self.orm_spawner.user_options if self.orm_spawner else None
-        return spawn_form_html(self.catalog, snapshot, await self._bounds(), previous, free)
+        bounds = await self._bounds()
+        notes = self._cull_notes()
+        return spawn_form_html(self.catalog, snapshot, bounds, previous, free, notes=notes)
 
     # ------------------------------------------------------------------ placement
     def _decide_and_reserve(

@@ -54,6 +54,7 @@ class Policy:
     gpu_memory_change: float = 1024.0  # MiB: memory use moving this much = active
     gpu_pause_factor: float = 2.0  # a GPU must stay idle this many times its longest pause
     gpu_pause_cap: float = 7200.0  # ... but never longer than this (or the timeout)
+    gpu_held_idle: float = 7200.0  # a GPU busy in this server, memory still held: 0 = off
     gpu_stale_after: float = 180.0  # a reading older than this is missing data
     max_age: float = 0.0  # cull any server older than this, active or not; 0 = off
 
@@ -67,7 +68,9 @@ class Policy:
 
 
 #: Policy fields a group override may change (the tracker's settings are global).
-OVERRIDABLE = frozenset({"timeout", "gpu_timeout", "gpu_pause_factor", "gpu_pause_cap", "max_age"})
+OVERRIDABLE = frozenset(
+    {"timeout", "gpu_timeout", "gpu_pause_factor", "gpu_pause_cap", "gpu_held_idle", "max_age"}
+)
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,7 @@ class GpuSummary:
     utilization_pct: float  # mean over the window, at the newest reading
     memory_used_mib: float | None = None
     longest_pause_s: float = 0.0  # longest idle stretch between two active readings
+    last_busy_at: datetime | None = None  # newest single reading >= threshold, this server
 
 
 @dataclass(frozen=True)
@@ -145,14 +149,28 @@ def _keep(signal: Signal, reason: str) -> Decision:
     return Decision(False, reason, signal)
 
 
+def gpu_held(summary: GpuSummary, policy: Policy) -> bool:
+    """Whether this GPU has been busy since its server started and still holds memory: a
+    live process that computed before, e.g. a training or serving loop between phases."""
+    return bool(
+        policy.gpu_held_idle
+        and summary.last_busy_at is not None
+        and summary.memory_used_mib is not None
+        and summary.memory_used_mib >= policy.gpu_memory_change
+    )
+
+
 def gpu_required_idle(summary: GpuSummary, policy: Policy, timeout: float) -> float:
     """How long this GPU must stay idle: the timeout, or longer for a GPU that pauses long.
 
     A GPU that came back after a 40-minute pause may well come back after the next one,
     so it must stay idle ``gpu_pause_factor`` times its longest pause (at most
-    ``gpu_pause_cap``) before it counts as idle.
+    ``gpu_pause_cap``) before it counts as idle. A held GPU (:func:`gpu_held`) must stay
+    idle at least ``gpu_held_idle`` after its last busy reading.
     """
     patience = min(policy.gpu_pause_factor * summary.longest_pause_s, policy.gpu_pause_cap)
+    if gpu_held(summary, policy):
+        patience = max(patience, policy.gpu_held_idle)
     return max(timeout, patience)
 
 
@@ -170,6 +188,8 @@ def _gpu_idle_for(
     since = s.observed_since
     if s.last_active_at is not None and s.last_active_at > since:
         since = s.last_active_at
+    if gpu_held(s, policy) and s.last_busy_at is not None and s.last_busy_at > since:
+        since = s.last_busy_at  # a short burst the window's mean did not count
     idle = (now - since).total_seconds()
     required = gpu_required_idle(s, policy, timeout)
     if idle >= required:

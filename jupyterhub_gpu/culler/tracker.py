@@ -43,6 +43,7 @@ class GpuTracker:
         self.last_sample_at: datetime | None = None
         self.observed_since: datetime | None = None
         self.last_active_at: datetime | None = None
+        self.last_busy_at: datetime | None = None  # newest single reading >= threshold
         self.longest_pause_s = 0.0
         self.mean_pct = 0.0
         self.interrupted = False  # readings were missed since the last one
@@ -68,6 +69,8 @@ class GpuTracker:
             and self._last_memory is not None
             and abs(memory_used_mib - self._last_memory) >= self.memory_change
         )
+        if utilization_pct >= self.threshold:
+            self.last_busy_at = at
         active = self.mean_pct >= self.threshold or moved
         if active:
             if self.last_active_at is not None:
@@ -93,6 +96,8 @@ class GpuTracker:
         if self.last_active_at is not None and self.last_active_at < started:
             self.last_active_at = None
             self.longest_pause_s = 0.0
+        if self.last_busy_at is not None and self.last_busy_at < started:
+            self.last_busy_at = None
 
     def summary(self) -> GpuSummary | None:
         """The rolling summary, or ``None`` before the first reading."""
@@ -106,6 +111,7 @@ class GpuTracker:
             utilization_pct=self.mean_pct,
             memory_used_mib=self._last_memory,
             longest_pause_s=self.longest_pause_s,
+            last_busy_at=self.last_busy_at,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -122,6 +128,7 @@ class GpuTracker:
             "observed_since": iso(self.observed_since),
             "last_active_at": iso(self.last_active_at),
             "longest_pause_s": self.longest_pause_s,
+            "last_busy_at": iso(self.last_busy_at),
             "interrupted": self.interrupted,
         }
 
@@ -137,6 +144,7 @@ class GpuTracker:
         longest = float(data["longest_pause_s"])
         self.last_sample_at, self.observed_since, self.last_active_at = stamps
         self.longest_pause_s = longest
+        self.last_busy_at = parse(data.get("last_busy_at"))  # absent in older files
         self.interrupted = bool(data.get("interrupted", False))  # absent in older files
         self._last_memory = None if memory is None else float(memory)
         self._samples = samples

@@ -332,7 +332,6 @@ def test_idle_gpu_server_is_culled_and_working_ones_are_kept(
     assert note.server == "" and f"Culling ann: {note.reason}" == line
 
 
-@pytest.mark.xfail(strict=True, reason="needs spawner wiring (GPUDockerSpawner.cull_notes_file)")
 def test_spawn_form_tells_the_user_why_the_server_stopped(
     make_hub: Callable[..., Hub], engines: list[Engine], tmp_path: Path
 ) -> None:

@@ -321,3 +321,57 @@ def test_notes_compare_and_tell_times_in_utc() -> None:
         note.message()
         == "Your server was stopped at 2026-01-01 11:59 UTC to free its resources: idle."
     )
+
+
+# -- the held-GPU rule: a paused process that still holds its GPU -------------------------
+
+
+def held(busy: float | None, memory: float = 4096, idle: float = 200) -> ServerObservation:
+    """A server idle for 3 h by hub and kernels whose GPU was last busy (one reading >= the
+    threshold) ``busy`` min ago and holds ``memory`` MiB."""
+    summary = replace(
+        gpu(idle=idle),
+        memory_used_mib=memory,
+        last_busy_at=None if busy is None else ago(busy),
+    )
+    return server(last_activity=ago(180), kernels=kernels(("idle", 180)), gpus={"G": summary})
+
+
+@pytest.mark.parametrize(
+    ("obs", "policy", "cull"),
+    [
+        (held(busy=40), POLICY, False),  # paused 40 min, memory held: kept for 2 h
+        (held(busy=119), POLICY, False),
+        (held(busy=121), POLICY, True),  # the cap: no backward-looking rule waits forever
+        (held(busy=40, memory=512), POLICY, True),  # memory released: the process is gone
+        (held(busy=None), POLICY, True),  # never busy in this server: the timeout alone
+        (held(busy=40), replace(POLICY, gpu_held_idle=0), True),  # off
+        (held(busy=40, idle=20), replace(POLICY, gpu_held_idle=0), False),  # mean-active
+        (held(busy=150), replace(POLICY, gpu_held_idle=4 * 3600), False),  # a site's 4 h
+    ],
+)
+def test_held_gpu_waits_for_gpu_held_idle(
+    obs: ServerObservation, policy: Policy, cull: bool
+) -> None:
+    decision = judge(obs, policy, NOW)
+    assert decision.cull is cull
+    assert decision.signal is (Signal.IDLE if cull else Signal.GPU)
+
+
+def test_tracker_last_busy_at_counts_single_readings_of_this_server() -> None:
+    t = tracker()
+    feed(t, [0, 0, 0, 0], ago(14))
+    assert not t.add(ago(10), 25, 4096)  # one reading at 25%: the 5-min mean is 5%
+    t.add(ago(9), 0, 4096)
+    s = t.summary()
+    assert s is not None and s.last_active_at is None and s.last_busy_at == ago(10)
+    copy = tracker()
+    copy.restore(t.to_dict())
+    assert copy.summary() == s
+    old = t.to_dict()
+    del old["last_busy_at"]  # a state file from before the rule
+    copy.restore(old)
+    assert copy.summary() == replace(s, last_busy_at=None)
+    t.forget_before(ago(5))  # a new server holds the GPU
+    s = t.summary()
+    assert s is not None and s.last_busy_at is None
