@@ -8,7 +8,6 @@ then lists what IS free and says what the user can do about it.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 from typing import NamedTuple
 
 from ..inventory.model import ClusterSnapshot
@@ -164,12 +163,12 @@ def _busy_gap(view: View, request: PlacementRequest) -> str:
 
 def free_now(view: View) -> str | None:
     """``"2 x NVIDIA TITAN X (Pascal) on gpu-b, 1 x ... and 3 more"``, most first; None if none."""
-    index = view.index
+    index, free = view.index, view.free_counts
     counts: Counter[tuple[str, str]] = Counter()
-    for s, model in enumerate(index.slot_model):
-        n = index.slot_node[s]
-        if index.node_ok[n] and view.free(s) > 0:
-            counts[(model, index.node_name[n])] += view.free(s)
+    for s in [s for s, n in enumerate(free) if n]:
+        node = index.slot_node[s]
+        if index.node_ok[node]:
+            counts[(index.slot_model[s], index.node_name[node])] += free[s]
     if not counts:
         return None
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -190,25 +189,25 @@ def _fits_now(view: View, request: PlacementRequest) -> bool:
 def _advice(view: View, request: PlacementRequest, instead: str | None) -> str:
     """What to do: relax the model, change the image, ask for less (``instead``) or wait."""
     later = "" if instead else " or try later"
-    if request.allowed_models is not None and _fits_now(
-        view, replace(request, allowed_models=None)
-    ):
-        return f"Choose 'any GPU'{later}."
-    image_free = replace(
-        request,
-        allowed_models=None,
-        min_driver_version=None,
-        min_compute_capability=None,
-        max_compute_capability=None,
+    count, memory = request.gpu_count, request.min_memory_mib
+    any_model = PlacementRequest(
+        count,
+        memory,
+        None,
+        request.min_driver_version,
+        request.min_compute_capability,
+        request.max_compute_capability,
     )
-    if _image_bound(request) and _fits_now(view, image_free):
+    if request.allowed_models is not None and _fits_now(view, any_model):
+        return f"Choose 'any GPU'{later}."
+    if _image_bound(request) and _fits_now(view, PlacementRequest(count, memory)):
         return f"Those can't run this image: choose another image{later}."
     return instead or "Try later."
 
 
 def explain(view: View, request: PlacementRequest) -> str:
     """Why ``request`` does not fit in ``view`` now, what is free, and what to do."""
-    static = _static_gap(view, request)
+    static = None if view.index.candidates(request) else _static_gap(view, request)
     gap, instead = static if static is not None else (_busy_gap(view, request), None)
     free = free_now(view)
     if free is None:

@@ -39,7 +39,7 @@ GPUClass = tuple[int, tuple[int, int]]  # (memory_mib, compute capability)
 # one device as the device chooser sees it: (uuid, index, busy 0..1, topology group)
 Device = tuple[str, int, float, str | None]
 
-_CANDIDATE_CACHE_SIZE = 512  # request shapes remembered per index
+_CANDIDATE_CACHE_SIZE = 1024  # request shapes remembered per index
 _INDEX_CACHE_SIZE = 4  # inventories remembered
 
 
@@ -92,7 +92,7 @@ class ClusterIndex:
         rank = {c: i for i, c in enumerate(self.classes)}
         self.slot_rank = [rank[c] for c in self.slot_class]
         self._lock = threading.Lock()
-        self._candidates: OrderedDict[PlacementRequest, tuple[ClassSlots, ...]] = OrderedDict()
+        self._candidates: dict[PlacementRequest, tuple[ClassSlots, ...]] = {}
         # dynamic state, mirrored from the last sync() (guarded by _lock)
         self._held: set[str] = set()  # allocated uuids
         self._unheld_procs: set[str] = set(self.procs)  # unallocated GPUs with processes
@@ -157,11 +157,9 @@ class ClusterIndex:
         Within a class, slots are ordered by their node's live load, then node name, then
         slot number: the static part of every tie-break. Cached per request shape.
         """
-        with self._lock:
-            hit = self._candidates.get(request)
-            if hit is not None:
-                self._candidates.move_to_end(request)
-                return hit
+        hit = self._candidates.get(request)  # a dict read is atomic; writes take the lock
+        if hit is not None:
+            return hit
         driver = required_driver(request)
         by_rank: dict[int, list[int]] = {}
         for s in range(len(self.slot_node)):
@@ -176,9 +174,9 @@ class ClusterIndex:
             for _, slots in sorted(by_rank.items())
         )
         with self._lock:
+            if len(self._candidates) >= _CANDIDATE_CACHE_SIZE:
+                self._candidates.clear()  # many request shapes: start over
             self._candidates[request] = result
-            while len(self._candidates) > _CANDIDATE_CACHE_SIZE:
-                self._candidates.popitem(last=False)
         return result
 
     # -- dynamic state -------------------------------------------------------------------

@@ -322,6 +322,23 @@ def test_fair_share_spills_to_the_next_class_but_pinned_requests_get_the_last_gp
     assert placed(best_fit(snap([small, large], busy), PlacementRequest(1))).node == "small"
 
 
+def test_fair_share_order_in_a_small_lab() -> None:
+    """The trade-off documented in docs/placement.md, pinned down."""
+    nodes = (
+        uniform("t", 3, TITANX, 12, cc=(6, 1)),
+        uniform("r", 3, RTX3090, 24),
+        uniform("a", 2, A100, 80, cc=(8, 0)),
+    )
+    for policy, expected in ((place, "trtratra"), (best_fit, "tttrrraa")):
+        alloc: dict[str, str] = {}
+        order = ""
+        for _ in range(8):
+            p = placed(policy(snap(nodes, alloc), PlacementRequest(1)))
+            alloc.update(dict.fromkeys(p.gpu_uuids, "x"))
+            order += p.node
+        assert order == expected, policy
+
+
 # -- packing, load, topology ----------------------------------------------------------------
 
 
