@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import docker
+import requests
 import yaml
 
 from .errors import ConfigError, GPUHubError
@@ -49,7 +50,7 @@ class ClusterSettings:
     health_ttl: float = 5.0
     threads_per_node: int = 4
     reconcile_interval: float = 30.0
-    reconcile_grace: float = 120.0
+    reconcile_grace: float = 0.0  # extra seconds a hold must be old before it can be freed
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,22 @@ class LabelledContainer:
     holder: str
     gpus: tuple[str, ...]
     running: bool
+
+
+def _unreachable(error: BaseException, timed_out_counts: bool) -> bool:
+    """Whether ``error`` (or what caused it) says the engine could not be reached at all,
+    rather than that it refused a request; a call abandoned after the usual Docker timeout
+    counts when ``timed_out_counts``."""
+    seen: BaseException | None = error
+    for _ in range(10):  # the chain of causes is short; never loop on a cycle
+        if seen is None:
+            break
+        if isinstance(seen, requests.exceptions.ConnectionError | requests.exceptions.Timeout):
+            return True
+        if timed_out_counts and isinstance(seen, asyncio.TimeoutError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def containers_from_docker(node: str, listing: list[dict[str, Any]]) -> list[LabelledContainer]:
@@ -71,7 +88,9 @@ def containers_from_docker(node: str, listing: list[dict[str, Any]]) -> list[Lab
             continue
         gpus = tuple(g for g in labels.get(f"{LABEL}.gpus", "").split(",") if g)
         holder = f"{owner}/{labels.get(f'{LABEL}.server', '')}"
-        out.append(LabelledContainer(node, c["Id"], holder, gpus, c.get("State") == "running"))
+        # a paused (or restarting) container still holds its GPUs
+        alive = c.get("State") in ("running", "paused", "restarting")
+        out.append(LabelledContainer(node, c["Id"], holder, gpus, alive))
     return out
 
 
@@ -104,13 +123,14 @@ class Cluster:
         mtime = Path(path).stat().st_mtime if path and Path(path).exists() else None
         if self._specs and mtime == self._file_mtime:
             return list(self._specs.values())
-        raw = list(self.settings.nodes)
-        if path and mtime is not None:
-            loaded = yaml.safe_load(Path(path).read_text()) or {}
-            if not isinstance(loaded, dict) or not isinstance(loaded.get("nodes", []), list):
-                raise ConfigError(f"{path}: must be a mapping with a 'nodes' list")
-            raw += loaded.get("nodes", [])
-        specs = {s.name: s for s in parse_nodes(raw)}
+        try:
+            specs = self._read_specs(path, mtime)
+        except (ConfigError, yaml.YAMLError, OSError) as e:
+            if not self._specs:
+                raise  # at start-up: refuse to run on a bad configuration
+            self.log.error("Nodes file %s not applied, the nodes stay as they were: %s", path, e)
+            self._file_mtime = mtime  # not read (nor logged) again until it changes
+            return list(self._specs.values())
         for name in set(self._specs) - set(specs):
             self.log.info("Node %s removed: no new servers; running ones stay reachable", name)
             self._retired[name] = self._specs[name]
@@ -118,6 +138,15 @@ class Cluster:
             self._retired.pop(name, None)
         self._specs, self._file_mtime = specs, mtime
         return list(specs.values())
+
+    def _read_specs(self, path: str, mtime: float | None) -> dict[str, NodeSpec]:
+        raw = list(self.settings.nodes)
+        if path and mtime is not None:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+            if not isinstance(loaded, dict) or not isinstance(loaded.get("nodes", []), list):
+                raise ConfigError(f"{path}: must be a mapping with a 'nodes' list")
+            raw += loaded.get("nodes", [])
+        return {s.name: s for s in parse_nodes(raw)}
 
     def spec(self, name: str) -> NodeSpec:
         self.specs()
@@ -157,10 +186,27 @@ class Cluster:
         return pool
 
     async def run(self, node: str, fn: Callable[[], T], timeout: float | None = None) -> T:
-        """Run a blocking call in the node's pool, abandoning it after ``timeout`` seconds."""
+        """Run a blocking call in the node's pool, abandoning it after ``timeout`` seconds.
+
+        A call that could not reach the engine marks the node down at once (as a failed
+        ping would), so placement skips it from the next spawn on, not after ``health_ttl``.
+        """
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(self.executor(node), fn)
-        return await asyncio.wait_for(future, timeout or self.settings.docker_timeout + 1)
+        try:
+            return await asyncio.wait_for(future, timeout or self.settings.docker_timeout + 1)
+        except Exception as e:
+            if _unreachable(e, timed_out_counts=timeout is None):
+                self._mark_down(node, e)
+            raise
+
+    def _mark_down(self, node: str, error: BaseException) -> None:
+        if not self.known_down(node):
+            self.log.warning(
+                "Docker engine of node %s unreachable: %s", node, error or type(error).__name__
+            )
+        self._health[node] = (time.monotonic(), False)
+        self._clients.pop(node, None)  # reconnect next time (version negotiation)
 
     async def engine_ok(self, node: str) -> bool:
         """Whether the node's engine answered a ping recently (cached ``health_ttl``)."""
@@ -169,15 +215,11 @@ class Cluster:
             return cached[1]
         try:
             await self.run(node, lambda: self.client(node).ping(), self.settings.ping_timeout)
-            ok = True
         except Exception as e:
-            self.log.warning(
-                "Docker engine of node %s unreachable: %s", node, e or type(e).__name__
-            )
-            ok = False
-            self._clients.pop(node, None)  # reconnect next time (version negotiation)
-        self._health[node] = (time.monotonic(), ok)
-        return ok
+            self._mark_down(node, e)
+            return False
+        self._health[node] = (time.monotonic(), True)
+        return True
 
     def known_down(self, node: str) -> bool:
         cached = self._health.get(node)
@@ -256,14 +298,19 @@ class Cluster:
     async def reconcile(self) -> None:
         """Bring the ledger in line with the labelled containers on every reachable node."""
         async with self._reconcile_lock:
+            # What the listings can't have seen is left alone: holds taken after they began
+            # and spawns in progress then (their container may be created after the listing).
+            began, pending = time.monotonic(), set(self.pending)
             nodes = [s.name for s in self.specs()] + list(self._retired)
             listings = await asyncio.gather(*(self._list(n) for n in nodes))
             for node, found in zip(nodes, listings, strict=True):
                 if found is not None:
-                    self._apply(node, found)
+                    self._apply(node, found, began, pending | self.pending)
             self._reconciled = True
 
-    def _apply(self, node: str, found: list[LabelledContainer]) -> None:
+    def _apply(
+        self, node: str, found: list[LabelledContainer], began: float, pending: set[str]
+    ) -> None:
         running = [c for c in found if c.running]
         self._our_containers.difference_update(
             {c.id for c in found if not c.running} | self._ids_on.get(node, set())
@@ -285,8 +332,11 @@ class Cluster:
                 )
         holders = {c.holder for c in running}
         holders |= {ORPHAN + h for h in holders}
-        for holder in self.ledger.holders_on(node, older_than=self.settings.reconcile_grace):
-            if holder not in holders and holder not in self.pending:
+        stale = self.ledger.holders_on(
+            node, older_than=self.settings.reconcile_grace, taken_before=began
+        )
+        for holder in stale:
+            if holder not in holders and holder not in pending:
                 freed = self.ledger.release(holder)
                 self.ledger.release_ports(holder)
                 if freed:

@@ -41,16 +41,19 @@ class GPULedger:
         hold = self._holds.get(uuid)
         return hold.holder if hold else None
 
-    def holders_on(self, node: str, older_than: float = 0.0) -> set[str]:
-        """Holders of GPUs or ports on ``node`` whose holds are at least ``older_than`` s old."""
+    def holders_on(
+        self, node: str, older_than: float = 0.0, taken_before: float | None = None
+    ) -> set[str]:
+        """Holders of GPUs or ports on ``node`` whose holds are at least ``older_than`` s old
+        (and, if given, were taken or last confirmed before ``taken_before``, a monotonic time).
+        """
         now = time.monotonic()
-        gpus = {
-            h.holder for h in self._holds.values() if h.node == node and now - h.since >= older_than
-        }
+        latest = now - older_than if taken_before is None else min(now - older_than, taken_before)
+        gpus = {h.holder for h in self._holds.values() if h.node == node and h.since <= latest}
         ports = {
             holder
             for (n, _), (holder, since) in self._ports.items()
-            if n == node and now - since >= older_than
+            if n == node and since <= latest
         }
         return gpus | ports
 

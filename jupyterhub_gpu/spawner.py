@@ -600,6 +600,15 @@ class GPUDockerSpawner(DockerSpawner):
         except UserFacingError as e:
             await self._undo()
             raise _spawn_error(e) from None
+        except _NODE_ERRORS as e:
+            node = self.node_name
+            await self._undo()
+            raise SpawnException(
+                f"Node {node} stopped answering while your server was being created; "
+                "start again (it will go to another node).",
+                reason="node_unreachable",
+                status_code=503,
+            ) from e
         except BaseException:
             await self._undo()
             raise

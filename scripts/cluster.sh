@@ -163,6 +163,11 @@ cmd_status() {
   done
 }
 
+# one set-up at a time on this machine (parallel test sessions share the engines)
+mkdir -p "$STATE"
+exec 9>"$STATE/.cluster.lock"
+flock 9
+
 case "${1:-up}" in
   up) shift || true; cmd_up "$@" ;;
   down) cmd_down ;;

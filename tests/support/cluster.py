@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import signal
 import subprocess
-from contextlib import closing
+import time
+from collections.abc import Iterator
+from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,26 +47,101 @@ def engines(n: int) -> list[Engine]:
     ]
 
 
+@contextmanager
+def cluster_lock() -> Iterator[None]:
+    """Serialises starting and stopping engines across test sessions sharing the engines:
+    two concurrent ``cluster.sh`` starts of one engine leave it without pidfile and socket."""
+    STATE.mkdir(parents=True, exist_ok=True)
+    with (STATE / "cluster.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _cluster_sh(*args: str) -> None:
+    subprocess.run([str(REPO / "scripts" / "cluster.sh"), *args], check=True)
+
+
 def cluster_up(n: int) -> list[Engine]:
     """Run the idempotent set-up script for ``n`` engines and return them."""
-    subprocess.run([str(REPO / "scripts" / "cluster.sh"), "up", str(n)], check=True)
+    with cluster_lock():
+        _cluster_sh("up", str(n))
     return engines(n)
 
 
 def stop_engine(engine: Engine) -> None:
-    subprocess.run([str(REPO / "scripts" / "cluster.sh"), "stop-node", engine.name], check=True)
+    with cluster_lock():
+        _cluster_sh("stop-node", engine.name)
 
 
 def start_engine(engine: Engine) -> None:
-    subprocess.run([str(REPO / "scripts" / "cluster.sh"), "start-node", engine.name], check=True)
+    with cluster_lock():
+        _cluster_sh("start-node", engine.name)
+
+
+def _engine_pids(engine: Engine) -> list[int]:
+    """The engine's dockerd and containerd, from their pidfiles (checked against /proc)."""
+    root = STATE / "engines" / engine.name
+    pids = []
+    for pidfile in (root / "docker.pid", root / "exec" / "containerd" / "containerd.pid"):
+        try:
+            pid = int(pidfile.read_text().strip())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if str(root).encode() in cmdline:
+            pids.append(pid)
+    return pids
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("Z", "X")
+
+
+def engine_running(engine: Engine) -> bool:
+    return any(not _gone(pid) for pid in _engine_pids(engine))
+
+
+@contextmanager
+def engine_crashed(engine: Engine) -> Iterator[None]:
+    """The engine dies at once (``kill -9`` of its dockerd and containerd) for the body of
+    the ``with``, then starts again, whatever happens in the body.
+
+    As on a host that crashed or dropped off the network, the containers keep running
+    (under their shims) while nothing answers for the node; when dockerd starts again it
+    kills and, for auto-remove containers, removes them. (``stop_engine`` is a clean stop:
+    dockerd stops and removes the containers first, still answering open connections.)
+    Holds :func:`cluster_lock` meanwhile, so no other session's ``cluster_up`` restarts
+    the engine early.
+    """
+    with cluster_lock():
+        try:
+            pids = _engine_pids(engine)
+            assert pids, f"{engine.name}: no running dockerd to kill"
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while not all(_gone(pid) for pid in pids):
+                assert time.monotonic() < deadline, f"{engine.name}: dockerd survived SIGKILL"
+                time.sleep(0.05)
+            yield
+        finally:
+            _cluster_sh("start-node", engine.name)
 
 
 def remove_hub_containers(engine: Engine, hub_id: str) -> None:
+    """Remove the hub's containers (one may vanish meanwhile: auto-remove, a stopping hub)."""
     with engine.client() as client:
-        for c in client.containers.list(
-            all=True, filters={"label": f"jupyterhub-gpu.hub={hub_id}"}
-        ):
-            c.remove(force=True)
+        listing = client.api.containers(all=True, filters={"label": f"jupyterhub-gpu.hub={hub_id}"})
+        for c in listing:
+            with suppress(docker.errors.NotFound):
+                client.api.remove_container(c["Id"], force=True)
 
 
 def container_env(engine: Engine, name: str) -> dict[str, str]:
