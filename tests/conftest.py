@@ -112,12 +112,17 @@ c.GPUDockerSpawner.prefix = "jhgpu-" + {hub.hub_id!r}
     yield factory
     failed = getattr(request.node, "rep_call", None)
     for hub, nodes in hubs:
-        if failed is not None and failed.failed:
-            print(f"\n===== hub log tail ({hub.workdir}) =====\n{hub.log_tail(80)}")
-            _print_container_logs(hub, nodes)
-        hub.stop()
-        for e in nodes:
-            remove_hub_containers(e, hub.hub_id)
+        try:
+            if failed is not None and failed.failed:
+                print(f"\n===== hub log tail ({hub.workdir}) =====\n{hub.log_tail(80)}")
+                _print_container_logs(hub, nodes)
+        finally:
+            hub.stop()
+            for e in nodes:
+                try:
+                    remove_hub_containers(e, hub.hub_id)
+                except Exception as exc:  # a dead engine must not leak the other nodes' containers
+                    print(f"could not clean {e.name}: {exc}")
 
 
 def _print_container_logs(hub: Hub, nodes: list[Engine]) -> None:
