@@ -219,6 +219,10 @@ class GPUDockerSpawner(DockerSpawner):
     def _default_options_from_form(self) -> Any:
         return options_from_form
 
+    @default("apply_user_options")
+    def _default_apply_user_options(self) -> Any:
+        return _options_applied_in_start
+
     @default("options_form")
     def _default_options_form(self) -> Any:
         return GPUDockerSpawner._render_options_form
@@ -669,6 +673,10 @@ class GPUDockerSpawner(DockerSpawner):
                 )
                 self.ledger.rename(self.holder, ORPHAN + self.holder)
         self.clear_state()
+
+
+def _options_applied_in_start(spawner: Any, user_options: dict[str, Any]) -> None:
+    """``start`` validates and applies ``user_options`` strictly; this tells JupyterHub so."""
 
 
 def _port_free_locally(address: str, port: int) -> bool:

@@ -82,3 +82,7 @@ c.JupyterHub.allow_named_servers = True
 c.Spawner.default_url = "/lab"
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120
+
+from jupyterhub_gpu.config import check_config  # noqa: E402
+
+check_config(c)
