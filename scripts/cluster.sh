@@ -37,7 +37,7 @@ install_packages() {
     log "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
   command -v docker >/dev/null || { log "no docker client after install"; exit 1; }
   if ! command -v configurable-http-proxy >/dev/null; then
