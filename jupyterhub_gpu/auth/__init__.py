@@ -8,25 +8,19 @@
 """
 
 from jupyterhub_gpu.auth.identity import (
-    GroupPolicy,
     Identity,
     IdentityError,
     ensure_home,
     identity_from_auth_state,
     map_home,
-    parse_group_policies,
-    resolve_policy,
     verify_home_path,
 )
 
 __all__ = [
-    "GroupPolicy",
     "Identity",
     "IdentityError",
     "ensure_home",
     "identity_from_auth_state",
     "map_home",
-    "parse_group_policies",
-    "resolve_policy",
     "verify_home_path",
 ]

@@ -25,8 +25,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -34,16 +34,12 @@ from jupyterhub_gpu.errors import ConfigError, UnsafePath, UserFacingError
 
 __all__ = [
     "MAX_ID",
-    "GroupPolicy",
     "Identity",
     "IdentityError",
     "ensure_home",
     "identity_from_auth_state",
     "map_home",
-    "parse_group_policies",
     "parse_id",
-    "policy_from_config",
-    "resolve_policy",
     "verify_home_path",
 ]
 
@@ -153,115 +149,6 @@ def _supplementary_gids(
         if g is not None and g != gid and min_gid <= g <= MAX_ID and g != 0:
             gids.add(g)
     return tuple(sorted(gids))
-
-
-# --------------------------------------------------------------------------- policies
-
-
-@dataclass(frozen=True)
-class GroupPolicy:
-    """What members of a group may do. ``None`` in an ``allowed_*`` field means "any"."""
-
-    max_gpus: int = 1
-    allowed_gpu_models: frozenset[str] | None = None
-    allowed_images: frozenset[str] | None = None
-    sudo: bool = False
-
-    def most_permissive(self, other: GroupPolicy) -> GroupPolicy:
-        """The union of two policies: the larger GPU count, every model and image either
-        allows (``None``, "any", wins), and sudo if either grants it."""
-        return GroupPolicy(
-            max_gpus=max(self.max_gpus, other.max_gpus),
-            allowed_gpu_models=_union(self.allowed_gpu_models, other.allowed_gpu_models),
-            allowed_images=_union(self.allowed_images, other.allowed_images),
-            sudo=self.sudo or other.sudo,
-        )
-
-
-_POLICY_FIELDS = {"max_gpus", "allowed_gpu_models", "allowed_images", "sudo"}
-
-
-def _union(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str] | None:
-    return None if a is None or b is None else a | b
-
-
-def _names(value: Any, where: str) -> frozenset[str] | None:
-    if value is None or value == "*":
-        return None
-    if isinstance(value, str) or not isinstance(value, Iterable):
-        raise ConfigError(f'{where} must be a list of names, or "*" for any; got {value!r}.')
-    names = []
-    for item in value:
-        if not isinstance(item, str) or not item.strip():
-            raise ConfigError(f"{where} must contain non-empty names; got {item!r}.")
-        names.append(item.strip())
-    return frozenset(names)
-
-
-def policy_from_config(
-    value: Mapping[str, Any], *, base: GroupPolicy, where: str = "policy"
-) -> GroupPolicy:
-    """A :class:`GroupPolicy` from an admin's dict; fields left out are taken from ``base``.
-
-    Example: ``{"max_gpus": 2, "allowed_gpu_models": ["A100"], "sudo": False}``.
-    Raises :class:`ConfigError` naming ``where`` and the field.
-    """
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where} must be a mapping of policy fields; got {value!r}.")
-    unknown = set(value) - _POLICY_FIELDS
-    if unknown:
-        raise ConfigError(
-            f"{where} has unknown field(s) {', '.join(sorted(map(str, unknown)))}; "
-            f"the fields are {', '.join(sorted(_POLICY_FIELDS))}."
-        )
-    changes: dict[str, Any] = {}
-    if "max_gpus" in value:
-        n = value["max_gpus"]
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ConfigError(f"{where}.max_gpus must be a whole number >= 0; got {n!r}.")
-        changes["max_gpus"] = n
-    for name in ("allowed_gpu_models", "allowed_images"):
-        if name in value:
-            changes[name] = _names(value[name], f"{where}.{name}")
-    if "sudo" in value:
-        if not isinstance(value["sudo"], bool):
-            raise ConfigError(f"{where}.sudo must be true or false; got {value['sudo']!r}.")
-        changes["sudo"] = value["sudo"]
-    return replace(base, **changes)
-
-
-def parse_group_policies(
-    raw: Mapping[str, Mapping[str, Any]], default: GroupPolicy
-) -> dict[str, GroupPolicy]:
-    """Per-group policies from config (``{"a100-users": {"max_gpus": 2, ...}}``); each
-    group's fields override ``default``. Check this when the hub starts."""
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"group policies must be a mapping of group name to policy; got {raw!r}")
-    out = {}
-    for group, value in raw.items():
-        if not isinstance(group, str) or not group:
-            raise ConfigError(f"group policy names must be non-empty strings; got {group!r}.")
-        out[group] = policy_from_config(value, base=default, where=f"group policy {group!r}")
-    return out
-
-
-def resolve_policy(
-    groups: Iterable[str], default: GroupPolicy, group_policies: Mapping[str, GroupPolicy]
-) -> GroupPolicy:
-    """The policy of a user in ``groups``.
-
-    A user in no group that has a policy gets ``default``. Otherwise the policies of the
-    user's groups are combined, most permissive wins: the largest ``max_gpus``, the union
-    of allowed models and images ("any" wins), sudo if any group grants it. The default is
-    not mixed in, so a group can also *restrict* (e.g. ``students: {max_gpus: 0}``).
-    """
-    found = [group_policies[g] for g in dict.fromkeys(groups) if g in group_policies]
-    if not found:
-        return default
-    policy = found[0]
-    for other in found[1:]:
-        policy = policy.most_permissive(other)
-    return policy
 
 
 # --------------------------------------------------------------------------- home mapping

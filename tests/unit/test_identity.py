@@ -11,15 +11,11 @@ import pytest
 from tornado import web
 
 from jupyterhub_gpu.auth.identity import (
-    GroupPolicy,
     Identity,
     IdentityError,
     ensure_home,
     identity_from_auth_state,
     map_home,
-    parse_group_policies,
-    policy_from_config,
-    resolve_policy,
     verify_home_path,
 )
 from jupyterhub_gpu.auth.ldap import GPULDAPAuthenticator
@@ -102,69 +98,6 @@ def test_unusable_identities_are_refused(state: dict[str, Any] | None, words: st
         identity_from_auth_state("mallory", state)
     assert info.value.status_code == 403
     assert "administrator" in str(info.value)
-
-
-# --------------------------------------------------------------------------- policies
-
-DEFAULT = GroupPolicy(max_gpus=1, allowed_gpu_models=frozenset({"TITAN X"}))
-POLICIES = parse_group_policies(
-    {
-        "a100-users": {"max_gpus": 2, "allowed_gpu_models": ["A100", "RTX 3090"]},
-        "gpu-users": {},
-        "students": {"max_gpus": 0, "allowed_images": ["minimal"]},
-        "staff": {"allowed_gpu_models": "*", "sudo": True},
-    },
-    DEFAULT,
-)
-
-
-@pytest.mark.parametrize(
-    ("groups", "expected"),
-    [
-        ([], DEFAULT),
-        (["unknown-group"], DEFAULT),
-        (["gpu-users"], DEFAULT),
-        (["students"], GroupPolicy(0, frozenset({"TITAN X"}), frozenset({"minimal"}), False)),
-        (
-            ["gpu-users", "a100-users"],
-            GroupPolicy(2, frozenset({"TITAN X", "A100", "RTX 3090"}), None, False),
-        ),
-        (
-            ["students", "a100-users"],
-            GroupPolicy(2, frozenset({"TITAN X", "A100", "RTX 3090"}), None, False),
-        ),
-        (["staff", "students"], GroupPolicy(1, None, None, True)),
-    ],
-)
-def test_policy_is_most_permissive_of_the_users_groups(
-    groups: list[str], expected: GroupPolicy
-) -> None:
-    assert resolve_policy(groups, DEFAULT, POLICIES) == expected
-
-
-@pytest.mark.parametrize(
-    ("raw", "words"),
-    [
-        ({"max_gpu": 2}, "unknown field"),
-        ({"max_gpus": -1}, "max_gpus must be a whole number"),
-        ({"max_gpus": True}, "max_gpus must be a whole number"),
-        ({"max_gpus": "2"}, "max_gpus must be a whole number"),
-        ({"allowed_images": "minimal"}, "allowed_images must be a list"),
-        ({"allowed_gpu_models": ["A100", ""]}, "non-empty names"),
-        ({"sudo": "yes"}, "sudo must be true or false"),
-        (["max_gpus"], "must be a mapping"),
-    ],
-)
-def test_bad_policies_name_group_and_field(raw: Any, words: str) -> None:
-    with pytest.raises(ConfigError, match=words) as info:
-        parse_group_policies({"lab-x": raw}, DEFAULT)
-    assert "'lab-x'" in str(info.value)
-
-
-def test_policy_fields_left_out_come_from_base() -> None:
-    assert policy_from_config({"sudo": True}, base=DEFAULT) == GroupPolicy(
-        1, frozenset({"TITAN X"}), None, True
-    )
 
 
 # --------------------------------------------------------------------------- home mapping
