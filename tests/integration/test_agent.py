@@ -21,6 +21,7 @@ import pytest
 from jupyterhub_gpu.inventory.client import AgentClient, AgentEndpoint, Unreachable
 from jupyterhub_gpu.inventory.model import NodeInventory
 from jupyterhub_gpu.inventory.wire import inventory_from_json
+from tests.support.hub import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -29,12 +30,6 @@ CLUSTER = REPO / "tests" / "data" / "cluster-hetero.yaml"
 POLL = 0.2
 B1 = "GPU-bbbbbbbb-0000-4000-8000-000000000001"
 B3 = "GPU-bbbbbbbb-0000-4000-8000-000000000003"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
