@@ -66,7 +66,7 @@ start_engine() {
     --bridge=none --iptables=false --ip-masq=false --ip6tables=false \
     --data-root "$dir/data" --exec-root "$dir/exec" --pidfile "$dir/docker.pid" \
     -H "unix://$dir/docker.sock" -H "tcp://$addr:2375" \
-    >"$dir/dockerd.log" 2>&1 </dev/null &
+    >"$dir/dockerd.log" 2>&1 </dev/null 9>&- &  # 9>&-: the daemon must not keep the set-up lock
   for _ in $(seq 1 120); do
     dk "$node" info >/dev/null 2>&1 && { log "$node: ready"; return; }
     sleep 0.5
