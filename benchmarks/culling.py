@@ -459,7 +459,7 @@ def summarise(r: dict[str, Any], seed: int, kill_window_min: float) -> dict[str,
         "target_ours_default_beats_stock_safe": shipped["default_beats_stock_safe"],
         "ours_zero_interrupted_every_timeout": shipped["zero_interrupted_every_timeout"],
         "proposed_ours_held": {
-            "rule": "ours composed with the held-GPU rule in the benchmark (now shipped: equals ours)",
+            "rule": "ours + held-GPU rule composed in the benchmark (shipped: equals ours)",
             "held_idle_min": r["held_idle_min"],
             "by_timeout": r["held"],
             "default": r["held_default"],
