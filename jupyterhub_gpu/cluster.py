@@ -31,7 +31,7 @@ from .inventory.client import AgentClient, AgentEndpoint, Unreachable
 from .inventory.model import ClusterSnapshot, NodeInventory, NodeState
 from .inventory.probe import Probe, make_probe
 from .ledger import ORPHAN, GPULedger
-from .nodes import NodeSpec, parse_nodes
+from .nodes import NodeSpec, load_nodes_file, parse_nodes
 
 LABEL = "jupyterhub-gpu"
 T = TypeVar("T")
@@ -140,12 +140,7 @@ class Cluster:
         return list(specs.values())
 
     def _read_specs(self, path: str, mtime: float | None) -> dict[str, NodeSpec]:
-        raw = list(self.settings.nodes)
-        if path and mtime is not None:
-            loaded = yaml.safe_load(Path(path).read_text()) or {}
-            if not isinstance(loaded, dict) or not isinstance(loaded.get("nodes", []), list):
-                raise ConfigError(f"{path}: must be a mapping with a 'nodes' list")
-            raw += loaded.get("nodes", [])
+        raw = list(self.settings.nodes) + (load_nodes_file(path) if mtime is not None else [])
         return {s.name: s for s in parse_nodes(raw)}
 
     def spec(self, name: str) -> NodeSpec:

@@ -13,10 +13,7 @@ the file or setting, the entry and the field; JupyterHub then refuses to start.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from .catalog import default_catalog_path, load_catalog
 from .errors import ConfigError
@@ -24,7 +21,7 @@ from .form import policy_from_config
 from .homes import template_root
 from .inventory.declared import load_inventory_file
 from .mounts import parse_group_mounts
-from .nodes import default_node, parse_nodes
+from .nodes import default_node, load_nodes_file, parse_nodes
 
 
 def _section(config: Any, name: str) -> dict[str, Any]:
@@ -39,13 +36,7 @@ def check_config(config: Any, section: str = "GPUDockerSpawner") -> None:
     """Validate the GPUDockerSpawner settings in ``config`` (a traitlets Config)."""
     s = _section(config, section)
     nodes = list(s.get("nodes") or [default_node()])
-    nodes_file = s.get("nodes_file") or ""
-    if nodes_file and Path(nodes_file).exists():
-        loaded = yaml.safe_load(Path(nodes_file).read_text()) or {}
-        if not isinstance(loaded, dict) or not isinstance(loaded.get("nodes", []), list):
-            raise ConfigError(f"{nodes_file}: must be a mapping with a 'nodes' list")
-        nodes += loaded.get("nodes", [])
-    parse_nodes(nodes)
+    parse_nodes(nodes + load_nodes_file(s.get("nodes_file") or ""))
     inventory = s.get("inventory_file") or ""
     if inventory:
         load_inventory_file(inventory)

@@ -9,8 +9,10 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from .adminfiles import read_yaml
 from .errors import ConfigError
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -77,6 +79,16 @@ def parse_node(raw: Mapping[str, Any], where: str) -> NodeSpec:
         labels={str(k): str(v) for k, v in labels.items()},
         drain=drain,
     )
+
+
+def load_nodes_file(path: str) -> list[dict[str, Any]]:
+    """The raw node entries of a nodes file (``nodes: [...]``); [] when there is no file."""
+    if not path or not Path(path).exists():
+        return []
+    loaded = read_yaml(path, "nodes file") or {}
+    if not isinstance(loaded, Mapping) or not isinstance(loaded.get("nodes", []), list):
+        raise ConfigError(f"{path}: must be a mapping with a 'nodes' list")
+    return list(loaded.get("nodes", []))
 
 
 def parse_nodes(raw: Sequence[Mapping[str, Any]]) -> list[NodeSpec]:

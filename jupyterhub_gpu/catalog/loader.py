@@ -30,8 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from ..adminfiles import read_yaml
 from ..errors import ConfigError
 from ..inventory.model import parse_compute_capability, parse_version
 from .model import (
@@ -291,16 +290,7 @@ def parse_catalog(data: Any, source: str = "catalog") -> Catalog:
 
 def load_catalog(path: str | Path) -> Catalog:
     """Read and validate a catalog file; raises ``ConfigError`` naming file, entry, field."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read the image catalog ({e.strerror})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: not valid YAML ({e})") from None
-    return parse_catalog(data, str(p))
+    return parse_catalog(read_yaml(path, "image catalog"), str(path))
 
 
 def default_catalog_path() -> Path:

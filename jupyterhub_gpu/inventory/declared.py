@@ -28,8 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from ..adminfiles import read_yaml
 from ..errors import InventoryError
 from .model import GPU, NodeInventory, parse_compute_capability, parse_version
 
@@ -177,16 +176,8 @@ def parse_inventory(data: Any, source: str = "inventory") -> list[NodeInventory]
 
 def load_inventory_file(path: str | Path) -> list[NodeInventory]:
     """Read and validate a declared inventory file."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise InventoryError(f"{p}: cannot read the declared inventory ({e.strerror})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise InventoryError(f"{p}: not valid YAML ({e})") from None
-    return parse_inventory(data, str(p))
+    data = read_yaml(path, "declared inventory", InventoryError)
+    return parse_inventory(data, str(path))
 
 
 def dump_inventory(nodes: Sequence[NodeInventory]) -> dict[str, Any]:
