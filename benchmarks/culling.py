@@ -48,8 +48,11 @@ pause of 5 minutes or more starts a new job. Every job is either *launched* or a
 - every session opens with U(5, 20) minutes of HTTP activity (the user who spawned it).
 
 Every random draw is made for every job, in the same order, whatever the job turns out to
-be. ``ours_held`` (tables and ``summary.proposed_ours_held``) is ``ours`` plus a proposed
-rule not yet in ``judge()`` (see :func:`cull_ours`).
+be.
+
+Sensitivity (``summary.sensitivity``, last table): ``ours`` again with other values of the
+two memory-held waits, ``gpu_held_idle`` (a GPU busy before in its server that still holds
+memory) and ``gpu_loaded_idle`` (memory held, never busy yet), to show what each buys.
 
 Trace: Lin et al., SoCC '25 (alibaba/clusterdata, cluster-trace-v2026-GenAI).
 """
@@ -79,7 +82,6 @@ from jupyterhub_gpu.culler.idleness import (
     KernelsObservation,
     Policy,
     ServerObservation,
-    Signal,
     judge,
 )
 from jupyterhub_gpu.culler.tracker import GpuTracker
@@ -99,8 +101,8 @@ P_NOTEBOOK = 0.5  # a launched job runs in a notebook cell (else in a terminal)
 LEAD_MIN = (1.0, 10.0)
 STAY_MEAN_MIN, STAY_MAX_MIN = 10.0, 60.0
 SPAWN_VISIT_MIN = (5.0, 20.0)
-# the proposed held-GPU rule (see cull_ours); 120 min = the shipped gpu_pause_cap
-HELD_IDLE_MIN = 120.0
+# (gpu_held_idle, gpu_loaded_idle) in hours, besides the shipped defaults
+SENSITIVITY_H = ((2.0, 1.0), (3.0, 1.0), (4.0, 1.0), (6.0, 1.0), (5.0, 0.5), (5.0, 2.0), (2.0, 0.0))
 
 ACTIVITY_MODEL = (
     "per job (samples >= threshold, a new job after a >= 5 min pause): job 1 is launched; "
@@ -272,18 +274,8 @@ def cull_gpu_threshold(s: Session, act: Activity, timeout_s: float) -> float | N
     return None
 
 
-def cull_ours(
-    s: Session, act: Activity, policy: Policy, held_idle: float = 0.0, busy_mean: bool = False
-) -> float | None:
-    """Replay one session through the tracker and ``judge()``; the cull time or None.
-
-    ``held_idle`` > 0 adds the proposed *held-GPU rule* (a ``gpu_held_idle`` policy setting,
-    not in ``judge()`` yet; composed here around the shipped ``judge()``, whose culls it can
-    only turn into keeps): a GPU that still holds ``gpu_memory_change`` MiB or more and has
-    been busy since the server started (a reading at or above the threshold; with
-    ``busy_mean``, a ``gpu_window`` mean at or above it) counts as idle only ``held_idle``
-    seconds after its last busy reading (and after its last activity and observation start).
-    """
+def cull_ours(s: Session, act: Activity, policy: Policy) -> float | None:
+    """Replay one session through the tracker and ``judge()``; the cull time or None."""
     tracker = GpuTracker(
         s.cid,
         threshold=policy.gpu_threshold,
@@ -293,37 +285,24 @@ def cull_ours(
     )
     utc = timezone.utc
     started = datetime.fromtimestamp(s.start, utc)
-    last_busy: datetime | None = None  # the proposed GpuSummary.last_busy_at
     i = 0
     for k, t in enumerate(act.ticks):
         while i < len(s.times) and s.times[i] <= t:
-            at = datetime.fromtimestamp(s.times[i], utc)
-            tracker.add(at, s.util[i], s.mem_mib[i])
-            if (tracker.mean_pct if busy_mean else s.util[i]) >= policy.gpu_threshold:
-                last_busy = at
+            tracker.add(datetime.fromtimestamp(s.times[i], utc), s.util[i], s.mem_mib[i])
             i += 1
         last_kernel = act.kernel_last[k]
         kernel = KernelObservation(
             "busy" if act.kernel_busy[k] else "idle",
             None if last_kernel is None else datetime.fromtimestamp(last_kernel, utc),
         )
-        summary = tracker.summary()
         obs = ServerObservation(
             name=s.cid,
             started=started,
             last_activity=datetime.fromtimestamp(act.hub_last[k], utc),
-            gpus={s.cid: summary},
+            gpus={s.cid: tracker.summary()},
             kernels=KernelsObservation((kernel,)),
         )
-        now = datetime.fromtimestamp(t, utc)
-        decision = judge(obs, policy, now)
-        if decision.cull and decision.signal is Signal.IDLE and held_idle and last_busy:
-            assert summary is not None  # judge() keeps a server whose GPU has no summary
-            held = (summary.memory_used_mib or 0.0) >= policy.gpu_memory_change
-            since = max(summary.observed_since, summary.last_active_at or last_busy, last_busy)
-            if held and (now - since).total_seconds() < held_idle:
-                continue
-        if decision.cull:
+        if judge(obs, policy, datetime.fromtimestamp(t, utc)).cull:
             return t
     return None
 
@@ -374,9 +353,7 @@ def score(
     }
 
 
-def run(
-    folder: Path, seed: int, kill_window_min: float, held_idle_min: float = HELD_IDLE_MIN
-) -> dict[str, Any]:
+def run(folder: Path, seed: int, kill_window_min: float) -> dict[str, Any]:
     t0 = time.perf_counter()
     sessions = load_sessions(folder / TRACE_DIR)
     acts = [model_activity(s, seed) for s in sessions]
@@ -389,21 +366,30 @@ def run(
         culls = [cull(s, a) for s, a in zip(sessions, acts, strict=True)]
         return score(sessions, acts, culls, window_s, sample_min)
 
-    def ours_at(policy: Policy, held_idle: float = 0.0) -> Cell:
-        return evaluate(lambda s, a: cull_ours(s, a, policy, held_idle))
+    def ours_at(policy: Policy) -> Cell:
+        return evaluate(lambda s, a: cull_ours(s, a, policy))
 
-    held_s = 60 * held_idle_min
-    cells: dict[str, dict[str, Cell]] = {"ours": {}, "stock": {}, "gpu_threshold": {}}
-    held: dict[str, Cell] = {}
-    for m in TIMEOUTS_MIN:
-        at_m = replace(Policy(), gpu_timeout=60 * m, timeout=60 * m)
-        cells["ours"][str(m)] = ours_at(at_m)
-        held[str(m)] = ours_at(at_m, held_s)
-        cells["gpu_threshold"][str(m)] = evaluate(lambda s, a: cull_gpu_threshold(s, a, 60 * m))  # noqa: B023
+    def ours_by_timeout(base: Policy) -> dict[str, Cell]:
+        return {
+            str(m): ours_at(replace(base, gpu_timeout=60 * m, timeout=60 * m)) for m in TIMEOUTS_MIN
+        }
+
+    cells: dict[str, dict[str, Cell]] = {"ours": ours_by_timeout(Policy())}
+    cells["stock"] = {}
+    cells["gpu_threshold"] = {
+        str(m): evaluate(lambda s, a: cull_gpu_threshold(s, a, 60 * m))  # noqa: B023
+        for m in TIMEOUTS_MIN
+    }
     sweep = {str(m): evaluate(lambda s, a: cull_stock(s, a, 60 * m)) for m in STOCK_SWEEP_MIN}  # noqa: B023
     cells["stock"] = {str(m): sweep[str(m)] for m in TIMEOUTS_MIN}
-    default = ours_at(Policy())
-    held_default = ours_at(Policy(), held_s)
+    sensitivity = {}
+    for held_h, loaded_h in SENSITIVITY_H:
+        base = replace(Policy(), gpu_held_idle=3600 * held_h, gpu_loaded_idle=3600 * loaded_h)
+        by = ours_by_timeout(base)
+        sensitivity[f"held_{held_h:g}h_loaded_{loaded_h:g}h"] = {
+            "by_timeout": by,
+            "default": ours_at(base),
+        }
     info = {
         "sessions": len(sessions),
         "session_gpu_hours": round(sum(s.end - s.start for s in sessions) / 3600, 1),
@@ -413,10 +399,8 @@ def run(
     return {
         "cells": cells,
         "sweep": sweep,
-        "default": default,
-        "held": held,
-        "held_default": held_default,
-        "held_idle_min": held_idle_min,
+        "default": ours_at(Policy()),
+        "sensitivity": sensitivity,
         "info": info,
         "runtime_s": elapsed,
     }
@@ -458,12 +442,14 @@ def summarise(r: dict[str, Any], seed: int, kill_window_min: float) -> dict[str,
         "target_ours_zero_busy_killed_every_timeout": shipped["zero_busy_killed_every_timeout"],
         "target_ours_default_beats_stock_safe": shipped["default_beats_stock_safe"],
         "ours_zero_interrupted_every_timeout": shipped["zero_interrupted_every_timeout"],
-        "proposed_ours_held": {
-            "rule": "ours + held-GPU rule composed in the benchmark (shipped: equals ours)",
-            "held_idle_min": r["held_idle_min"],
-            "by_timeout": r["held"],
-            "default": r["held_default"],
-            **targets(r["held"], r["held_default"]),
+        "ours_settings_h": {
+            "gpu_timeout": Policy().gpu_timeout / 3600,
+            "gpu_loaded_idle": Policy().gpu_loaded_idle / 3600,
+            "gpu_held_idle": Policy().gpu_held_idle / 3600,
+        },
+        "sensitivity": {
+            name: {**v, **targets(v["by_timeout"], v["default"])}
+            for name, v in r["sensitivity"].items()
         },
         "details": r["cells"],
         "runtime_s": round(r["runtime_s"], 1),
@@ -486,18 +472,13 @@ def print_tables(r: dict[str, Any], summary: dict[str, Any]) -> None:
         f"{info['sessions']} sessions, {info['session_gpu_hours']} GPU-hours; threshold "
         f"{THRESHOLD:g}%, kill window {window:g} min, seed {summary['seed']}"
     )
-    held = f"ours_held{r['held_idle_min']:g}"
     head = ("policy", "timeout", "reclaimed", "busy killed", "interrupted", "relaunched", "culls")
     print(
         f"{head[0]:<16}{head[1]:>8}{head[2]:>11}{head[3]:>13}{head[4]:>13}{head[5]:>12}{head[6]:>7}"
     )
     rows = [(p, m, c) for p, by in r["cells"].items() for m, c in by.items()]
-    rows += [(held, m, c) for m, c in r["held"].items()]
     default_m = str(int(Policy().gpu_timeout / 60))
-    rows += [
-        ("ours default", default_m, r["default"]),
-        (held + " def", default_m, r["held_default"]),
-    ]
+    rows += [("ours default", default_m, r["default"])]
     for policy, m, c in rows:
         print(
             f"{policy:<16}{m + 'm':>8}{c['reclaimed_gpu_hours']:>11}"
@@ -508,16 +489,35 @@ def print_tables(r: dict[str, Any], summary: dict[str, Any]) -> None:
     print("\nstock sweep (timeout: reclaimed GPU-h / busy GPU-min killed):")
     for m, c in r["sweep"].items():
         print(f"  {m:>5}m  {c['reclaimed_gpu_hours']:>7} / {c['busy_gpu_minutes_killed']}")
-    prop = summary["proposed_ours_held"]
     print(
         "\nshortest stock timeout killing no busy work: "
         f"{summary['stock_shortest_safe_timeout_min']} min, reclaiming "
         f"{summary['stock_reclaimed_gpu_hours_at_safe_timeout']} GPU-h; ours at default "
         f"settings: {summary['ours_default_reclaimed_gpu_hours']} GPU-h, ratio "
-        f"{summary['ratio_ours_default_to_stock_safe']}; {held} at default settings: "
-        f"{prop['default_reclaimed_gpu_hours']} GPU-h, ratio "
-        f"{prop['ratio_default_to_stock_safe']} ({summary['runtime_s']} s)"
+        f"{summary['ratio_ours_default_to_stock_safe']}; ours kills no busy work at any "
+        f"timeout: {summary['target_ours_zero_busy_killed_every_timeout']}"
     )
+    shipped = summary["ours_settings_h"]
+    print(
+        f"\nsensitivity of ours (shipped: gpu_held_idle {shipped['gpu_held_idle']:g} h, "
+        f"gpu_loaded_idle {shipped['gpu_loaded_idle']:g} h): reclaimed GPU-h / busy GPU-min "
+        "killed"
+    )
+    print(
+        f"{'held, loaded':<16}"
+        + "".join(f"{m:>16}" for m in [*(f"{t}m" for t in TIMEOUTS_MIN), "default"])
+    )
+    for name, v in summary["sensitivity"].items():
+        cols = [v["by_timeout"][str(m)] for m in TIMEOUTS_MIN] + [v["default"]]
+        _, held, _, loaded = name.split("_")
+        print(
+            f"{held + ', ' + loaded:<16}"
+            + "".join(
+                f"{c['reclaimed_gpu_hours']:>9} / {c['busy_gpu_minutes_killed']:<5}" for c in cols
+            )
+            + f"  default ratio {v['ratio_default_to_stock_safe']}"
+        )
+    print(f"({summary['runtime_s']} s)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -535,18 +535,12 @@ def main(argv: list[str] | None = None) -> int:
         default=30.0,
         help="minutes after a cull in which busy GPU samples count as killed work",
     )
-    ap.add_argument(
-        "--held-idle-min",
-        type=float,
-        default=HELD_IDLE_MIN,
-        help="minutes of the proposed held-GPU rule's wait (ours_held; default %(default)s)",
-    )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
     if not (args.traces / TRACE_DIR).is_dir():
         print(f"no {TRACE_DIR}/ under {args.traces} (see --traces)", file=sys.stderr)
         return 2
-    result = run(args.traces, args.seed, args.kill_window_min, args.held_idle_min)
+    result = run(args.traces, args.seed, args.kill_window_min)
     summary = summarise(result, args.seed, args.kill_window_min)
     if args.json:
         print(json.dumps(as_json(result, summary), indent=1))

@@ -54,7 +54,8 @@ class Policy:
     gpu_memory_change: float = 1024.0  # MiB: memory use moving this much = active
     gpu_pause_factor: float = 2.0  # a GPU must stay idle this many times its longest pause
     gpu_pause_cap: float = 7200.0  # ... but never longer than this (or the timeout)
-    gpu_held_idle: float = 7200.0  # a GPU busy in this server, memory still held: 0 = off
+    gpu_loaded_idle: float = 3600.0  # memory held, never busy in this server: 0 = off
+    gpu_held_idle: float = 18000.0  # memory held, busy before in this server: 0 = off
     gpu_stale_after: float = 180.0  # a reading older than this is missing data
     max_age: float = 0.0  # cull any server older than this, active or not; 0 = off
 
@@ -69,7 +70,15 @@ class Policy:
 
 #: Policy fields a group override may change (the tracker's settings are global).
 OVERRIDABLE = frozenset(
-    {"timeout", "gpu_timeout", "gpu_pause_factor", "gpu_pause_cap", "gpu_held_idle", "max_age"}
+    {
+        "timeout",
+        "gpu_timeout",
+        "gpu_pause_factor",
+        "gpu_pause_cap",
+        "gpu_loaded_idle",
+        "gpu_held_idle",
+        "max_age",
+    }
 )
 
 
@@ -149,28 +158,38 @@ def _keep(signal: Signal, reason: str) -> Decision:
     return Decision(False, reason, signal)
 
 
+def memory_held(summary: GpuSummary, policy: Policy) -> bool:
+    """Whether a process still holds this GPU's memory (``gpu_memory_change`` MiB or more)."""
+    return (
+        summary.memory_used_mib is not None and summary.memory_used_mib >= policy.gpu_memory_change
+    )
+
+
 def gpu_held(summary: GpuSummary, policy: Policy) -> bool:
     """Whether this GPU has been busy since its server started and still holds memory: a
     live process that computed before, e.g. a training or serving loop between phases."""
     return bool(
-        policy.gpu_held_idle
-        and summary.last_busy_at is not None
-        and summary.memory_used_mib is not None
-        and summary.memory_used_mib >= policy.gpu_memory_change
+        policy.gpu_held_idle and summary.last_busy_at is not None and memory_held(summary, policy)
     )
 
 
 def gpu_required_idle(summary: GpuSummary, policy: Policy, timeout: float) -> float:
-    """How long this GPU must stay idle: the timeout, or longer for a GPU that pauses long.
+    """How long this GPU must stay idle: the timeout, or longer while a process holds it.
 
-    A GPU that came back after a 40-minute pause may well come back after the next one,
-    so it must stay idle ``gpu_pause_factor`` times its longest pause (at most
-    ``gpu_pause_cap``) before it counts as idle. A held GPU (:func:`gpu_held`) must stay
-    idle at least ``gpu_held_idle`` after its last busy reading.
+    - A GPU that came back after a 40-minute pause may well come back after the next one,
+      so it must stay idle ``gpu_pause_factor`` times its longest pause (at most
+      ``gpu_pause_cap``).
+    - A GPU whose memory a process still holds: ``gpu_loaded_idle`` if it has not computed
+      since its server started (a model loaded, its first run not started yet),
+      ``gpu_held_idle`` if it has (:func:`gpu_held`: a loop between phases, or a forgotten
+      kernel that keeps its memory; the latter is freed after this, not days).
+    - Nothing on the GPU (no memory held): the timeout alone.
     """
     patience = min(policy.gpu_pause_factor * summary.longest_pause_s, policy.gpu_pause_cap)
     if gpu_held(summary, policy):
         patience = max(patience, policy.gpu_held_idle)
+    elif summary.last_busy_at is None and memory_held(summary, policy):
+        patience = max(patience, policy.gpu_loaded_idle)
     return max(timeout, patience)
 
 

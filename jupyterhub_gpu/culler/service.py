@@ -97,11 +97,19 @@ class GPUIdleCuller(Application):
     gpu_pause_cap = Float(_D.gpu_pause_cap, help="Upper bound (s) of the pause-based wait.").tag(
         config=True
     )
+    gpu_loaded_idle = Float(
+        _D.gpu_loaded_idle,
+        help="""A GPU that still holds ``gpu_memory_change`` MiB or more but has had no
+        reading at or above ``gpu_threshold`` since its server started (a model loaded,
+        its first run not started) counts as idle only this long (s) after its last
+        activity, if longer than the timeout; 0: off.""",
+    ).tag(config=True)
     gpu_held_idle = Float(
         _D.gpu_held_idle,
         help="""A GPU with a reading at or above ``gpu_threshold`` since its server started
         that still holds ``gpu_memory_change`` MiB or more (a paused training or serving
-        loop) counts as idle only this long (s) after its last busy reading; 0: off.""",
+        loop, or a forgotten kernel keeping its memory) counts as idle only this long (s)
+        after its last busy reading, if longer than the timeout; 0: off.""",
     ).tag(config=True)
     max_age = Float(
         _D.max_age, help="Stop any server older than this (s), active or not; 0: off."
@@ -131,7 +139,8 @@ class GPUIdleCuller(Application):
         help="""Per-group policies, in the shape of JupyterHub's ``Spawner.group_overrides``:
         ``{"10-staff": {"groups": ["staff"], "policy_override": {"gpu_timeout": 7200}}}``;
         applied in sorted key order, later entries win. Keys of ``policy_override``:
-        timeout, gpu_timeout, gpu_pause_factor, gpu_pause_cap, gpu_held_idle, max_age. A
+        timeout, gpu_timeout, gpu_pause_factor, gpu_pause_cap, gpu_loaded_idle,
+        gpu_held_idle, max_age. A
         callable gets the hub's user model and returns such a dict (it may be async).""",
     ).tag(config=True)
     agent_urls = Dict(

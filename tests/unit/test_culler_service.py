@@ -95,7 +95,7 @@ class World:
             return self.hub(request)
         if host == "agent-a.test":
             gpus = [{"uuid": u, "index": i, "model": "TITAN X", "memory_mib": 12288,
-                     "memory_used_mib": 4000, "utilization_pct": p, "healthy": True,
+                     "memory_used_mib": 0, "utilization_pct": p, "healthy": True,
                      "process_containers": []}
                     for i, (u, p) in enumerate(sorted(self.gpu_util.items()))]  # fmt: skip
             return httpx.Response(

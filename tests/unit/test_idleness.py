@@ -43,16 +43,18 @@ def gpu(
     pause: float = 0.0,
     stale: float = 0.25,
     uuid: str = "GPU-aaaa",
+    memory: float | None = 0.0,
 ) -> GpuSummary:
     """A GPU summary: last active ``idle`` min ago (None: never), observed for ``observed``
-    min, newest reading ``stale`` min old, longest pause ``pause`` min."""
+    min, newest reading ``stale`` min old, longest pause ``pause`` min, ``memory`` MiB in
+    use (0: no process holds it)."""
     return GpuSummary(
         uuid=uuid,
         last_sample_at=ago(stale),
         observed_since=ago(observed),
         last_active_at=None if idle is None else ago(idle),
         utilization_pct=util,
-        memory_used_mib=4096,
+        memory_used_mib=memory,
         longest_pause_s=pause * 60,
     )
 
@@ -323,39 +325,67 @@ def test_notes_compare_and_tell_times_in_utc() -> None:
     )
 
 
-# -- the held-GPU rule: a paused process that still holds its GPU -------------------------
+# -- the memory-held rules: a process that still holds its GPU ------------------------------
 
 
-def held(busy: float | None, memory: float = 4096, idle: float = 200) -> ServerObservation:
-    """A server idle for 3 h by hub and kernels whose GPU was last busy (one reading >= the
-    threshold) ``busy`` min ago and holds ``memory`` MiB."""
+def held(
+    busy: float | None, memory: float | None = 4096, active: float | None = None
+) -> ServerObservation:
+    """A server idle for 8 h by hub and kernels whose GPU was last busy (one reading >= the
+    threshold) ``busy`` min ago (None: never in this server), last active (window mean or
+    memory moving) ``active`` min ago (default: when last busy, else 8 h ago), and holds
+    ``memory`` MiB."""
+    if active is None:
+        active = 480 if busy is None else busy
     summary = replace(
-        gpu(idle=idle),
+        gpu(idle=active, observed=600),
         memory_used_mib=memory,
         last_busy_at=None if busy is None else ago(busy),
     )
-    return server(last_activity=ago(180), kernels=kernels(("idle", 180)), gpus={"G": summary})
+    return server(last_activity=ago(480), kernels=kernels(("idle", 480)), gpus={"G": summary})
+
+
+SHIPPED = replace(POLICY, gpu_held_idle=Policy().gpu_held_idle)
 
 
 @pytest.mark.parametrize(
     ("obs", "policy", "cull"),
     [
-        (held(busy=40), POLICY, False),  # paused 40 min, memory held: kept for 2 h
-        (held(busy=119), POLICY, False),
-        (held(busy=121), POLICY, True),  # the cap: no backward-looking rule waits forever
-        (held(busy=40, memory=512), POLICY, True),  # memory released: the process is gone
-        (held(busy=None), POLICY, True),  # never busy in this server: the timeout alone
-        (held(busy=40), replace(POLICY, gpu_held_idle=0), True),  # off
-        (held(busy=40, idle=20), replace(POLICY, gpu_held_idle=0), False),  # mean-active
-        (held(busy=150), replace(POLICY, gpu_held_idle=4 * 3600), False),  # a site's 4 h
+        # busy before, memory held (a paused loop, or a forgotten kernel): 5 h by default
+        (held(busy=40), SHIPPED, False),
+        (held(busy=299), SHIPPED, False),
+        (held(busy=301), SHIPPED, True),  # no backward-looking rule waits forever
+        (held(busy=40, memory=512), SHIPPED, True),  # memory released: the process is gone
+        (held(busy=40, memory=None), SHIPPED, True),  # memory unknown: the timeout alone
+        (held(busy=40), replace(SHIPPED, gpu_held_idle=0), True),  # off
+        (held(busy=40, active=20), replace(SHIPPED, gpu_held_idle=0), False),  # active
+        (held(busy=150), replace(SHIPPED, gpu_held_idle=2 * 3600), True),  # a site's 2 h
+        # never busy in this server, memory held (a model loaded): 1 h after its last activity
+        (held(busy=None, active=40), SHIPPED, False),
+        (held(busy=None, active=59), SHIPPED, False),
+        (held(busy=None, active=61), SHIPPED, True),
+        (held(busy=None, active=40, memory=512), SHIPPED, True),  # nothing loaded
+        (held(busy=None, active=40), replace(SHIPPED, gpu_loaded_idle=0), True),  # off
+        (held(busy=None, active=40), replace(SHIPPED, gpu_loaded_idle=0.5 * 3600), True),
     ],
 )
-def test_held_gpu_waits_for_gpu_held_idle(
-    obs: ServerObservation, policy: Policy, cull: bool
-) -> None:
+def test_memory_held_gpus_wait_longer(obs: ServerObservation, policy: Policy, cull: bool) -> None:
     decision = judge(obs, policy, NOW)
-    assert decision.cull is cull
+    assert decision.cull is cull, decision.reason
     assert decision.signal is (Signal.IDLE if cull else Signal.GPU)
+
+
+def test_memory_held_waits_never_shorten_the_timeout() -> None:
+    """The waits are floors: with a 6 h gpu_timeout, a loaded GPU idle for 2 h stays."""
+    policy = replace(SHIPPED, gpu_timeout=6 * 3600)
+    assert not judge(held(busy=None, active=120), policy, NOW).cull
+    assert judge(held(busy=None, active=370), policy, NOW).cull
+    assert not judge(held(busy=320), policy, NOW).cull
+
+
+def test_memory_held_reason_names_the_wait() -> None:
+    decision = judge(held(busy=None, active=40), SHIPPED, NOW)
+    assert decision.reason == "GPU G active 40m00s ago, needs 1h00m idle (now 0%)"
 
 
 def test_tracker_last_busy_at_counts_single_readings_of_this_server() -> None:
