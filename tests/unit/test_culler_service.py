@@ -65,6 +65,7 @@ class World:
             self.user("heidi", ("", {**server("heidi")[1], "ready": False, "pending": "spawn"})),
         ]  # fmt: skip
         self.gpu_util = {"GPU-a0": 0.0, "GPU-a1": 0.0, "GPU-a2": 85.0, "GPU-a3": 0.0}
+        self.gpu_memory: dict[str, float] = {}  # MiB in use; 0 when absent
         self.kernels = {
             "/user/alice/": [{"id": "k1", "execution_state": "idle", "last_activity": iso(110)}],
             "/user/bob/": [{"id": "k2", "execution_state": "busy", "last_activity": iso(100)}],
@@ -95,8 +96,8 @@ class World:
             return self.hub(request)
         if host == "agent-a.test":
             gpus = [{"uuid": u, "index": i, "model": "TITAN X", "memory_mib": 12288,
-                     "memory_used_mib": 0, "utilization_pct": p, "healthy": True,
-                     "process_containers": []}
+                     "memory_used_mib": self.gpu_memory.get(u, 0), "utilization_pct": p,
+                     "healthy": True, "process_containers": []}
                     for i, (u, p) in enumerate(sorted(self.gpu_util.items()))]  # fmt: skip
             return httpx.Response(
                 200, json={"node": "node-a", "driver_version": "535", "gpus": gpus}
@@ -347,6 +348,24 @@ async def test_callable_group_overrides(world: World, tmp_path: Path) -> None:
     world.users[0]["groups"] = ["everyone"]
     await poll(culler)
     assert (await culler.cull_once(now=T0))["alice"].signal is Signal.DISABLED
+
+
+async def test_a_gpu_holding_memory_waits_longer(world: World, tmp_path: Path) -> None:
+    """alice's GPU holds a loaded model it never ran: kept for gpu_loaded_idle (1 h), not
+    the 30-min timeout; a group override can shorten that wait."""
+    world.gpu_memory["GPU-a0"] = 8000.0
+    culler = make_culler(world, tmp_path)
+    await poll(culler, start=50)
+    decision = (await culler.cull_once(now=T0))["alice"]
+    assert (decision.cull, decision.signal) == (False, Signal.GPU)
+    assert decision.reason.endswith("observed for only 50m00s of 1h00m (now 0%)")
+    await poll(culler, start=-1, stop=-11)
+    assert (await culler.cull_once(now=T0 + timedelta(minutes=11)))["alice"].cull
+    world.users[0]["groups"] = ["hurry"]
+    hurry = {"x": {"groups": ["hurry"], "policy_override": {"gpu_loaded_idle": 0}}}
+    culler = make_culler(world, tmp_path / "2", group_overrides=hurry)
+    await poll(culler)
+    assert (await culler.cull_once(now=T0))["alice"].cull
 
 
 def test_config_is_checked_at_start(tmp_path: Path) -> None:
