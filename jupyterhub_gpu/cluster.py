@@ -105,6 +105,7 @@ class Cluster:
         self._probes: dict[str, Probe] = {}
         self._health: dict[str, tuple[float, bool]] = {}
         self._last_inventory: dict[str, NodeInventory] = {}
+        self._nodes: tuple[NodeState, ...] = ()  # the last snapshot's, reused while equal
         self._our_containers: set[str] = set()
         self.pending: set[str] = set()  # holders whose spawn is in progress
         self._ids_on: dict[str, set[str]] = {}
@@ -253,11 +254,18 @@ class Cluster:
         )
 
     async def snapshot(self) -> ClusterSnapshot:
-        """Every node's state now, with the ledger's allocations (reconciled once at first)."""
+        """Every node's state now, with the ledger's allocations (reconciled once at first).
+
+        While no node's state changed, ``nodes`` is the very tuple of the previous snapshot:
+        placement caches its index by that tuple's identity, so a burst of spawns between
+        two agent readings decides "warm" (see docs/placement.md).
+        """
         await self.ensure_reconciled()
-        states = await asyncio.gather(*(self._node_state(s) for s in self.specs()))
+        states = tuple(await asyncio.gather(*(self._node_state(s) for s in self.specs())))
+        if states != self._nodes:
+            self._nodes = states
         return ClusterSnapshot(
-            nodes=tuple(states),
+            nodes=self._nodes,
             allocations=self.ledger.allocations(),
             our_containers=frozenset(self._our_containers),
         )

@@ -1,0 +1,65 @@
+"""The hub's snapshots reuse one ``nodes`` tuple while nothing changed (warm placement)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jupyterhub_gpu.cluster import Cluster, ClusterSettings
+from jupyterhub_gpu.placement import PlacementRequest, place
+from jupyterhub_gpu.placement.index import index_for
+
+pytestmark = pytest.mark.unit
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "cluster-hetero.yaml"
+
+
+def make_cluster(tmp_path: Path) -> tuple[Cluster, Path]:
+    inventory = tmp_path / "inventory.yaml"
+    shutil.copy(DATA, inventory)
+    nodes = [
+        {
+            "name": n["name"],
+            "docker_url": f"unix://{tmp_path}/{n['name']}.sock",
+            "address": "127.0.0.1",
+        }
+        for n in yaml.safe_load(DATA.read_text())["nodes"]
+    ]
+    settings = ClusterSettings(nodes=nodes, probe_mode="declared", inventory_file=str(inventory))
+    cluster = Cluster(settings, logging.getLogger("test"))
+    cluster._reconciled = True  # no engines here: nothing to reconcile
+
+    async def engine_ok(node: str) -> bool:
+        return True
+
+    cluster.engine_ok = engine_ok  # type: ignore[method-assign]
+    return cluster, inventory
+
+
+def test_unchanged_nodes_give_the_same_tuple(tmp_path: Path) -> None:
+    cluster, _ = make_cluster(tmp_path)
+    first = asyncio.run(cluster.snapshot())
+    second = asyncio.run(cluster.snapshot())
+    assert len(first.nodes) == 3
+    assert second.nodes is first.nodes
+    assert index_for(second.nodes) is index_for(first.nodes)  # one index, built once
+    request = PlacementRequest(gpu_count=1)
+    assert place(second, request) == place(first, request)
+
+
+def test_a_changed_node_gives_a_new_tuple(tmp_path: Path) -> None:
+    cluster, inventory = make_cluster(tmp_path)
+    first = asyncio.run(cluster.snapshot())
+    data = yaml.safe_load(inventory.read_text())
+    data["nodes"][1]["gpus"][0]["healthy"] = False  # a TITAN X breaks
+    inventory.write_text(yaml.safe_dump(data))
+    second = asyncio.run(cluster.snapshot())
+    assert second.nodes is not first.nodes and second.nodes != first.nodes
+    broken = data["nodes"][1]["gpus"][0]["uuid"]
+    (gpu_b,) = [n for n in second.nodes if n.name == "gpu-b"]
+    assert [g.healthy for g in gpu_b.inventory.gpus if g.uuid == broken] == [False]
