@@ -94,6 +94,11 @@ def containers_from_docker(node: str, listing: list[dict[str, Any]]) -> list[Lab
     return out
 
 
+def _endpoint(spec: NodeSpec) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """What a node's Docker client is made from."""
+    return spec.docker_url, tuple(sorted(spec.tls.items()))
+
+
 class Cluster:
     def __init__(self, settings: ClusterSettings, log: logging.Logger) -> None:
         self.settings = settings
@@ -137,8 +142,19 @@ class Cluster:
             self._retired[name] = self._specs[name]
         for name in specs:
             self._retired.pop(name, None)
+            old = self._specs.get(name)
+            if old is not None and _endpoint(old) != _endpoint(specs[name]):
+                self._forget_engine(name)
         self._specs, self._file_mtime = specs, mtime
         return list(specs.values())
+
+    def _forget_engine(self, node: str) -> None:
+        """The node's Docker endpoint changed: the next call opens a client to the new one."""
+        client = self._clients.pop(node, None)
+        if client is not None:
+            client.close()
+        self._health.pop(node, None)
+        self.log.info("Node %s: Docker endpoint changed, reconnecting", node)
 
     def _read_specs(self, path: str, mtime: float | None) -> dict[str, NodeSpec]:
         raw = list(self.settings.nodes) + (load_nodes_file(path) if mtime is not None else [])

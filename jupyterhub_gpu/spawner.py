@@ -94,6 +94,7 @@ class GPUDockerSpawner(DockerSpawner):
         help="""A YAML file with more nodes (``nodes: [...]``, same fields as ``nodes`` plus
         ``drain: true``), re-read when it changes: add, drain or remove nodes without
         restarting the hub. A removed node gets no new servers; running ones stay managed.
+        A node whose ``docker_url`` or ``tls`` changes is reached at the new endpoint.
         """,
     )
     agent_token = Unicode(

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
+from jupyterhub_gpu import cluster as cluster_module
 from jupyterhub_gpu.cluster import Cluster, ClusterSettings
 from jupyterhub_gpu.placement import PlacementRequest, place
 from jupyterhub_gpu.placement.index import index_for
@@ -63,3 +65,37 @@ def test_a_changed_node_gives_a_new_tuple(tmp_path: Path) -> None:
     broken = data["nodes"][1]["gpus"][0]["uuid"]
     (gpu_b,) = [n for n in second.nodes if n.name == "gpu-b"]
     assert [g.healthy for g in gpu_b.inventory.gpus if g.uuid == broken] == [False]
+
+
+class FakeClient:
+    """Stands in for docker.APIClient, which would connect at construction."""
+
+    def __init__(self, base_url: str, **kwargs: object) -> None:
+        self.base_url, self.closed = base_url, False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_changed_docker_endpoint_gets_a_new_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node whose docker_url changes in the nodes file is reached at the new address (the
+    old client closed); an unchanged node keeps its client."""
+    monkeypatch.setattr(cluster_module.docker, "APIClient", FakeClient)
+    nodes_file = tmp_path / "nodes.yaml"
+    node = {"name": "gpu-x", "docker_url": "tcp://127.0.0.1:2375", "address": "127.0.0.1"}
+    nodes_file.write_text(yaml.safe_dump({"nodes": [node]}))
+    fixed = {"name": "gpu-y", "docker_url": "unix:///run/y.sock", "address": "127.0.0.1"}
+    settings = ClusterSettings(nodes=[fixed], nodes_file=str(nodes_file))
+    cluster = Cluster(settings, logging.getLogger("test"))
+    before, other = cluster.client("gpu-x"), cluster.client("gpu-y")
+    assert before.base_url == "tcp://127.0.0.1:2375"
+    node["docker_url"] = "tcp://127.0.0.1:2376"
+    nodes_file.write_text(yaml.safe_dump({"nodes": [node]}))
+    os.utime(nodes_file, (1, 1))  # a new mtime whatever the clock's resolution
+    cluster.specs()  # the hub re-reads the file on its next snapshot or reconciliation
+    after = cluster.client("gpu-x")
+    assert after is not before and after.base_url == "tcp://127.0.0.1:2376"
+    assert before.closed and not other.closed
+    assert cluster.client("gpu-y") is other
