@@ -14,11 +14,15 @@
 #   --ldif FILE      entries to load on first start; repeatable [scripts/ldap/demo.ldif]
 #   --admin-password PW   password of cn=admin,<suffix>; default: random, kept in
 #                    DIR/admin.password (mode 0600)            [LDAP_ADMIN_PASSWORD]
+#   --tls-cert FILE --tls-key FILE   a PEM certificate (chain) and key: StartTLS on the
+#                    ldap:// port; set when the config is made   [LDAP_TLS_CERT, LDAP_TLS_KEY]
+#   --ldaps-port PORT  also listen with TLS from the first byte (needs --tls-*) [LDAPS_PORT]
 #
 # Idempotent: `start` reuses a running server that answers, clears a stale pidfile left by
 # a killed one, and loads the LDIF only when DIR has no database yet (use `reset` to reload).
 # The configuration is cn=config, made offline with slapadd from an LDIF (schemas core,
-# cosine, nis, inetorgperson; one mdb database). It listens on loopback only, plain LDAP,
+# cosine, nis, inetorgperson; one mdb database). It listens on loopback only (plain LDAP,
+# StartTLS and ldaps:// when given a certificate),
 # and runs as the calling user. ACL: a user may read everything but passwords once bound;
 # anonymous clients may only bind. On success `start` prints shell assignments
 # (LDAP_URL=..., LDAP_PID=...) that scripts can eval. The log is DIR/slapd.log.
@@ -33,13 +37,16 @@ HOST=${LDAP_HOST:-127.0.0.1}
 PORT=${LDAP_PORT:-3890}
 SUFFIX=${LDAP_SUFFIX:-dc=example,dc=org}
 ADMIN_PASSWORD=${LDAP_ADMIN_PASSWORD:-}
+TLS_CERT=${LDAP_TLS_CERT:-}
+TLS_KEY=${LDAP_TLS_KEY:-}
+LDAPS_PORT=${LDAPS_PORT:-}
 LDIFS=()
 MARKER=.jupyterhub-gpu-ldap
 
 log() { printf '[ldap-server] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-usage() { sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 
 parse_args() {
   while (($#)); do
@@ -50,6 +57,9 @@ parse_args() {
       --suffix) SUFFIX=$2; shift 2 ;;
       --ldif) LDIFS+=("$2"); shift 2 ;;
       --admin-password) ADMIN_PASSWORD=$2; shift 2 ;;
+      --tls-cert) TLS_CERT=$2; shift 2 ;;
+      --tls-key) TLS_KEY=$2; shift 2 ;;
+      --ldaps-port) LDAPS_PORT=$2; shift 2 ;;
       -h|--help) usage 0 ;;
       *) log "unknown option: $1"; usage 2 ;;
     esac
@@ -60,11 +70,24 @@ parse_args() {
     127.*|localhost|::1) ;;
     *) die "--host must be a loopback address (127.x.x.x, ::1): this server holds demo passwords" ;;
   esac
+  if [[ -n $TLS_CERT || -n $TLS_KEY ]]; then
+    [[ -r $TLS_CERT && -r $TLS_KEY ]] || die "--tls-cert and --tls-key must both be readable files"
+    TLS_CERT=$(realpath "$TLS_CERT") TLS_KEY=$(realpath "$TLS_KEY")
+  fi
+  if [[ -n $LDAPS_PORT ]]; then
+    [[ $LDAPS_PORT =~ ^[0-9]+$ ]] && ((LDAPS_PORT > 0 && LDAPS_PORT < 65536)) \
+      || die "--ldaps-port must be 1-65535, not '$LDAPS_PORT'"
+    [[ -n $TLS_CERT ]] || die "--ldaps-port needs --tls-cert and --tls-key"
+  fi
   mkdir -p "$DIR"
   DIR=$(cd "$DIR" && pwd)
 }
 
-url() { if [[ $HOST == *:* ]]; then echo "ldap://[$HOST]:$PORT/"; else echo "ldap://$HOST:$PORT/"; fi; }
+url() { # url [scheme [port]]
+  local scheme=${1:-ldap} port=${2:-$PORT}
+  if [[ $HOST == *:* ]]; then echo "$scheme://[$HOST]:$port/"; else echo "$scheme://$HOST:$port/"; fi
+}
+listen_urls() { echo "$(url)${LDAPS_PORT:+ $(url ldaps "$LDAPS_PORT")}"; }
 pidfile() { echo "$DIR/slapd.pid"; }
 
 # A process exists and is not a zombie (a killed slapd is a zombie until it is reaped).
@@ -103,6 +126,9 @@ cn: config
 olcPidFile: $DIR/slapd.pid
 olcArgsFile: $DIR/slapd.args
 olcLogLevel: stats
+$(if [[ -n $TLS_CERT ]]; then
+    printf 'olcTLSCertificateFile: %s\nolcTLSCertificateKeyFile: %s\n' "$TLS_CERT" "$TLS_KEY"
+  fi)
 
 dn: cn=module{0},cn=config
 objectClass: olcModuleList
@@ -188,10 +214,10 @@ cmd_start() {
     die "slapd pid $pid is alive but does not answer on $(url) (stopped? other port?); run '$0 stop --dir $DIR' first"
   fi
   [[ -d $DIR/slapd.d && -f $DIR/$MARKER ]] || initialise
-  log "starting slapd on $(url)"
+  log "starting slapd on $(listen_urls)"
   # -d keeps slapd in the foreground (so its log goes to a file); setsid detaches it from
   # our terminal and process group.
-  setsid slapd -F "$DIR/slapd.d" -h "$(url)" -d stats >>"$DIR/slapd.log" 2>&1 </dev/null &
+  setsid slapd -F "$DIR/slapd.d" -h "$(listen_urls)" -d stats >>"$DIR/slapd.log" 2>&1 </dev/null &
   local i
   for ((i = 0; i < 100; i++)); do
     pid=$(live_pid 2>/dev/null)
@@ -211,6 +237,7 @@ report() {
   printf 'LDAP_URL=%q\nLDAP_HOST=%q\nLDAP_PORT=%q\nLDAP_SUFFIX=%q\n' "$(url)" "$HOST" "$PORT" "$SUFFIX"
   printf 'LDAP_ADMIN_DN=%q\nLDAP_ADMIN_PASSWORD_FILE=%q\nLDAP_PID=%q\nLDAP_DIR=%q\n' \
     "cn=admin,$SUFFIX" "$DIR/admin.password" "$1" "$DIR"
+  if [[ -n $LDAPS_PORT ]]; then printf 'LDAPS_URL=%q\nLDAPS_PORT=%q\n' "$(url ldaps "$LDAPS_PORT")" "$LDAPS_PORT"; fi
 }
 
 cmd_stop() {

@@ -78,6 +78,7 @@ class LDAPServer:
     pid: int
     admin_dn: str
     admin_password_file: Path
+    ldaps_port: int | None = None  # with a certificate: TLS from the first byte
 
     @property
     def url(self) -> str:
@@ -167,8 +168,12 @@ def start_ldap_server(
     port: int | None = None,
     ldifs: Sequence[Path] = (DEMO_LDIF,),
     suffix: str = SUFFIX,
+    tls: tuple[Path, Path] | None = None,
 ) -> LDAPServer:
-    """Start (or reuse) a slapd with its state in ``state_dir``; see scripts/ldap-server.sh."""
+    """Start (or reuse) a slapd with its state in ``state_dir``; see scripts/ldap-server.sh.
+
+    ``tls``: (certificate, key) PEM files: StartTLS on the port, plus an ldaps:// port.
+    """
     if not (shutil.which("slapd") or Path("/usr/sbin/slapd").exists()) or not shutil.which(
         "ldapadd"
     ):
@@ -180,6 +185,9 @@ def start_ldap_server(
     cmd += ["--port", str(port or free_port(host))]
     for ldif in ldifs:
         cmd += ["--ldif", str(ldif)]
+    if tls is not None:
+        cmd += ["--tls-cert", str(tls[0]), "--tls-key", str(tls[1])]
+        cmd += ["--ldaps-port", str(free_port(host))]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=60)
     if proc.returncode != 0:
         raise RuntimeError(f"scripts/ldap-server.sh start failed:\n{proc.stderr}")
@@ -194,6 +202,7 @@ def start_ldap_server(
         pid=int(values["LDAP_PID"]),
         admin_dn=values["LDAP_ADMIN_DN"],
         admin_password_file=Path(values["LDAP_ADMIN_PASSWORD_FILE"]),
+        ldaps_port=int(values["LDAPS_PORT"]) if "LDAPS_PORT" in values else None,
     )
 
 

@@ -17,7 +17,11 @@ or frozen LDAP server freezes every page of the hub (its issue #124: 90-120 s).
   :mod:`jupyterhub_gpu.auth.identity`), refusing an account without a usable uid unless
   the admin set ``fallback_uid``;
 - adds ``admin_groups`` (group names or DNs) and, with ``manage_groups``, mirrors the
-  LDAP groups into JupyterHub groups.
+  LDAP groups into JupyterHub groups;
+- validates the server's certificate and host name over TLS by default
+  (``validate=ssl.CERT_REQUIRED``; ldap3's own default, which ldapauthenticator passes on,
+  is ``CERT_NONE``: any man in the middle would get the passwords). An admin may still set
+  ``validate`` in ``tls_kwargs``.
 
 Passwords (the user's and ``lookup_dn_search_password``) are never logged.
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+import ssl
 import threading
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import suppress
@@ -34,7 +39,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ldap3
-from ldap3.core.exceptions import LDAPBindError, LDAPException, LDAPSocketOpenError
+from ldap3.core.exceptions import (
+    LDAPBindError,
+    LDAPCertificateError,
+    LDAPException,
+    LDAPSocketOpenError,
+    LDAPStartTLSError,
+)
 from ldap3.core.tls import Tls
 from ldap3.utils.conv import escape_filter_chars
 from ldapauthenticator import LDAPAuthenticator
@@ -109,6 +120,25 @@ def _as_int(value: Any) -> int | None:
 
 def _norm_dn(dn: str) -> str:
     return ",".join(part.strip() for part in dn.lower().split(","))
+
+
+def _is_tls_failure(e: LDAPException) -> bool:
+    text = str(e).lower()
+    return isinstance(e, LDAPCertificateError | LDAPStartTLSError) or any(
+        word in text for word in ("handshake", "ssl", "certificate", "tls")
+    )
+
+
+def _tls_reason(e: LDAPException) -> str:
+    """The useful part of ldap3's nested message, e.g. "certificate verify failed: unable
+    to get local issuer certificate" or "certificate ... doesn't match any name"."""
+    text = str(e)
+    found = re.search(r"\[SSL: [A-Z_]+\] ([^(\]'\"]+)", text)
+    if found:
+        return found.group(1).strip()
+    if isinstance(e, LDAPCertificateError):
+        return "the certificate does not name this server"
+    return text[:200]
 
 
 class GPULDAPAuthenticator(LDAPAuthenticator):
@@ -392,7 +422,7 @@ class GPULDAPAuthenticator(LDAPAuthenticator):
             self.server_address,
             port=self.server_port,
             use_ssl=use_ssl,
-            tls=Tls(**self.tls_kwargs),
+            tls=Tls(**{"validate": ssl.CERT_REQUIRED, **self.tls_kwargs}),
             connect_timeout=self.ldap_timeout,
             get_info=ldap3.NONE,
         )
@@ -407,13 +437,16 @@ class GPULDAPAuthenticator(LDAPAuthenticator):
                 receive_timeout=math.ceil(self.ldap_timeout),
                 read_only=True,
             )
-        except LDAPSocketOpenError as e:
-            if "handshake" in str(e).lower():
+        except (LDAPSocketOpenError, LDAPStartTLSError, LDAPCertificateError) as e:
+            if _is_tls_failure(e):
                 self.log.error(
-                    "TLS handshake with LDAP server %s:%s failed; check tls_strategy, "
-                    "tls_kwargs (ca_certs_file) and the server's certificate.",
+                    "TLS handshake with LDAP server %s:%s failed, no password was sent: %s. "
+                    "Check tls_strategy (before_bind: StartTLS on 389, on_connect: LDAPS on "
+                    "636), tls_kwargs['ca_certs_file'] (the CA that signed the server's "
+                    "certificate) and that server_address is a name on that certificate.",
                     self.server_address,
                     self.server_port,
+                    _tls_reason(e),
                 )
             raise
         except LDAPBindError as e:
