@@ -31,6 +31,7 @@ install_packages() {
   command -v debootstrap >/dev/null || missing+=(debootstrap)
   command -v slapd >/dev/null || missing+=(slapd)
   command -v ldapadd >/dev/null || missing+=(ldap-utils)
+  command -v openssl >/dev/null || missing+=(openssl) # the LDAP TLS tests make a test CA
   command -v chromium >/dev/null || missing+=(chromium)
   command -v node >/dev/null || missing+=(nodejs npm)
   if ((${#missing[@]})); then
