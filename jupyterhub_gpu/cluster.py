@@ -349,6 +349,20 @@ class Cluster:
                     node,
                     conflicts,
                 )
+        # a running server holds exactly the GPUs its container's labels list
+        latest = min(time.monotonic() - self.settings.reconcile_grace, began)
+        for c in running:
+            if c.holder in pending:
+                continue
+            extra = sorted(set(self.ledger.held_on(c.holder, node, latest)) - set(c.gpus))
+            if extra and self.ledger.release(c.holder, extra):
+                self.log.info(
+                    "Reconciliation: container %s of %s on %s does not use %s; freed",
+                    c.id[:12],
+                    c.holder,
+                    node,
+                    ", ".join(extra),
+                )
         holders = {c.holder for c in running}
         holders |= {ORPHAN + h for h in holders}
         stale = self.ledger.holders_on(

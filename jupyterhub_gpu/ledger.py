@@ -78,6 +78,14 @@ class GPULedger:
             self._holds[uuid] = Hold(holder, node)
         return conflicts
 
+    def held_on(self, holder: str, node: str, taken_before: float) -> list[str]:
+        """GPUs ``holder`` holds on ``node`` whose holds were taken before ``taken_before``."""
+        return sorted(
+            u
+            for u, h in self._holds.items()
+            if h.holder == holder and h.node == node and h.since <= taken_before
+        )
+
     def release(self, holder: str, uuids: Iterable[str] | None = None) -> list[str]:
         """Free what ``holder`` holds (only those ``uuids`` if given); returns what was freed."""
         targets = self.held_by(holder) if uuids is None else list(uuids)

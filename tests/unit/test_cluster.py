@@ -1,4 +1,5 @@
-"""The hub's snapshots reuse one ``nodes`` tuple while nothing changed (warm placement)."""
+"""The hub's Cluster without engines: snapshots reuse one ``nodes`` tuple while nothing
+changed (warm placement), endpoint changes reconnect, reconciliation per GPU."""
 
 from __future__ import annotations
 
@@ -6,13 +7,14 @@ import asyncio
 import logging
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from jupyterhub_gpu import cluster as cluster_module
-from jupyterhub_gpu.cluster import Cluster, ClusterSettings
+from jupyterhub_gpu.cluster import Cluster, ClusterSettings, LabelledContainer
 from jupyterhub_gpu.placement import PlacementRequest, place
 from jupyterhub_gpu.placement.index import index_for
 
@@ -99,3 +101,24 @@ def test_a_changed_docker_endpoint_gets_a_new_client(
     assert after is not before and after.base_url == "tcp://127.0.0.1:2376"
     assert before.closed and not other.closed
     assert cluster.client("gpu-y") is other
+
+
+def test_reconciliation_frees_gpus_a_running_container_does_not_list(tmp_path: Path) -> None:
+    """The ledger says alice's server holds GPUs a and b; her running container's labels
+    say only a: b is freed. A spawn in progress, and holds taken after the listing began,
+    are left alone."""
+    cluster, _ = make_cluster(tmp_path)
+    ledger = cluster.ledger
+    ledger.reserve("alice/", "gpu-a", ["GPU-a", "GPU-b"])
+    ledger.reserve("bob/", "gpu-a", ["GPU-c", "GPU-d"])
+    began = time.monotonic()
+    ledger.reserve("carol/", "gpu-a", ["GPU-e"])  # taken after the listing began
+    found = [
+        LabelledContainer("gpu-a", "c1" * 32, "alice/", ("GPU-a",), True),
+        LabelledContainer("gpu-a", "c2" * 32, "bob/", ("GPU-c",), True),
+        LabelledContainer("gpu-a", "c3" * 32, "carol/", (), True),
+    ]
+    cluster._apply("gpu-a", found, began, pending={"bob/"})
+    assert ledger.held_by("alice/") == ["GPU-a"]
+    assert ledger.held_by("bob/") == ["GPU-c", "GPU-d"]  # spawning: untouched
+    assert ledger.held_by("carol/") == ["GPU-e"]  # newer than the listing
