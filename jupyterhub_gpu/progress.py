@@ -6,31 +6,60 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 
-def pull_percent(events: Iterable[Mapping[str, Any]]) -> int | None:
-    """Overall download percentage from a ``docker pull`` event stream so far.
+class PullProgress:
+    """Overall download percentage of a ``docker pull`` event stream, one event at a time.
 
     Each layer reports ``progressDetail: {current, total}`` while downloading; a layer
     that says "Download complete", "Pull complete" or "Already exists" counts as done.
-    ``None`` until any layer has reported a size.
+    :attr:`percent` is ``None`` until any layer has reported a size.
     """
-    layers: dict[str, tuple[int, int]] = {}
-    for event in events:
+
+    def __init__(self) -> None:
+        self._layers: dict[str, tuple[int, int]] = {}
+        self._done = 0
+        self._total = 0
+
+    def add(self, event: Mapping[str, Any]) -> int | None:
+        """Fold one event in; returns :attr:`percent`."""
         layer = event.get("id")
-        if not layer:
-            continue
-        status = str(event.get("status", ""))
-        detail = event.get("progressDetail") or {}
-        total = int(detail.get("total") or 0)
-        current = int(detail.get("current") or 0)
-        if status.startswith("Downloading") and total:
-            layers[layer] = (min(current, total), total)
-        elif status in {"Download complete", "Pull complete", "Already exists"} and layer in layers:
-            layers[layer] = (layers[layer][1], layers[layer][1])
-    if not layers:
-        return None
-    done = sum(c for c, _ in layers.values())
-    total = sum(t for _, t in layers.values())
-    return int(100 * done / total) if total else None
+        if layer:
+            status = str(event.get("status", ""))
+            detail = event.get("progressDetail") or {}
+            total = int(detail.get("total") or 0)
+            old = self._layers.get(layer)
+            new = old
+            if status.startswith("Downloading") and total:
+                new = (min(int(detail.get("current") or 0), total), total)
+            elif status in _LAYER_DONE and old is not None:
+                new = (old[1], old[1])
+            if new != old and new is not None:
+                before = old or (0, 0)
+                self._done += new[0] - before[0]
+                self._total += new[1] - before[1]
+                self._layers[layer] = new
+        return self.percent
+
+    @property
+    def percent(self) -> int | None:
+        return int(100 * self._done / self._total) if self._total else None
+
+
+_LAYER_DONE = frozenset({"Download complete", "Pull complete", "Already exists"})
+
+
+def pull_percent(events: Iterable[Mapping[str, Any]]) -> int | None:
+    """:class:`PullProgress` over a whole list of events."""
+    progress = PullProgress()
+    for event in events:
+        progress.add(event)
+    return progress.percent
+
+
+def pull_error(event: Mapping[str, Any]) -> str | None:
+    """The error a ``docker pull`` stream reports in-band (the stream itself succeeds)."""
+    detail = event.get("errorDetail")
+    message = event.get("error") or (detail.get("message") if isinstance(detail, dict) else None)
+    return str(message) if message else None
 
 
 def gib(mib: int) -> str:

@@ -62,7 +62,7 @@ from .mounts import dataset_binds, parse_group_mounts
 from .nodes import NodeSpec, default_node, parse_nodes
 from .placement import availability, place
 from .placement.model import NoFit, Placement, PlacementRequest
-from .progress import describe_gpus, pull_percent
+from .progress import PullProgress, describe_gpus, pull_error
 
 _NODE_ERRORS = (RequestException, DockerException, OSError, asyncio.TimeoutError)
 
@@ -531,17 +531,51 @@ class GPUDockerSpawner(DockerSpawner):
         repo, _, tag = (
             image.rpartition(":") if ":" in image.split("/")[-1] else (image, "", "latest")
         )
-        events: list[dict[str, Any]] = []
+        node, loop, progress = self.node_name, asyncio.get_running_loop(), PullProgress()
+        shown = -1  # the last percentage shown, in steps of 5
 
-        def pull() -> None:
+        def pull() -> None:  # in the node's thread pool
+            nonlocal shown
             for event in self.client.pull(repo, tag=tag, stream=True, decode=True):
-                events.append(event)
-                pct = pull_percent(events)
-                if pct is not None and pct % 5 == 0:
-                    self._event(40 + pct // 4, f"Pulling {image} on node {self.node_name}: {pct}%")
+                error = pull_error(event)
+                if error:
+                    raise _PullFailed(error)
+                pct = progress.add(event)
+                if pct is not None and pct - pct % 5 > shown:
+                    shown = pct - pct % 5
+                    message = f"Pulling {image} on node {node}: {shown}%"
+                    loop.call_soon_threadsafe(self._event, 40 + shown // 4, message)
 
-        self._event(40, f"Pulling {image} on node {self.node_name} (not there yet)")
-        await self.cluster.run(self.node_name, pull, self.pull_timeout)
+        self._event(40, f"Pulling {image} on node {node} (not there yet)")
+        try:
+            await self.cluster.run(node, pull, self.pull_timeout)
+        except (asyncio.TimeoutError, TimeoutError):
+            raise SpawnException(
+                f"Pulling {image} on node {node} took more than {self.pull_timeout:.0f} s; "
+                "try again later, or ask an admin to pull it on that node beforehand.",
+                reason="image",
+                status_code=503,
+            ) from None
+        except (APIError, _PullFailed) as e:
+            why = e.explanation if isinstance(e, APIError) and e.explanation else str(e)
+            self.log.warning("Pull of %s on node %s failed: %s", image, node, why)
+            raise SpawnException(
+                f"Could not pull {image} on node {node}: {why}. "
+                "Ask an admin to check this image's catalog entry and its registry.",
+                reason="image",
+                status_code=503,
+            ) from None
+
+    async def get_command(self) -> list[str]:
+        """DockerSpawner's (``cmd``, else the image's CMD); an image without a CMD runs
+        ``jupyterhub-singleuser``, JupyterHub's own default, instead of failing with a
+        TypeError deep in DockerSpawner."""
+        if not self.cmd:
+            info = await self.docker("inspect_image", self.image)
+            if not (info.get("Config") or {}).get("Cmd"):
+                return ["jupyterhub-singleuser", *self.get_args()]
+        command: list[str] = await super().get_command()
+        return command
 
     def get_args(self) -> list[str]:
         args = super().get_args()
@@ -605,6 +639,16 @@ class GPUDockerSpawner(DockerSpawner):
         except UserFacingError as e:
             await self._undo()
             raise _spawn_error(e) from None
+        except APIError as e:  # the engine answered, with an error: not a dead node
+            node, why = self.node_name, e.explanation or str(e)
+            self.log.warning("Node %s refused %s's server: %s", node, self.holder, why)
+            await self._undo()
+            raise SpawnException(
+                f"Node {node} could not start your server: {why}. Try again; if it keeps "
+                f"failing, tell an admin (node {node}).",
+                reason="node_error",
+                status_code=503,
+            ) from None
         except _NODE_ERRORS as e:
             node = self.node_name
             await self._undo()
@@ -674,6 +718,10 @@ class GPUDockerSpawner(DockerSpawner):
                 )
                 self.ledger.rename(self.holder, ORPHAN + self.holder)
         self.clear_state()
+
+
+class _PullFailed(Exception):
+    """An error reported inside a ``docker pull`` event stream."""
 
 
 def _options_applied_in_start(spawner: Any, user_options: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import gpu_inventory
 from tests.support.cluster import Engine, container_env
@@ -235,3 +236,48 @@ c.GPUDockerSpawner.group_mounts = {mounts!r}
         ["sh", "-c", "cat /data/imagenet/README; touch /data/imagenet/x"]
     )
     assert out.output.decode().startswith("read me") and out.exit_code != 0  # read-only
+
+
+def test_an_engine_error_is_told_as_such_and_holds_nothing(
+    make_hub, engine, tmp_path: Path
+) -> None:
+    """An admin lists an image without ``jupyterhub-singleuser`` (the bare base image): the
+    engine refuses to start the container. The user is told what the node said (not that
+    it stopped answering), the container is removed and the GPU freed."""
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(
+        yaml.safe_dump(
+            {
+                "images": [
+                    {
+                        "slug": "bare",
+                        "display_name": "Base image without Jupyter",
+                        "framework": "python",
+                        "framework_version": "3.11",
+                        "cuda_version": "12.4",
+                        "image": "jupyterhub-gpu/base:bookworm",
+                    },
+                    {
+                        "slug": "good",
+                        "display_name": "The test image",
+                        "framework": "python",
+                        "framework_version": "3.11",
+                        "cuda_version": "12.4",
+                        "image": "jupyterhub-gpu/singleuser-test:6.1.1",
+                    },
+                ]
+            }
+        )
+    )
+    extra = f"c.GPUDockerSpawner.catalog_file = {str(catalog)!r}\n"
+    hub = make_hub([engine], [gpu_inventory(engine.name, "dddddddd", [RTX])], extra)
+    hub.create_user("oscar")
+    r = hub.spawn("oscar", {"image": "bare", "gpu_count": 1})
+    text = r.text
+    if r.status_code == 202:  # failed after the request returned: the hub has the reason
+        wait_until(lambda: hub.server("oscar") is None, what="the failed spawn to end")
+        text = hub.log_tail(200)
+    assert f"Node {engine.name} could not start your server:" in text, text
+    assert "jupyterhub-singleuser" in text and "stopped answering" not in text, text
+    assert hub.server("oscar") is None and containers_of(engine, hub, "oscar") == []
+    spawn_ready(hub, "peggy", {"image": "good", "gpu_count": 1})  # the one GPU is free

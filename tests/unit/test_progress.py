@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jupyterhub_gpu.progress import describe_gpus, pull_percent
+from jupyterhub_gpu.progress import PullProgress, describe_gpus, pull_error, pull_percent
 
 pytestmark = pytest.mark.unit
 
@@ -42,3 +42,27 @@ def test_describe_gpus_reads_like_the_issue_asks() -> None:
     assert "GPU 0 (A100-SXM4-80GB, 80 GiB), GPU 1" in describe_gpus(
         "n", [(0, "NVIDIA A100-SXM4-80GB", 81920), (1, "NVIDIA A100-SXM4-80GB", 81920)]
     )
+
+
+def test_pull_progress_one_event_at_a_time_matches_the_whole_list() -> None:
+    events = [
+        downloading("a", 10, 100),
+        downloading("b", 30, 300),
+        downloading("a", 60, 100),
+        {"id": "c", "status": "Already exists"},
+        {"id": "a", "status": "Download complete"},
+        downloading("b", 299, 300),
+        {"id": "b", "status": "Pull complete"},
+    ]
+    progress = PullProgress()
+    seen = [progress.add(e) for e in events]
+    assert seen == [pull_percent(events[: i + 1]) for i in range(len(events))]
+    assert seen == [10, 10, 22, 22, 32, 99, 100]
+
+
+def test_pull_error_reads_in_band_errors() -> None:
+    assert pull_error({"error": "unauthorized", "errorDetail": {"message": "unauthorized"}}) == (
+        "unauthorized"
+    )
+    assert pull_error({"errorDetail": {"message": "blob unknown"}}) == "blob unknown"
+    assert pull_error(downloading("a", 1, 2)) is None

@@ -1,0 +1,153 @@
+"""Pulling a missing image on the chosen node: progress on the spawn page, and a registry
+error told in a sentence with nothing left held.
+
+A real pull: a test registry (tests/support/registry.py) serves the test image, saved from
+node-a, plus one new layer of random bytes, as ``127.0.0.1:<port>/jupyterhub-gpu/pulltest:1``;
+node-b's engine pulls it through the spawner, and the hub streams the progress.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import httpx
+import pytest
+import yaml
+
+from tests.conftest import gpu_inventory
+from tests.support.cluster import TEST_IMAGE, Engine
+from tests.support.hub import Hub
+from tests.support.registry import Registry, serve
+
+pytestmark = pytest.mark.integration
+
+RTX = ("NVIDIA GeForce RTX 3090", 24576, "8.6")
+NAME = "jupyterhub-gpu/pulltest"
+PERCENT = re.compile(r"^Pulling (\S+) on node node-b: (\d+)%$")
+
+
+@pytest.fixture(scope="module")
+def registry(engines: list[Engine], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    folder = tmp_path_factory.mktemp("registry")
+    saved = folder / "saved.tar"
+    with engines[0].client() as client, saved.open("wb") as f:
+        for chunk in client.images.get(TEST_IMAGE).save(named=True):
+            f.write(chunk)
+    reg = Registry(folder)
+    reg.add_saved_image(saved, NAME, "1")
+    saved.unlink()
+    with serve(reg):
+        yield reg
+
+
+def hub_extra(tmp_path: Path, registry: Registry) -> str:
+    """The test catalog, and a spawn request that answers at once (202) so that the
+    progress stream is read while the spawn runs."""
+    path = catalog(tmp_path / "catalog.yaml", registry)
+    return (
+        f"c.GPUDockerSpawner.catalog_file = {str(path)!r}\n"
+        'c.JupyterHub.tornado_settings = {"slow_spawn_timeout": 0}\n'
+    )
+
+
+def catalog(path: Path, registry: Registry) -> Path:
+    def entry(slug: str, tag: str) -> dict[str, Any]:
+        return {
+            "slug": slug,
+            "display_name": f"Pull test ({tag})",
+            "framework": "python",
+            "framework_version": "3.11",
+            "cuda_version": "12.4",
+            "compute_capabilities": {"min": "5.0", "max": "9.0"},
+            "image": registry.image(NAME, tag),
+        }
+
+    path.write_text(yaml.safe_dump({"images": [entry("pulltest", "1"), entry("missing", "2")]}))
+    return path
+
+
+def progress(hub: Hub, user: str) -> list[dict[str, Any]]:
+    """Every event of the hub's progress stream for ``user``'s spawn, to its end."""
+    events = []
+    url = f"{hub.url}/hub/api/users/{user}/server/progress"
+    headers = {"Authorization": f"token {hub.token}"}
+    with httpx.stream("GET", url, headers=headers, timeout=300) as r:
+        for line in r.iter_lines():
+            if line.startswith("data:"):
+                events.append(json.loads(line[5:]))
+    return events
+
+
+def remove_image(engine: Engine, image: str) -> None:
+    with engine.client() as client, contextlib.suppress(docker.errors.ImageNotFound):
+        client.images.remove(image, force=True)
+
+
+def test_a_missing_image_is_pulled_with_progress(
+    make_hub, engines: list[Engine], registry: Registry, tmp_path: Path
+) -> None:
+    node_b = engines[1]
+    image = registry.image(NAME, "1")
+    remove_image(node_b, image)
+    extra = hub_extra(tmp_path, registry)
+    hub = make_hub([node_b], [gpu_inventory(node_b.name, "bbbbbbbb", [RTX, RTX])], extra)
+    try:
+        hub.create_user("alice")
+        r = hub.spawn("alice", {"image": "pulltest", "gpu_count": 1})
+        assert r.status_code == 202, r.text
+        events = progress(hub, "alice")
+        messages = [e.get("message", "") for e in events]
+        assert f"Pulling {image} on node node-b (not there yet)" in messages, messages
+        shown = [int(m[2]) for m in map(PERCENT.match, messages) if m]
+        assert shown and shown == sorted(set(shown)), messages  # rising, each step once
+        assert shown[-1] == 100 and all(p % 5 == 0 for p in shown), shown
+        assert events[-1].get("ready") is True, events[-1]
+        state = hub.wait_ready("alice")
+        with node_b.client() as client:
+            assert client.images.get(image).tags == [image]
+        assert any(f"/v2/{NAME}/blobs/" in line for line in registry.requests)
+        assert state is not None
+    finally:
+        hub.stop_server("alice")
+        remove_image(node_b, image)
+
+
+def test_a_registry_error_is_a_sentence_and_holds_nothing(
+    make_hub, engines: list[Engine], registry: Registry, tmp_path: Path
+) -> None:
+    node_b = engines[1]
+    image = registry.image(NAME, "2")  # not in the registry
+    extra = hub_extra(tmp_path, registry)
+    hub = make_hub([node_b], [gpu_inventory(node_b.name, "cccccccc", [RTX])], extra)
+    hub.create_user("bob")
+    r = hub.spawn("bob", {"image": "missing", "gpu_count": 1})
+    assert r.status_code == 202, r.text
+    events = progress(hub, "bob")
+    assert events[-1].get("failed") is True, events
+    failure = events[-1].get("message", "")
+    assert f"Could not pull {image} on node node-b" in failure, failure
+    assert "manifest unknown" in failure and "Ask an admin" in failure, failure
+    assert hub.server("bob") is None
+    with node_b.client() as client:
+        left = client.containers.list(
+            all=True, filters={"label": f"jupyterhub-gpu.hub={hub.hub_id}"}
+        )
+    assert left == []
+    # the node's only GPU was not kept: the next spawn gets it
+    hub.create_user("carol")
+    try:
+        r = hub.spawn("carol", {"image": "pulltest", "gpu_count": 1})
+        assert r.status_code == 202, r.text
+        assert progress(hub, "carol")[-1].get("ready") is True
+        assert hub.wait_ready("carol")["state"]["gpu_uuids"] == [
+            "GPU-cccccccc0000-0000-4000-8000-000000000000"
+        ]
+    finally:
+        hub.stop_server("carol")
+        remove_image(node_b, registry.image(NAME, "1"))
