@@ -105,7 +105,7 @@ def _handler(registry: Registry) -> type[BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"
 
         def log_message(self, format: str, *args: Any) -> None:
-            registry.requests.append(f"{self.command} {self.path}")
+            registry.requests.append(getattr(self, "requestline", "") or format % args)
 
         def _send(self, status: int, body: bytes, ctype: str, **headers: str) -> None:
             self.send_response(status)
