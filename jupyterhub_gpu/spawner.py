@@ -19,8 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import random
-import socket
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -62,7 +60,9 @@ from .mounts import dataset_binds, parse_group_mounts
 from .nodes import NodeSpec, default_node, parse_nodes
 from .placement import availability, place
 from .placement.model import NoFit, Placement, PlacementRequest
-from .progress import PullProgress, describe_gpus, pull_error
+from .ports import reserve_port
+from .progress import describe_gpus
+from .pull import ImageUnavailable, pull
 
 _NODE_ERRORS = (RequestException, DockerException, OSError, asyncio.TimeoutError)
 
@@ -414,20 +414,16 @@ class GPUDockerSpawner(DockerSpawner):
         return min(names, key=lambda n: (self.ledger.servers_on(n), n))
 
     def _reserve_port(self, node: str) -> int:
-        low, high = self.port_range
-        rng = random.Random()
-        address = self._node(node).address
-        for _ in range(200):
-            port = rng.randint(low, high)
-            if _port_free_locally(address, port) and self.ledger.reserve_port(
-                self.holder, node, port
-            ):
-                return port
-        raise SpawnException(
-            f"No free port on node {node}; ask an admin to widen port_range.",
-            reason="no_port",
-            status_code=503,
+        port = reserve_port(
+            self.ledger, self.holder, node, self._node(node).address, self.port_range
         )
+        if port is None:
+            raise SpawnException(
+                f"No free port on node {node}; ask an admin to widen port_range.",
+                reason="no_port",
+                status_code=503,
+            )
+        return port
 
     # ------------------------------------------------------------------ container
     def get_env(self) -> dict[str, str]:
@@ -522,49 +518,18 @@ class GPUDockerSpawner(DockerSpawner):
             return
         except docker.errors.NotFound:
             if self.pull_policy.lower() == "never":
-                raise SpawnException(
+                raise ImageUnavailable(
                     f"The image {image} is not on node {self.node_name} and pulling is disabled; "
-                    "ask an admin to load it there.",
-                    reason="image",
-                    status_code=503,
+                    "ask an admin to load it there."
                 ) from None
-        repo, _, tag = (
-            image.rpartition(":") if ":" in image.split("/")[-1] else (image, "", "latest")
+        await pull(
+            self.cluster,
+            self.node_name,
+            image,
+            self.pull_timeout,
+            lambda pct, message: self._event(40 + pct // 4, message),
+            self.log,
         )
-        node, loop, progress = self.node_name, asyncio.get_running_loop(), PullProgress()
-        shown = -1  # the last percentage shown, in steps of 5
-
-        def pull() -> None:  # in the node's thread pool
-            nonlocal shown
-            for event in self.client.pull(repo, tag=tag, stream=True, decode=True):
-                error = pull_error(event)
-                if error:
-                    raise _PullFailed(error)
-                pct = progress.add(event)
-                if pct is not None and pct - pct % 5 > shown:
-                    shown = pct - pct % 5
-                    message = f"Pulling {image} on node {node}: {shown}%"
-                    loop.call_soon_threadsafe(self._event, 40 + shown // 4, message)
-
-        self._event(40, f"Pulling {image} on node {node} (not there yet)")
-        try:
-            await self.cluster.run(node, pull, self.pull_timeout)
-        except (asyncio.TimeoutError, TimeoutError):
-            raise SpawnException(
-                f"Pulling {image} on node {node} took more than {self.pull_timeout:.0f} s; "
-                "try again later, or ask an admin to pull it on that node beforehand.",
-                reason="image",
-                status_code=503,
-            ) from None
-        except (APIError, _PullFailed) as e:
-            why = e.explanation if isinstance(e, APIError) and e.explanation else str(e)
-            self.log.warning("Pull of %s on node %s failed: %s", image, node, why)
-            raise SpawnException(
-                f"Could not pull {image} on node {node}: {why}. "
-                "Ask an admin to check this image's catalog entry and its registry.",
-                reason="image",
-                status_code=503,
-            ) from None
 
     async def get_command(self) -> list[str]:
         """DockerSpawner's (``cmd``, else the image's CMD); an image without a CMD runs
@@ -720,20 +685,5 @@ class GPUDockerSpawner(DockerSpawner):
         self.clear_state()
 
 
-class _PullFailed(Exception):
-    """An error reported inside a ``docker pull`` event stream."""
-
-
 def _options_applied_in_start(spawner: Any, user_options: dict[str, Any]) -> None:
     """``start`` validates and applies ``user_options`` strictly; this tells JupyterHub so."""
-
-
-def _port_free_locally(address: str, port: int) -> bool:
-    """Whether ``port`` can be bound on ``address`` when that address is this machine's."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((address, port))
-    except OSError as e:
-        # EADDRNOTAVAIL: the address is another host's; the ledger alone decides
-        return e.errno == 99
-    return True

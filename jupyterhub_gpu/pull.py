@@ -1,0 +1,83 @@
+"""Pulling a missing image on a node, with progress for the spawn page (an edge: Docker I/O).
+
+The percentage comes from :class:`~.progress.PullProgress` and is reported once per 5%
+step, from the Docker worker thread through ``call_soon_threadsafe``. A registry error
+(in the HTTP answer or inside the event stream) or a pull over its time limit is an
+:class:`ImageUnavailable` whose message is for the user; an engine that can't be reached
+raises what :meth:`Cluster.run` raises, so the caller reports a dead node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from docker.errors import APIError
+
+from .cluster import Cluster
+from .errors import UserFacingError
+from .progress import PullProgress, pull_error
+
+STEP = 5  # percent between two progress messages
+
+
+class ImageUnavailable(UserFacingError):
+    """The node could not get the image; the message names the image, node and cause."""
+
+    status_code = 503
+    reason = "image"
+
+
+class _StreamError(Exception):
+    """An error reported inside a ``docker pull`` event stream."""
+
+
+def split_reference(image: str) -> tuple[str, str]:
+    """``host:5000/a/b:1`` -> ``("host:5000/a/b", "1")``; no tag -> ``"latest"``."""
+    if ":" in image.split("/")[-1]:
+        repo, _, tag = image.rpartition(":")
+        return repo, tag
+    return image, "latest"
+
+
+async def pull(
+    cluster: Cluster,
+    node: str,
+    image: str,
+    timeout: float,
+    report: Callable[[int, str], None],
+    log: logging.Logger,
+) -> None:
+    """Pull ``image`` on ``node``; ``report(percent, message)`` runs on the event loop."""
+    repo, tag = split_reference(image)
+    loop, progress = asyncio.get_running_loop(), PullProgress()
+    shown = -1
+
+    def work() -> None:  # in the node's thread pool
+        nonlocal shown
+        for event in cluster.client(node).pull(repo, tag=tag, stream=True, decode=True):
+            error = pull_error(event)
+            if error:
+                raise _StreamError(error)
+            pct = progress.add(event)
+            if pct is not None and pct - pct % STEP > shown:
+                shown = pct - pct % STEP
+                message = f"Pulling {image} on node {node}: {shown}%"
+                loop.call_soon_threadsafe(report, shown, message)
+
+    report(0, f"Pulling {image} on node {node} (not there yet)")
+    try:
+        await cluster.run(node, work, timeout)
+    except (asyncio.TimeoutError, TimeoutError):
+        raise ImageUnavailable(
+            f"Pulling {image} on node {node} took more than {timeout:.0f} s; try again "
+            "later, or ask an admin to pull it on that node beforehand."
+        ) from None
+    except (APIError, _StreamError) as e:
+        why = e.explanation if isinstance(e, APIError) and e.explanation else str(e)
+        log.warning("Pull of %s on node %s failed: %s", image, node, why)
+        raise ImageUnavailable(
+            f"Could not pull {image} on node {node}: {why}. "
+            "Ask an admin to check this image's catalog entry and its registry."
+        ) from None
