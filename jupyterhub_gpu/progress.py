@@ -47,14 +47,6 @@ class PullProgress:
 _LAYER_DONE = frozenset({"Download complete", "Pull complete", "Already exists"})
 
 
-def pull_percent(events: Iterable[Mapping[str, Any]]) -> int | None:
-    """:class:`PullProgress` over a whole list of events."""
-    progress = PullProgress()
-    for event in events:
-        progress.add(event)
-    return progress.percent
-
-
 def pull_error(event: Mapping[str, Any]) -> str | None:
     """The error a ``docker pull`` stream reports in-band (the stream itself succeeds)."""
     detail = event.get("errorDetail")

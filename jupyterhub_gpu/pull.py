@@ -33,14 +33,6 @@ class _StreamError(Exception):
     """An error reported inside a ``docker pull`` event stream."""
 
 
-def split_reference(image: str) -> tuple[str, str]:
-    """``host:5000/a/b:1`` -> ``("host:5000/a/b", "1")``; no tag -> ``"latest"``."""
-    if ":" in image.split("/")[-1]:
-        repo, _, tag = image.rpartition(":")
-        return repo, tag
-    return image, "latest"
-
-
 async def pull(
     cluster: Cluster,
     node: str,
@@ -49,14 +41,15 @@ async def pull(
     report: Callable[[int, str], None],
     log: logging.Logger,
 ) -> None:
-    """Pull ``image`` on ``node``; ``report(percent, message)`` runs on the event loop."""
-    repo, tag = split_reference(image)
+    """Pull ``image`` on ``node``; ``report(percent, message)`` runs on the event loop.
+
+    docker-py splits ``image`` into repository and tag (``latest`` when there is none)."""
     loop, progress = asyncio.get_running_loop(), PullProgress()
     shown = -1
 
     def work() -> None:  # in the node's thread pool
         nonlocal shown
-        for event in cluster.client(node).pull(repo, tag=tag, stream=True, decode=True):
+        for event in cluster.client(node).pull(image, stream=True, decode=True):
             error = pull_error(event)
             if error:
                 raise _StreamError(error)

@@ -535,12 +535,11 @@ class GPUDockerSpawner(DockerSpawner):
         """DockerSpawner's (``cmd``, else the image's CMD); an image without a CMD runs
         ``jupyterhub-singleuser``, JupyterHub's own default, instead of failing with a
         TypeError deep in DockerSpawner."""
-        if not self.cmd:
+        command = self.cmd
+        if not command:
             info = await self.docker("inspect_image", self.image)
-            if not (info.get("Config") or {}).get("Cmd"):
-                return ["jupyterhub-singleuser", *self.get_args()]
-        command: list[str] = await super().get_command()
-        return command
+            command = (info.get("Config") or {}).get("Cmd") or ["jupyterhub-singleuser"]
+        return [*command, *self.get_args()]
 
     def get_args(self) -> list[str]:
         args = super().get_args()

@@ -140,8 +140,8 @@ class GPUIdleCuller(Application):
         ``{"10-staff": {"groups": ["staff"], "policy_override": {"gpu_timeout": 7200}}}``;
         applied in sorted key order, later entries win. Keys of ``policy_override``:
         timeout, gpu_timeout, gpu_pause_factor, gpu_pause_cap, gpu_loaded_idle,
-        gpu_held_idle, max_age. A
-        callable gets the hub's user model and returns such a dict (it may be async).""",
+        gpu_held_idle, max_age. A callable gets the hub's user model and returns such a
+        dict (it may be async).""",
     ).tag(config=True)
     agent_urls = Dict(
         value_trait=Unicode(),

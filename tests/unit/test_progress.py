@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jupyterhub_gpu.progress import PullProgress, describe_gpus, pull_error, pull_percent
+from jupyterhub_gpu.progress import PullProgress, describe_gpus, pull_error
 
 pytestmark = pytest.mark.unit
 
@@ -15,6 +15,14 @@ def downloading(layer: str, current: int, total: int) -> dict:
         "status": "Downloading",
         "progressDetail": {"current": current, "total": total},
     }
+
+
+def pull_percent(events: list[dict]) -> int | None:
+    """The percentage after folding all of ``events``."""
+    progress = PullProgress()
+    for event in events:
+        progress.add(event)
+    return progress.percent
 
 
 def test_pull_percent_aggregates_layers_by_bytes() -> None:

@@ -1,4 +1,4 @@
-"""Port choice and image references (the pure parts of ports.py and pull.py)."""
+"""Port choice for a new server (ports.py)."""
 
 from __future__ import annotations
 
@@ -9,22 +9,8 @@ import pytest
 
 from jupyterhub_gpu.ledger import GPULedger
 from jupyterhub_gpu.ports import free_locally, reserve_port
-from jupyterhub_gpu.pull import split_reference
 
 pytestmark = pytest.mark.unit
-
-
-@pytest.mark.parametrize(
-    ("image", "expected"),
-    [
-        ("jupyterhub-gpu/singleuser-test:6.1.1", ("jupyterhub-gpu/singleuser-test", "6.1.1")),
-        ("127.0.0.1:5000/lab/pytorch:2.3", ("127.0.0.1:5000/lab/pytorch", "2.3")),
-        ("127.0.0.1:5000/lab/pytorch", ("127.0.0.1:5000/lab/pytorch", "latest")),
-        ("ubuntu", ("ubuntu", "latest")),
-    ],
-)
-def test_split_reference(image: str, expected: tuple[str, str]) -> None:
-    assert split_reference(image) == expected
 
 
 def test_ports_are_taken_once_per_node() -> None:
