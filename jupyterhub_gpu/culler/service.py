@@ -336,11 +336,11 @@ class GPUIdleCuller(Application):
         self,
         sem: asyncio.Semaphore,
         user: Mapping[str, Any],
-        name: str,
+        full: str,
         server: Mapping[str, Any],
         now: datetime,
     ) -> Decision:
-        full = f"{user['name']}/{name}" if name else str(user["name"])
+        """Judge ``full`` (``user`` or ``user/server``), reading its kernels only if needed."""
         obs = ServerObservation(
             name=full,
             started=parse_time(server.get("started")),
@@ -376,7 +376,7 @@ class GPUIdleCuller(Application):
         full = f"{user['name']}/{name}" if name else str(user["name"])
         if server.get("pending") or not server.get("ready"):
             return full, Decision(False, f"pending {server.get('pending')}", Signal.HUB), None
-        decision = await self._decide(sem, user, name, server, now)
+        decision = await self._decide(sem, user, full, server, now)
         if not decision.cull:
             (self.log.info if self.dry_run else self.log.debug)(
                 "Keeping %s: %s", full, decision.reason
