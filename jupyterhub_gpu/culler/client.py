@@ -36,6 +36,17 @@ def parse_time(value: Any) -> datetime | None:
     return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
 
 
+def describe_failure(e: Exception, timeout: float) -> str:
+    """A failed call in a few words for one log line. httpx's text for a timeout is often
+    empty and for a status error spans lines; a ``ProbeError`` already says what was wrong."""
+    if isinstance(e, httpx.TimeoutException):
+        return f"no answer within {timeout:g}s"
+    if isinstance(e, httpx.HTTPStatusError):
+        response = e.response
+        return f"HTTP {response.status_code} {response.reason_phrase} from {e.request.url.path}"
+    return str(e) or type(e).__name__
+
+
 def _auth(token: str) -> dict[str, str]:
     return {"Authorization": f"token {token}"}
 

@@ -36,7 +36,7 @@ from traitlets import Bool, Callable, Dict, Float, Instance, Int, Unicode, Union
 from traitlets.config import Application
 
 from ..errors import ConfigError, ProbeError
-from .client import HubAPI, parse_time, read_agent, read_kernels
+from .client import HubAPI, describe_failure, parse_time, read_agent, read_kernels
 from .idleness import (
     Decision,
     GpuSummary,
@@ -271,7 +271,10 @@ class GPUIdleCuller(Application):
                     raise ProbeError(f"the agent at {url} answers for node {answered!r}")
             except (httpx.HTTPError, ProbeError) as e:
                 if self._agent_ok.get(node, True):
-                    self.log.warning("Agent of %s unreachable (%s): its servers are kept", node, e)
+                    why = describe_failure(e, self.agent_timeout)
+                    self.log.warning(
+                        "Agent of %s unreachable (%s): its servers are kept", node, why
+                    )
                 self._agent_ok[node] = False
                 self._missed(self._listed.pop(node, frozenset()))
                 return
@@ -360,7 +363,8 @@ class GPUIdleCuller(Application):
                         self.server_timeout,
                     )
             except (httpx.HTTPError, ProbeError, ValueError) as e:
-                self.log.info("Keeping %s: its kernels could not be read (%s)", full, e)
+                why = describe_failure(e, self.server_timeout)
+                self.log.info("Keeping %s: its kernels could not be read (%s)", full, why)
                 return decision
             decision = judge(replace(obs, kernels=kernels), policy, now)
         return decision
@@ -390,7 +394,8 @@ class GPUIdleCuller(Application):
             async with sem:
                 code = await self._hub().stop_server(str(user["name"]), name)
         except httpx.HTTPError as e:
-            self.log.warning("Could not stop %s (%s); will retry next round", full, e)
+            why = describe_failure(e, self.request_timeout)
+            self.log.warning("Could not stop %s (%s); will retry next round", full, why)
             return full, decision, None
         if code == 202:
             self.log.info("Server %s is slow to stop", full)
@@ -414,7 +419,8 @@ class GPUIdleCuller(Application):
         try:
             users = await self._hub().ready_users()
         except (httpx.HTTPError, ProbeError, ValueError) as e:
-            self.log.warning("Hub API unavailable (%s); next try in %.0fs", e, self.interval)
+            why = describe_failure(e, self.request_timeout)
+            self.log.warning("Hub API unavailable (%s); next try in %.0fs", why, self.interval)
             self.save_state()
             return {}
         sem = asyncio.Semaphore(max(self.concurrency, 1))
@@ -479,6 +485,9 @@ class GPUIdleCuller(Application):
             self._trackers.clear()
             return
         self._holders = holders
+        self.log.info(
+            "Restored the history of %d GPU(s) from %s", len(self._trackers), self.state_file
+        )
 
     # -- running ---------------------------------------------------------------------
 

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -58,25 +60,35 @@ LINE = re.compile(r"^\[(?P<level>[DIWEC]) (?P<at>[\d-]+ [\d:.]+) GPUIdleCuller\]
 # -- the culler as the hub's service ----------------------------------------------------
 
 
-def culler_extra(work: Path, agents: dict[str, AgentProcess], entry: str = "module") -> str:
-    """Hub config adding the culler service and its role; its own settings in a file."""
+def culler_extra(
+    work: Path,
+    agents: dict[str, AgentProcess],
+    entry: str = "module",
+    timeout: float = TIMEOUT,
+    settings: str = "",
+    args: tuple[str, ...] = (),
+) -> str:
+    """Hub config adding the culler service and its role; its own settings in a file
+    (``settings``: more lines for it; ``args``: more command-line arguments)."""
     work.mkdir(parents=True, exist_ok=True)
     config = work / "culler_config.py"
     config.write_text(
         f"""
 c.GPUIdleCuller.agent_urls = { ({n: a.url for n, a in agents.items()})!r}
-c.GPUIdleCuller.timeout = {TIMEOUT}
-c.GPUIdleCuller.gpu_timeout = {TIMEOUT}
+c.GPUIdleCuller.timeout = {timeout}
+c.GPUIdleCuller.gpu_timeout = {timeout}
 c.GPUIdleCuller.interval = {INTERVAL}
 c.GPUIdleCuller.gpu_poll_interval = 1.0
 c.GPUIdleCuller.gpu_window = 5.0
+c.GPUIdleCuller.api_page_size = 2  # a few servers already span pages of the hub's /users
 c.GPUIdleCuller.notes_file = {str(work / "notes.json")!r}
 c.GPUIdleCuller.state_file = {str(work / "state.json")!r}
+{settings}
 """
     )
-    start = ["-m", "jupyterhub_gpu.culler"]
+    start = ["-m", "jupyterhub_gpu.culler", *args]
     if entry == "script":
-        start = [str(REPO / "services" / "culler.py")]
+        start = [str(REPO / "services" / "culler.py"), *args]
     token = next(iter(agents.values())).token if agents else ""
     return (
         SLOW_STARTS
@@ -360,3 +372,123 @@ def test_spawn_form_tells_the_user_why_the_server_stopped(
         page = browser.get("/hub/spawn/zoe")
     assert page.status_code == 200 and 'id="jhgpu-form"' in page.text, page.text[-2000:]
     assert note.message() in page.text.replace("&#39;", "'")
+
+
+def culler_pids(config: Path) -> set[int]:
+    """Processes running the culler with this config file (the hub's service)."""
+    needle = f"--config={config}".encode()
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if needle in (entry / "cmdline").read_bytes().split(b"\0"):
+                    pids.add(int(entry.name))
+            except OSError:
+                continue  # gone meanwhile
+    return pids
+
+
+def test_dry_run_logs_what_it_would_do_and_stops_nothing(
+    make_hub: Callable[..., Hub], engines: list[Engine], tmp_path: Path
+) -> None:
+    node = engines[0]
+    culler_dir = tmp_path / "culler"
+    extra = culler_extra(culler_dir, {}, args=("--dry-run",))
+    hub = make_hub([node], [gpu_inventory(node.name, "eeeeeeee", [RTX])], extra)
+    ready = spawn_all(hub, {"yan": {**OPTIONS, "image": "demo-cpu", "gpu_count": 0}})["yan"]
+
+    def would_cull() -> list[str]:
+        return [m for _, _, m in culler_log(hub) if m.startswith("Would cull yan (dry run): ")]
+
+    wait_for(would_cull, ready + TIMEOUT + INTERVAL + 3, "a dry-run decision about yan", hub)
+    time.sleep(2 * INTERVAL + 1)  # two more rounds: each says it again, none acts
+    server = hub.server("yan")
+    assert server and server["ready"], f"the dry run stopped yan's server:\n{hub.log_tail()}"
+    lines = would_cull()
+    assert len(lines) >= 2 and all(" idle: no hub activity for " in m for m in lines), lines
+    assert not [m for _, _, m in culler_log(hub) if m.startswith("Culling ")]
+    assert "Dry run: decisions are logged, no server is stopped" in [
+        m for _, _, m in culler_log(hub)
+    ]
+    assert not notes_for(load_notes(culler_dir / "notes.json"), "yan"), "a note for no cull"
+    with node.client() as client:
+        (container,) = client.containers.list(
+            filters={"label": [f"jupyterhub-gpu.hub={hub.hub_id}", "jupyterhub-gpu.owner=yan"]}
+        )
+        assert container.status == "running"
+
+
+def test_culler_survives_its_own_crash_and_a_frozen_hub(
+    make_hub: Callable[..., Hub], engines: list[Engine], start_agents: StartAgents, tmp_path: Path
+) -> None:
+    """Restart-safe and hub outages, for real. The culler's process is killed: the hub
+    starts it again (JupyterHub polls its services every ~30 s) and it goes on from its
+    state file. Then the hub freezes (SIGSTOP) for more than two rounds: the culler says
+    so and carries on. The idle server is still culled on time, its GPU's idle time
+    counted from before the restart."""
+    node = engines[0]
+    inventory = [gpu_inventory(node.name, "dddddddd", [RTX])]
+    agents = start_agents(inventory)
+    culler_dir = tmp_path / "culler"
+    timeout, request_timeout = 75.0, 4.0
+    extra = culler_extra(
+        culler_dir,
+        agents,
+        timeout=timeout,
+        settings=f"c.GPUIdleCuller.request_timeout = {request_timeout}",
+    )
+    hub = make_hub([node], inventory, extra, agents)
+    ready = spawn_all(hub, {"ivy": {**OPTIONS, "gpu_model": RTX[0]}})["ivy"]
+    config = culler_dir / "culler_config.py"
+
+    # two rounds judged and saved, then the culler dies
+    wait_for(lambda: len(decisions(hub, "ivy")) >= 2, ready + 4 * INTERVAL, "two rounds", hub)
+    assert (culler_dir / "state.json").exists()
+    (first,) = culler_pids(config)
+    os.kill(first, signal.SIGKILL)
+    killed = time.monotonic()
+    # the hub notices and starts it again; its first round comes from the saved state
+    (second,) = wait_for(
+        lambda: culler_pids(config) - {first}, killed + 45, "the hub to restart the culler", hub
+    )
+    (restored,) = wait_for(
+        lambda: [m for _, _, m in culler_log(hub) if m.startswith("Restored the history of ")],
+        time.monotonic() + 10,
+        "the restarted culler to load its state",
+        hub,
+    )
+    assert restored.startswith("Restored the history of 1 GPU(s) from "), restored
+    assert culled_line(hub, "ivy") is None, "culled before its timeout"
+
+    # the hub freezes for more than two rounds: the culler can't list servers, says so
+    assert hub.proc is not None
+    frozen_at = datetime.now(timezone.utc)
+    os.kill(hub.proc.pid, signal.SIGSTOP)
+    try:
+        time.sleep(2 * (INTERVAL + request_timeout) + 1)
+    finally:
+        os.kill(hub.proc.pid, signal.SIGCONT)
+    outage = [
+        m
+        for at, level, m in culler_log(hub)
+        if at >= frozen_at and level == "W" and m.startswith("Hub API unavailable (")
+    ]
+    assert outage, culler_log(hub)[-10:]
+    assert f"no answer within {request_timeout:g}s" in outage[0], outage[0]
+    assert culler_pids(config) == {second}, "the culler died in the hub's outage"
+
+    # ivy is culled on time: the GPU's idle time includes what was seen before the restart
+    line = wait_for(
+        lambda: culled_line(hub, "ivy"),
+        ready + timeout + INTERVAL + request_timeout + 3,
+        "the culler to cull ivy",
+        hub,
+    )
+    decided = time.monotonic()
+    idle = re.search(r"1 GPU under 10% for (?:(\d+)m)?(\d+)s", line)
+    assert idle, line
+    gpu_idle = int(idle[1] or 0) * 60 + int(idle[2])
+    # a culler that forgot its history would have observed the GPU only since it restarted
+    since_restart = (logged_at(hub, line) - logged_at(hub, restored)).total_seconds()
+    assert gpu_idle >= timeout and gpu_idle > since_restart, (line, since_restart)
+    wait_for(lambda: hub.server("ivy") is None, decided + STOP_SLACK, "ivy's server to go", hub)

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from traitlets.config import Config
 
-from jupyterhub_gpu.culler.client import parse_agent_answer, parse_time
+from jupyterhub_gpu.culler.client import describe_failure, parse_agent_answer, parse_time
 from jupyterhub_gpu.culler.idleness import Signal
 from jupyterhub_gpu.culler.notes import load_notes, notes_for
 from jupyterhub_gpu.culler.service import GPUIdleCuller
@@ -402,3 +402,15 @@ def test_agent_answer_and_times() -> None:
     assert parse_time("2026-01-01T12:00:00.000000Z") == T0
     assert parse_time("2026-01-01T12:00:00") == T0
     assert parse_time("yesterday") is None and parse_time(None) is None
+
+
+def test_failures_are_told_in_one_line() -> None:
+    request = httpx.Request("GET", "http://hub.test/hub/api/users?state=ready")
+    response = httpx.Response(403, request=request)
+    status = httpx.HTTPStatusError("Client error '403 Forbidden'\nFor more...", request=request,
+                                   response=response)  # fmt: skip
+    assert describe_failure(status, 30) == "HTTP 403 Forbidden from /hub/api/users"
+    assert describe_failure(httpx.ReadTimeout("", request=request), 4.0) == "no answer within 4s"
+    refused = httpx.ConnectError("[Errno 111] Connection refused", request=request)
+    assert describe_failure(refused, 30) == "[Errno 111] Connection refused"
+    assert describe_failure(ProbeError(""), 30) == "ProbeError"
