@@ -9,7 +9,11 @@ One hub holds four servers side by side, one per case, so the whole timeline (ti
   and her GPU goes to the next user at once;
 - bob: a kernel busy in a ``time.sleep`` cell, GPU at 0 %: kept;
 - carol: her GPU at 90 % (a training in a terminal), no kernel: kept;
-- dave: idle like ann, but his node's agent is stopped before his timeout: kept.
+- dave: idle like ann, but his node's agent is stopped before his timeout: kept; when the
+  agent returns his GPU is observed afresh and he goes a full timeout later.
+
+Then, each on its own hub: a dry run; the culler killed (the hub restarts it) and the hub
+frozen, both survived.
 
 Every decision is one line of the culler's log, asserted with its reason.
 """
@@ -342,6 +346,28 @@ def test_idle_gpu_server_is_culled_and_working_ones_are_kept(
     # ann is told why: the culler's note carries the logged reason
     (note,) = notes_for(load_notes(culler_dir / "notes.json"), "ann")
     assert note.server == "" and f"Culling ann: {note.reason}" == line
+
+    # (d) continued: dave's agent comes back. His GPU is observed afresh (what happened
+    # while nobody watched is unknown), so his server goes one full timeout after the
+    # agent's return, not at once
+    agents[node_b.name].start()
+    back_line = wait_for(
+        lambda: f"Agent of {node_b.name} answers again" in [m for _, _, m in culler_log(hub)],
+        time.monotonic() + 10,
+        "the culler to see dave's agent again",
+        hub,
+    )
+    assert back_line and culled_line(hub, "dave") is None
+    dave_line = wait_for(
+        lambda: culled_line(hub, "dave"),
+        time.monotonic() + TIMEOUT + INTERVAL + 5,
+        "the culler to cull dave once his agent is back",
+        hub,
+    )
+    back = logged_at(hub, f"Agent of {node_b.name} answers again")
+    after = (logged_at(hub, dave_line) - back).total_seconds()
+    assert after >= TIMEOUT - 1, f"dave culled {after:.1f}s after his agent came back"
+    assert "1 GPU under 10% for " in dave_line, dave_line
 
 
 def test_spawn_form_tells_the_user_why_the_server_stopped(
