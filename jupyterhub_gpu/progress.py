@@ -7,44 +7,73 @@ from typing import Any
 
 
 class PullProgress:
-    """Overall download percentage of a ``docker pull`` event stream, one event at a time.
+    """Progress of a ``docker pull`` event stream, folded one event at a time.
 
-    Each layer reports ``progressDetail: {current, total}`` while downloading; a layer
-    that says "Download complete", "Pull complete" or "Already exists" counts as done.
-    :attr:`percent` is ``None`` until any layer has reported a size.
+    A pull has two phases per layer: downloading (``Downloading`` events with
+    ``progressDetail: {current, total}``, then "Download complete") and unpacking
+    (``Extracting`` events, counted in the same compressed bytes, then "Pull complete").
+    On a fast registry the download is over in seconds and unpacking a large image takes
+    most of the time, so both are counted: :attr:`percent` is their mean, by bytes.
+    Layers the node already has ("Already exists") are not counted. Every percentage is
+    ``None`` until a layer has reported a size.
     """
 
     def __init__(self) -> None:
-        self._layers: dict[str, tuple[int, int]] = {}
-        self._done = 0
-        self._total = 0
+        self._layers: dict[str, tuple[int, int, int]] = {}  # id -> size, downloaded, unpacked
+        self._size = self._downloaded = self._unpacked = 0
 
     def add(self, event: Mapping[str, Any]) -> int | None:
         """Fold one event in; returns :attr:`percent`."""
         layer = event.get("id")
-        if layer:
-            status = str(event.get("status", ""))
-            detail = event.get("progressDetail") or {}
-            total = int(detail.get("total") or 0)
-            old = self._layers.get(layer)
-            new = old
-            if status.startswith("Downloading") and total:
-                new = (min(int(detail.get("current") or 0), total), total)
-            elif status in _LAYER_DONE and old is not None:
-                new = (old[1], old[1])
-            if new != old and new is not None:
-                before = old or (0, 0)
-                self._done += new[0] - before[0]
-                self._total += new[1] - before[1]
-                self._layers[layer] = new
+        if not layer:
+            return self.percent
+        status = str(event.get("status", ""))
+        detail = event.get("progressDetail") or {}
+        total = int(detail.get("total") or 0)
+        current = int(detail.get("current") or 0)
+        old = self._layers.get(layer)
+        size, down, unpacked = old or (0, 0, 0)
+        if status.startswith("Downloading") and total:
+            size = max(size, total)
+            down = min(current, size)
+        elif status.startswith("Extracting") and total:
+            size = max(size, total)
+            down, unpacked = size, min(current, size)  # unpacking starts once downloaded
+        elif status == "Download complete" and old is not None:
+            down = size
+        elif status == "Pull complete" and old is not None:
+            down = unpacked = size
+        else:
+            return self.percent
+        before = old or (0, 0, 0)
+        self._size += size - before[0]
+        self._downloaded += down - before[1]
+        self._unpacked += unpacked - before[2]
+        self._layers[layer] = (size, down, unpacked)
         return self.percent
+
+    def _share(self, done: int) -> int | None:
+        return int(100 * done / self._size) if self._size else None
 
     @property
     def percent(self) -> int | None:
-        return int(100 * self._done / self._total) if self._total else None
+        """The whole pull: downloading and unpacking weigh the same."""
+        return int(50 * (self._downloaded + self._unpacked) / self._size) if self._size else None
 
+    @property
+    def downloaded(self) -> int | None:
+        return self._share(self._downloaded)
 
-_LAYER_DONE = frozenset({"Download complete", "Pull complete", "Already exists"})
+    @property
+    def unpacked(self) -> int | None:
+        return self._share(self._unpacked)
+
+    def message(self, image: str, node: str, percent: int) -> str:
+        """What the spawn page shows at ``percent`` (a 5% step of :attr:`percent`)."""
+        return (
+            f"Pulling {image} on node {node}: {percent}% "
+            f"(downloaded {self.downloaded or 0}%, unpacked {self.unpacked or 0}%)"
+        )
 
 
 def pull_error(event: Mapping[str, Any]) -> str | None:

@@ -1,10 +1,10 @@
 """Pulling a missing image on a node, with progress for the spawn page (an edge: Docker I/O).
 
-The percentage comes from :class:`~.progress.PullProgress` and is reported once per 5%
-step, from the Docker worker thread through ``call_soon_threadsafe``. A registry error
-(in the HTTP answer or inside the event stream) or a pull over its time limit is an
-:class:`ImageUnavailable` whose message is for the user; an engine that can't be reached
-raises what :meth:`Cluster.run` raises, so the caller reports a dead node.
+The percentage (downloading and unpacking, see :class:`~.progress.PullProgress`) is
+reported once per 5% step, from the Docker worker thread through ``call_soon_threadsafe``.
+A registry error (in the HTTP answer or inside the event stream) or a pull over its time
+limit is an :class:`ImageUnavailable` whose message is for the user; an engine that can't
+be reached raises what :meth:`Cluster.run` raises, so the caller reports a dead node.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ async def pull(
             pct = progress.add(event)
             if pct is not None and pct - pct % STEP > shown:
                 shown = pct - pct % STEP
-                message = f"Pulling {image} on node {node}: {shown}%"
+                message = progress.message(image, node, shown)
                 loop.call_soon_threadsafe(report, shown, message)
 
     report(0, f"Pulling {image} on node {node} (not there yet)")

@@ -29,7 +29,9 @@ pytestmark = pytest.mark.integration
 
 RTX = ("NVIDIA GeForce RTX 3090", 24576, "8.6")
 NAME = "jupyterhub-gpu/pulltest"
-PERCENT = re.compile(r"^Pulling (\S+) on node node-b: (\d+)%$")
+PERCENT = re.compile(
+    r"^Pulling (\S+) on node node-b: (\d+)% \(downloaded (\d+)%, unpacked (\d+)%\)$"
+)
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +42,8 @@ def registry(engines: list[Engine], tmp_path_factory: pytest.TempPathFactory) ->
         for chunk in client.images.get(TEST_IMAGE).save(named=True):
             f.write(chunk)
     reg = Registry(folder)
-    reg.add_saved_image(saved, NAME, "1")
+    # 160 MiB: enough for the engine to report unpacking in several steps (16 MiB: one)
+    reg.add_saved_image(saved, NAME, "1", extra_mib=160)
     saved.unlink()
     with serve(reg):
         yield reg
@@ -107,6 +110,10 @@ def test_a_missing_image_is_pulled_with_progress(
         shown = [int(m[2]) for m in map(PERCENT.match, messages) if m]
         assert shown and shown == sorted(set(shown)), messages  # rising, each step once
         assert shown[-1] == 100 and all(p % 5 == 0 for p in shown), shown
+        phases = [(int(m[3]), int(m[4])) for m in map(PERCENT.match, messages) if m]
+        assert phases[-1] == (100, 100), phases
+        # unpacking is shown as it goes, not only as the last step
+        assert any(down == 100 and 0 < unpacked < 100 for down, unpacked in phases), phases
         assert events[-1].get("ready") is True, events[-1]
         state = hub.wait_ready("alice")
         with node_b.client() as client:

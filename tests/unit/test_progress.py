@@ -17,30 +17,55 @@ def downloading(layer: str, current: int, total: int) -> dict:
     }
 
 
-def pull_percent(events: list[dict]) -> int | None:
-    """The percentage after folding all of ``events``."""
+def extracting(layer: str, current: int, total: int) -> dict:
+    return {**downloading(layer, current, total), "status": "Extracting"}
+
+
+def folded(events: list[dict]) -> PullProgress:
     progress = PullProgress()
     for event in events:
         progress.add(event)
-    return progress.percent
+    return progress
 
 
-def test_pull_percent_aggregates_layers_by_bytes() -> None:
+def pull_percent(events: list[dict]) -> int | None:
+    """The percentage after folding all of ``events``."""
+    return folded(events).percent
+
+
+def test_pull_percent_aggregates_layers_by_bytes_downloading_then_unpacking() -> None:
     events = [
         {"status": "Pulling from library/x", "id": "1.0"},
         downloading("a", 50, 100),
         downloading("b", 0, 300),
     ]
-    assert pull_percent(events) == 12  # 50 of 400 bytes
+    p = folded(events)
+    assert (p.downloaded, p.unpacked, p.percent) == (12, 0, 6)  # 50 of 400 bytes, half-weight
     events += [{"id": "a", "status": "Download complete"}, downloading("b", 150, 300)]
-    assert pull_percent(events) == 62  # 250 of 400
+    p = folded(events)
+    assert (p.downloaded, p.unpacked, p.percent) == (62, 0, 31)  # 250 of 400
+    events += [extracting("a", 100, 100), {"id": "b", "status": "Download complete"}]
+    p = folded(events)
+    assert (p.downloaded, p.unpacked, p.percent) == (100, 25, 62)  # 100 of 400 unpacked
+    assert p.message("reg/img:1", "node-b", 60) == (
+        "Pulling reg/img:1 on node node-b: 60% (downloaded 100%, unpacked 25%)"
+    )
+    events += [{"id": "a", "status": "Pull complete"}, extracting("b", 150, 300)]
+    assert pull_percent(events) == 81  # 250 of 400 unpacked
     events += [{"id": "b", "status": "Pull complete"}]
     assert pull_percent(events) == 100
+
+
+def test_a_layer_seen_only_while_unpacking_counts_as_downloaded() -> None:
+    events = [{"id": "t", "status": "Download complete"}, extracting("t", 10, 40)]
+    p = folded(events)
+    assert (p.downloaded, p.unpacked, p.percent) == (100, 25, 62)
 
 
 def test_pull_percent_unknown_until_a_size_is_known() -> None:
     assert pull_percent([{"status": "Pulling fs layer", "id": "a"}]) is None
     assert pull_percent([]) is None
+    assert pull_percent([{"id": "c", "status": "Already exists"}]) is None
 
 
 def test_describe_gpus_reads_like_the_issue_asks() -> None:
@@ -61,11 +86,12 @@ def test_pull_progress_one_event_at_a_time_matches_the_whole_list() -> None:
         {"id": "a", "status": "Download complete"},
         downloading("b", 299, 300),
         {"id": "b", "status": "Pull complete"},
+        {"id": "a", "status": "Pull complete"},
     ]
     progress = PullProgress()
     seen = [progress.add(e) for e in events]
     assert seen == [pull_percent(events[: i + 1]) for i in range(len(events))]
-    assert seen == [10, 10, 22, 22, 32, 99, 100]
+    assert seen == [5, 5, 11, 11, 16, 49, 87, 100]  # a: downloaded, not yet unpacked
 
 
 def test_pull_error_reads_in_band_errors() -> None:
