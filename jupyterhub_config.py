@@ -6,6 +6,7 @@ environment, never from this file.
 """
 
 import os
+import sys
 
 c = get_config()  # type: ignore[name-defined]  # noqa: F821
 
@@ -63,6 +64,38 @@ c.GPUDockerSpawner.mem_limit = "32G"
 c.GPUDockerSpawner.cpu_limit = 8
 c.Spawner.start_timeout = 300  # first pull of a CUDA image on a node takes minutes
 c.Spawner.http_timeout = 120
+
+# --- the GPU idle culler, a hub-managed service (docs/culler.md) -----------------------
+# its own settings (agent_urls, timeouts, group_overrides) in /etc/jupyterhub/culler_config.py
+c.JupyterHub.services = [
+    {
+        "name": "gpu-culler",
+        "command": [
+            sys.executable,
+            "-m",
+            "jupyterhub_gpu.culler",
+            "--config=/etc/jupyterhub/culler_config.py",
+        ],
+        "environment": {
+            "JUPYTERHUB_GPU_AGENT_TOKEN": os.environ.get("JUPYTERHUB_GPU_AGENT_TOKEN", "")
+        },
+    }
+]
+c.JupyterHub.load_roles = [
+    {
+        "name": "gpu-culler",
+        "scopes": [
+            "list:users",
+            "read:servers",
+            "admin:server_state",  # which GPUs each server holds
+            "delete:servers",
+            "access:servers",  # kernels and status of the servers
+            "read:users:groups",  # only needed with group_overrides
+        ],
+        "services": ["gpu-culler"],
+    }
+]
+c.GPUDockerSpawner.cull_notes_file = "/srv/jupyterhub/cull-notes.json"  # = its notes_file
 
 # --- refuse to start on a bad nodes/inventory/catalog/bounds setting -------------------
 from jupyterhub_gpu.config import check_config  # noqa: E402

@@ -3,12 +3,14 @@
 Started by scripts/demo.sh, which also starts the private demo directory
 (scripts/ldap-server.sh: slapd on 127.0.0.1:3890 with scripts/ldap/demo.ldif). Log in as
 alice / alice-gpu, bob / bob-gpu or carol / carol-gpu (admin, group hub-admins); dave
-(no uidNumber) and erin (not in gpu-users) are refused. Not a production config (see the
-top-level jupyterhub_config.py and docs/auth.md for a real site).
+(no uidNumber) and erin (not in gpu-users) are refused. The hub also runs the node agent
+for node-a (declared mode, 127.0.0.1:9450) and the GPU idle culler as services. Not a
+production config (see the top-level jupyterhub_config.py and docs/auth.md for a real site).
 """
 
 import os
 import secrets
+import sys
 from pathlib import Path
 
 c = get_config()  # type: ignore[name-defined]  # noqa: F821
@@ -25,10 +27,9 @@ c.JupyterHub.cookie_secret_file = str(DEMO / "jupyterhub_cookie_secret")
 c.ConfigurableHTTPProxy.pid_file = str(DEMO / "proxy.pid")
 
 
-# auth_state (uid, gid, home, groups) is encrypted: JUPYTERHUB_CRYPT_KEY if set, else a
-# key made once and kept in .demo/jupyterhub_crypt_key (mode 0600)
-def _crypt_key() -> str:
-    path = DEMO / "jupyterhub_crypt_key"
+def _secret(name: str) -> str:
+    """A random secret made once and kept in .demo/<name> (mode 0600)."""
+    path = DEMO / name
     if not path.exists():
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -36,8 +37,10 @@ def _crypt_key() -> str:
     return path.read_text().strip()
 
 
+# auth_state (uid, gid, home, groups) is encrypted: JUPYTERHUB_CRYPT_KEY if set, else a
+# key made once and kept in .demo/jupyterhub_crypt_key
 if not os.environ.get("JUPYTERHUB_CRYPT_KEY"):
-    c.CryptKeeper.keys = [bytes.fromhex(_crypt_key())]
+    c.CryptKeeper.keys = [bytes.fromhex(_secret("jupyterhub_crypt_key"))]
 
 # login: the demo LDAP directory (DEMO ONLY: plain LDAP on loopback, public passwords)
 SUFFIX = "dc=example,dc=org"
@@ -79,6 +82,59 @@ c.GPUDockerSpawner.home_template = str(DEMO / "homes" / "{username}")
 c.GPUDockerSpawner.hub_id = "demo"
 c.GPUDockerSpawner.prefix = "jhgpu-demo"
 c.JupyterHub.allow_named_servers = True
+
+# services: node-a's agent (on a real site it runs on the node itself, docs/agent.md) and
+# the GPU idle culler with the fewest scopes (docs/culler.md); scripts/demo/culler_config.py
+AGENT_PORT = int(os.environ.get("JHGPU_DEMO_AGENT_PORT", "9450"))
+AGENT_TOKEN = os.environ.get("JUPYTERHUB_GPU_AGENT_TOKEN") or _secret("agent_token")
+culler_env = {
+    "JUPYTERHUB_GPU_AGENT_TOKEN": AGENT_TOKEN,
+    "JHGPU_DEMO_DIR": str(DEMO),
+    "JHGPU_DEMO_AGENT_URL": f"http://127.0.0.1:{AGENT_PORT}",
+}
+if os.environ.get("JHGPU_DEMO_CULL_TIMEOUT"):
+    culler_env["JHGPU_DEMO_CULL_TIMEOUT"] = os.environ["JHGPU_DEMO_CULL_TIMEOUT"]
+c.JupyterHub.services = [
+    {
+        "name": "gpu-agent-node-a",
+        "command": [
+            sys.executable,
+            "-m",
+            "jupyterhub_gpu.agent",
+            "--probe=declared",
+            f"--inventory={HERE / 'inventory.yaml'}",
+            "--node=node-a",
+            f"--port={AGENT_PORT}",
+            "--log-level=WARN",
+        ],
+        "environment": {"JUPYTERHUB_GPU_AGENT_TOKEN": AGENT_TOKEN},
+    },
+    {
+        "name": "gpu-culler",
+        "command": [
+            sys.executable,
+            "-m",
+            "jupyterhub_gpu.culler",
+            f"--config={HERE / 'culler_config.py'}",
+        ],
+        "environment": culler_env,
+    },
+]
+c.JupyterHub.load_roles = [
+    {
+        "name": "gpu-culler",
+        "scopes": [
+            "list:users",
+            "read:servers",
+            "admin:server_state",
+            "delete:servers",
+            "access:servers",
+        ],
+        "services": ["gpu-culler"],
+    }
+]
+# users read why the culler stopped their server in the spawn form
+c.GPUDockerSpawner.cull_notes_file = str(DEMO / "cull-notes.json")
 c.Spawner.default_url = "/lab"
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120

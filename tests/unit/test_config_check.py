@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from traitlets.config import Config
+from traitlets.config import Config, PyFileConfigLoader
 
+from jupyterhub_gpu.agent.app import GPUAgent
 from jupyterhub_gpu.config import check_config
+from jupyterhub_gpu.culler.service import GPUIdleCuller
 from jupyterhub_gpu.errors import ConfigError
 
 pytestmark = pytest.mark.unit
@@ -33,6 +35,48 @@ def test_good_config_passes() -> None:
 def test_site_example_and_demo_configs_are_checked() -> None:
     for path in (REPO / "jupyterhub_config.py", REPO / "scripts" / "demo" / "jupyterhub_config.py"):
         assert "check_config(c)" in path.read_text()
+
+
+def test_demo_runs_node_a_agent_and_the_culler_as_services(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo hub's services start with settings that fit together: the culler reads
+    the agent the hub starts, with its token, and writes the notes the spawn form reads."""
+    monkeypatch.setenv("JHGPU_DEMO_DIR", str(tmp_path))
+    monkeypatch.setenv("JHGPU_DEMO_CULL_TIMEOUT", "120")
+    monkeypatch.delenv("JUPYTERHUB_GPU_AGENT_TOKEN", raising=False)
+    c = PyFileConfigLoader(
+        "jupyterhub_config.py", path=str(REPO / "scripts" / "demo")
+    ).load_config()
+    services = {s["name"]: s for s in c.JupyterHub.services}
+    assert set(services) == {"gpu-agent-node-a", "gpu-culler"}
+    token = (tmp_path / "agent_token").read_text().strip()
+    assert len(token) >= 32 and (tmp_path / "agent_token").stat().st_mode & 0o077 == 0
+
+    agent_cmd = services["gpu-agent-node-a"]["command"]
+    assert agent_cmd[1:3] == ["-m", "jupyterhub_gpu.agent"]
+    agent = GPUAgent()
+    agent.parse_command_line(agent_cmd[3:])
+    nodes = yaml.safe_load(Path(agent.inventory).read_text())["nodes"]
+    assert agent.probe == "declared" and agent.node in {n["name"] for n in nodes}
+    assert services["gpu-agent-node-a"]["environment"]["JUPYTERHUB_GPU_AGENT_TOKEN"] == token
+
+    culler_cmd, env = services["gpu-culler"]["command"], services["gpu-culler"]["environment"]
+    assert culler_cmd[1:3] == ["-m", "jupyterhub_gpu.culler"]
+    for key, value in {**env, "JUPYTERHUB_API_TOKEN": "from-the-hub"}.items():
+        monkeypatch.setenv(key, value)
+    culler = GPUIdleCuller()
+    culler.initialize(culler_cmd[3:])
+    culler.check_config()
+    assert culler.agent_urls == {agent.node: f"http://127.0.0.1:{agent.port}"}
+    assert culler.agent_token == token
+    assert culler.timeout == culler.gpu_timeout == 120
+    assert culler.notes_file == c.GPUDockerSpawner.cull_notes_file
+    (role,) = c.JupyterHub.load_roles
+    assert role["services"] == ["gpu-culler"]
+    assert {"list:users", "admin:server_state", "delete:servers", "access:servers"} <= set(
+        role["scopes"]
+    )
 
 
 def _bad_catalog(tmp_path: Path) -> str:
