@@ -24,6 +24,7 @@ import inspect
 import json
 import logging
 import os
+import signal
 from collections.abc import Callable as CallableABC
 from collections.abc import Mapping
 from dataclasses import fields, replace
@@ -518,13 +519,28 @@ class GPUIdleCuller(Application):
             await asyncio.sleep(max(seconds - (loop.time() - started), 0.0))
 
     async def run(self) -> None:
-        """Both loops, forever."""
+        """Both loops, until SIGINT or SIGTERM."""
         self.check_config()
         self.load_state()
-        await asyncio.gather(
-            self._every(self.gpu_poll_interval, self.poll_gpus_once),
-            self._every(self.interval, self.cull_once),
-        )
+        loop, task = asyncio.get_running_loop(), asyncio.current_task()
+        assert task is not None
+        # The hub stops a service with SIGINT, then SIGTERM 10 s later (then SIGKILL); a hub
+        # started with SIGINT ignored (a background job, nohup) passes that on, and the
+        # hub's shutdown then waited for this process. Both signals stop it, ignored or not.
+        signals = (signal.SIGINT, signal.SIGTERM)
+        for sig in signals:
+            loop.add_signal_handler(sig, task.cancel)
+        try:
+            await asyncio.gather(
+                self._every(self.gpu_poll_interval, self.poll_gpus_once),
+                self._every(self.interval, self.cull_once),
+            )
+        except asyncio.CancelledError:
+            self.log.info("Stopping")
+            self.save_state()
+        finally:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
 
     def start(self) -> None:
         try:

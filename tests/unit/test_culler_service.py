@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -414,3 +419,31 @@ def test_failures_are_told_in_one_line() -> None:
     refused = httpx.ConnectError("[Errno 111] Connection refused", request=request)
     assert describe_failure(refused, 30) == "[Errno 111] Connection refused"
     assert describe_failure(ProbeError(""), 30) == "ProbeError"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_the_hubs_stop_signals_end_the_process_even_if_ignored(
+    sig: signal.Signals, tmp_path: Path
+) -> None:
+    """The hub stops a service with SIGINT (then SIGTERM 10 s later). A hub started with
+    SIGINT ignored (a background job) passes that on: the culler must stop anyway, at once,
+    saving its state, or the hub's shutdown waits for it."""
+    env = {**os.environ, "JUPYTERHUB_API_TOKEN": "t", "JUPYTERHUB_API_URL": "http://127.0.0.1:9/"}
+    state = tmp_path / "state.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyterhub_gpu.culler", "--interval=3600",
+         f"--GPUIdleCuller.state_file={state}"],
+        env=env, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not state.exists():  # the first round has run: the loops are up
+            assert proc.poll() is None and time.monotonic() < deadline, "culler did not start"
+            time.sleep(0.1)
+        proc.send_signal(sig)
+        assert proc.wait(5) == 0
+    finally:
+        proc.kill()
+        _, err = proc.communicate()
+    assert "Stopping" in err, err
