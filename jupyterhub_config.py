@@ -30,6 +30,8 @@ c.LDAPAuthenticator.user_search_base = "<ou=people,dc=example,dc=org>"
 c.LDAPAuthenticator.user_attribute = "uid"
 c.LDAPAuthenticator.allowed_groups = ["<cn=gpu-users,ou=groups,dc=example,dc=org>"]
 c.Authenticator.enable_auth_state = True  # needs JUPYTERHUB_CRYPT_KEY in the environment
+# with auth_state, GPUDockerSpawner.require_identity is on: a user without uidNumber is
+# refused rather than run as the fallback uid
 
 # --- GPU nodes ------------------------------------------------------------------------
 c.JupyterHub.spawner_class = "gpudocker"
@@ -56,12 +58,24 @@ c.GPUDockerSpawner.inventory_file = "/etc/jupyterhub/gpu-inventory.yaml"
 c.GPUDockerSpawner.home_template = "/mnt/cephfs/home/{username}"
 c.GPUDockerSpawner.home_container_path = "/home/{username}"
 
-# --- images and limits ----------------------------------------------------------------
-c.GPUDockerSpawner.image = "<registry.example.org>/jupyterhub-gpu/pytorch:2.4-cuda12.4"
+# --- images and limits (docs/spawn-form.md) -------------------------------------------
+# Users choose an image from the catalog (default: images/catalog.yaml of the package;
+# your own, pointing at your registry, with c.GPUDockerSpawner.catalog_file = "...").
+# The spawner sets image, cpu_limit and mem_limit per server from the user's choice
+# within these bounds (check_config warns if you set them).
 c.GPUDockerSpawner.pull_policy = "ifnotpresent"
-c.GPUDockerSpawner.max_gpus_per_server = 4
-c.GPUDockerSpawner.mem_limit = "32G"
-c.GPUDockerSpawner.cpu_limit = 8
+c.GPUDockerSpawner.resource_defaults = {
+    "max_gpus": 4,  # per server
+    "max_gpus_per_user": 4,  # held at once over all of a user's servers
+    "max_cpu": 8,
+    "max_mem_gib": 32,
+}
+c.GPUDockerSpawner.group_bounds = {
+    "<ml-lab>": {"max_gpus_per_user": 8},  # the most generous of a user's groups applies
+}
+# named servers: each has its own image and GPUs; at most 3 per user
+c.JupyterHub.allow_named_servers = True
+c.JupyterHub.named_server_limit_per_user = 3
 c.Spawner.start_timeout = 300  # first pull of a CUDA image on a node takes minutes
 c.Spawner.http_timeout = 120
 

@@ -14,6 +14,7 @@ One :class:`Cluster` per hub process, shared by every spawner:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -27,11 +28,12 @@ import requests
 import yaml
 
 from .errors import ConfigError, GPUHubError
-from .inventory.client import AgentClient, AgentEndpoint, Unreachable
+from .inventory.client import AgentEndpoint, Unreachable, agent_client
 from .inventory.model import ClusterSnapshot, NodeInventory, NodeState
 from .inventory.probe import Probe, make_probe
 from .ledger import ORPHAN, GPULedger
 from .nodes import NodeSpec, load_nodes_file, parse_nodes
+from .usernet import network_options, network_problem
 
 LABEL = "jupyterhub-gpu"
 T = TypeVar("T")
@@ -43,7 +45,8 @@ class ClusterSettings:
     nodes_file: str = ""
     probe_mode: str = "auto"
     inventory_file: str = ""
-    agent_token: str = field(default="", repr=False)
+    agent_token: str = field(default="", repr=False)  # the site secret (inventory/tokens.py)
+    agent_config: Any = field(default=None, repr=False)  # the hub's config: c.AgentClient.*
     hub_id: str = "default"
     docker_timeout: float = 10.0
     ping_timeout: float = 2.0
@@ -94,6 +97,26 @@ def containers_from_docker(node: str, listing: list[dict[str, Any]]) -> list[Lab
     return out
 
 
+def node_client(spec: NodeSpec, timeout: float, tls: Any) -> docker.APIClient:
+    """A Docker client for ``spec`` that trusts only the node's own CA.
+
+    docker-py's client is a ``requests.Session``; with ``trust_env`` on, requests lets
+    ``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE`` override the session's CA (requests issue
+    3829), so on a host that sets them the node's certificate would be checked against the
+    system CAs instead of the node's, and the proxy variables would apply to the Docker
+    API. Neither may decide how the hub reaches a node's engine."""
+
+    return _NodeClient(base_url=spec.docker_url, version="auto", timeout=timeout, tls=tls)
+
+
+class _NodeClient(docker.APIClient):
+    """docker-py's client with ``trust_env`` off (see :func:`node_client`)."""
+
+    def _retrieve_server_version(self) -> str:
+        self.trust_env = False  # set in __init__ before its first request (the negotiation)
+        return str(super()._retrieve_server_version())
+
+
 def _endpoint(spec: NodeSpec) -> tuple[str, tuple[tuple[str, str], ...]]:
     """What a node's Docker client is made from."""
     return spec.docker_url, tuple(sorted(spec.tls.items()))
@@ -104,7 +127,12 @@ class Cluster:
         self.settings = settings
         self.log = log
         self.ledger = GPULedger()
-        self.agents = AgentClient(timeout=settings.ping_timeout, max_age=settings.health_ttl / 2)
+        self.agents = agent_client(  # c.AgentClient.* win over these per-cluster defaults
+            settings.agent_config,
+            log,
+            timeout=settings.ping_timeout,
+            max_age=settings.health_ttl / 2,
+        )
         self._clients: dict[str, docker.APIClient] = {}
         self._executors: dict[str, ThreadPoolExecutor] = {}
         self._probes: dict[str, Probe] = {}
@@ -116,8 +144,11 @@ class Cluster:
         self._ids_on: dict[str, set[str]] = {}
         self._specs: dict[str, NodeSpec] = {}
         self._retired: dict[str, NodeSpec] = {}
+        self._networks: dict[str, tuple[str, str]] = {}  # node -> user network checked there
+        self._network_locks: dict[str, asyncio.Lock] = {}
         self._file_mtime: float | None = None
         self._reconciled = False
+        self.reconcile_rounds = 0  # finished rounds; each logs one DEBUG line
         self._reconcile_lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self.specs()  # fail at start-up on a bad configuration
@@ -143,6 +174,14 @@ class Cluster:
         for name in specs:
             self._retired.pop(name, None)
             old = self._specs.get(name)
+            if specs[name].insecure_plaintext_docker_api and old != specs[name]:
+                self.log.warning(
+                    "Node %s: Docker API %s is plain TCP without TLS "
+                    "(insecure_plaintext_docker_api): whoever reaches that port is root on the "
+                    "node. Only for throw-away test set-ups.",
+                    name,
+                    specs[name].docker_url,
+                )
             if old is not None and _endpoint(old) != _endpoint(specs[name]):
                 self._forget_engine(name)
         self._specs, self._file_mtime = specs, mtime
@@ -154,6 +193,7 @@ class Cluster:
         if client is not None:
             client.close()
         self._health.pop(node, None)
+        self._networks.pop(node, None)
         self.log.info("Node %s: Docker endpoint changed, reconnecting", node)
 
     def _read_specs(self, path: str, mtime: float | None) -> dict[str, NodeSpec]:
@@ -179,12 +219,7 @@ class Cluster:
                     ca_cert=spec.tls["ca_cert"],
                     verify=True,
                 )
-            client = docker.APIClient(
-                base_url=spec.docker_url,
-                version="auto",
-                timeout=self.settings.docker_timeout,
-                tls=tls,
-            )
+            client = node_client(spec, self.settings.docker_timeout, tls)
             self._clients[node] = client
         return client
 
@@ -219,6 +254,7 @@ class Cluster:
             )
         self._health[node] = (time.monotonic(), False)
         self._clients.pop(node, None)  # reconnect next time (version negotiation)
+        self._networks.pop(node, None)  # a node that comes back is checked again
 
     async def engine_ok(self, node: str) -> bool:
         """Whether the node's engine answered a ping recently (cached ``health_ttl``)."""
@@ -239,11 +275,41 @@ class Cluster:
             cached and not cached[1] and time.monotonic() - cached[0] < self.settings.health_ttl
         )
 
+    async def ensure_user_network(self, node: str, name: str, bridge: str) -> None:
+        """The node's user bridge network exists and is fit (ICC off, on ``bridge``): created
+        when missing, checked once per node (again after the node was unreachable). Raises
+        :class:`ConfigError` naming the node and what to do when an existing one is unfit."""
+        if self._networks.get(node) == (name, bridge):
+            return
+        async with self._network_locks.setdefault(node, asyncio.Lock()):
+            if self._networks.get(node) == (name, bridge):
+                return
+            client = self.client(node)
+            try:
+                info = await self.run(node, lambda: client.inspect_network(name))
+            except docker.errors.NotFound:
+                self.log.info("Node %s: creating user network %s (bridge %s)", node, name, bridge)
+                with contextlib.suppress(docker.errors.APIError):  # 409: created meanwhile
+                    await self.run(
+                        node,
+                        lambda: client.create_network(
+                            name,
+                            driver="bridge",
+                            options=network_options(bridge),
+                            labels={f"{LABEL}.network": "users"},
+                        ),
+                    )
+                info = await self.run(node, lambda: client.inspect_network(name))
+            problem = network_problem(info, name, bridge)
+            if problem:
+                raise ConfigError(f"Node {node}: {problem}")
+            self._networks[node] = (name, bridge)
+
     # ------------------------------------------------------------------ inventory
     async def _inventory(self, spec: NodeSpec) -> NodeInventory | None:
         if spec.agent_url:
             reading = await self.agents.read(
-                AgentEndpoint(spec.name, spec.agent_url, self.settings.agent_token)
+                AgentEndpoint.for_node(spec.name, spec.agent_url, self.settings.agent_token)
             )
             if isinstance(reading, Unreachable):
                 return None
@@ -326,6 +392,13 @@ class Cluster:
                 if found is not None:
                     self._apply(node, found, began, pending | self.pending)
             self._reconciled = True
+            self.reconcile_rounds += 1
+            self.log.debug(
+                "Reconciliation round %d done: %d of %d node(s) listed",
+                self.reconcile_rounds,
+                sum(found is not None for found in listings),
+                len(nodes),
+            )
 
     def _apply(
         self, node: str, found: list[LabelledContainer], began: float, pending: set[str]
@@ -371,7 +444,7 @@ class Cluster:
         for holder in stale:
             if holder not in holders and holder not in pending:
                 freed = self.ledger.release(holder)
-                self.ledger.release_ports(holder)
+                self.ledger.release_server(holder)
                 if freed:
                     self.log.info(
                         "Reconciliation: no container of %s on %s; freed %s",

@@ -6,14 +6,27 @@ Call it at the end of ``jupyterhub_config.py``::
     check_config(c)
 
 It validates what ``GPUDockerSpawner`` will read: the nodes (and the nodes file), the
-declared inventory, the image catalog, the resource bounds and the home template. The
+declared inventory, the image catalog, the resource bounds and the home template. It
+refuses keys that no class reads in the sections of our classes (and of the classes they
+extend: ``DockerSpawner``, ``LDAPAuthenticator``), naming the closest known key. The
 first problem raises :class:`~jupyterhub_gpu.errors.ConfigError`, whose message names
 the file or setting, the entry and the field; JupyterHub then refuses to start.
+
+It logs a warning (and starts) for settings the spawner sets itself for every server
+(:data:`OVERRIDDEN_TRAITS`, :data:`OVERRIDDEN_HOST_CONFIG`,
+:data:`OVERRIDDEN_CREATE_KWARGS`), and for named servers without
+``JupyterHub.named_server_limit_per_user``.
 """
 
 from __future__ import annotations
 
+import difflib
+import importlib
+import logging
+from collections.abc import Mapping
 from typing import Any
+
+from traitlets.config import LazyConfigValue
 
 from .catalog import default_catalog_path, load_catalog
 from .errors import ConfigError
@@ -22,6 +35,53 @@ from .homes import template_root
 from .inventory.declared import load_inventory_file
 from .mounts import parse_group_mounts
 from .nodes import default_node, load_nodes_file, parse_nodes
+
+log = logging.getLogger("JupyterHub")
+
+#: Config sections whose keys are checked, and the class (``module:Class``) that reads
+#: each. A class reads the sections of its bases too (traitlets), so ``c.DockerSpawner``
+#: keys are those of GPUDockerSpawner: ``c.DockerSpawner.default_uid`` does take effect.
+CHECKED_SECTIONS: dict[str, str] = {
+    "GPUDockerSpawner": "jupyterhub_gpu.spawner:GPUDockerSpawner",
+    "DockerSpawner": "jupyterhub_gpu.spawner:GPUDockerSpawner",
+    "GPULDAPAuthenticator": "jupyterhub_gpu.auth.ldap:GPULDAPAuthenticator",
+    "LDAPAuthenticator": "jupyterhub_gpu.auth.ldap:GPULDAPAuthenticator",
+    "AgentClient": "jupyterhub_gpu.inventory.client:AgentClient",
+    "GPUIdleCuller": "jupyterhub_gpu.culler.service:GPUIdleCuller",
+    "GPUAgent": "jupyterhub_gpu.agent.app:GPUAgent",
+}
+
+#: Traits of DockerSpawner/Spawner that GPUDockerSpawner sets itself: a site's value is
+#: ignored (or replaced) for every server. Kept in step with spawner.py by a unit test.
+OVERRIDDEN_TRAITS: dict[str, str] = {
+    "image": "each server's image comes from the catalog (catalog_file) and the user's choice",
+    "allowed_images": "images are allowed per group by resource_defaults/group_bounds "
+    "allowed_images, over catalog names",
+    "cpu_limit": "set per server from the user's choice, bounded by resource_defaults/"
+    "group_bounds max_cpu",
+    "mem_limit": "set per server from the user's choice, bounded by resource_defaults/"
+    "group_bounds max_mem_gib",
+    "host_ip": "servers are published on each node's publish address (nodes[].publish_ip)",
+    "network_name": "servers join GPUDockerSpawner.user_network on every node",
+    "use_internal_ip": "the hub reaches servers at the port published on the node",
+}
+#: ``extra_host_config`` keys the spawner replaces for every server.
+OVERRIDDEN_HOST_CONFIG: frozenset[str] = frozenset(
+    {
+        "device_requests",
+        "binds",
+        "network_mode",
+        "group_add",
+        "shm_size",
+        "pids_limit",
+        "cap_drop",
+        "security_opt",
+    }
+)
+#: ``extra_create_kwargs`` keys the spawner replaces for every server.
+OVERRIDDEN_CREATE_KWARGS: frozenset[str] = frozenset({"user", "labels", "working_dir"})
+
+_SPAWNER_SECTIONS = ("Spawner", "DockerSpawner", "GPUDockerSpawner")
 
 
 def _section(config: Any, name: str) -> dict[str, Any]:
@@ -32,8 +92,83 @@ def _section(config: Any, name: str) -> dict[str, Any]:
     return merged
 
 
-def check_config(config: Any, section: str = "GPUDockerSpawner") -> None:
+def _is_section_key(key: str) -> bool:
+    """traitlets' rule: a capitalised key is a nested section, not a setting."""
+    return bool(key) and key[0].isupper() and not key.startswith("_")
+
+
+def _reader(section: str) -> str:
+    return CHECKED_SECTIONS[section].rpartition(":")[2]
+
+
+def known_keys(section: str) -> frozenset[str]:
+    """The settings the class reading ``section`` has: its traits with ``config=True``."""
+    module, _, name = CHECKED_SECTIONS[section].partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    return frozenset(cls.class_traits(config=True))
+
+
+def unknown_key_problem(
+    section: str, keys: Mapping[str, Any], known: frozenset[str], reader: str = ""
+) -> str:
+    """The message for the first unknown key of ``section``, or '' when all are known."""
+    for key in sorted(k for k in keys if not _is_section_key(k)):
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f"; did you mean {section}.{close[0]}?" if close else ""
+            return f"c.{section}.{key} is not a setting of {reader or section}{hint}"
+    return ""
+
+
+def check_keys(config: Any) -> None:
+    """Refuse a key no class reads in one of :data:`CHECKED_SECTIONS`."""
+    for section in CHECKED_SECTIONS:
+        if section in config:
+            keys = config[section]
+            problem = unknown_key_problem(section, keys, known_keys(section), _reader(section))
+            if problem:
+                raise ConfigError(problem)
+
+
+def override_warnings(config: Any) -> list[str]:
+    """One sentence per setting the spawner replaces for every server."""
+    found: list[str] = []
+    for section in _SPAWNER_SECTIONS:
+        if section not in config:
+            continue
+        keys = config[section]
+        for key, why in OVERRIDDEN_TRAITS.items():
+            if key in keys:
+                found.append(f"c.{section}.{key} is ignored: {why}")
+        for trait, replaced in (
+            ("extra_host_config", OVERRIDDEN_HOST_CONFIG),
+            ("extra_create_kwargs", OVERRIDDEN_CREATE_KWARGS),
+        ):
+            value = keys.get(trait)
+            if isinstance(value, LazyConfigValue):  # c.X.extra_host_config.update({...})
+                value = value.get_value({})
+            for key in sorted(set(value or {}) & replaced):
+                found.append(
+                    f"c.{section}.{trait}[{key!r}] is ignored: GPUDockerSpawner sets it "
+                    "for every server"
+                )
+    hub = config.get("JupyterHub", {})
+    if hub.get("allow_named_servers") and not hub.get("named_server_limit_per_user"):
+        found.append(
+            "c.JupyterHub.allow_named_servers is on without named_server_limit_per_user: "
+            "a user may create any number of servers; set it (e.g. 3) and "
+            "GPUDockerSpawner.resource_defaults max_gpus_per_user"
+        )
+    return found
+
+
+def check_config(
+    config: Any, section: str = "GPUDockerSpawner", logger: logging.Logger | None = None
+) -> None:
     """Validate the GPUDockerSpawner settings in ``config`` (a traitlets Config)."""
+    check_keys(config)
+    for warning in override_warnings(config):
+        (logger or log).warning("%s", warning)
     s = _section(config, section)
     nodes = list(s.get("nodes") or [default_node()])
     parse_nodes(nodes + load_nodes_file(s.get("nodes_file") or ""))

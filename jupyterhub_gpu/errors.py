@@ -9,6 +9,7 @@
     └── UserFacingError              a user's request can't be served; the message is for them
         ├── InvalidRequest           bad or tampered input (HTTP 400)
         ├── NoCapacity               nothing free fits right now (HTTP 503, with what is free)
+        ├── NodeFailure              a node answered, but not as it must (HTTP 503)
         └── UnsafePath               a username or home path would leave the allowed root
 
 User-facing messages say what happened and what to do; they never carry tracebacks,
@@ -50,6 +51,11 @@ class InvalidRequest(UserFacingError):
 class NoCapacity(UserFacingError):
     status_code = 503
     reason = "no_capacity"
+
+
+class NodeFailure(UserFacingError):
+    status_code = 503
+    reason = "node_error"
 
 
 class UnsafePath(UserFacingError):

@@ -28,7 +28,7 @@ class GPULedger:
 
     def __init__(self) -> None:
         self._holds: dict[str, Hold] = {}
-        self._ports: dict[tuple[str, int], tuple[str, float]] = {}
+        self._servers: dict[str, Hold] = {}  # holder -> the node its server is placed on
 
     def allocations(self) -> dict[str, str]:
         """uuid -> holder, for placement snapshots."""
@@ -44,18 +44,18 @@ class GPULedger:
     def holders_on(
         self, node: str, older_than: float = 0.0, taken_before: float | None = None
     ) -> set[str]:
-        """Holders of GPUs or ports on ``node`` whose holds are at least ``older_than`` s old
+        """Holders of GPUs or servers on ``node`` whose holds are at least ``older_than`` s old
         (and, if given, were taken or last confirmed before ``taken_before``, a monotonic time).
         """
         now = time.monotonic()
         latest = now - older_than if taken_before is None else min(now - older_than, taken_before)
         gpus = {h.holder for h in self._holds.values() if h.node == node and h.since <= latest}
-        ports = {
+        servers = {
             holder
-            for (n, _), (holder, since) in self._ports.items()
-            if n == node and since <= latest
+            for holder, h in self._servers.items()
+            if h.node == node and h.since <= latest
         }
-        return gpus | ports
+        return gpus | servers
 
     def reserve(self, holder: str, node: str, uuids: Iterable[str]) -> None:
         """Take ``uuids`` for ``holder`` or raise ``KeyError`` naming a taken one; all or none."""
@@ -98,25 +98,20 @@ class GPULedger:
         return freed
 
     def rename(self, holder: str, new_holder: str) -> None:
-        """Move every hold of ``holder`` (GPUs and ports) to ``new_holder``."""
+        """Move every hold of ``holder`` (GPUs and server placement) to ``new_holder``."""
         for uuid, hold in list(self._holds.items()):
             if hold.holder == holder:
                 self._holds[uuid] = Hold(new_holder, hold.node, hold.since)
-        for key, (owner, since) in list(self._ports.items()):
-            if owner == holder:
-                self._ports[key] = (new_holder, since)
+        placed = self._servers.pop(holder, None)
+        if placed is not None:
+            self._servers[new_holder] = Hold(new_holder, placed.node, placed.since)
 
-    # ports: with host networking every server on a node needs its own port
-    def reserve_port(self, holder: str, node: str, port: int) -> bool:
-        owner = self._ports.get((node, port))
-        if owner is not None and owner[0] != holder:
-            return False
-        self._ports[(node, port)] = (holder, time.monotonic())
-        return True
+    # servers, with or without GPUs: where each one is placed (CPU-only ones spread by it)
+    def place_server(self, holder: str, node: str) -> None:
+        self._servers[holder] = Hold(holder, node)
 
     def servers_on(self, node: str) -> int:
-        return len({h for (n, _), (h, _since) in self._ports.items() if n == node})
+        return sum(1 for h in self._servers.values() if h.node == node)
 
-    def release_ports(self, holder: str) -> None:
-        for key in [k for k, v in self._ports.items() if v[0] == holder]:
-            del self._ports[key]
+    def release_server(self, holder: str) -> None:
+        self._servers.pop(holder, None)

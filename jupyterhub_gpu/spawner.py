@@ -28,16 +28,16 @@ from typing import Any, ClassVar
 
 import docker
 from docker.errors import APIError, DockerException
-from docker.types import DeviceRequest
 from dockerspawner import DockerSpawner
 from jupyterhub.spawner import SpawnException
 from requests.exceptions import RequestException
-from traitlets import Bool, Dict, Float, Int, List, Tuple, Unicode, default, validate
+from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode, default, validate
 
 from . import homes
-from .auth.identity import Identity, ensure_home, identity_from_auth_state, map_home
+from .auth.identity import Identity, ensure_home, identity_required, map_home, resolve_identity
 from .catalog import Catalog, default_catalog_path, load_catalog
 from .cluster import LABEL, Cluster, ClusterSettings
+from .containers import device_requests, gpu_env, published_port
 from .culler.notes import load_notes, notes_for
 from .errors import ConfigError, UserFacingError
 from .form import (
@@ -54,15 +54,17 @@ from .form import (
     spawn_form_html,
     validate_options,
 )
+from .form.quota import GPUQuotaExceeded, UserQuota, holdings_of, quota_refusal
 from .inventory.model import ClusterSnapshot
 from .ledger import ORPHAN, GPULedger
 from .mounts import dataset_binds, parse_group_mounts
+from .names import CONTAINER_NAME, PATH, check_name_lengths
 from .nodes import NodeSpec, default_node, parse_nodes
 from .placement import availability, place
 from .placement.model import NoFit, Placement, PlacementRequest
-from .ports import reserve_port
 from .progress import describe_gpus
 from .pull import ImageUnavailable, pull
+from .usernet import bridge_name_problem
 
 _NODE_ERRORS = (RequestException, DockerException, OSError, asyncio.TimeoutError)
 
@@ -98,7 +100,11 @@ class GPUDockerSpawner(DockerSpawner):
         """,
     )
     agent_token = Unicode(
-        config=True, help="Token for the node agents (default: $JUPYTERHUB_GPU_AGENT_TOKEN)."
+        config=True,
+        help="""The node agents' site secret (default: $JUPYTERHUB_GPU_AGENT_TOKEN), at least
+        16 characters. Each node's agent gets its own token derived from it,
+        HMAC-SHA256(secret, node name): ``python -m jupyterhub_gpu.agent --print-token
+        --node NAME --site-secret-file FILE`` (docs/agent.md); the secret stays on the hub.""",
     )
     probe_mode = Unicode(
         "auto",
@@ -116,14 +122,16 @@ class GPUDockerSpawner(DockerSpawner):
     )
     resource_defaults = Dict(
         config=True,
-        help="""Site defaults and bounds: max_gpus, allowed_models, allowed_images, max_cpu,
-        max_mem_gib, min_cpu, min_mem_gib, default_gpu_count, default_cpu, default_mem_gib,
-        shm_size_gib, pids_limit (see docs/spawn-form.md).""",
+        help="""Site defaults and bounds: max_gpus (per server), max_gpus_per_user (held
+        at once over all of a user's servers; default None, no cap), allowed_models,
+        allowed_images, max_cpu, max_mem_gib, min_cpu, min_mem_gib, default_gpu_count,
+        default_cpu, default_mem_gib, shm_size_gib, pids_limit (see docs/spawn-form.md).""",
     )
     group_bounds = Dict(
         config=True,
-        help="""Per-group bounds: {group: {max_gpus, allowed_models, allowed_images, max_cpu,
-        max_mem_gib}}; a user gets the most generous of their groups.""",
+        help="""Per-group bounds: {group: {max_gpus, max_gpus_per_user, allowed_models,
+        allowed_images, max_cpu, max_mem_gib}}; a user gets the most generous of their groups
+        that set a key, else the site's (resource_defaults).""",
     )
     group_mounts = Dict(
         config=True,
@@ -151,10 +159,16 @@ class GPUDockerSpawner(DockerSpawner):
         "/home/{username}", config=True, help="Where the home is mounted in the container."
     )
     require_identity = Bool(
-        False,
+        None,
+        allow_none=True,
         config=True,
-        help="""Refuse users whose auth_state has no uid/gid (set True with LDAP/OAuth).
-        False: such users run as default_uid:default_gid.""",
+        help="""Refuse users whose auth_state has no uid/gid, with a message saying what to do.
+
+        None (default): refuse them whenever the authenticator keeps auth_state
+        (``Authenticator.enable_auth_state``), so no server silently runs as the fallback
+        uid; without auth_state everyone runs as ``default_uid:default_gid``. True/False
+        decide explicitly (False: users without a uid run as ``default_uid:default_gid``,
+        logged at info level).""",
     )
     supplementary_groups = List(
         Unicode(), config=True, help="Groups whose gid is added to the container ('*': all)."
@@ -168,12 +182,33 @@ class GPUDockerSpawner(DockerSpawner):
         10.0, config=True, help="Seconds before a Docker call to a node is abandoned."
     )
     pull_timeout = Float(600.0, config=True, help="Seconds before an image pull is abandoned.")
-    port_range = Tuple(
-        Int(),
-        Int(),
-        default_value=(40000, 49999),
+    user_network = Unicode(
+        "jupyterhub-gpu-users",
         config=True,
-        help="Ports for single-user servers (host networking: one port per server and node).",
+        help="""The Docker network of user servers on every node, created by the hub when
+        missing (a bridge with inter-container traffic off, on ``user_bridge``) and checked
+        when it exists: a network that lets containers reach each other is refused. Each
+        server's port is published on the node's address to a port the engine chooses.
+        Default ``jupyterhub-gpu-users``.""",
+    )
+    user_bridge = Unicode(
+        "jhgpu-users",
+        config=True,
+        help="""The Linux bridge interface of ``user_network`` on each node: the name the
+        node firewall guards (``scripts/node-firewall.sh --bridge``, docs/nodes.md).
+        1-15 characters. Default ``jhgpu-users``.""",
+    )
+    gpu_device_driver = Enum(
+        ["nvidia", "cdi"],
+        "nvidia",
+        config=True,
+        help="""How GPUs are requested from Docker. ``nvidia`` (default): a DeviceRequest of
+        driver ``nvidia`` with the GPU UUIDs (Docker >= 19.03 with the NVIDIA Container
+        Toolkit's hook). ``cdi``: a DeviceRequest of driver ``cdi`` for
+        ``nvidia.com/gpu=<UUID>`` (Docker >= 25 with CDI enabled and a CDI spec made by
+        ``nvidia-ctk cdi generate``), which does not depend on NVIDIA_VISIBLE_DEVICES.
+        Either way the spawner also sets NVIDIA_VISIBLE_DEVICES to the assigned UUIDs
+        (``void`` without GPUs), so an image's own ENV can never widen it.""",
     )
     hub_id = Unicode(
         "default", config=True, help="Label value that tells this hub's containers from others'."
@@ -204,13 +239,20 @@ class GPUDockerSpawner(DockerSpawner):
             raise ConfigError(f"{proposal.trait.name} must not be 0: containers never run as root")
         return int(proposal.value)
 
+    @validate("user_bridge")
+    def _valid_bridge(self, proposal: Any) -> str:
+        problem = bridge_name_problem(proposal.value)
+        if problem:
+            raise ConfigError(f"GPUDockerSpawner.user_bridge: {problem}")
+        return str(proposal.value)
+
     @default("network_name")
     def _default_network(self) -> str:
-        return "host"
+        return self.user_network
 
     @default("use_internal_ip")
     def _default_use_internal_ip(self) -> bool:
-        return True  # host networking: no port bindings; get_ip_and_port says where
+        return False  # the hub reaches servers through the port published on the node
 
     @default("remove")
     def _default_remove(self) -> bool:
@@ -239,6 +281,7 @@ class GPUDockerSpawner(DockerSpawner):
     # ------------------------------------------------------------------ state
     node_name = Unicode("")
     gpu_uuids = List(Unicode())
+    host_port = Int(0)  # the port the engine published the server on, on the node's address
 
     @property
     def holder(self) -> str:
@@ -247,21 +290,27 @@ class GPUDockerSpawner(DockerSpawner):
     def get_state(self) -> dict[str, Any]:
         state = super().get_state()
         if self.node_name:
-            state.update(node=self.node_name, gpu_uuids=list(self.gpu_uuids), port=self.port)
-            if self.server is not None:  # lets the culler read kernels without the proxy
+            state.update(node=self.node_name, gpu_uuids=list(self.gpu_uuids))
+            if self.host_port:
+                state["host_port"] = self.host_port
+            if self.server is not None and self.host_port:  # the culler reads it directly
                 address = self._node(self.node_name).address
-                state["server_url"] = f"http://{address}:{self.port}{self.server.base_url}"
+                state["server_url"] = f"http://{address}:{self.host_port}{self.server.base_url}"
+        if self.api_token:  # the only token the culler may send this server (culler/access.py)
+            state["server_token"] = self.api_token
         return state
 
     def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)
+        # a restarted hub forgets api_token: restored, state keeps it, and stop revokes it
+        if isinstance(state.get("server_token"), str) and state["server_token"]:
+            self.api_token = state["server_token"]
         self.node_name = state.get("node", "")
         self.gpu_uuids = list(state.get("gpu_uuids", []))
-        if state.get("port"):
-            self.port = int(state["port"])
+        self.host_port = int(state.get("host_port") or 0)
         if self.node_name:
             conflicts = self.ledger.adopt(self.holder, self.node_name, self.gpu_uuids)
-            self.ledger.reserve_port(self.holder, self.node_name, self.port)
+            self.ledger.place_server(self.holder, self.node_name)
             if conflicts:
                 self.log.warning(
                     "%s: GPUs %s also claimed by another server", self.holder, conflicts
@@ -273,11 +322,12 @@ class GPUDockerSpawner(DockerSpawner):
 
     def _forget_placement(self) -> None:
         freed = self.ledger.release(self.holder, self.gpu_uuids)
-        self.ledger.release_ports(self.holder)
+        self.ledger.release_server(self.holder)
         if freed:
             self.log.info("%s: released GPUs %s", self.holder, ", ".join(freed))
         self.node_name = ""
         self.gpu_uuids = []
+        self.host_port = 0
 
     # ------------------------------------------------------------------ config
     @property
@@ -292,6 +342,7 @@ class GPUDockerSpawner(DockerSpawner):
                     probe_mode=self.probe_mode,
                     inventory_file=self.inventory_file,
                     agent_token=self.agent_token,
+                    agent_config=self.config,  # so c.AgentClient.* take effect
                     hub_id=self.hub_id,
                     docker_timeout=self.docker_timeout,
                     threads_per_node=self.docker_threads_per_node,
@@ -350,14 +401,18 @@ class GPUDockerSpawner(DockerSpawner):
     async def identity(self) -> Identity:
         """The uid/gid/groups/home of the user, from the authenticator's auth_state."""
         auth_state = await self.user.get_auth_state()
-        if not (auth_state and "uid" in auth_state) and not self.require_identity:
-            groups = tuple(g.name for g in self.user.groups)
-            return Identity(self.user.name, self.default_uid, self.default_gid, groups)
-        ident = identity_from_auth_state(
-            self.user.name, auth_state, supplementary_groups=self.supplementary_groups
+        enabled = bool(getattr(self.authenticator, "enable_auth_state", False))
+        ident = resolve_identity(
+            self.user.name,
+            auth_state,
+            required=identity_required(self.require_identity, enabled),
+            fallback=(self.default_uid, self.default_gid),
+            hub_groups=[g.name for g in self.user.groups],
+            supplementary_groups=self.supplementary_groups,
         )
-        extra = tuple(g.name for g in self.user.groups if g.name not in ident.groups)
-        return replace(ident, groups=ident.groups + extra)
+        if not (auth_state and "uid" in auth_state):
+            self.log.info("%s has no uid in auth_state: runs as %s", self.user.name, ident.uid)
+        return ident
 
     async def _bounds(self) -> UserBounds:
         return resolve_bounds(self.policy, (await self.identity()).groups)
@@ -385,10 +440,17 @@ class GPUDockerSpawner(DockerSpawner):
 
     # ------------------------------------------------------------------ placement
     def _decide_and_reserve(
-        self, snapshot: ClusterSnapshot, request: PlacementRequest
+        self, snapshot: ClusterSnapshot, request: PlacementRequest, quota: UserQuota | None = None
     ) -> Placement:
-        """Decide and take the GPUs with no await in between: concurrent spawns can't collide."""
-        snapshot = replace(snapshot, allocations=self.ledger.allocations())
+        """Decide and take the GPUs with no await in between: concurrent spawns can't collide,
+        nor can two spawns of one user both pass their ``max_gpus_per_user``."""
+        allocations = self.ledger.allocations()
+        held = holdings_of(allocations, self.user.name, exclude=self.holder)
+        refusal = quota_refusal(held, request.gpu_count, quota or UserQuota(None))
+        if refusal:
+            self.log.info("%s: refused, %s", self.holder, refusal)
+            raise GPUQuotaExceeded(refusal)
+        snapshot = replace(snapshot, allocations=allocations)
         if request.gpu_count == 0:
             decision: Placement | NoFit = Placement(self._least_busy_node(snapshot), ())
         else:
@@ -399,7 +461,7 @@ class GPUDockerSpawner(DockerSpawner):
         self.cluster.pending.add(self.holder)
         self.node_name = decision.node
         self.gpu_uuids = list(decision.gpu_uuids)
-        self.port = self._reserve_port(decision.node)
+        self.ledger.place_server(self.holder, decision.node)
         return decision
 
     def _least_busy_node(self, snapshot: ClusterSnapshot) -> str:
@@ -413,27 +475,12 @@ class GPUDockerSpawner(DockerSpawner):
             )
         return min(names, key=lambda n: (self.ledger.servers_on(n), n))
 
-    def _reserve_port(self, node: str) -> int:
-        port = reserve_port(
-            self.ledger, self.holder, node, self._node(node).address, self.port_range
-        )
-        if port is None:
-            raise SpawnException(
-                f"No free port on node {node}; ask an admin to widen port_range.",
-                reason="no_port",
-                status_code=503,
-            )
-        return port
-
     # ------------------------------------------------------------------ container
     def get_env(self) -> dict[str, str]:
         env = super().get_env()
-        env.pop("NVIDIA_VISIBLE_DEVICES", None)  # only the engine's DeviceRequest sets it
-        env["NVIDIA_DRIVER_CAPABILITIES"] = "compute,utility"
-        if not self.gpu_uuids:
-            env["NVIDIA_VISIBLE_DEVICES"] = "void"
         if self.home_template:
             env["HOME"] = self._container_home()
+        env.update(gpu_env(self.gpu_uuids))  # last: nothing else decides the GPUs
         return env
 
     def _container_home(self) -> str:
@@ -480,16 +527,11 @@ class GPUDockerSpawner(DockerSpawner):
             "labels": self._labels(),
             **({"working_dir": self._container_home()} if binds else {}),
         }
+        self.host_ip = self._node(self.node_name).publish_ip  # DockerSpawner publishes here
         self._host_config = {
-            "device_requests": [
-                DeviceRequest(
-                    driver="nvidia", device_ids=list(self.gpu_uuids), capabilities=[["gpu"]]
-                )
-            ]
-            if self.gpu_uuids
-            else [],
+            "device_requests": device_requests(self.gpu_uuids, self.gpu_device_driver),
             "binds": binds,
-            "network_mode": "host",
+            "network_mode": self.user_network,
             "group_add": [str(g) for g in ident.supplementary_gids],
             "shm_size": limits.shm_bytes,
             "pids_limit": limits.pids_limit,
@@ -504,6 +546,7 @@ class GPUDockerSpawner(DockerSpawner):
         host_config: dict[str, Any] = dict(getattr(self, "extra_host_config", {}))
         host_config.update(self._host_config)
         self.extra_host_config = host_config
+        await self.cluster.ensure_user_network(self.node_name, self.user_network, self.user_bridge)
         self._event(70, "Starting the container")
         return await super().create_object()
 
@@ -541,12 +584,10 @@ class GPUDockerSpawner(DockerSpawner):
             command = (info.get("Config") or {}).get("Cmd") or ["jupyterhub-singleuser"]
         return [*command, *self.get_args()]
 
-    def get_args(self) -> list[str]:
-        args = super().get_args()
-        return [*args, f"--ip={self._node(self.node_name).address}", f"--port={self.port}"]
-
     async def get_ip_and_port(self) -> tuple[str, int]:
-        return self._node(self.node_name).address, self.port
+        """The node's address and the port its engine published the server on."""
+        self.host_port = published_port(await self.docker("port", self.container_id, self.port))
+        return self._node(self.node_name).address, self.host_port
 
     # ------------------------------------------------------------------ progress
     def _event(self, progress: int, message: str) -> None:
@@ -584,16 +625,32 @@ class GPUDockerSpawner(DockerSpawner):
         self.image = entry.image
         return ident, options, request
 
+    def _derived_names(self, username: str, server: str) -> list[tuple[str, str]]:
+        """The container name and home paths this spawner makes from these names."""
+        escaped = self.escape(username)
+        ns = {
+            **self.template_namespace(),
+            **{"username": escaped, "safe_username": escaped, "raw_username": username},
+            **{"servername": self.escape(server.lower()), "raw_servername": server},
+        }
+        names = [(CONTAINER_NAME, str(self._render_templates(self.name_template, ns)))]
+        if self.home_template:
+            names.append((PATH, str(homes.home_host_path(self.home_template, username))))
+        safe = homes.safe_path_component(username)
+        return [*names, (PATH, self.home_container_path.format(username=safe))]
+
     async def start(self) -> tuple[str, int]:
         self._events = []
         self._events_changed = asyncio.Event()
         self._start_done = False
         self._forget_placement()  # the hub cleared the state; be sure nothing is left held
         try:
+            check_name_lengths(self._derived_names, self.user.name, self.name, self.escape)
             self._event(10, f"Choosing a node among {len(self.cluster.specs())}")
             snapshot = await self.cluster.snapshot()
             ident, options, request = await self._validated(snapshot)
-            decision = self._decide_and_reserve(snapshot, request)
+            quota = resolve_bounds(self.policy, ident.groups).quota
+            decision = self._decide_and_reserve(snapshot, request, quota)
             self._event(30, self._describe(snapshot, decision))
             self.log.info("%s: %s", self.holder, self._describe(snapshot, decision))
             await self._prepare(ident, options)
@@ -654,7 +711,9 @@ class GPUDockerSpawner(DockerSpawner):
         if not self.node_name:
             return 0
         if self.cluster.known_down(self.node_name):
-            return None  # an unreachable node says nothing about the server: keep its GPUs
+            # an unreachable node says nothing about the server: keep it and its GPUs
+            self.log.debug("Poll of %s: node %s is down; kept", self.holder, self.node_name)
+            return None
         try:
             status = await super().poll()
         except _NODE_ERRORS as e:

@@ -2,36 +2,61 @@
 # Local test/demo cluster for jupyterhub-gpu. Idempotent: installs what is missing,
 # starts what is stopped, rebuilds an image only when its Dockerfile changed.
 #
-#   scripts/cluster.sh up [N]   install packages, start N engines (default 1, max 3), build images
+#   scripts/cluster.sh up [N]   install packages, start N nodes (default 1, max 3), build images
 #   scripts/cluster.sh down     stop the engines (image data is kept)
 #   scripts/cluster.sh status   show the engines
 #   scripts/cluster.sh stop-node NODE | start-node NODE   one engine (failure tests)
 #
-# Each engine is a simulated GPU node: node-a, node-b, node-c, listening on a unix
-# socket under $JHGPU_STATE/engines/<node>/ and on tcp://127.0.0.{2,3,4}:2375 (loopback
-# only; this is a test cluster). Engines run with --bridge=none --iptables=false; user
-# containers use host networking. The engines get the TEST-ONLY nvidia hook stand-in on
-# their PATH (tests/cluster/fake-nvidia) so they accept GPU DeviceRequests without a GPU.
+# Each simulated GPU node (node-a, node-b, node-c) is a network namespace of its own
+# (`ip netns` jhgpu-node-X) with its own loopback, iptables and a veth link to this
+# machine: the node's address is 10.250.N.2, this machine's end 10.250.N.1. Its own
+# dockerd runs inside the namespace with the bridge and iptables ON (containers get the
+# user bridge that the hub creates, never the node's network) and listens on a unix
+# socket under $JHGPU_STATE/engines/<node>/; node-c also listens on tcp://10.250.3.2:2376
+# with TLS client certificates from a test CA ($JHGPU_STATE/tls). No engine listens on
+# plain TCP. The hub, its proxy and LDAP stay in this machine's namespace, as on a real
+# site; the nodes reach the hub at the site address 10.250.0.1 (on this machine's lo).
+# Every node gets the node firewall (scripts/node-firewall.sh) for the user bridge.
+#
+# Images are built by a builder engine in this machine's namespace (the nodes have no
+# route to the package registries) and loaded into the nodes (docker save | load).
+# The engines get the TEST-ONLY nvidia hook stand-in on their PATH
+# (tests/cluster/fake-nvidia) so they accept GPU DeviceRequests without a GPU.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 STATE=${JHGPU_STATE:-/var/lib/jupyterhub-gpu-test}
 NODES=(node-a node-b node-c)
+TLS_NODE=node-c
+SITE_ADDRESS=10.250.0.1
+USER_BRIDGE=jhgpu-users   # GPUDockerSpawner.user_bridge's default
 BASE_IMAGE=jupyterhub-gpu/base:bookworm
 TEST_IMAGE=jupyterhub-gpu/singleuser-test:6.1.1
+CPU_IMAGE=jupyterhub-gpu/python-cpu:3.11-bookworm
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
 log() { printf '[cluster] %s\n' "$*" >&2; }
 sock() { echo "$STATE/engines/$1/docker.sock"; }
 dk() { local node=$1; shift; docker -H "unix://$(sock "$node")" "$@"; }
+netns() { echo "jhgpu-$1"; }
+node_address() { echo "10.250.$(($(node_index "$1") + 1)).2"; }
+
+node_index() {
+  local i
+  for i in "${!NODES[@]}"; do [[ ${NODES[$i]} == "$1" ]] && { echo "$i"; return; }; done
+  log "unknown node $1 (one of ${NODES[*]})"; exit 2
+}
 
 install_packages() {
   local missing=()
   command -v dockerd >/dev/null || missing+=(docker.io)
+  command -v iptables >/dev/null || missing+=(iptables)
+  command -v ip >/dev/null || missing+=(iproute2)
+  command -v nsenter >/dev/null || missing+=(util-linux)
   command -v debootstrap >/dev/null || missing+=(debootstrap)
   command -v slapd >/dev/null || missing+=(slapd)
   command -v ldapadd >/dev/null || missing+=(ldap-utils)
-  command -v openssl >/dev/null || missing+=(openssl) # the LDAP TLS tests make a test CA
+  command -v openssl >/dev/null || missing+=(openssl) # test CAs (LDAP and Docker TLS)
   command -v chromium >/dev/null || missing+=(chromium)
   command -v node >/dev/null || missing+=(nodejs npm)
   if ((${#missing[@]})); then
@@ -47,27 +72,69 @@ install_packages() {
   fi
 }
 
-engine_alive() {
-  local pidfile="$STATE/engines/$1/docker.pid"
-  [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null
+# ---------------------------------------------------------------- network namespaces
+site_address() {  # the hub's address as the nodes see it
+  ip -br addr show dev lo | grep -qw "$SITE_ADDRESS/32" || ip addr add "$SITE_ADDRESS/32" dev lo
 }
 
-start_engine() {
-  local node=$1 addr=$2 dir="$STATE/engines/$1"
-  mkdir -p "$dir/data" "$dir/exec" "$STATE/hook"
-  if engine_alive "$node" && dk "$node" info >/dev/null 2>&1; then
-    log "$node: running"
-    return
+setup_netns() {  # setup_netns NODE: namespace, veth, addresses, default route to this machine
+  local node=$1 ns vh vn n
+  ns=$(netns "$node"); vh="vh-$node"; vn="vn-$node"; n=$(($(node_index "$node") + 1))
+  [[ -e /var/run/netns/$ns ]] || ip netns add "$ns"
+  if ! ip link show "$vh" >/dev/null 2>&1; then
+    ip -n "$ns" link del "$vn" 2>/dev/null || true
+    ip link add "$vh" type veth peer name "$vn"
+    ip link set "$vn" netns "$ns"
   fi
-  # a killed dockerd leaves its pidfile and socket behind: clear stale ones
-  rm -f "$dir/docker.pid" "$dir/docker.sock" "$dir/exec/containerd/containerd.pid"
-  install -m 0755 "$REPO/tests/cluster/fake-nvidia/nvidia-container-runtime-hook" "$STATE/hook/"
-  log "$node: starting dockerd (tcp://$addr:2375, $dir)"
-  PATH="$STATE/hook:$PATH" setsid dockerd \
-    --bridge=none --iptables=false --ip-masq=false --ip6tables=false \
-    --data-root "$dir/data" --exec-root "$dir/exec" --pidfile "$dir/docker.pid" \
-    -H "unix://$dir/docker.sock" -H "tcp://$addr:2375" \
-    >"$dir/dockerd.log" 2>&1 </dev/null 9>&- &  # 9>&-: the daemon must not keep the set-up lock
+  ip addr replace "10.250.$n.1/30" dev "$vh"
+  ip link set "$vh" up
+  ip -n "$ns" addr replace "10.250.$n.2/30" dev "$vn"
+  ip -n "$ns" link set "$vn" up
+  ip -n "$ns" link set lo up
+  ip -n "$ns" route replace default via "10.250.$n.1"
+}
+
+# ---------------------------------------------------------------- TLS (test CA)
+make_tls() {  # a test CA, a server certificate for the TLS node, a client certificate for the hub
+  local d="$STATE/tls" addr
+  [[ -f $d/.complete ]] && return
+  addr=$(node_address "$TLS_NODE")
+  log "making a test CA and certificates for $TLS_NODE's Docker API ($d)"
+  rm -rf "$d"; mkdir -p "$d"; chmod 700 "$d"
+  (
+    cd "$d"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=jupyterhub-gpu test CA" \
+      -keyout ca-key.pem -out ca.pem 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=$TLS_NODE" \
+      -keyout "$TLS_NODE-key.pem" -out server.csr 2>/dev/null
+    printf 'subjectAltName=IP:%s,DNS:%s\nextendedKeyUsage=serverAuth\n' "$addr" "$TLS_NODE" >server.ext
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 3650 \
+      -extfile server.ext -out "$TLS_NODE-cert.pem" 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=hub" -keyout hub-key.pem -out hub.csr 2>/dev/null
+    printf 'extendedKeyUsage=clientAuth\n' >client.ext
+    openssl x509 -req -in hub.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 3650 \
+      -extfile client.ext -out hub-cert.pem 2>/dev/null
+    rm -f ./*.csr ./*.ext
+    chmod 600 ./*-key.pem
+  )
+  touch "$d/.complete"
+}
+
+# ---------------------------------------------------------------- engines
+pid_of() { cat "$STATE/engines/$1/docker.pid" 2>/dev/null || true; }
+
+engine_alive() {
+  local pid; pid=$(pid_of "$1")
+  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null
+}
+
+in_its_netns() {  # the running dockerd of NODE is inside the node's namespace
+  [[ $1 == builder ]] && return 0
+  [[ $(ip netns identify "$(pid_of "$1")" 2>/dev/null) == "$(netns "$1")" ]]
+}
+
+wait_engine() {
+  local node=$1 dir="$STATE/engines/$1"
   for _ in $(seq 1 120); do
     dk "$node" info >/dev/null 2>&1 && { log "$node: ready"; return; }
     sleep 0.5
@@ -75,9 +142,58 @@ start_engine() {
   log "$node: dockerd did not come up; last log lines:"; tail -20 "$dir/dockerd.log" >&2; exit 1
 }
 
+prepare_engine_dir() {  # returns 1 when the engine already runs as it should
+  local node=$1 dir="$STATE/engines/$1"
+  mkdir -p "$dir/data" "$dir/exec" "$STATE/hook"
+  if engine_alive "$node" && dk "$node" info >/dev/null 2>&1; then
+    in_its_netns "$node" && { log "$node: running"; return 1; }
+    log "$node: running outside its network namespace (an older set-up); restarting it"
+    stop_engine "$node"
+  fi
+  # a killed dockerd leaves its pidfile and socket behind: clear stale ones
+  rm -f "$dir/docker.pid" "$dir/docker.sock" "$dir/exec/containerd/containerd.pid"
+  install -m 0755 "$REPO/tests/cluster/fake-nvidia/nvidia-container-runtime-hook" "$STATE/hook/"
+}
+
+start_builder() {  # image builds only: this machine's namespace, no network for containers
+  local dir="$STATE/engines/builder"
+  prepare_engine_dir builder || return 0
+  log "builder: starting dockerd ($dir)"
+  setsid dockerd --bridge=none --iptables=false --ip-masq=false --ip6tables=false \
+    --data-root "$dir/data" --exec-root "$dir/exec" --pidfile "$dir/docker.pid" \
+    -H "unix://$dir/docker.sock" >"$dir/dockerd.log" 2>&1 </dev/null 9>&- &
+  wait_engine builder
+}
+
+start_engine() {
+  local node=$1 dir="$STATE/engines/$1" ns addr tls=()
+  ns=$(netns "$node"); addr=$(node_address "$node")
+  site_address
+  setup_netns "$node"
+  prepare_engine_dir "$node" || { apply_firewall "$node"; return 0; }
+  if [[ $node == "$TLS_NODE" ]]; then
+    make_tls
+    tls=(--tlsverify --tlscacert "$STATE/tls/ca.pem" --tlscert "$STATE/tls/$node-cert.pem"
+         --tlskey "$STATE/tls/$node-key.pem" -H "tcp://$addr:2376")
+  fi
+  log "$node: starting dockerd in netns $ns ($addr${tls:+, TLS on :2376}, $dir)"
+  # nsenter, not `ip netns exec` (it remounts /sys and dockerd loses the devices cgroup)
+  PATH="$STATE/hook:$PATH" nsenter --net="/var/run/netns/$ns" setsid dockerd \
+    --data-root "$dir/data" --exec-root "$dir/exec" --pidfile "$dir/docker.pid" \
+    --insecure-registry "$SITE_ADDRESS/32" -H "unix://$dir/docker.sock" "${tls[@]}" \
+    >"$dir/dockerd.log" 2>&1 </dev/null 9>&- &  # 9>&-: the daemon must not keep the set-up lock
+  wait_engine "$node"
+  apply_firewall "$node"
+}
+
+apply_firewall() {  # the node firewall an admin runs on a real node, with the hub allowed
+  nsenter --net="/var/run/netns/$(netns "$1")" "$REPO/scripts/node-firewall.sh" \
+    --bridge "$USER_BRIDGE" --allow "$SITE_ADDRESS" >/dev/null
+}
+
+# ---------------------------------------------------------------- images
 build_base() {
-  local node=$1
-  dk "$node" image inspect "$BASE_IMAGE" >/dev/null 2>&1 && return
+  dk builder image inspect "$BASE_IMAGE" >/dev/null 2>&1 && return
   local rootfs="$STATE/rootfs-bookworm"
   if [[ ! -f $rootfs/.complete ]]; then
     log "debootstrap bookworm (minbase + python3) into $rootfs"
@@ -87,32 +203,32 @@ build_base() {
       || { tail -20 "$STATE/debootstrap.log" >&2; exit 1; }
     touch "$rootfs/.complete"
   fi
-  log "$node: importing $BASE_IMAGE"
-  tar -C "$rootfs" --exclude=./.complete -c . | dk "$node" import - "$BASE_IMAGE" >/dev/null
+  log "builder: importing $BASE_IMAGE"
+  tar -C "$rootfs" --exclude=./.complete -c . | dk builder import - "$BASE_IMAGE" >/dev/null
 }
 
 build_test_image() {
-  local node=$1 ctx hash
+  local ctx hash
   hash=$(cat "$REPO/images/singleuser-test/Dockerfile" | sha256sum | cut -c1-16)
-  if [[ $(dk "$node" image inspect -f '{{index .Config.Labels "jupyterhub-gpu.build"}}' \
+  if [[ $(dk builder image inspect -f '{{index .Config.Labels "jupyterhub-gpu.build"}}' \
           "$TEST_IMAGE" 2>/dev/null) == "$hash" ]]; then
     return
   fi
-  log "$node: building $TEST_IMAGE"
+  log "builder: building $TEST_IMAGE"
   ctx=$(mktemp -d)
   cp "$REPO/images/singleuser-test/Dockerfile" "$ctx/"
   cp /etc/ssl/certs/ca-certificates.crt "$ctx/"
-  dk "$node" build -q --network host --label "jupyterhub-gpu.build=$hash" \
+  dk builder build -q --network host --label "jupyterhub-gpu.build=$hash" \
     -t "$TEST_IMAGE" "$ctx" >/dev/null
   rm -rf "$ctx"
 }
 
 build_catalog_image() {  # the catalog's CPU image, built the way a site builds its images
-  local node=$1 image=jupyterhub-gpu/python-cpu:3.11-bookworm py=python3
-  dk "$node" image inspect "$image" >/dev/null 2>&1 && return
+  local py=python3
+  dk builder image inspect "$CPU_IMAGE" >/dev/null 2>&1 && return
   [[ -x $REPO/.venv/bin/python ]] && py=$REPO/.venv/bin/python
-  log "$node: building $image with images/build.py (--minimal, on the local base)"
-  DOCKER_HOST="unix://$(sock "$node")" "$py" "$REPO/images/build.py" --only python-cpu \
+  log "builder: building $CPU_IMAGE with images/build.py (--minimal, on the local base)"
+  DOCKER_HOST="unix://$(sock builder)" "$py" "$REPO/images/build.py" --only python-cpu \
     --base "$BASE_IMAGE" --minimal --pip-cert /etc/ssl/certs/ca-certificates.crt \
     --network host --quiet >"$STATE/build-python-cpu.log" 2>&1 \
     || { tail -30 "$STATE/build-python-cpu.log" >&2; exit 1; }
@@ -131,36 +247,37 @@ cmd_up() {
   ((n >= 1 && n <= ${#NODES[@]})) || { log "N must be 1-${#NODES[@]}"; exit 2; }
   mkdir -p "$STATE"
   install_packages
-  for i in $(seq 0 $((n - 1))); do start_engine "${NODES[$i]}" "127.0.0.$((i + 2))"; done
-  build_base node-a
-  build_test_image node-a
-  build_catalog_image node-a
-  for i in $(seq 1 $((n - 1))); do copy_image "$TEST_IMAGE" node-a "${NODES[$i]}"; done
-  log "up: ${NODES[*]:0:$n}"
+  for i in $(seq 0 $((n - 1))); do start_engine "${NODES[$i]}"; done
+  start_builder
+  build_base
+  build_test_image
+  build_catalog_image
+  for i in $(seq 0 $((n - 1))); do copy_image "$TEST_IMAGE" builder "${NODES[$i]}"; done
+  copy_image "$CPU_IMAGE" builder node-a
+  log "up: ${NODES[*]:0:$n} (site address $SITE_ADDRESS)"
 }
 
 stop_engine() {
-  local node=$1 pidfile="$STATE/engines/$1/docker.pid"
+  local node=$1 pid
   if engine_alive "$node"; then
+    pid=$(pid_of "$node")
     log "$node: stopping"
-    kill "$(cat "$pidfile")"
-    for _ in $(seq 1 120); do engine_alive "$node" || break; sleep 0.25; done
+    kill "$pid"
+    for _ in $(seq 1 120); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
   fi
 }
 
-node_index() {
-  local i
-  for i in "${!NODES[@]}"; do [[ ${NODES[$i]} == "$1" ]] && { echo "$i"; return; }; done
-  log "unknown node $1 (one of ${NODES[*]})"; exit 2
-}
-
 cmd_down() {
-  for node in "${NODES[@]}"; do stop_engine "$node"; done
+  for node in "${NODES[@]}" builder; do stop_engine "$node"; done
 }
 
 cmd_status() {
   for node in "${NODES[@]}"; do
-    if engine_alive "$node"; then echo "$node: running unix://$(sock "$node")"; else echo "$node: stopped"; fi
+    if engine_alive "$node"; then
+      echo "$node: running in netns $(netns "$node") at $(node_address "$node"), unix://$(sock "$node")"
+    else
+      echo "$node: stopped"
+    fi
   done
 }
 
@@ -172,8 +289,8 @@ flock 9
 case "${1:-up}" in
   up) shift || true; cmd_up "$@" ;;
   down) cmd_down ;;
-  stop-node) stop_engine "$2" ;;
-  start-node) i=$(node_index "$2"); start_engine "$2" "127.0.0.$((i + 2))" ;;
+  stop-node) node_index "$2" >/dev/null; stop_engine "$2" ;;
+  start-node) node_index "$2" >/dev/null; start_engine "$2" ;;
   status) cmd_status ;;
   *) echo "usage: $0 up [N] | down | status | stop-node NODE | start-node NODE" >&2; exit 2 ;;
 esac

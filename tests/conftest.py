@@ -73,21 +73,11 @@ def make_hub(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator:
         homes = tmp_path / "homes"
         homes.mkdir(exist_ok=True)
         if agents:
-            node_cfg = [
-                {
-                    "name": e.name,
-                    "docker_url": e.tcp,
-                    "address": e.address,
-                    "agent_url": agents[e.name].url,
-                }
-                for e in nodes
-            ]
+            node_cfg = [e.node_config(agent_url=agents[e.name].url) for e in nodes]
             token = next(iter(agents.values())).token
             extra = f"c.GPUDockerSpawner.agent_token = {token!r}\n" + extra
         else:
-            node_cfg = [
-                {"name": e.name, "docker_url": e.url, "address": "127.0.0.1"} for e in nodes
-            ]
+            node_cfg = [e.node_config() for e in nodes]
         hub = Hub(work)
         hub.extra_config = (
             f"""

@@ -3,9 +3,12 @@
 Run it as ``python -m jupyterhub_gpu.agent`` or ``services/gpu-agent.py``; see
 ``docs/agent.md`` for the systemd unit. Configuration is traitlets: command-line flags
 (``--port``, ``--ip``, ``--probe``, ``--inventory``, ``--node``, ``--poll-interval``,
-``--token-file``) or a Python config file (``--config``, ``c.GPUAgent.port = ...``).
-The token comes from ``$JUPYTERHUB_GPU_AGENT_TOKEN`` or ``--token-file``; without one
-the agent refuses to start.
+``--token-file``, ``--certfile``, ``--keyfile``) or a Python config file (``--config``,
+``c.GPUAgent.port = ...``). The token is this node's own token (derived from the hub's
+site secret, :mod:`jupyterhub_gpu.inventory.tokens`), from ``$JUPYTERHUB_GPU_AGENT_TOKEN``
+or ``--token-file``; without one the agent refuses to start. ``--print-token --node NAME
+--site-secret-file FILE`` prints a node's token (run it where the site secret is).
+With ``--certfile``/``--keyfile`` the agent serves HTTPS.
 """
 
 from __future__ import annotations
@@ -14,17 +17,19 @@ import asyncio
 import logging
 import os
 import signal
+import ssl
 import stat
 import sys
 from pathlib import Path
 from typing import Any
 
 from tornado.httpserver import HTTPServer
-from traitlets import Enum, Float, Integer, Unicode, default, validate
+from traitlets import Bool, Enum, Float, Integer, Unicode, default, validate
 from traitlets.config import Application
 
 from ..errors import ConfigError, GPUHubError
 from ..inventory.probe import make_probe
+from ..inventory.tokens import node_token
 from .handlers import make_web_app
 from .metrics import make_registry
 from .poller import SnapshotPoller
@@ -50,15 +55,49 @@ def read_token(environ: dict[str, str] | os._Environ[str], token_file: str) -> s
             )
     if not token:
         raise ConfigError(
-            f"no agent token: set ${TOKEN_ENV} or --token-file FILE "
-            "(make one with: openssl rand -hex 32); the agent never runs open"
+            f"no agent token: set ${TOKEN_ENV} or --token-file FILE to this node's token "
+            "(print it where the hub's site secret is: python -m jupyterhub_gpu.agent "
+            "--print-token --node NAME --site-secret-file FILE); the agent never runs open"
         )
     if len(token) < MIN_TOKEN_LENGTH:
         raise ConfigError(
             f"the agent token from {source} is too short: use at least {MIN_TOKEN_LENGTH} "
-            "random characters (openssl rand -hex 32)"
+            "random characters (this node's token from --print-token)"
         )
     return token
+
+
+def make_ssl_context(certfile: str, keyfile: str) -> ssl.SSLContext | None:
+    """The agent's TLS server context (TLS 1.2 or newer), or ``None`` for plain HTTP."""
+    if not certfile and not keyfile:
+        return None
+    if not (certfile and keyfile):
+        raise ConfigError("--certfile and --keyfile go together: give both, or neither")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(certfile, keyfile)
+    except (OSError, ssl.SSLError) as e:
+        raise ConfigError(
+            f"cannot load the TLS certificate {certfile} with key {keyfile}: {e}"
+        ) from None
+    return context
+
+
+def print_node_token(node: str, site_secret_file: str) -> str:
+    """``--print-token``: the token of ``node``, derived from the site secret in a file."""
+    if not node or not site_secret_file:
+        raise ConfigError("--print-token needs --node NAME and --site-secret-file FILE")
+    try:
+        secret = Path(site_secret_file).read_text()
+    except OSError as e:
+        raise ConfigError(
+            f"{site_secret_file}: cannot read the site secret ({e.strerror})"
+        ) from None
+    try:
+        return node_token(secret, node)
+    except ValueError as e:
+        raise ConfigError(f"{site_secret_file}: {e}") from None
 
 
 class GPUAgent(Application):
@@ -97,8 +136,30 @@ class GPUAgent(Application):
     token_file = Unicode(
         "",
         config=True,
-        help=f"""File holding the agent token (chmod 600), read when ${TOKEN_ENV} is not
-        set. The hub sends it as ``Authorization: token <token>``.""",
+        help=f"""File holding this node's agent token (chmod 600), read when ${TOKEN_ENV}
+        is not set. The hub sends it as ``Authorization: token <token>``; it is
+        HMAC-SHA256(site secret, node name), printed by ``--print-token``.""",
+    )
+    certfile = Unicode(
+        "",
+        config=True,
+        help="""TLS certificate (PEM, with any intermediates) to serve HTTPS; needs
+        ``--keyfile``. The hub verifies it (``c.AgentClient.ca_cert``, an ``https://``
+        agent_url); its subjectAltName must hold the host or IP of that URL. Default '':
+        plain HTTP.""",
+    )
+    keyfile = Unicode("", config=True, help="The TLS certificate's private key (PEM, chmod 600).")
+    print_token = Bool(
+        False,
+        config=True,
+        help="""Print the agent token of ``--node`` derived from the site secret in
+        ``--site-secret-file``, and exit (no GPUs are read, nothing listens).""",
+    )
+    site_secret_file = Unicode(
+        "",
+        config=True,
+        help="""For ``--print-token`` only: a file with the hub's site secret (the hub's
+        ``GPUDockerSpawner.agent_token``). The agent itself never needs it.""",
     )
     config_file = Unicode("", config=True, help="A Python config file (c.GPUAgent.port = ...).")
 
@@ -110,8 +171,17 @@ class GPUAgent(Application):
         "node": "GPUAgent.node",
         "poll-interval": "GPUAgent.poll_interval",
         "token-file": "GPUAgent.token_file",
+        "certfile": "GPUAgent.certfile",
+        "keyfile": "GPUAgent.keyfile",
+        "site-secret-file": "GPUAgent.site_secret_file",
         "config": "GPUAgent.config_file",
         "log-level": "Application.log_level",
+    }
+    flags = {
+        "print-token": (
+            {"GPUAgent": {"print_token": True}},
+            "Print the token of --node from --site-secret-file, and exit.",
+        )
     }
 
     @default("log_level")
@@ -137,7 +207,10 @@ class GPUAgent(Application):
         if self.config_file:
             self.load_config_file(self.config_file)
         self._wire_logging()
+        if self.print_token:
+            return  # start() prints the token; nothing else is needed
         self._token = read_token(os.environ, self.token_file)
+        self._ssl = make_ssl_context(self.certfile, self.keyfile)
         if self.probe == "declared" and not self.inventory:
             raise ConfigError("--probe declared needs --inventory FILE")
         probe = make_probe(self.probe, self.inventory or None, self.node or None)
@@ -162,14 +235,18 @@ class GPUAgent(Application):
             logger.setLevel(self.log.level)
 
     def start(self) -> None:
+        if self.print_token:
+            print(print_node_token(self.node, self.site_secret_file))
+            return
         asyncio.run(self._serve())
 
     async def _serve(self) -> None:
         web_app = make_web_app(self._token, self.poller, make_registry(self.poller))
-        server = HTTPServer(web_app)
+        server = HTTPServer(web_app, ssl_options=self._ssl)
         server.listen(self.port, address=self.ip)
+        scheme = "https" if self._ssl else "http"
         self.log.info(
-            "serving on http://%s:%d (poll every %gs)", self.ip, self.port, self.poll_interval
+            "serving on %s://%s:%d (poll every %gs)", scheme, self.ip, self.port, self.poll_interval
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

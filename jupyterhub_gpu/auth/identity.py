@@ -38,8 +38,10 @@ __all__ = [
     "IdentityError",
     "ensure_home",
     "identity_from_auth_state",
+    "identity_required",
     "map_home",
     "parse_id",
+    "resolve_identity",
     "verify_home_path",
 ]
 
@@ -130,6 +132,52 @@ def identity_from_auth_state(
         groups=groups,
         home_directory=home if isinstance(home, str) and home else None,
         supplementary_gids=_supplementary_gids(state, gid, min_gid, supplementary_groups),
+    )
+
+
+def identity_required(setting: bool | None, auth_state_enabled: bool) -> bool:
+    """Whether a user without a uid/gid in auth_state is refused (True) or runs as the
+    fallback uid (False). An explicit ``require_identity`` wins; unset (None), it is
+    required whenever the authenticator keeps auth_state: a hub that records identities
+    never runs someone silently as the fallback uid."""
+    return bool(auth_state_enabled) if setting is None else setting
+
+
+def resolve_identity(
+    username: str,
+    auth_state: Mapping[str, Any] | None,
+    *,
+    required: bool,
+    fallback: tuple[int, int],
+    hub_groups: Collection[str] = (),
+    supplementary_groups: Collection[str] = (),
+) -> Identity:
+    """The identity a server runs with: from ``auth_state`` when it has a uid, else the
+    ``fallback`` (uid, gid) unless ``required``. ``hub_groups`` (JupyterHub's groups of
+    the user) are added after the directory's. Raises :class:`IdentityError`.
+    """
+    if not (auth_state and "uid" in auth_state):
+        if required and not auth_state:
+            raise IdentityError(
+                "The hub has no record of your account's user and group ids from your login "
+                "(it keeps them only from a login with a password or your identity provider), "
+                "so it cannot run a server as you. Log out and log in again; if this keeps "
+                "happening, ask an admin."
+            )
+        if not required:
+            groups = tuple(dict.fromkeys(hub_groups))
+            return Identity(username, fallback[0], fallback[1], groups)
+    ident = identity_from_auth_state(
+        username, auth_state, supplementary_groups=supplementary_groups
+    )
+    extra = tuple(g for g in dict.fromkeys(hub_groups) if g not in ident.groups)
+    return Identity(
+        username=ident.username,
+        uid=ident.uid,
+        gid=ident.gid,
+        groups=ident.groups + extra,
+        home_directory=ident.home_directory,
+        supplementary_gids=ident.supplementary_gids,
     )
 
 

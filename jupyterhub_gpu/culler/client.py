@@ -8,6 +8,7 @@ raise ``httpx.HTTPError`` (network, status) or :class:`~jupyterhub_gpu.errors.Pr
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from .idleness import KernelObservation, KernelsObservation
 
 PAGINATION = "application/jupyterhub-pagination+json"
 MAX_PAGES = 10_000
+#: Bytes a single-user server may answer the culler (a kernel is ~300; 1,000s fit).
+MAX_SERVER_ANSWER = 2 * 1024 * 1024
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -52,7 +55,8 @@ def _auth(token: str) -> dict[str, str]:
 
 
 class HubAPI:
-    """The few hub API calls the culler makes, with the service's own token."""
+    """The few hub API calls the culler makes, with the service's own token: sent to the
+    hub API only, never to a single-user server (see :mod:`~jupyterhub_gpu.culler.access`)."""
 
     def __init__(
         self, client: httpx.AsyncClient, api_url: str, token: str, *, page_size: int, timeout: float
@@ -98,20 +102,46 @@ class HubAPI:
         return resp.status_code
 
 
+async def _get_json(
+    client: httpx.AsyncClient, url: str, token: str, timeout: float, limit: int
+) -> Any:
+    """GET ``url`` as JSON from a single-user server, whose answer is its user's to write:
+    no redirect is followed (the token goes to this URL only) and a body over ``limit``
+    bytes, or JSON too deep to parse, is a :class:`ProbeError`."""
+    body = bytearray()
+    async with client.stream(
+        "GET",
+        url,
+        params={"no_track_activity": "1"},
+        headers=_auth(token),
+        timeout=timeout,
+        follow_redirects=False,
+    ) as resp:
+        resp.raise_for_status()
+        async for chunk in resp.aiter_bytes():
+            body += chunk
+            if len(body) > limit:
+                raise ProbeError(f"{url} answered more than {limit} bytes")
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        raise ProbeError(f"{url} did not answer readable JSON") from None
+
+
 async def read_kernels(
-    client: httpx.AsyncClient, server_url: str, token: str, timeout: float
+    client: httpx.AsyncClient,
+    server_url: str,
+    token: str,
+    timeout: float,
+    limit: int = MAX_SERVER_ANSWER,
 ) -> KernelsObservation:
     """``/api/kernels`` and ``/api/status`` of one single-user server, without counting as
-    activity there (``no_track_activity=1``)."""
+    activity there (``no_track_activity=1``). ``token`` must be that server's own token
+    (:mod:`~jupyterhub_gpu.culler.access`): whatever the server receives, its user can read."""
     base = server_url.rstrip("/") + "/"
-    params = {"no_track_activity": "1"}
     got: dict[str, Any] = {}
     for name in ("kernels", "status"):
-        resp = await client.get(
-            f"{base}api/{name}", params=params, headers=_auth(token), timeout=timeout
-        )
-        resp.raise_for_status()
-        got[name] = resp.json()
+        got[name] = await _get_json(client, f"{base}api/{name}", token, timeout, limit)
     if not isinstance(got["kernels"], list) or not isinstance(got["status"], Mapping):
         raise ProbeError(f"unexpected answer from {base}api/kernels or api/status")
     kernels = tuple(

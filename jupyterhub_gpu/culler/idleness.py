@@ -14,6 +14,12 @@ never read as idle: a GPU without a fresh reading, kernels that could not be rea
 server whose GPU assignment is unknown keep the server. A GPU whose mean utilisation over
 ``gpu_window`` reaches ``gpu_threshold`` (or whose memory use moves) is active, busy kernel
 or not. The one exception is ``max_age``: an admin's hard limit that ends any server.
+
+Every "keep" signal is under the server's user's control: the kernels and ``/api/status``
+are the server's own answers (her code can write them), its hub activity is what her
+server posts with its own token and what her browser sends, its GPU use is what she runs.
+They are her claim, believed only up to ``max_age``, which is checked first, so nothing a
+server says outlasts it; it is on by default (:data:`DEFAULT_MAX_AGE`, 7 days).
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import ConfigError
+
+#: Default ``max_age`` (s): the longest any server lives on what its user's server says.
+DEFAULT_MAX_AGE = 7 * 86400.0
 
 #: Kernel execution states that mean "working" (``dead`` and ``idle`` do not).
 BUSY_STATES = frozenset({"busy", "starting", "restarting", "autorestarting"})
@@ -57,7 +66,7 @@ class Policy:
     gpu_loaded_idle: float = 3600.0  # memory held, never busy in this server: 0 = off
     gpu_held_idle: float = 18000.0  # memory held, busy before in this server: 0 = off
     gpu_stale_after: float = 180.0  # a reading older than this is missing data
-    max_age: float = 0.0  # cull any server older than this, active or not; 0 = off
+    max_age: float = DEFAULT_MAX_AGE  # cull any server older than this, busy or not; 0 = off
 
     def __post_init__(self) -> None:
         for f in fields(self):

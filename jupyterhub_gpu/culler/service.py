@@ -11,7 +11,10 @@ and stops the idle ones through the hub API.
 Kernels are read only for servers every other signal already calls idle: reading a
 server through the proxy counts as activity in the proxy's books, which the hub then
 copies into ``last_activity``. A server whose spawner state has ``server_url`` is read
-directly, bypassing the proxy. Nothing here raises out of a loop: the hub API down means
+directly, bypassing the proxy. A server is read with its own API token from its spawner
+state, never with the culler's (:mod:`~jupyterhub_gpu.culler.access`); one without is not
+read, and kept. What a server says about itself is its user's claim: ``max_age`` (on by
+default) bounds it. Nothing here raises out of a loop: the hub API down means
 "try again next interval", an agent down means its GPUs have no fresh readings, so their
 servers are kept.
 """
@@ -37,6 +40,7 @@ from traitlets import Bool, Callable, Dict, Float, Instance, Int, Unicode, Union
 from traitlets.config import Application
 
 from ..errors import ConfigError, ProbeError
+from .access import server_access
 from .client import HubAPI, describe_failure, parse_time, read_agent, read_kernels
 from .idleness import (
     Decision,
@@ -52,6 +56,7 @@ from .notes import CullNote, add_note, load_notes, save_notes, write_json_atomic
 from .tracker import GpuTracker
 
 _D = Policy()
+NO_TOKEN = "kernels not read: no server_token in its spawner state"
 
 
 def utcnow() -> datetime:
@@ -113,7 +118,12 @@ class GPUIdleCuller(Application):
         after its last busy reading, if longer than the timeout; 0: off.""",
     ).tag(config=True)
     max_age = Float(
-        _D.max_age, help="Stop any server older than this (s), active or not; 0: off."
+        _D.max_age,
+        help="""Stop any server older than this (s), busy or not; 0: off. Default: 7 days.
+        What keeps a server (its kernels' and its own activity as it reports them, its hub
+        activity, its GPU use) is under its user's control, so this is the one limit a
+        user cannot talk her way past; lower it per group (a course: 8 h) or turn it off
+        for a group that runs week-long trainings (``max_age: 0``).""",
     ).tag(config=True)
     interval = Float(120.0, help="Seconds between two culling rounds.").tag(config=True)
     gpu_poll_interval = Float(15.0, help="Seconds between two polls of the node agents.").tag(
@@ -219,6 +229,7 @@ class GPUIdleCuller(Application):
         self._agent_ok: dict[str, bool] = {}
         self._listed: dict[str, frozenset[str]] = {}  # node -> GPUs its agent's last answer listed
         self._warned: set[str] = set()
+        self.rounds = 0  # cull rounds finished (one DEBUG line each: tests wait on it)
 
     def initialize(self, argv: Any = None) -> None:
         self.parse_command_line(argv)
@@ -306,14 +317,19 @@ class GPUIdleCuller(Application):
 
     # -- culling ---------------------------------------------------------------------
 
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            self.log.warning("%s", message)
+
     def _gpus_of(self, full: str, server: Mapping[str, Any]) -> dict[str, GpuSummary | None] | None:
         state = server.get("state")
         if not isinstance(state, Mapping) or not isinstance(state.get("gpu_uuids"), list):
-            if "state" not in server and "no-state" not in self._warned:
-                self._warned.add("no-state")
-                self.log.warning(
+            if "state" not in server:
+                self._warn_once(
+                    "no-state",
                     "The hub shows no spawner state: grant the culler admin:server_state, "
-                    "or servers are never culled (their GPUs are unknown)"
+                    "or servers are never culled (their GPUs are unknown)",
                 )
             return None
         started = parse_time(server.get("started"))
@@ -329,12 +345,6 @@ class GPUIdleCuller(Application):
             missing = tracker is None or self._unobserved(state, uuid)
             gpus[uuid] = None if missing or tracker is None else tracker.summary()
         return gpus
-
-    def _server_url(self, server: Mapping[str, Any]) -> str:
-        state = server.get("state")
-        if isinstance(state, Mapping) and isinstance(state.get("server_url"), str):
-            return str(state["server_url"])
-        return self.proxy_url.rstrip("/") + str(server.get("url") or "/")
 
     async def _decide(
         self,
@@ -355,13 +365,18 @@ class GPUIdleCuller(Application):
         policy = await self.policy_for(user)
         decision = judge(obs, policy, now)
         if decision.signal is Signal.KERNELS_MISSING:  # every other signal says idle
+            access = server_access(server, self.proxy_url)
+            if access is None:  # never our own token instead: the server's user reads it
+                self._warn_once(
+                    "no-server-token",
+                    "Servers whose spawner state has no server_token (started before the "
+                    "spawner recorded it, or another spawner) are not read: kept up to max_age",
+                )
+                return replace(decision, reason=NO_TOKEN)
             try:
                 async with sem:
                     kernels = await read_kernels(
-                        self._client(),
-                        self._server_url(server),
-                        self.api_token,
-                        self.server_timeout,
+                        self._client(), access.url, access.token, self.server_timeout
                     )
             except (httpx.HTTPError, ProbeError, ValueError) as e:
                 why = describe_failure(e, self.server_timeout)
@@ -443,6 +458,8 @@ class GPUIdleCuller(Application):
                 notes.append(note)
         self._write_notes(notes)
         self.save_state()
+        self.rounds += 1
+        self.log.debug("Cull round %d done: %d server(s) judged", self.rounds, len(decisions))
         return decisions
 
     # -- files -----------------------------------------------------------------------

@@ -2,12 +2,14 @@
 
 - :mod:`.resources`: admin defaults and per-group bounds -> a user's :class:`UserBounds`,
   Docker limits (CPU, memory, ``/dev/shm``, pids).
+- :mod:`.quota`: how many GPUs a user may hold at once over all their servers.
 - :mod:`.availability`: free/total GPUs per model ("RTX 3090: 2 of 4 free").
 - :mod:`.validation`: form/API options -> :class:`SpawnOptions` or ``InvalidRequest``.
 - :mod:`.render`: the Jinja template ``templates/spawn_form.html``.
 """
 
 from .availability import ModelAvailability, gpu_model_availability, short_model_name
+from .quota import GPUQuotaExceeded, Holdings, UserQuota, holdings_of, quota_refusal
 from .render import initial_choices, render_form, spawn_form_html, visible_entries
 from .resources import (
     GroupBounds,
@@ -29,17 +31,22 @@ from .validation import (
 
 __all__ = [
     "OPTION_FIELDS",
+    "GPUQuotaExceeded",
     "GroupBounds",
+    "Holdings",
     "ModelAvailability",
     "ResourceLimits",
     "ResourcePolicy",
     "SpawnOptions",
     "UserBounds",
+    "UserQuota",
     "gpu_model_availability",
+    "holdings_of",
     "initial_choices",
     "options_from_form",
     "placement_request",
     "policy_from_config",
+    "quota_refusal",
     "render_form",
     "resolve_bounds",
     "resolve_entry",

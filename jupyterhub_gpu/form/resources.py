@@ -6,6 +6,10 @@ otherwise the site default applies. A group can thus raise or lower the default
 (``students: {max_gpus: 1}`` while the default is 2). ``allowed_models`` and
 ``allowed_images`` are fnmatch patterns (models case-insensitive, e.g.
 ``"*RTX 3090*"``; images over catalog slugs, e.g. ``"pytorch-*"``); ``None`` = any.
+
+``max_gpus`` bounds one server; ``max_gpus_per_user`` bounds the GPUs a user holds at
+once over all their servers (named ones included; ``None`` = no cap, the default), see
+:mod:`.quota`.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..errors import ConfigError
+from .quota import NO_QUOTA, UserQuota
 
 GIB = 1024**3
 
@@ -30,6 +35,7 @@ class GroupBounds:
     allowed_images: frozenset[str] | None = None
     max_cpu: float | None = None
     max_mem_gib: float | None = None
+    max_gpus_per_user: int | None = None
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,7 @@ class ResourcePolicy:
     default_mem_gib: float = 8.0
     shm_size_gib: float | None = None  # None: half of the server's memory limit
     pids_limit: int = 4096
+    max_gpus_per_user: int | None = None  # None: no cap on the GPUs of all servers together
     group_bounds: Mapping[str, GroupBounds] = field(default_factory=dict)
 
 
@@ -66,6 +73,7 @@ class UserBounds:
     default_gpu_count: int
     default_cpu: float
     default_mem_gib: float
+    quota: UserQuota = NO_QUOTA
 
     def model_allowed(self, model: str) -> bool:
         if self.allowed_models is None:
@@ -129,7 +137,23 @@ def resolve_bounds(policy: ResourcePolicy, groups: Iterable[str]) -> UserBounds:
         default_gpu_count=min(policy.default_gpu_count, max_gpus),
         default_cpu=min(max(policy.default_cpu, min_cpu), max_cpu),
         default_mem_gib=min(max(policy.default_mem_gib, min_mem), max_mem),
+        quota=_resolve_quota(policy, group_set),
     )
+
+
+def _resolve_quota(policy: ResourcePolicy, groups: frozenset[str]) -> UserQuota:
+    """The most generous ``max_gpus_per_user`` of the user's groups that set one (the
+    first such group by name on a tie), else the site's."""
+    limits = [
+        (b.max_gpus_per_user, g)
+        for g in sorted(groups)
+        if (b := policy.group_bounds.get(g)) is not None and b.max_gpus_per_user is not None
+    ]
+    if not limits:
+        return UserQuota(policy.max_gpus_per_user)
+    limit = max(n for n, _ in limits)
+    group = next(g for n, g in limits if n == limit)
+    return UserQuota(limit, f"for group {group}")
 
 
 def resource_limits(cpu: float, mem_gib: float, policy: ResourcePolicy) -> ResourceLimits:
@@ -145,12 +169,13 @@ def resource_limits(cpu: float, mem_gib: float, policy: ResourcePolicy) -> Resou
 
 # ---- admin configuration (traitlets dicts) -> policy, with messages naming the key ----
 
-_INT_FIELDS = {"max_gpus", "default_gpu_count", "pids_limit"}
+_INT_FIELDS = {"max_gpus", "default_gpu_count", "pids_limit", "max_gpus_per_user"}
+_NONE_FIELDS = {"allowed_models", "allowed_images", "shm_size_gib", "max_gpus_per_user"}
 _PATTERN_FIELDS = {"allowed_models", "allowed_images"}
 
 
 def _config_value(name: str, value: Any, where: str) -> Any:
-    if value is None and (name in _PATTERN_FIELDS or name == "shm_size_gib"):
+    if value is None and name in _NONE_FIELDS:
         return None
     if name in _PATTERN_FIELDS:
         if isinstance(value, str) or not isinstance(value, Collection):
@@ -186,6 +211,11 @@ def _check_policy(p: ResourcePolicy, where: str) -> None:
     if p.shm_size_gib is not None and p.shm_size_gib > p.max_mem_gib:
         raise ConfigError(
             f"{where}.shm_size_gib: {p.shm_size_gib} is above max_mem_gib {p.max_mem_gib}"
+        )
+    if p.max_gpus_per_user is not None and p.default_gpu_count > p.max_gpus_per_user:
+        raise ConfigError(
+            f"{where}.default_gpu_count: {p.default_gpu_count} is above max_gpus_per_user "
+            f"{p.max_gpus_per_user}"
         )
     if p.pids_limit < 64:
         raise ConfigError(f"{where}.pids_limit: must be at least 64, got {p.pids_limit}")

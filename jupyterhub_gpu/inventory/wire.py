@@ -13,11 +13,20 @@
 the card can't tell; ``process_containers`` holds container ids, ``""`` for a process
 outside any container. Readers ignore fields they don't know (newer agents may add some)
 and reject a known field with a wrong type, naming it.
+
+An agent's answer is untrusted input (a node's root can serve anything):
+:func:`parse_agent_body` reads the raw bytes strictly (UTF-8 only; no ``NaN``,
+``Infinity`` or numbers that overflow; integers of at most 20 digits; bounded nesting,
+strings, labels and GPU count) and raises :class:`ProbeError` naming the problem. It is
+pure and CPU-bound: the hub runs it in a worker thread. Error texts never quote more than
+a short excerpt of what the agent sent.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -63,12 +72,69 @@ def inventory_to_json(inventory: NodeInventory, taken_at: float | None = None) -
     }
 
 
-def inventory_from_json(data: Any) -> NodeInventory:
-    """Validate an agent's answer; :class:`ProbeError` names the bad field."""
+#: Most GPUs one node may list (the hub's ``AgentClient.max_gpus`` default).
+DEFAULT_MAX_GPUS = 256
+MAX_TEXT = 256  # characters of any string in an answer (names, models, labels)
+MAX_LABELS = 64
+MAX_INT_DIGITS = 20
+MAX_CONTAINERS = 1024  # containers with processes on one GPU
+MAX_MIB = 1 << 24  # 16 TiB: no GPU has more memory
+MAX_ERROR_BODY = 4096  # bytes of an error answer worth reading for its ``error`` sentence
+
+
+def inventory_from_json(data: Any, max_gpus: int = DEFAULT_MAX_GPUS) -> NodeInventory:
+    """Validate an agent's (decoded) answer; :class:`ProbeError` names the bad field."""
     try:
-        return _parse_inventory(data)
+        return _parse_inventory(data, max_gpus)
     except ValueError as e:
         raise ProbeError(f"invalid agent answer: {e}") from None
+
+
+def parse_agent_body(
+    body: bytes, max_gpus: int = DEFAULT_MAX_GPUS
+) -> tuple[NodeInventory, float | None]:
+    """An agent's raw ``GET /v1/gpus`` body -> (inventory, its ``time``).
+
+    :class:`ProbeError` ("invalid agent answer: ...") for anything but a well-formed answer
+    within the limits: not UTF-8, not JSON, nested too deeply, ``NaN``/``Infinity``, a
+    number out of range, more than ``max_gpus`` GPUs, a field of the wrong type.
+    """
+    data = decode_json(body)
+    return inventory_from_json(data, max_gpus), snapshot_time(data)
+
+
+def decode_json(body: bytes) -> Any:
+    """Strict JSON from untrusted bytes; :class:`ProbeError` says what is wrong."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        where = f"bad byte at offset {e.start}"
+        raise ProbeError(f"invalid agent answer: not UTF-8 ({where})") from None
+    try:
+        return json.loads(
+            text, parse_constant=_no_constant, parse_float=_finite, parse_int=_short_int
+        )
+    except RecursionError:
+        raise ProbeError("invalid agent answer: JSON nested too deeply") from None
+    except _BadNumber as e:
+        raise ProbeError(f"invalid agent answer: {e}") from None
+    except ValueError as e:
+        raise ProbeError(f"invalid agent answer: not JSON ({_excerpt(str(e))})") from None
+
+
+def agent_error_text(body: bytes | None) -> str:
+    """The ``error`` sentence of an agent's JSON error body, else a short printable excerpt
+    (a large body is not parsed at all)."""
+    raw = body or b""
+    message: Any = None
+    if len(raw) <= MAX_ERROR_BODY:
+        try:
+            data = decode_json(raw)
+        except ProbeError:
+            data = None
+        message = data.get("error") if isinstance(data, Mapping) else None
+    text = message if isinstance(message, str) and message else raw[:400].decode("utf-8", "replace")
+    return _excerpt(text, 200)
 
 
 def snapshot_time(data: Any) -> float | None:
@@ -97,6 +163,43 @@ def parse_live_update(body: Any) -> dict[str, Any]:
     return {key: parsers[key](value, key) for key, value in body.items()}
 
 
+# --- strict JSON decoding ----------------------------------------------------------------
+
+
+class _BadNumber(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> Any:
+    raise _BadNumber(f"{name} is not a number an agent may send")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _BadNumber(f"the number {_excerpt(text, 40)} is out of range")
+    return value
+
+
+def _short_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise _BadNumber(f"an integer of {len(text)} digits is out of range")
+    return int(text)
+
+
+def _excerpt(text: str, limit: int = 60) -> str:
+    """At most ``limit`` printable characters of ``text`` (safe for one log line)."""
+    clean = "".join(c if c.isprintable() else "?" for c in text[: limit + 1])
+    return clean if len(clean) <= limit else clean[: limit - 3] + "..."
+
+
+def _show(value: Any) -> str:
+    """A short repr of a value the agent sent, for an error message."""
+    if isinstance(value, list | dict):
+        return f"a {type(value).__name__} of {len(value)}"
+    return _excerpt(repr(value))
+
+
 # --- validators: raise ValueError("<where> must ..., got ...") ---------------------------
 
 
@@ -114,20 +217,30 @@ def _field(obj: Mapping[str, Any], key: str, where: str) -> Any:
 
 def _string(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{where} must be a non-empty string, got {value!r}")
+        raise ValueError(f"{where} must be a non-empty string, got {_show(value)}")
+    _text(value, where)
     return value
 
 
-def _integer(value: Any, where: str, minimum: int) -> int:
+def _text(value: str, where: str) -> None:
+    if len(value) > MAX_TEXT:
+        raise ValueError(f"{where} must be at most {MAX_TEXT} characters, got {len(value)}")
+    if not value.isprintable():
+        raise ValueError(f"{where} must be printable text, got {_show(value)}")
+
+
+def _integer(value: Any, where: str, minimum: int, maximum: int = 2**53) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{where} must be an integer >= {minimum}, got {value!r}")
+        raise ValueError(f"{where} must be an integer >= {minimum}, got {_show(value)}")
+    if value > maximum:
+        raise ValueError(f"{where} must be at most {maximum}, got {_show(value)}")
     return value
 
 
 def _number(value: Any, where: str, low: float, high: float) -> float:
     ok = isinstance(value, int | float) and not isinstance(value, bool)
     if not ok or not math.isfinite(value) or not low <= value <= high:
-        raise ValueError(f"{where} must be a number from {low:g} to {high:g}, got {value!r}")
+        raise ValueError(f"{where} must be a number from {low:g} to {high:g}, got {_show(value)}")
     return float(value)
 
 
@@ -148,15 +261,19 @@ def _version(value: Any, where: str) -> str:
 
 def _health(value: Any, where: str) -> bool | None:
     if value is not None and not isinstance(value, bool):
-        raise ValueError(f"{where} must be true, false or null, got {value!r}")
+        raise ValueError(f"{where} must be true, false or null, got {_show(value)}")
     return value
 
 
 def _containers(value: Any, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
-        raise ValueError(f"{where} must be a list of container ids (strings), got {value!r}")
+        raise ValueError(f"{where} must be a list of container ids (strings), got {_show(value)}")
+    if len(value) > MAX_CONTAINERS:
+        raise ValueError(f"{where} lists {len(value)} containers, more than {MAX_CONTAINERS}")
     if any(len(c) > 128 for c in value):
         raise ValueError(f"{where}: a container id is at most 128 characters")
+    if not all(c.isprintable() for c in value):
+        raise ValueError(f"{where}: a container id must be printable text")
     return tuple(sorted(set(value)))
 
 
@@ -169,14 +286,16 @@ def _parse_gpu(raw: Any, where: str) -> GPU:
     group = obj.get("topology_group")
     return GPU(
         uuid=_string(_field(obj, "uuid", where), f"{where}.uuid"),
-        index=_integer(_field(obj, "index", where), f"{where}.index", 0),
+        index=_integer(_field(obj, "index", where), f"{where}.index", 0, 65535),
         model=_string(_field(obj, "model", where), f"{where}.model"),
-        memory_mib=_integer(_field(obj, "memory_mib", where), f"{where}.memory_mib", 1),
+        memory_mib=_integer(_field(obj, "memory_mib", where), f"{where}.memory_mib", 1, MAX_MIB),
         compute_capability=cc,
         utilization_pct=_number(
             obj.get("utilization_pct", 0.0), f"{where}.utilization_pct", 0, 100
         ),
-        memory_used_mib=_integer(obj.get("memory_used_mib", 0), f"{where}.memory_used_mib", 0),
+        memory_used_mib=_integer(
+            obj.get("memory_used_mib", 0), f"{where}.memory_used_mib", 0, MAX_MIB
+        ),
         temperature_c=_optional(
             obj.get("temperature_c"),
             f"{where}.temperature_c",
@@ -190,25 +309,40 @@ def _parse_gpu(raw: Any, where: str) -> GPU:
     )
 
 
-def _parse_inventory(data: Any) -> NodeInventory:
+def _labels(value: Any) -> dict[str, str]:
+    labels = _object(value or {}, "labels")
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise ValueError("labels must map strings to strings")
+    if len(labels) > MAX_LABELS:
+        raise ValueError(f"labels: at most {MAX_LABELS} labels, got {len(labels)}")
+    for key, text in labels.items():
+        _text(key, "labels (a key)")
+        _text(text, f"labels[{_excerpt(key, 40)!r}]")
+    return dict(labels)
+
+
+def _parse_inventory(data: Any, max_gpus: int) -> NodeInventory:
     obj = _object(data, "the answer")
     node = _string(_field(obj, "node", "answer"), "node")
     cuda = obj.get("cuda_driver_version")
-    labels = _object(obj.get("labels") or {}, "labels")
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
-        raise ValueError("labels must map strings to strings")
+    labels = _labels(obj.get("labels"))
     gpus_raw = _field(obj, "gpus", "answer")
     if not isinstance(gpus_raw, list):
         raise ValueError(f"gpus must be a list, got {type(gpus_raw).__name__}")
+    if len(gpus_raw) > max_gpus:
+        raise ValueError(f"gpus lists {len(gpus_raw)} GPUs, more than the {max_gpus} allowed")
     gpus = tuple(_parse_gpu(g, f"gpus[{i}]") for i, g in enumerate(gpus_raw))
     for attr in ("uuid", "index"):
         values = [getattr(g, attr) for g in gpus]
         if len(set(values)) != len(values):
-            raise ValueError(f"GPU {attr} values must be unique on a node, got {values}")
+            repeated = sorted(str(v) for v, n in Counter(values).items() if n > 1)
+            raise ValueError(
+                f"GPU {attr} values must be unique on a node; repeated: {_excerpt(str(repeated))}"
+            )
     return NodeInventory(
         name=node,
         driver_version=_version(_field(obj, "driver_version", "answer"), "driver_version"),
         cuda_driver_version=_optional(cuda, "cuda_driver_version", _version),
         gpus=gpus,
-        labels=dict(labels),
+        labels=labels,
     )

@@ -20,8 +20,15 @@ STATE = Path(os.environ.get("JHGPU_STATE", "/var/lib/jupyterhub-gpu-test"))
 DEMO = Path(os.environ.get("JHGPU_DEMO_DIR", HERE.parents[1] / ".demo"))
 DEMO.mkdir(parents=True, exist_ok=True)
 
+# node-a is a network namespace of its own (scripts/cluster.sh) at 10.250.1.2; user
+# servers run on its user bridge behind the node firewall and reach the hub's API at the
+# site address 10.250.0.1, nothing else of this machine (LDAP, the proxy's API and the
+# public proxy stay on 127.0.0.1, out of their reach)
+SITE_ADDRESS = "10.250.0.1"
+NODE_A = "10.250.1.2"
 c.JupyterHub.bind_url = "http://127.0.0.1:8000"
-c.JupyterHub.hub_connect_ip = "127.0.0.1"
+c.JupyterHub.hub_bind_url = f"http://{SITE_ADDRESS}:8081"
+c.JupyterHub.hub_connect_ip = SITE_ADDRESS
 c.JupyterHub.db_url = f"sqlite:///{DEMO / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(DEMO / "jupyterhub_cookie_secret")
 c.ConfigurableHTTPProxy.pid_file = str(DEMO / "proxy.pid")
@@ -61,15 +68,15 @@ c.GPUDockerSpawner.nodes = [
     {
         "name": "node-a",
         "docker_url": f"unix://{STATE / 'engines/node-a/docker.sock'}",
-        "address": "127.0.0.1",
+        "address": NODE_A,
     }
 ]
 c.GPUDockerSpawner.probe_mode = "declared"
 c.GPUDockerSpawner.inventory_file = str(HERE / "inventory.yaml")
-c.GPUDockerSpawner.image = "jupyterhub-gpu/singleuser-test:6.1.1"
 c.GPUDockerSpawner.catalog_file = str(HERE / "catalog.yaml")
 c.GPUDockerSpawner.resource_defaults = {
     "max_gpus": 2,
+    "max_gpus_per_user": 2,  # over all of a user's servers (named ones included)
     "max_cpu": 2,
     "max_mem_gib": 4,
     "default_cpu": 1,
@@ -82,6 +89,7 @@ c.GPUDockerSpawner.home_template = str(DEMO / "homes" / "{username}")
 c.GPUDockerSpawner.hub_id = "demo"
 c.GPUDockerSpawner.prefix = "jhgpu-demo"
 c.JupyterHub.allow_named_servers = True
+c.JupyterHub.named_server_limit_per_user = 3
 
 # services: node-a's agent (on a real site it runs on the node itself, docs/agent.md) and
 # the GPU idle culler with the fewest scopes (docs/culler.md); scripts/demo/culler_config.py

@@ -1,5 +1,5 @@
 """GPUDockerSpawner on a real three-node cluster: three Docker engines (node-a, node-b,
-node-c on 127.0.0.2-4), each with a real node agent serving a declared inventory of
+node-c in their network namespaces), each with a real node agent serving a declared inventory of
 different GPU models, and a real hub. Every GPU a server holds is checked inside its
 container (NVIDIA_VISIBLE_DEVICES, set by the engine from the DeviceRequest).
 
@@ -82,6 +82,11 @@ class Ok(http.server.BaseHTTPRequestHandler):
 http.server.ThreadingHTTPServer((opts["ip"], int(opts["port"])), Ok).serve_forever()
 """
 STUB = f"c.GPUDockerSpawner.cmd = ['python3', '-c', {STUB_SERVER!r}]\n"
+# What a test waits for instead of sleeping "long enough" (the hub logs both at DEBUG):
+# a finished reconciliation round (Cluster.reconcile), and a poll of a server by the hub
+# (DockerSpawner's "Container <id> status" line; "Poll of user/: node X is down; kept")
+DEBUG_LOG = 'c.JupyterHub.log_level = "DEBUG"\n'
+ROUND = r"Reconciliation round \d+ done"
 
 
 # ---------------------------------------------------------------------------- fixtures
@@ -269,6 +274,23 @@ def outage_held(engine: Engine) -> Iterator[None]:
             raise AssertionError(f"{engine.name} was started again during the outage") from e
         raise
     assert not engine_running(engine), f"{engine.name} was started again during the outage"
+
+
+def wait_rounds(hub: Hub, after: int, count: int = 2) -> int:
+    """Wait until ``count`` reconciliation rounds finished past log offset ``after``; with
+    the default two, at least one whole round began after it."""
+    return hub.wait_log(ROUND, after=after, count=count, timeout=count * RECONCILE_S + 60)
+
+
+def wait_polls(hub: Hub, after: int, *states: dict[str, Any], count: int = 2) -> None:
+    """Wait until the hub polled the server of each spawner state ``count`` times past log
+    offset ``after`` (so at least once from start to end after it)."""
+    for state in states:
+        container = state["object_id"][:7]
+        polled = rf"Container {container} status: |Poll of \S+: node {state['node']} is down"
+        if state["node"] == "":
+            polled = rf"Container {container} status: "
+        hub.wait_log(polled, after=after, count=count, timeout=count * 2 + 60)
 
 
 def assert_distinct(states: dict[str, dict[str, Any]]) -> list[str]:
@@ -537,12 +559,7 @@ def test_nodes_file_add_drain_remove(make_hub, engines, by_name, cluster, tmp_pa
         tmp.write_text(yaml.safe_dump({"nodes": entries}))
         os.replace(tmp, nodes_file)  # the hub never reads half a file
 
-    c_entry = {
-        "name": "node-c",
-        "docker_url": node_c.tcp,
-        "address": node_c.address,
-        "agent_url": cluster["node-c"].url,
-    }
+    c_entry = node_c.node_config(agent_url=cluster["node-c"].url)
     write_nodes([])
     hub = start_hub(
         make_hub,
@@ -560,7 +577,7 @@ def test_nodes_file_add_drain_remove(make_hub, engines, by_name, cluster, tmp_pa
     check_inside([node_c], hub, "big", state)
 
     # a bad edit (a node without docker_url) is not applied: the hub keeps the nodes it had
-    write_nodes([c_entry, {"name": "node-d", "address": "127.0.0.5"}])
+    write_nodes([c_entry, {"name": "node-d", "address": "10.250.9.2"}])
     kept = spawn_ready(hub, "kept", big)
     assert kept["node"] == "node-c"
     running = {"big": state, "kept": kept}

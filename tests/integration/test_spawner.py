@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import gpu_inventory
-from tests.support.cluster import Engine, container_env
+from tests.conftest import CATALOG, gpu_inventory
+from tests.support.cluster import TEST_IMAGE, USER_NETWORK, Engine, container_env
 
 pytestmark = pytest.mark.integration
 
@@ -71,6 +71,9 @@ def test_each_user_gets_own_gpu_seen_inside_container(make_hub, engine, tmp_path
         assert host["ShmSize"] == 512 * 1024**2 and host["PidsLimit"] == 4096
         assert host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
         assert not any("docker.sock" in b for b in host["Binds"])
+        # its own network namespace on the user bridge, its port published on the node only
+        assert host["NetworkMode"] == USER_NETWORK and host["Privileged"] is False
+        assert host["PortBindings"] == {"8888/tcp": [{"HostIp": engine.address, "HostPort": ""}]}
         requests = container.attrs["HostConfig"]["DeviceRequests"]
         assert requests[0]["DeviceIDs"] == state["gpu_uuids"] and requests[0]["Count"] == 0
         # the home is mounted, owned by the user, and the server can write there
@@ -110,6 +113,32 @@ def test_cpu_only_server_gets_no_gpu(make_hub, engine) -> None:
     (container,) = containers_of(engine, hub, "dave")
     assert container_env(engine, container.name)["NVIDIA_VISIBLE_DEVICES"] == "void"
     assert not container.attrs["HostConfig"]["DeviceRequests"]
+
+
+def test_an_images_own_env_never_widens_its_gpus(make_hub, engine, tmp_path: Path) -> None:
+    """An image whose ENV says NVIDIA_VISIBLE_DEVICES=all (as CUDA base images do) gets
+    exactly its assigned GPU, and a CPU-only server from it gets none ('void')."""
+    greedy = "jupyterhub-gpu/greedy-env:test"
+    with engine.client() as client:
+        base = client.containers.create(TEST_IMAGE)  # never started: its CMD is kept
+        try:
+            base.commit(repository=greedy, changes=["ENV NVIDIA_VISIBLE_DEVICES=all"])
+        finally:
+            base.remove()
+        assert "NVIDIA_VISIBLE_DEVICES=all" in client.images.get(greedy).attrs["Config"]["Env"]
+    catalog = yaml.safe_load(CATALOG.read_text())
+    for entry in catalog["images"]:
+        entry["image"] = greedy
+    path = tmp_path / "catalog.yaml"
+    path.write_text(yaml.safe_dump(catalog))
+    hub = two_gpu_hub(make_hub, engine, f"c.GPUDockerSpawner.catalog_file = {str(path)!r}\n")
+    gpu = spawn_ready(hub, "alice", {"image": "demo-cuda11", "gpu_count": 1})
+    cpu = spawn_ready(hub, "bob", {"image": "demo-cpu", "gpu_count": 0})
+    for user, visible in (("alice", gpu["gpu_uuids"][0]), ("bob", "void")):
+        (container,) = containers_of(engine, hub, user)
+        assert container.attrs["Config"]["Image"] == greedy
+        assert container_env(engine, container.name)["NVIDIA_VISIBLE_DEVICES"] == visible
+    assert cpu["gpu_uuids"] == []
 
 
 def test_dead_container_releases_its_gpu(make_hub, engine) -> None:

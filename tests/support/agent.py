@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import ssl
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from jupyterhub_gpu.inventory.tokens import node_token
 from tests.support.hub import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,16 +25,36 @@ class AgentProcess:
     node: str
     inventory: Path
     log: Path
+    # the site secret, as the hub is given it; the agent gets only node_token
     token: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    tls: tuple[Path, Path, Path] | None = None  # (CA, certificate, key): serve HTTPS
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+
+    @property
+    def verify(self) -> ssl.SSLContext | bool:
+        return ssl.create_default_context(cafile=self.tls[0]) if self.tls else True
+
+    def _up_check(self) -> ssl.SSLContext | bool:
+        """For the start-up check only: the CA is checked, not the host name (a test may
+        give an agent a certificate for another host on purpose)."""
+        if not self.tls:
+            return True
+        context = ssl.create_default_context(cafile=self.tls[0])
+        context.check_hostname = False
+        return context
+
+    @property
+    def node_token(self) -> str:
+        """This agent's own token, derived from the site secret and its node name."""
+        return node_token(self.token, self.node)
 
     def start(self, poll_interval: float = 0.2) -> AgentProcess:
-        env = {**os.environ, "JUPYTERHUB_GPU_AGENT_TOKEN": self.token}
+        env = {**os.environ, "JUPYTERHUB_GPU_AGENT_TOKEN": self.node_token}
         args = [
             "--probe=declared",
             f"--inventory={self.inventory}",
@@ -40,6 +62,8 @@ class AgentProcess:
             f"--port={self.port}",
             f"--poll-interval={poll_interval}",
         ]
+        if self.tls:
+            args += [f"--certfile={self.tls[1]}", f"--keyfile={self.tls[2]}"]
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "jupyterhub_gpu.agent", *args],
@@ -53,7 +77,8 @@ class AgentProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"agent {self.node} exited: {self.log.read_text()[-2000:]}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                ok = httpx.get(f"{self.url}/healthz", timeout=1, verify=self._up_check())
+                if ok.status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
@@ -64,8 +89,9 @@ class AgentProcess:
         r = httpx.put(
             f"{self.url}/v1/gpus/{uuid}/state",
             json=values,
-            headers={"Authorization": f"token {self.token}"},
+            headers={"Authorization": f"token {self.node_token}"},
             timeout=5,
+            verify=self.verify,
         )
         r.raise_for_status()
 

@@ -1,4 +1,6 @@
-"""The local test cluster (scripts/cluster.sh): engines as simulated GPU nodes."""
+"""The local test cluster (scripts/cluster.sh): simulated GPU nodes, each a network
+namespace with its own Docker engine; the hub stays in this machine's namespace and the
+nodes reach it at :data:`SITE_ADDRESS`."""
 
 from __future__ import annotations
 
@@ -17,32 +19,66 @@ import docker
 REPO = Path(__file__).resolve().parents[2]
 STATE = Path(os.environ.get("JHGPU_STATE", "/var/lib/jupyterhub-gpu-test"))
 NODE_NAMES = ("node-a", "node-b", "node-c")
+TLS_NODE = "node-c"  # its engine also listens on tcp://<address>:2376 with TLS client certs
 TEST_IMAGE = "jupyterhub-gpu/singleuser-test:6.1.1"
+#: this machine (the hub's) as the nodes see it: on lo, routed from every node namespace
+SITE_ADDRESS = "10.250.0.1"
+USER_NETWORK = "jupyterhub-gpu-users"  # GPUDockerSpawner.user_network's default
+TLS_DIR = STATE / "tls"
 
 
 @dataclass(frozen=True)
 class Engine:
     name: str
     socket: Path
-    tcp: str
+    address: str  # the node's address (10.250.N.2), its end of the veth link
 
     @property
-    def address(self) -> str:
-        """The loopback address standing for this node's IP (127.0.0.2, .3, .4)."""
-        return self.tcp.split("//", 1)[1].split(":", 1)[0]
+    def netns(self) -> str:
+        return f"jhgpu-{self.name}"
 
     @property
     def url(self) -> str:
         return f"unix://{self.socket}"
 
+    @property
+    def tls(self) -> dict[str, str]:
+        """The hub's client certificates for this node's TLS endpoint ({} without one)."""
+        if self.name != TLS_NODE:
+            return {}
+        return {
+            "ca_cert": str(TLS_DIR / "ca.pem"),
+            "client_cert": str(TLS_DIR / "hub-cert.pem"),
+            "client_key": str(TLS_DIR / "hub-key.pem"),
+        }
+
+    @property
+    def tcp(self) -> str:
+        """The TLS endpoint of the TLS node (tcp://10.250.3.2:2376)."""
+        assert self.tls, f"{self.name} has no TCP endpoint (only {TLS_NODE} has, with TLS)"
+        return f"tcp://{self.address}:2376"
+
+    def node_config(self, **extra: object) -> dict[str, object]:
+        """This node as an entry of ``GPUDockerSpawner.nodes``: the TLS node over TLS, the
+        others over their unix sockets, as a site would (never plain TCP)."""
+        if self.tls:
+            entry: dict[str, object] = {"docker_url": self.tcp, "tls": self.tls}
+        else:
+            entry = {"docker_url": self.url}
+        return {"name": self.name, **entry, "address": self.address, **extra}
+
     def client(self) -> closing[docker.DockerClient]:
         """Use as ``with engine.client() as client:`` (closed afterwards)."""
         return closing(docker.DockerClient(base_url=self.url, version="auto", timeout=30))
 
+    def nsenter(self, *command: str) -> list[str]:
+        """``command`` run in this node's network namespace (as a node-side process)."""
+        return ["nsenter", f"--net=/var/run/netns/{self.netns}", *command]
+
 
 def engines(n: int) -> list[Engine]:
     return [
-        Engine(name, STATE / "engines" / name / "docker.sock", f"tcp://127.0.0.{i + 2}:2375")
+        Engine(name, STATE / "engines" / name / "docker.sock", f"10.250.{i + 1}.2")
         for i, name in enumerate(NODE_NAMES[:n])
     ]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -53,6 +54,8 @@ class Hub:
     # running single-user servers were told the hub's API URL when they started
     hub_api_port: int = field(default_factory=free_port)
     proxy_api_port: int = field(default_factory=free_port)
+    # the hub's API where single-user servers on the nodes reach it (tests/support/cluster.py)
+    hub_ip: str = "10.250.0.1"
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -70,8 +73,8 @@ class Hub:
             f"""
 c = get_config()  # noqa
 c.JupyterHub.bind_url = {self.url!r}
-c.JupyterHub.hub_bind_url = "http://127.0.0.1:{self.hub_api_port}"
-c.JupyterHub.hub_connect_ip = "127.0.0.1"
+c.JupyterHub.hub_bind_url = "http://{self.hub_ip}:{self.hub_api_port}"
+c.JupyterHub.hub_connect_ip = {self.hub_ip!r}
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{self.proxy_api_port}"
 c.ConfigurableHTTPProxy.pid_file = {str(self.workdir / "proxy.pid")!r}
 c.JupyterHub.db_url = "sqlite:///{self.workdir / "jupyterhub.sqlite"}"
@@ -131,6 +134,47 @@ c.Spawner.debug = False
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no hub log)"
+
+    def log_offset(self) -> int:
+        """Where the hub's log ends now: pass it to :meth:`wait_log` as ``after``."""
+        try:
+            return self.log_path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def wait_log(self, pattern: str, after: int, count: int = 1, timeout: float = 60) -> int:
+        """Wait until ``count`` whole lines of the hub's log written past byte ``after``
+        match the regular expression ``pattern`` (searched in each line, as the hub's own
+        output and its managed services' share that log); returns the offset just past the
+        last of them. Raises :class:`TimeoutError` with the log's tail after ``timeout`` s.
+
+        This is how a test waits for a product event ("a reconciliation round has finished
+        since", "the culler judged again") instead of sleeping "long enough"."""
+        regex = re.compile(pattern.encode())
+        deadline = time.monotonic() + timeout
+        while True:
+            found, end = 0, after
+            with contextlib.suppress(FileNotFoundError), self.log_path.open("rb") as f:
+                f.seek(after)
+                written = f.read()
+                # whole lines only: the last one may still be being written
+                for line in written[: written.rfind(b"\n") + 1].split(b"\n")[:-1]:
+                    end += len(line) + 1
+                    if regex.search(line):
+                        found += 1
+                        if found == count:
+                            return end
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{found} of {count} hub log line(s) matching {pattern!r} "
+                    f"in {timeout}s:\n{self.log_tail()}"
+                )
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"hub exited with {self.proc.returncode} while waiting for {pattern!r}:\n"
+                    f"{self.log_tail()}"
+                )
+            time.sleep(0.1)
 
     # ------------------------------------------------------------------ API
     def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:

@@ -4,8 +4,8 @@ The test cluster has no registry and no network, so the spawner's pull path (a m
 image, its progress on the spawn page, a registry error) could not run for real. This
 serves images saved from a test engine (``docker save``), plus one synthesised layer of
 random bytes so that a pulling engine always has something new to download, under
-``127.0.0.1:<port>/<name>:<tag>``. Docker treats registries on 127.0.0.0/8 as insecure
-(plain HTTP) by default, so the engines pull from it with no configuration.
+``10.250.0.1:<port>/<name>:<tag>`` (the site address, which the nodes' engines reach
+and trust as an insecure registry: scripts/cluster.sh starts them so).
 
 Layers are served uncompressed (their digest is their diffID; the engine's decompressor
 detects plain tar). TEST ONLY: no auth, no push, everything in one folder.
@@ -36,7 +36,7 @@ ROUTE = re.compile(r"^/v2/(?P<name>.+)/(?P<kind>manifests|blobs)/(?P<ref>[^/]+)$
 @dataclass
 class Registry:
     folder: Path
-    host: str = "127.0.0.1"
+    host: str = "10.250.0.1"  # the site address: the nodes reach it (tests/support/cluster.py)
     port: int = 0
     manifests: dict[tuple[str, str], bytes] = field(default_factory=dict)
     blobs: dict[str, Path] = field(default_factory=dict)

@@ -84,21 +84,28 @@ def test_a_changed_docker_endpoint_gets_a_new_client(
 ) -> None:
     """A node whose docker_url changes in the nodes file is reached at the new address (the
     old client closed); an unchanged node keeps its client."""
-    monkeypatch.setattr(cluster_module.docker, "APIClient", FakeClient)
+    monkeypatch.setattr(
+        cluster_module, "node_client", lambda spec, timeout, tls: FakeClient(spec.docker_url)
+    )
     nodes_file = tmp_path / "nodes.yaml"
-    node = {"name": "gpu-x", "docker_url": "tcp://127.0.0.1:2375", "address": "127.0.0.1"}
+    node = {
+        "name": "gpu-x",
+        "docker_url": "tcp://10.0.0.9:2376",
+        "address": "10.0.0.9",
+        "insecure_plaintext_docker_api": True,  # no TLS files in a unit test
+    }
     nodes_file.write_text(yaml.safe_dump({"nodes": [node]}))
     fixed = {"name": "gpu-y", "docker_url": "unix:///run/y.sock", "address": "127.0.0.1"}
     settings = ClusterSettings(nodes=[fixed], nodes_file=str(nodes_file))
     cluster = Cluster(settings, logging.getLogger("test"))
     before, other = cluster.client("gpu-x"), cluster.client("gpu-y")
-    assert before.base_url == "tcp://127.0.0.1:2375"
-    node["docker_url"] = "tcp://127.0.0.1:2376"
+    assert before.base_url == "tcp://10.0.0.9:2376"
+    node["docker_url"] = "tcp://10.0.0.10:2376"
     nodes_file.write_text(yaml.safe_dump({"nodes": [node]}))
     os.utime(nodes_file, (1, 1))  # a new mtime whatever the clock's resolution
     cluster.specs()  # the hub re-reads the file on its next snapshot or reconciliation
     after = cluster.client("gpu-x")
-    assert after is not before and after.base_url == "tcp://127.0.0.1:2376"
+    assert after is not before and after.base_url == "tcp://10.0.0.10:2376"
     assert before.closed and not other.closed
     assert cluster.client("gpu-y") is other
 

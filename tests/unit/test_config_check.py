@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
+import logging
+import re
 from pathlib import Path
 
 import pytest
 import yaml
+from dockerspawner import DockerSpawner
+from jupyterhub.app import JupyterHub
+from jupyterhub.spawner import Spawner
 from traitlets.config import Config, PyFileConfigLoader
 
 from jupyterhub_gpu.agent.app import GPUAgent
-from jupyterhub_gpu.config import check_config
+from jupyterhub_gpu.config import (
+    CHECKED_SECTIONS,
+    OVERRIDDEN_CREATE_KWARGS,
+    OVERRIDDEN_HOST_CONFIG,
+    OVERRIDDEN_TRAITS,
+    check_config,
+    known_keys,
+    override_warnings,
+)
 from jupyterhub_gpu.culler.service import GPUIdleCuller
 from jupyterhub_gpu.errors import ConfigError
 
@@ -121,3 +136,209 @@ def test_bad_settings_are_refused(mutate, fragment: str, tmp_path: Path) -> None
     with pytest.raises(ConfigError) as e:
         check_config(c)
     assert fragment in str(e.value)
+
+
+# -- item 8: unknown keys, overridden traits, the site example loaded for real ----------
+
+
+@pytest.mark.parametrize(
+    "section, key, fragment",
+    [
+        ("GPUDockerSpawner", "max_gpus_per_server", "c.GPUDockerSpawner.max_gpus_per_server is "
+         "not a setting of GPUDockerSpawner"),
+        ("GPUDockerSpawner", "resource_default", "did you mean "
+         "GPUDockerSpawner.resource_defaults?"),
+        ("GPUDockerSpawner", "require_identiy", "did you mean GPUDockerSpawner.require_identity?"),
+        ("DockerSpawner", "pull_polcy", "did you mean DockerSpawner.pull_policy?"),
+        ("GPULDAPAuthenticator", "ldap_timout", "did you mean GPULDAPAuthenticator.ldap_timeout?"),
+        ("LDAPAuthenticator", "server_adress", "did you mean LDAPAuthenticator.server_address?"),
+        ("AgentClient", "timout", "did you mean AgentClient.timeout?"),
+        ("GPUIdleCuller", "gpu_timout", "did you mean GPUIdleCuller.gpu_timeout?"),
+        ("GPUAgent", "prot", "c.GPUAgent.prot is not a setting of GPUAgent"),
+        ("DockerSpawner", "max_gpu", "c.DockerSpawner.max_gpu is not a setting of "
+         "GPUDockerSpawner"),
+    ],
+)  # fmt: skip
+def test_unknown_keys_are_refused_by_name(section: str, key: str, fragment: str) -> None:
+    c = good()
+    c[section][key] = 1
+    with pytest.raises(ConfigError) as e:
+        check_config(c)
+    assert fragment in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "section, key",
+    [
+        ("GPUDockerSpawner", "require_identity"),  # our own trait
+        ("GPUDockerSpawner", "start_timeout"),  # Spawner's, inherited
+        ("GPUDockerSpawner", "pull_policy"),  # DockerSpawner's, inherited
+        ("GPULDAPAuthenticator", "enable_auth_state"),  # Authenticator's
+        ("GPULDAPAuthenticator", "server_address"),  # LDAPAuthenticator's
+        ("AgentClient", "max_snapshot_age"),
+        ("DockerSpawner", "home_template"),  # GPUDockerSpawner reads its bases' sections
+        ("LDAPAuthenticator", "ldap_timeout"),
+        ("Spawner", "anything_at_all"),  # JupyterHub's own sections are not ours to police
+    ],
+)
+def test_known_keys_pass(section: str, key: str) -> None:
+    c = good()
+    c[section][key] = 30 if key != "pull_policy" else "ifnotpresent"
+    check_config(c)
+
+
+def test_every_checked_section_names_a_class_that_reads_it() -> None:
+    for section in CHECKED_SECTIONS:
+        module, _, name = CHECKED_SECTIONS[section].partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        assert section in {c.__name__ for c in cls.mro()} and known_keys(section)
+
+
+@pytest.mark.parametrize(
+    "setting, expected",
+    [
+        (("GPUDockerSpawner", "image", "x:1"), ["c.GPUDockerSpawner.image is ignored"]),
+        (("DockerSpawner", "mem_limit", "32G"), ["c.DockerSpawner.mem_limit is ignored"]),
+        (("Spawner", "cpu_limit", 8), ["c.Spawner.cpu_limit is ignored"]),
+        (
+            ("DockerSpawner", "extra_host_config", {"network_mode": "host", "dns": ["1.1.1.1"]}),
+            ["c.DockerSpawner.extra_host_config['network_mode'] is ignored"],
+        ),
+        (
+            ("GPUDockerSpawner", "extra_create_kwargs", {"user": "0"}),
+            ["extra_create_kwargs['user']"],
+        ),
+        (("JupyterHub", "allow_named_servers", True), ["named_server_limit_per_user"]),
+        (("GPUDockerSpawner", "pull_policy", "always"), []),
+    ],
+)  # fmt: skip
+def test_settings_the_spawner_overrides_are_warned_about(
+    setting: tuple[str, str, object], expected: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    c = good()
+    section, key, value = setting
+    c[section][key] = value
+    with caplog.at_level(logging.WARNING, logger="JupyterHub"):
+        check_config(c)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == len(expected)
+    for warning, fragment in zip(warnings, expected, strict=True):
+        assert fragment in warning
+
+
+def test_lazy_updates_of_extra_host_config_are_seen() -> None:
+    c = good()
+    c.DockerSpawner.extra_host_config.update({"cap_drop": []})
+    assert override_warnings(c) == [
+        "c.DockerSpawner.extra_host_config['cap_drop'] is ignored: GPUDockerSpawner sets it "
+        "for every server"
+    ]
+
+
+def _self_assignments(tree: ast.AST) -> dict[str, list[ast.expr]]:
+    found: dict[str, list[ast.expr]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if (
+                    isinstance(t, ast.Attribute)
+                    and isinstance(t.value, ast.Name)
+                    and t.value.id == "self"
+                    and node.value is not None
+                ):
+                    found.setdefault(t.attr, []).append(node.value)
+    return found
+
+
+def test_the_override_lists_match_what_the_spawner_sets() -> None:
+    """Every DockerSpawner/Spawner setting that spawner.py assigns is in OVERRIDDEN_TRAITS
+    (and nothing else is), and the extra_host_config/extra_create_kwargs keys it replaces
+    are the ones listed: a new override in the spawner fails here until it is warned about."""
+    module = ast.parse((REPO / "jupyterhub_gpu" / "spawner.py").read_text())
+    (cls,) = [
+        n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "GPUDockerSpawner"
+    ]
+    assigned = _self_assignments(cls)
+    inherited = set(DockerSpawner.class_traits(config=True))
+    merged = {"extra_host_config", "extra_create_kwargs"}  # ours win key by key: listed below
+    methods = {n.name for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+    by_method = {"check_allowed": "allowed_images", "get_ip_and_port": "use_internal_ip"}
+    implied = {trait for method, trait in by_method.items() if method in methods}
+
+    def keys(attr: str) -> set[str]:
+        return {
+            k.value
+            for value in assigned[attr]
+            for d in ast.walk(value)
+            if isinstance(d, ast.Dict)
+            for k in d.keys
+            if isinstance(k, ast.Constant) and isinstance(k.value, str)
+        }
+
+    assert keys("_host_config") == OVERRIDDEN_HOST_CONFIG
+    if "network_mode" in OVERRIDDEN_HOST_CONFIG:
+        implied.add("network_name")  # DockerSpawner's network_mode comes from network_name
+    assert (set(assigned) & inherited) - merged | implied == set(OVERRIDDEN_TRAITS)
+    assert keys("_create_kwargs") == OVERRIDDEN_CREATE_KWARGS
+
+
+# every <placeholder> of the site example, and a value a site could give it
+SITE_PLACEHOLDERS = {
+    "<PLACEHOLDER>": "PLACEHOLDER",
+    "<HUB_HOSTNAME>": "hub.example.org",
+    "<HUB_IP_REACHABLE_FROM_NODES>": "10.0.0.2",
+    "<ldap.example.org>": "ldap.example.org",
+    "<cn=jupyterhub,ou=services,dc=example,dc=org>": "cn=jupyterhub,ou=services,dc=example,dc=org",
+    "<ou=people,dc=example,dc=org>": "ou=people,dc=example,dc=org",
+    "<cn=gpu-users,ou=groups,dc=example,dc=org>": "cn=gpu-users,ou=groups,dc=example,dc=org",
+    "<gpu-a.example.org>": "gpu-a.example.org",
+    "<gpu-a IP the hub reaches servers at>": "10.0.0.11",
+    "<building>": "b1",
+    "<rack>": "r1",
+    "<ml-lab>": "ml-lab",
+}
+
+
+def test_site_example_config_loads_for_real(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The top-level jupyterhub_config.py, placeholders filled and /etc paths moved under
+    tmp_path, runs as the hub runs it (its own check_config(c) included), sets only
+    settings that exist and nothing the spawner overrides."""
+    text = (REPO / "jupyterhub_config.py").read_text()
+    assert set(re.findall(r"<[^<>\n]+>", text)) == set(SITE_PLACEHOLDERS)
+    for placeholder, value in SITE_PLACEHOLDERS.items():
+        text = text.replace(placeholder, value)
+    etc = tmp_path / "etc"
+    text = text.replace("/etc/jupyterhub/", f"{etc}/").replace("/srv/jupyterhub/", f"{tmp_path}/")
+    (etc / "docker-tls").mkdir(parents=True)
+    for pem in ("ca.pem", "cert.pem", "key.pem"):
+        (etc / "docker-tls" / pem).write_text("test\n")
+    hetero = yaml.safe_load((REPO / "tests" / "data" / "cluster-hetero.yaml").read_text())
+    (etc / "gpu-inventory.yaml").write_text(yaml.safe_dump({"nodes": hetero["nodes"][:1]}))
+    (tmp_path / "jupyterhub_config.py").write_text(text)
+
+    with caplog.at_level(logging.WARNING, logger="JupyterHub"):
+        c = PyFileConfigLoader("jupyterhub_config.py", path=str(tmp_path)).load_config()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert c.JupyterHub.spawner_class == "gpudocker"
+    assert c.JupyterHub.named_server_limit_per_user >= 1
+    assert c.GPUDockerSpawner.resource_defaults["max_gpus_per_user"] >= 1
+    # the hub's own sections too: every key is a trait of the class that reads it
+    for section, cls in (("JupyterHub", JupyterHub), ("Spawner", Spawner)):
+        assert not set(c[section]) - set(cls.class_traits(config=True)), section
+    hub = JupyterHub(config=c)
+    assert hub.named_server_limit_per_user == c.JupyterHub.named_server_limit_per_user
+
+
+def test_demo_config_sets_nothing_the_spawner_overrides(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("JHGPU_DEMO_DIR", str(tmp_path))
+    with caplog.at_level(logging.WARNING, logger="JupyterHub"):
+        c = PyFileConfigLoader(
+            "jupyterhub_config.py", path=str(REPO / "scripts" / "demo")
+        ).load_config()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert c.JupyterHub.named_server_limit_per_user >= 1

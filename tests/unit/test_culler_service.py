@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -24,6 +25,7 @@ import httpx
 import pytest
 from traitlets.config import Config
 
+from jupyterhub_gpu.culler.access import server_access
 from jupyterhub_gpu.culler.client import describe_failure, parse_agent_answer, parse_time
 from jupyterhub_gpu.culler.idleness import Signal
 from jupyterhub_gpu.culler.notes import load_notes, notes_for
@@ -40,8 +42,14 @@ def iso(minutes_ago: float) -> str:
     return (T0 - timedelta(minutes=minutes_ago)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def token_of(user: str, name: str = "") -> str:
+    """The API token the hub gave ``user``'s server ``name`` (its spawner state keeps it)."""
+    return f"srv-{user}-{name or 'default'}"
+
+
 def server(user: str, name: str = "", *, idle: float = 120, gpus: tuple[str, ...] = (),
-           state: bool = True, **extra: Any) -> tuple[str, dict[str, Any]]:  # fmt: skip
+           state: bool = True, token: bool = True,
+           **extra: Any) -> tuple[str, dict[str, Any]]:  # fmt: skip
     model: dict[str, Any] = {
         "name": name,
         "ready": True,
@@ -52,6 +60,8 @@ def server(user: str, name: str = "", *, idle: float = 120, gpus: tuple[str, ...
     }
     if state:
         model["state"] = {"gpu_uuids": list(gpus), "node": "node-a", **extra}
+        if token:
+            model["state"]["server_token"] = token_of(user, name)
     return name, model
 
 
@@ -68,6 +78,7 @@ class World:
             self.user("frank", server("frank", state=False)),
             self.user("grace", server("grace", gpus=("GPU-a3",)), groups=["staff"]),
             self.user("heidi", ("", {**server("heidi")[1], "ready": False, "pending": "spawn"})),
+            self.user("ivan", server("ivan", token=False)),  # started before tokens were kept
         ]  # fmt: skip
         self.gpu_util = {"GPU-a0": 0.0, "GPU-a1": 0.0, "GPU-a2": 85.0, "GPU-a3": 0.0}
         self.gpu_memory: dict[str, float] = {}  # MiB in use; 0 when absent
@@ -76,6 +87,7 @@ class World:
             "/user/bob/": [{"id": "k2", "execution_state": "busy", "last_activity": iso(100)}],
         }
         self.hub_up = True
+        self.answers: dict[str, httpx.Response] = {}  # server URL path prefix -> its answer
         self.requests: list[httpx.Request] = []
         self.in_flight = self.max_in_flight = 0
 
@@ -110,6 +122,8 @@ class World:
         if host == "agent-b.test":
             raise httpx.ConnectError("no route to host", request=request)
         prefix, _, endpoint = url.path.rpartition("api/")
+        if prefix in self.answers:
+            return self.answers[prefix]
         if endpoint == "kernels":
             return httpx.Response(200, json=self.kernels.get(prefix, []))
         if endpoint == "status":
@@ -158,7 +172,8 @@ def make_culler(world: World, tmp_path: Path, **traits: Any) -> GPUIdleCuller:
     }
     for key, value in traits.items():
         setattr(c.GPUIdleCuller, key, value)
-    client = httpx.AsyncClient(transport=httpx.MockTransport(world.handle))
+    # an injected client may follow redirects: the culler's reads of servers never do
+    client = httpx.AsyncClient(transport=httpx.MockTransport(world.handle), follow_redirects=True)
     return GPUIdleCuller(config=c, http_client=client, api_token="svc-token")
 
 
@@ -173,6 +188,23 @@ async def poll(culler: GPUIdleCuller, start: float = 40, stop: float = 0) -> Non
         await culler.poll_gpus_once(now=at)
 
 
+SERVER_OF = {  # a server's URL prefix -> (user, server name)
+    "http://proxy.test/user/alice/": ("alice", ""),
+    "http://proxy.test/user/bob/": ("bob", ""),
+    "http://10.0.0.7:8888/user/erin/train/": ("erin", "train"),
+}
+
+
+def expected_auth(request: httpx.Request) -> str:
+    """The one Authorization header the culler may send with ``request``."""
+    if request.url.host == "hub.test":
+        return "token svc-token"
+    if request.url.host.startswith("agent-"):
+        return "token agent-secret"
+    prefix = str(request.url.copy_with(query=None)).rpartition("api/")[0]
+    return f"token {token_of(*SERVER_OF[prefix])}"
+
+
 EXPECTED = {
     "alice": (True, Signal.IDLE),  # GPU at 0% for 40 min, kernels and hub idle for 2h
     "bob": (False, Signal.KERNELS),  # a busy kernel nobody watches
@@ -182,6 +214,7 @@ EXPECTED = {
     "frank": (False, Signal.GPU_MISSING),  # no spawner state: GPUs unknown
     "grace": (False, Signal.HUB),  # staff: gpu_timeout 4h by group override
     "heidi": (False, Signal.HUB),  # still spawning
+    "ivan": (False, Signal.KERNELS_MISSING),  # no server token in its state: not read
 }
 
 
@@ -191,10 +224,11 @@ async def test_a_round_culls_only_the_idle(world: World, tmp_path: Path) -> None
     decisions = await culler.cull_once(now=T0)
     assert {k: (d.cull, d.signal) for k, d in decisions.items()} == EXPECTED
     assert world.deletes() == ["/hub/api/users/alice/server", "/hub/api/users/erin/servers/train"]
-    # the service's token everywhere on the hub and the servers, the agent's on the agents
+    assert decisions["ivan"].reason == "kernels not read: no server_token in its spawner state"
+    # the service's token on the hub only, the agent's on the agents, and on each server
+    # that server's own token: nothing a server's user could not already use
     for r in world.requests:
-        expected = "token agent-secret" if "agent" in r.url.host else "token svc-token"
-        assert r.headers["Authorization"] == expected
+        assert r.headers["Authorization"] == expected_auth(r), r.url
     # kernels are read only where every other signal said idle, and never tracked as activity
     kernel_reads = world.reads_of("kernels")
     assert sorted(str(r.url.copy_with(query=None)) for r in kernel_reads) == [
@@ -371,6 +405,69 @@ async def test_a_gpu_holding_memory_waits_longer(world: World, tmp_path: Path) -
     culler = make_culler(world, tmp_path / "2", group_overrides=hurry)
     await poll(culler)
     assert (await culler.cull_once(now=T0))["alice"].cull
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        (httpx.Response(302, headers={"Location": "http://elsewhere.test/steal"}), "HTTP 302"),
+        (httpx.Response(200, content=b"[" + b" " * 3 * 1024 * 1024 + b"]"), "more than"),
+        (httpx.Response(200, content=b"[" * 100_000 + b"]" * 100_000), "readable JSON"),
+        (httpx.Response(200, json={"kernels": "all busy"}), "unexpected answer"),
+    ],
+    ids=["redirect", "50MB", "deep", "wrong-shape"],
+)
+async def test_a_hostile_server_answer_keeps_only_that_server(
+    world: World, tmp_path: Path, answer: httpx.Response, why: str
+) -> None:
+    """alice's server answers the culler with a redirect (her token must go nowhere else),
+    a huge body, JSON too deep to parse or the wrong shape: she is kept (her kernels are
+    unknown), with one line saying why; everyone else is judged as usual."""
+    world.answers["/user/alice/"] = answer
+    culler = make_culler(world, tmp_path)
+    lines = record_log(culler)
+    await poll(culler)
+    decisions = await culler.cull_once(now=T0)
+    assert {k: (d.cull, d.signal) for k, d in decisions.items()} == {
+        **EXPECTED,
+        "alice": (False, Signal.KERNELS_MISSING),
+    }
+    assert world.deletes() == ["/hub/api/users/erin/servers/train"]
+    assert not [r for r in world.requests if r.url.host == "elsewhere.test"]
+    (line,) = [m for m in lines if m.startswith("Keeping alice: its kernels could not be read")]
+    assert why in line
+
+
+def record_log(culler: GPUIdleCuller) -> list[str]:
+    """Every message the culler logs from now on, at any level, formatted."""
+    lines: list[str] = []
+
+    class Recorder(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    culler.log.addHandler(Recorder(logging.DEBUG))
+    culler.log.setLevel(logging.DEBUG)
+    return lines
+
+
+async def test_no_token_reaches_the_log(world: World, tmp_path: Path) -> None:
+    """A round with every kind of failure, logged at DEBUG: no token in any line, and the
+    object holding a server's token does not show it in its repr."""
+    world.answers["/user/alice/"] = httpx.Response(500, text="token srv-alice-default")
+    world.answers["/user/bob/"] = httpx.Response(302, headers={"Location": "http://x.test/"})
+    culler = make_culler(world, tmp_path)
+    lines = record_log(culler)
+    await poll(culler)
+    await culler.cull_once(now=T0)
+    world.hub_up = False
+    await culler.cull_once(now=T0)
+    assert any("kernels could not be read" in m for m in lines)
+    text = "\n".join(lines)
+    assert "svc-token" not in text and "srv-" not in text and "agent-secret" not in text
+    access = server_access(world.users[0]["servers"][""], "http://proxy.test")
+    assert access is not None and access.token == "srv-alice-default"
+    assert "srv-alice-default" not in repr(access)
 
 
 def test_config_is_checked_at_start(tmp_path: Path) -> None:

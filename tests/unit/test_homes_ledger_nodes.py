@@ -77,14 +77,17 @@ def test_ledger_never_gives_a_gpu_twice_and_releases_only_own() -> None:
     assert ledger.allocations() == {"GPU-4": "bob/"}
 
 
-def test_ledger_ports_are_per_node() -> None:
+def test_ledger_counts_servers_per_node_and_renames_them() -> None:
     ledger = GPULedger()
-    assert ledger.reserve_port("a/", "n1", 4000)
-    assert not ledger.reserve_port("b/", "n1", 4000)
-    assert ledger.reserve_port("b/", "n2", 4000)
-    assert ledger.servers_on("n1") == 1
-    ledger.release_ports("a/")
-    assert ledger.reserve_port("b/", "n1", 4000)
+    ledger.place_server("a/", "n1")
+    ledger.place_server("b/", "n1")
+    ledger.place_server("c/", "n2")
+    assert (ledger.servers_on("n1"), ledger.servers_on("n2")) == (2, 1)
+    ledger.rename("a/", "orphan:a/")
+    assert ledger.holders_on("n1") == {"orphan:a/", "b/"}
+    ledger.release_server("b/")
+    ledger.release_server("b/")  # twice: nothing to free, no error
+    assert (ledger.servers_on("n1"), ledger.holders_on("n1")) == (1, {"orphan:a/"})
 
 
 @pytest.mark.parametrize(
@@ -94,6 +97,20 @@ def test_ledger_ports_are_per_node() -> None:
         ([{"name": "a", "docker_url": "http://x", "address": "1.2.3.4"}], "docker_url"),
         ([{"name": "a/b", "docker_url": "unix:///s", "address": "x"}], "name"),
         ([{"name": "a", "docker_url": "tcp://10.0.0.5:2375", "address": "10.0.0.5"}], "tls"),
+        # plain tcp:// is refused on loopback too (any local process or container with
+        # the host's network would be root), whatever the spelling of the address
+        ([{"name": "a", "docker_url": "tcp://127.0.0.2:2375", "address": "x"}], "tls"),
+        ([{"name": "a", "docker_url": "tcp://localhost:2375", "address": "x"}], "tls"),
+        ([{"name": "a", "docker_url": "tcp://[::1]:2375", "address": "x"}], "tls"),
+        ([{"name": "a", "docker_url": "tcp://127.1:2375", "address": "x"}], "tls"),
+        ([{"name": "a", "docker_url": "tcp://:2375", "address": "x"}], "host"),
+        ([{"name": "a", "docker_url": "unix:///s", "address": "x", "tls": {"ca_cert": "c"}}],
+         "tls"),
+        (
+            [{"name": "a", "docker_url": "unix:///s", "address": "x",
+              "insecure_plaintext_docker_api": "yes"}],
+            "insecure_plaintext_docker_api",
+        ),
         ([{"name": "a", "docker_url": "unix:///s", "address": "x", "sudo": True}], "unknown"),
         ([{"name": "a", "docker_url": "unix:///s", "address": "x"}] * 2, "unique"),
     ],

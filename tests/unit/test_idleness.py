@@ -157,6 +157,37 @@ def test_reason_says_why() -> None:
     assert "GPU-aaaa" in judge(server(gpus={"GPU-aaaa": None}), POLICY, NOW).reason
 
 
+# -- what a server says about itself is its user's claim: max_age bounds it ---------------
+
+FUTURE = -600.0  # minutes "ago": a timestamp ten hours ahead, as a lying server may send
+CLAIMS: dict[str, ServerObservation] = {
+    "busy kernels": server(kernels=kernels(("busy", 0), ("starting", 0))),
+    "kernel and server activity now": server(kernels=kernels(("idle", 0), status=0)),
+    "activity in the future": server(kernels=kernels(("idle", FUTURE), status=FUTURE),
+                                     last_activity=ago(FUTURE)),
+    "hub activity now (posted with its own token)": server(last_activity=ago(0)),
+    "its GPU kept busy": server(gpus={"GPU-aaaa": gpu(idle=0, util=95, memory=20000)}),
+    "its kernels unreadable": server(kernels=None),
+    "everything at once": server(kernels=kernels(("busy", 0), status=0), last_activity=ago(0),
+                                 gpus={"GPU-aaaa": gpu(idle=0, util=95, memory=20000)}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("claim", CLAIMS.values(), ids=CLAIMS.keys())
+def test_what_a_server_says_never_outlasts_max_age(claim: ServerObservation) -> None:
+    """Each claim keeps a server under the default policy until ``max_age`` (7 days, on
+    by default), not a minute longer; a group may turn the limit off."""
+    policy = Policy()
+    assert policy.max_age == 7 * 86400
+    young = replace(claim, started=NOW - timedelta(days=7) + timedelta(minutes=1))
+    old = replace(claim, started=NOW - timedelta(days=7))
+    assert not judge(young, policy, NOW).cull
+    decision = judge(old, policy, NOW)
+    assert (decision.cull, decision.signal) == (True, Signal.MAX_AGE)
+    assert decision.reason == "running for 7d00h00m, over the maximum age of 7d00h00m"
+    assert not judge(old, replace(policy, max_age=0), NOW).cull
+
+
 @pytest.mark.parametrize(
     ("seconds", "text"),
     [(0, "0s"), (59, "59s"), (125, "2m05s"), (4000, "1h06m"), (90061, "1d01h01m"), (-5, "0s")],

@@ -14,9 +14,12 @@ from jupyterhub_gpu.errors import ProbeError
 from jupyterhub_gpu.inventory.declared import load_inventory_file
 from jupyterhub_gpu.inventory.model import GPU, NodeInventory
 from jupyterhub_gpu.inventory.wire import (
+    DEFAULT_MAX_GPUS,
     LIVE_FIELDS,
+    agent_error_text,
     inventory_from_json,
     inventory_to_json,
+    parse_agent_body,
     parse_live_update,
     snapshot_time,
 )
@@ -228,3 +231,129 @@ def test_live_fields() -> None:
         "process_containers",
         "temperature_c",
     }
+
+
+# -- hostile bodies: what a node's root could serve the hub -----------------------------
+
+
+def _text() -> str:
+    return json.dumps(answer())
+
+
+def _gpus(count: int) -> bytes:
+    data = answer()
+    gpu = data["gpus"][0]
+    data["gpus"] = [{**gpu, "uuid": f"GPU-{i}", "index": i} for i in range(count)]
+    return json.dumps(data).encode()
+
+
+HOSTILE: dict[str, tuple[bytes, str]] = {
+    "deep nesting": (
+        _text()[:-1].encode() + b', "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        "JSON nested too deeply",
+    ),
+    "1e400": (
+        _text().replace('"utilization_pct": 87.5', '"utilization_pct": 1e400').encode(),
+        "the number 1e400 is out of range",
+    ),
+    "-1e400 in a field nobody reads": (
+        _text()[:-1].encode() + b', "x": -1e400}',
+        "the number -1e400 is out of range",
+    ),
+    "NaN": (
+        _text().replace('"utilization_pct": 87.5', '"utilization_pct": NaN').encode(),
+        "NaN is not a number an agent may send",
+    ),
+    "Infinity": (
+        _text().replace('"time": 1767225600.5', '"time": Infinity').encode(),
+        "Infinity is not a number an agent may send",
+    ),
+    "a 5000-digit integer": (
+        _text().replace('"memory_mib": 24576', '"memory_mib": ' + "9" * 5000, 1).encode(),
+        "an integer of 5000 digits is out of range",
+    ),
+    "an integer too big for a GPU": (
+        _text().replace('"memory_mib": 24576', '"memory_mib": 99999999999', 1).encode(),
+        r"gpus\[0\].memory_mib must be at most 16777216",
+    ),
+    "not UTF-8": (
+        _text().encode().replace(b'"gpu-a"', b'"gpu-\xe9"'),  # Latin-1, not UTF-8
+        "not UTF-8 \\(bad byte at offset 14\\)",
+    ),
+    "UTF-16": (_text().encode("utf-16"), "not UTF-8"),
+    "not JSON": (b"<html><body>It works!</body></html>", "not JSON"),
+    "empty": (b"", "not JSON"),
+    "a list": (b"[]", "the answer must be a JSON object, got list"),
+    "wrong type: gpus": (
+        _text().replace('"gpus": [', '"gpus": {"0": [').replace("]}", "]}}", 1).encode(),
+        "gpus must be a list, got dict",
+    ),
+    "wrong type: node": (
+        _text().replace('"node": "gpu-a"', '"node": ["gpu-a"]').encode(),
+        "node must be a non-empty string, got a list of 1",
+    ),
+    "thousands of GPUs": (_gpus(5000), f"gpus lists 5000 GPUs, more than the {DEFAULT_MAX_GPUS}"),
+    "a control character in a name": (
+        _text().replace("NVIDIA GeForce RTX 3090", "RTX\\nWARNING forged log line", 1).encode(),
+        r"gpus\[0\].model must be printable text",
+    ),
+    "a lone surrogate": (
+        _text().replace('"gpu-a"', '"gpu-\\ud800"').encode(),
+        "node must be printable text",
+    ),
+    "a 10,000-character model": (
+        _text().replace("NVIDIA GeForce RTX 3090", "M" * 10_000, 1).encode(),
+        r"gpus\[0\].model must be at most 256 characters, got 10000",
+    ),
+    "too many labels": (
+        json.dumps({**answer(), "labels": {f"k{i}": "v" for i in range(100)}}).encode(),
+        "labels: at most 64 labels, got 100",
+    ),
+    "too many containers": (
+        _text()
+        .replace(
+            '"process_containers": ["", ',
+            '"process_containers": ["", ' + ", ".join(f'"c{i}"' for i in range(2000)) + ", ",
+            1,
+        )
+        .encode(),
+        r"gpus\[0\].process_containers lists 2002 containers",
+    ),
+}
+
+
+@pytest.mark.parametrize(("body", "message"), HOSTILE.values(), ids=list(HOSTILE))
+def test_hostile_bodies_are_refused_with_a_reason(body: bytes, message: str) -> None:
+    with pytest.raises(ProbeError, match=f"^invalid agent answer: {message}") as e:
+        parse_agent_body(body)
+    text = str(e.value)
+    assert len(text) < 300 and text.isprintable()  # one short log line, never the body
+
+
+def test_a_good_body_parses_with_its_time() -> None:
+    assert parse_agent_body(_text().encode()) == (busy_node(), 1767225600.5)
+
+
+@pytest.mark.parametrize(("count", "limit", "ok"), [(3, 3, True), (4, 3, False), (1, 1, True)])
+def test_the_gpu_cap_is_the_callers(count: int, limit: int, ok: bool) -> None:
+    if ok:
+        assert len(parse_agent_body(_gpus(count), max_gpus=limit)[0].gpus) == count
+    else:
+        with pytest.raises(ProbeError, match=f"more than the {limit} allowed"):
+            parse_agent_body(_gpus(count), max_gpus=limit)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b'{"error": "the GPUs have not been read yet"}', "the GPUs have not been read yet"),
+        (b"Internal Server Error", "Internal Server Error"),
+        (b"", ""),
+        (b'{"error": "two\\nlines"}', "two?lines"),
+        (b"\xff\xfe\x00bad", "\ufffd\ufffd?bad"),  # U+FFFD is printable
+        (b'{"error": "' + b"e" * 5000 + b'"}', '{"error": "' + "e" * 186 + "..."),
+        (b"[" * 3000, "[" * 197 + "..."),
+    ],
+)
+def test_error_text_is_short_and_printable(body: bytes, expected: str) -> None:
+    assert agent_error_text(body) == expected
