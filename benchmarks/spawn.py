@@ -14,13 +14,15 @@ two real JupyterHub processes side by side, each with its own workdir, port and 
 
 - ``gpu``: :class:`jupyterhub_gpu.spawner.GPUDockerSpawner` with a declared inventory of
   16 GPUs on ``node-a`` (enough for every concurrent server to get 1 GPU);
-- ``stock``: :class:`HostNetworkDockerSpawner` below, i.e. ``dockerspawner.DockerSpawner``
-  with only the host-network override its documentation asks for (a free port per server,
-  ``--ip``/``--port`` arguments, ``get_ip_and_port`` returning 127.0.0.1 and that port). It
-  keeps everything else stock, including DockerSpawner's single shared executor thread.
+- ``stock``: ``dockerspawner.DockerSpawner`` as it comes, configured for the same bridged
+  network: ``network_name`` = the user network (ICC off), ``use_internal_ip=False`` and
+  ``host_ip`` = the node's address, so the engine publishes each server's port there and
+  DockerSpawner reads it back. Everything else is stock, including its single shared
+  executor thread.
 
-Both: the same image (for the GPU spawner through a one-entry catalog), ``network_name=
-"host"``, ``use_internal_ip=True``, ``remove=True``, no home mount (``home_template=""`` for
+Both: the same node in its own network namespace (the engine with bridge and iptables on),
+the same user network, the same image (for the GPU spawner through a one-entry catalog),
+``remove=True``, no home mount (``home_template=""`` for
 the GPU spawner; DockerSpawner mounts nothing by default), ``HOME=/tmp`` in the environment
 (the image's users have no writable home), the same CPU and memory limits (all cores, so no
 throttling, and ``MEM_GIB``) and the same start and HTTP timeouts.
@@ -60,10 +62,18 @@ if str(REPO) not in sys.path:
 import docker  # noqa: E402
 import httpx  # noqa: E402
 import yaml  # noqa: E402
-from dockerspawner import DockerSpawner  # noqa: E402
 
-from tests.support.cluster import TEST_IMAGE, Engine, cluster_up, remove_hub_containers  # noqa: E402
-from tests.support.hub import Hub, free_port  # noqa: E402
+from jupyterhub_gpu.usernet import network_options  # noqa: E402
+from tests.support.cluster import (  # noqa: E402
+    TEST_IMAGE,
+    USER_NETWORK,
+    Engine,
+    cluster_up,
+    remove_hub_containers,
+)
+from tests.support.hub import Hub  # noqa: E402
+
+USER_BRIDGE = "jhgpu-users"  # GPUDockerSpawner.user_bridge's default
 
 SIDES = ("stock", "gpu")
 INVENTORY_GPUS = 16
@@ -71,26 +81,6 @@ MEM_GIB = 8  # memory limit of every server, on both sides
 SETTLE_S = 1.0  # pause after stopping servers, so teardown work never overlaps a measurement
 SERVER_TIMEOUT_S = 180  # the hubs' start_timeout and http_timeout (a loaded machine is slow)
 SPAWN_TIMEOUT_S = 240.0  # the benchmark's own limit for one measurement
-
-
-class HostNetworkDockerSpawner(DockerSpawner):
-    """Stock DockerSpawner plus the documented host-network override, nothing else.
-
-    With ``network_name="host"`` every server needs its own port on the node; the server is
-    told to listen there and the hub is told where to find it (see the docstring of
-    ``DockerSpawner.get_ip_and_port``).
-    """
-
-    async def start(self) -> tuple[str, int]:
-        self.port = free_port()
-        result: tuple[str, int] = await super().start()
-        return result
-
-    def get_args(self) -> list[str]:
-        return [*super().get_args(), "--ip=127.0.0.1", f"--port={self.port}"]
-
-    async def get_ip_and_port(self) -> tuple[str, int]:
-        return "127.0.0.1", self.port
 
 
 # ---------------------------------------------------------------------- hubs
@@ -167,14 +157,21 @@ def _common_config(prefix: str, log_level: str) -> str:
     return f"""
 c.JupyterHub.log_level = {log_level!r}
 c.DockerSpawner.image = {TEST_IMAGE!r}
-c.DockerSpawner.network_name = "host"
-c.DockerSpawner.use_internal_ip = True
 c.DockerSpawner.remove = True
 c.DockerSpawner.prefix = {prefix!r}
 c.Spawner.environment = {{"HOME": "/tmp"}}
 c.Spawner.start_timeout = {SERVER_TIMEOUT_S}
 c.Spawner.http_timeout = {SERVER_TIMEOUT_S}
 """
+
+
+def ensure_user_network(engine: Engine) -> None:
+    """The user network the GPU hub would create, made here for the stock side too."""
+    with engine.client() as client:
+        if not client.networks.list(names=[USER_NETWORK]):
+            client.networks.create(
+                USER_NETWORK, driver="bridge", options=network_options(USER_BRIDGE)
+            )
 
 
 def make_sides(engine: Engine, workdir: Path, run_id: str, log_level: str) -> dict[str, Side]:
@@ -186,11 +183,11 @@ def make_sides(engine: Engine, workdir: Path, run_id: str, log_level: str) -> di
     hub = Hub(workdir / "stock", hub_id=f"bench{run_id}s")
     hub.extra_config = _common_config(prefix, log_level) + (
         f"""
-import sys
-sys.path.insert(0, {str(REPO)!r})
-from benchmarks.spawn import HostNetworkDockerSpawner
-c.JupyterHub.spawner_class = HostNetworkDockerSpawner
+c.JupyterHub.spawner_class = "docker"
 c.DockerSpawner.client_kwargs = {{"base_url": {engine.url!r}}}
+c.DockerSpawner.network_name = {USER_NETWORK!r}
+c.DockerSpawner.use_internal_ip = False
+c.DockerSpawner.host_ip = {engine.address!r}
 c.DockerSpawner.cpu_limit = {cpus!r}
 c.DockerSpawner.mem_limit = "{MEM_GIB}G"
 """
@@ -210,7 +207,7 @@ c.DockerSpawner.mem_limit = "{MEM_GIB}G"
         "default_mem_gib": float(MEM_GIB),
         "max_mem_gib": float(MEM_GIB),
     }
-    nodes = [{"name": engine.name, "docker_url": engine.url, "address": "127.0.0.1"}]
+    nodes = [engine.node_config()]
     hub.extra_config = _common_config(prefix, log_level) + (
         f"""
 c.JupyterHub.spawner_class = "gpudocker"
@@ -539,6 +536,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _raise_interrupt)
     engine = cluster_up(1)[0]
+    ensure_user_network(engine)
     run_id = secrets.token_hex(4)
     workdir = Path(tempfile.mkdtemp(prefix="jhgpu-bench-spawn-"))
     sides = make_sides(engine, workdir, run_id, args.hub_log_level)

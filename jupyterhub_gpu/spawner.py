@@ -84,10 +84,13 @@ class GPUDockerSpawner(DockerSpawner):
         config=True,
         help="""GPU nodes: a list of {name, docker_url, address[, tls, agent_url, labels, drain]}.
 
-        ``docker_url`` is ``unix:///var/run/docker.sock`` or ``tcp://host:2376`` (with
-        ``tls: {ca_cert, client_cert, client_key}``); ``address`` is where the hub
-        reaches single-user servers on that node (containers use host networking).
-        Default: the local engine (``DOCKER_HOST``) as one node named ``local``.
+        ``docker_url`` is ``unix:///var/run/docker.sock``, ``ssh://host`` or
+        ``tcp://host:2376`` with ``tls: {ca_cert, client_cert, client_key}``; plain
+        ``tcp://`` without TLS is refused, loopback included (a node may opt in with
+        ``insecure_plaintext_docker_api: true``, for throw-away test set-ups only).
+        ``address`` is the node's IP (or hostname) where the engine publishes each server's
+        port and the hub reaches it; servers run on ``user_network``, never on the node's
+        network. Default: the local engine (``DOCKER_HOST``) as one node named ``local``.
         """,
     )
     nodes_file = Unicode(

@@ -1,16 +1,18 @@
 """The culler's HTTP edges: the hub's REST API, single-user servers, node agents.
 
 Every call goes through one injected ``httpx.AsyncClient`` with an explicit timeout and
-returns plain data (dicts, :mod:`~jupyterhub_gpu.culler.idleness` dataclasses). Failures
+returns plain data (dicts, :mod:`~jupyterhub_gpu.culler.idleness` dataclasses). Agents'
+answers are read by the one parser of them all, :mod:`jupyterhub_gpu.inventory.wire`. Failures
 raise ``httpx.HTTPError`` (network, status) or :class:`~jupyterhub_gpu.errors.ProbeError`
 (an answer that breaks its contract); the service decides what a failure means.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import math
 from collections.abc import Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -19,6 +21,7 @@ from urllib.parse import quote
 import httpx
 
 from ..errors import ProbeError
+from ..inventory.wire import DEFAULT_MAX_BODY_SIZE, DEFAULT_MAX_GPUS, parse_agent_body
 from .idleness import KernelObservation, KernelsObservation
 
 PAGINATION = "application/jupyterhub-pagination+json"
@@ -165,40 +168,52 @@ class GpuReading:
     memory_used_mib: float | None
 
 
-def _number(gpu: Mapping[str, Any], key: str, where: str) -> float:
-    value = gpu.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ProbeError(f"{where}: '{key}' must be a number, got {value!r}")
-    return float(value)
-
-
-def parse_agent_answer(data: Any) -> tuple[str, list[GpuReading]]:
-    """Validate ``GET /v1/gpus``: ``{"node", "gpus": [{"uuid", "utilization_pct",
-    "memory_used_mib", ...}]}``; unknown fields are ignored, bad known ones named."""
-    if not isinstance(data, Mapping) or not isinstance(data.get("gpus"), list):
-        raise ProbeError("agent answer must be an object with a 'gpus' list")
-    node = str(data.get("node") or "")
-    readings = []
-    for i, gpu in enumerate(data["gpus"]):
-        where = f"agent {node or '?'} gpus[{i}]"
-        if not isinstance(gpu, Mapping) or not isinstance(gpu.get("uuid"), str):
-            raise ProbeError(f"{where}: needs a string 'uuid'")
-        memory = (
-            None if gpu.get("memory_used_mib") is None else _number(gpu, "memory_used_mib", where)
-        )
-        readings.append(GpuReading(gpu["uuid"], _number(gpu, "utilization_pct", where), memory))
-    return node, readings
+def _agent_readings(body: bytes, max_gpus: int) -> tuple[str, list[GpuReading]]:
+    """An agent's raw answer -> (its node name, its GPUs' readings), through the one
+    parser of the agents' answers (:func:`~jupyterhub_gpu.inventory.wire.parse_agent_body`).
+    CPU-bound: run off the event loop."""
+    inventory, _taken = parse_agent_body(body, max_gpus)
+    return inventory.name, [
+        GpuReading(g.uuid, g.utilization_pct, float(g.memory_used_mib)) for g in inventory.gpus
+    ]
 
 
 async def read_agent(
-    client: httpx.AsyncClient, agent_url: str, token: str, timeout: float
+    client: httpx.AsyncClient,
+    agent_url: str,
+    token: str,
+    timeout: float,
+    *,
+    limit: int = DEFAULT_MAX_BODY_SIZE,
+    max_gpus: int = DEFAULT_MAX_GPUS,
+    executor: Executor | None = None,
 ) -> tuple[str, list[GpuReading]]:
-    """One node agent's current GPU readings."""
-    headers = _auth(token) if token else {}
-    resp = await client.get(f"{agent_url.rstrip('/')}/v1/gpus", headers=headers, timeout=timeout)
-    resp.raise_for_status()
+    """One node agent's current GPU readings: ``token`` is that node's own token
+    (:func:`~jupyterhub_gpu.inventory.tokens.node_token`). The answer is untrusted: no
+    redirect is followed, a body over ``limit`` bytes (declared or sent) is not read, and
+    it is parsed in ``executor`` (default: the loop's) by the agents' one parser; any
+    problem is a :class:`ProbeError` naming it."""
+    url = f"{agent_url.rstrip('/')}/v1/gpus"
+    body = bytearray()
+    async with client.stream(
+        "GET",
+        url,
+        headers={**_auth(token), "Accept": "application/json"},
+        timeout=timeout,
+        follow_redirects=False,
+    ) as resp:
+        resp.raise_for_status()
+        declared = resp.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise ProbeError(f"agent {agent_url} answers {declared} bytes, more than {limit}")
+        async for chunk in resp.aiter_bytes():
+            body += chunk
+            if len(body) > limit:
+                raise ProbeError(f"agent {agent_url} answered more than {limit} bytes")
+    loop = asyncio.get_running_loop()
     try:
-        data = resp.json()
-    except ValueError:
-        raise ProbeError(f"agent {agent_url} did not answer JSON") from None
-    return parse_agent_answer(data)
+        return await loop.run_in_executor(executor, _agent_readings, bytes(body), max_gpus)
+    except ProbeError as e:
+        raise ProbeError(f"agent {agent_url}: {e}") from None
+    except Exception as e:  # a bug in the parser, not the agent's answer: still one node
+        raise ProbeError(f"agent {agent_url}: answer not read ({type(e).__name__})") from None

@@ -43,7 +43,7 @@ from traitlets.config import Config, LoggingConfigurable
 from ..errors import ConfigError, ProbeError
 from .model import NodeInventory
 from .tokens import node_token
-from .wire import DEFAULT_MAX_GPUS, agent_error_text, parse_agent_body
+from .wire import DEFAULT_MAX_BODY_SIZE, DEFAULT_MAX_GPUS, agent_error_text, parse_agent_body
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class AgentClient(LoggingConfigurable):
         64, config=True, help="At most this many agent requests in flight at once (default 64)."
     )
     max_body_size = Integer(
-        2 * 1024 * 1024,
+        DEFAULT_MAX_BODY_SIZE,
         config=True,
         help="""Largest agent answer read, in bytes (default 2 MiB, ~6,000 GPUs' worth).
         A larger one is cut off as it arrives and the node counts as unreachable.""",

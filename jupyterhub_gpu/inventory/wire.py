@@ -74,6 +74,9 @@ def inventory_to_json(inventory: NodeInventory, taken_at: float | None = None) -
 
 #: Most GPUs one node may list (the hub's ``AgentClient.max_gpus`` default).
 DEFAULT_MAX_GPUS = 256
+#: Largest agent answer read, in bytes (the hub's ``AgentClient.max_body_size`` default;
+#: the culler's cap): 2 MiB, ~6,000 GPUs' worth.
+DEFAULT_MAX_BODY_SIZE = 2 * 1024 * 1024
 MAX_TEXT = 256  # characters of any string in an answer (names, models, labels)
 MAX_LABELS = 64
 MAX_INT_DIGITS = 20

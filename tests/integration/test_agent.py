@@ -192,10 +192,14 @@ def test_gpus_answer(agent_b: Agent) -> None:
     assert inventory_from_json(data).name == "gpu-b"
 
 
-def wait_for(check: Callable[[], bool], timeout: float = 5.0) -> None:
+def next_reading(agent: Agent, after: float, timeout: float = 10.0) -> dict:
+    """The agent's first answer from a reading of the GPUs newer than ``after``."""
     deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
+    while True:
+        reading = dict(agent.get("/v1/gpus").json())
+        if reading["time"] > after:
+            return reading
+        assert time.monotonic() < deadline, f"no reading after {after} in {timeout} s"
         time.sleep(POLL / 2)
 
 
@@ -215,8 +219,8 @@ def test_live_state_shows_in_gpus_and_metrics(start_agent: Callable[[str], Agent
     assert response.json()["utilization_pct"] == 87.5
     assert agent.put_state(a1, {"healthy": False, "temperature_c": 91}).status_code == 200
 
-    def reflected() -> bool:
-        gpus = {g["uuid"]: g for g in agent.get("/v1/gpus").json()["gpus"]}
+    def reflected(reading: dict) -> bool:
+        gpus = {g["uuid"]: g for g in reading["gpus"]}
         return (
             gpus[a0]["utilization_pct"] == 87.5
             and gpus[a0]["memory_used_mib"] == 40960
@@ -225,8 +229,13 @@ def test_live_state_shows_in_gpus_and_metrics(start_agent: Callable[[str], Agent
             and gpus[a1]["temperature_c"] == 91.0
         )
 
-    time.sleep(2 * POLL)  # and it survives the next readings of the declared file
-    wait_for(reflected)
+    # shown at once, and still after two more readings of the declared file (a reading's
+    # ``time`` is when the agent read the GPUs)
+    reading = agent.get("/v1/gpus").json()
+    assert reflected(reading), reading
+    for _ in range(2):
+        reading = next_reading(agent, after=reading["time"])
+        assert reflected(reading), reading
     metrics = agent.get("/metrics")
     assert metrics.headers["content-type"].startswith("text/plain")
     text = metrics.text

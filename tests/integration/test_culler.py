@@ -59,6 +59,10 @@ OPTIONS = {"image": "demo-cuda11", "gpu_count": 1, "mem_gib": 1, "cpu": 0.5}
 CULLER_SCOPES = ["list:users", "read:servers", "admin:server_state", "delete:servers"]
 CULLER_SCOPES += ["access:servers"]  # kernels and status of the servers
 LINE = re.compile(r"^\[(?P<level>[DIWEC]) (?P<at>[\d-]+ [\d:.]+) GPUIdleCuller\] (?P<message>.*)$")
+# what a test waits for instead of sleeping "long enough": the culler's lines (DEBUG) that
+# say a round finished, and that a round found the hub's API unavailable
+ROUND_DONE = r"GPUIdleCuller\] Cull round \d+ done"
+HUB_UNAVAILABLE = r"GPUIdleCuller\] Hub API unavailable \("
 
 
 # -- the culler as the hub's service ----------------------------------------------------
@@ -313,8 +317,10 @@ def test_idle_gpu_server_is_culled_and_working_ones_are_kept(
     erin = hub.wait_ready("erin", timeout=240)
     assert erin["state"]["gpu_uuids"] == [gpu["ann"]], "erin did not get ann's freed GPU"
 
-    # the others: given three more rounds past the last one's timeout, still running
-    time.sleep(max(max(ready.values()) + TIMEOUT + 3 * INTERVAL - time.monotonic(), 0))
+    # the others: given three more whole rounds past the last one's timeout (the timeout
+    # is time; the rounds after it are events: the first counted may have begun before)
+    time.sleep(max(max(ready.values()) + TIMEOUT - time.monotonic(), 0))
+    hub.wait_log(ROUND_DONE, after=hub.log_offset(), count=4, timeout=4 * INTERVAL + 60)
     for user in ("bob", "carol", "dave"):
         s = hub.server(user)
         assert s and s["ready"], f"{user}'s server was stopped: {decisions(hub, user)}"
@@ -427,7 +433,9 @@ def test_dry_run_logs_what_it_would_do_and_stops_nothing(
         return [m for _, _, m in culler_log(hub) if m.startswith("Would cull yan (dry run): ")]
 
     wait_for(would_cull, ready + TIMEOUT + INTERVAL + 3, "a dry-run decision about yan", hub)
-    time.sleep(2 * INTERVAL + 1)  # two more rounds: each says it again, none acts
+    # two more whole rounds (the first round done may be the one that said it): each says
+    # it again, none acts
+    hub.wait_log(ROUND_DONE, after=hub.log_offset(), count=3, timeout=3 * INTERVAL + 60)
     server = hub.server("yan")
     assert server and server["ready"], f"the dry run stopped yan's server:\n{hub.log_tail()}"
     lines = would_cull()
@@ -488,10 +496,11 @@ def test_culler_survives_its_own_crash_and_a_frozen_hub(
 
     # the hub freezes for more than two rounds: the culler can't list servers, says so
     assert hub.proc is not None
-    frozen_at = datetime.now(timezone.utc)
+    frozen_at, since = datetime.now(timezone.utc), hub.log_offset()
     os.kill(hub.proc.pid, signal.SIGSTOP)
-    try:
-        time.sleep(2 * (INTERVAL + request_timeout) + 1)
+    try:  # two rounds fail to list the servers (the culler still writes to the hub's log)
+        wait = 2 * (INTERVAL + request_timeout) + 60
+        hub.wait_log(HUB_UNAVAILABLE, after=since, count=2, timeout=wait)
     finally:
         os.kill(hub.proc.pid, signal.SIGCONT)
     outage = [

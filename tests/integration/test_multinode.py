@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import secrets
 import signal
 import time
@@ -282,14 +283,18 @@ def wait_rounds(hub: Hub, after: int, count: int = 2) -> int:
     return hub.wait_log(ROUND, after=after, count=count, timeout=count * RECONCILE_S + 60)
 
 
-def wait_polls(hub: Hub, after: int, *states: dict[str, Any], count: int = 2) -> None:
-    """Wait until the hub polled the server of each spawner state ``count`` times past log
-    offset ``after`` (so at least once from start to end after it)."""
-    for state in states:
-        container = state["object_id"][:7]
-        polled = rf"Container {container} status: |Poll of \S+: node {state['node']} is down"
-        if state["node"] == "":
-            polled = rf"Container {container} status: "
+def wait_polls(hub: Hub, after: int, states: dict[str, dict[str, Any]], count: int = 2) -> None:
+    """Wait until the hub polled the default server of each user of ``states`` (user ->
+    spawner state) ``count`` times past log offset ``after``, so at least once from start
+    to end after it; a poll of a server whose node is down counts too."""
+    for user, state in states.items():
+        polled = "|".join(
+            (
+                rf"Container {state['object_id'][:7]} status: ",
+                rf"Poll of {re.escape(user)}/: node \S+ is down; kept",
+                rf"Node \S+ unreachable while polling {re.escape(user)}/: ",
+            )
+        )
         hub.wait_log(polled, after=after, count=count, timeout=count * 2 + 60)
 
 
@@ -327,7 +332,7 @@ def test_thirty_concurrent_spawns_get_every_gpu_once(make_hub, engines, cluster)
 
 def test_hub_killed_restarted_then_reconciled(make_hub, engines, by_name, cluster) -> None:
     nodes = [by_name["node-a"], by_name["node-c"]]  # 5 GPUs: fewer containers, same point
-    hub = start_hub(make_hub, nodes, cluster)
+    hub = start_hub(make_hub, nodes, cluster, DEBUG_LOG)
     users = [f"old{i}" for i in range(5)]
     create_users(hub, users)
     responses = spawn_all(hub, dict.fromkeys(users, CUDA11))
@@ -384,7 +389,7 @@ def test_hub_killed_restarted_then_reconciled(make_hub, engines, by_name, cluste
                 )
             ],
         )
-    time.sleep(2 * RECONCILE_S + 2)  # at least one whole reconciliation after it appeared
+    wait_rounds(hub, hub.log_offset())  # a whole reconciliation round after it appeared
     spawn_refused(hub, "late", CUDA11, "free")
 
     # a server container removed by hand frees its GPU (and the hub forgets the server)
@@ -407,7 +412,11 @@ def test_hub_killed_restarted_then_reconciled(make_hub, engines, by_name, cluste
     with engine.client() as client:
         client.api.pause(paused["Id"])
         try:
-            time.sleep(2 * RECONCILE_S + 2)
+            # a whole reconciliation round since, and a poll that saw it paused: both kept it
+            since = hub.log_offset()
+            wait_rounds(hub, since)
+            seen_paused = rf'Container {paused["Id"][:7]} status: .*"Paused": true'
+            hub.wait_log(seen_paused, after=since, timeout=60)
             spawn_refused(hub, "extra", CUDA11, "free")
             assert hub.server("old4")["ready"]
         finally:
@@ -415,7 +424,7 @@ def test_hub_killed_restarted_then_reconciled(make_hub, engines, by_name, cluste
 
 
 def test_engine_dies_mid_run(make_hub, engines, by_name, cluster) -> None:
-    hub = start_hub(make_hub, engines, cluster)
+    hub = start_hub(make_hub, engines, cluster, DEBUG_LOG)
     on_b = {
         "titan": {**CUDA11, "gpu_model": TITANX[0]},
         "turing": {**CUDA11, "gpu_model": RTX2080TI[0]},
@@ -464,8 +473,11 @@ def test_engine_dies_mid_run(make_hub, engines, by_name, cluster) -> None:
         assert state["node"] != "node-b"
         check_inside(others, hub, "elsewhere", state)
 
-        # the servers on the dead node stay (several polls later), with their GPUs
-        time.sleep(5)
+        # the servers on the dead node stay, with their GPUs, through whole polls of each
+        # and a whole reconciliation round
+        since = hub.log_offset()
+        wait_polls(hub, since, held)
+        wait_rounds(hub, since)
         now = servers(hub)
         for user, state in held.items():
             assert user in now and now[user]["ready"], f"{user} was dropped while node-b is down"
@@ -565,7 +577,7 @@ def test_nodes_file_add_drain_remove(make_hub, engines, by_name, cluster, tmp_pa
         make_hub,
         [by_name["node-a"]],
         cluster,
-        f"c.GPUDockerSpawner.nodes_file = {str(nodes_file)!r}\n",
+        f"c.GPUDockerSpawner.nodes_file = {str(nodes_file)!r}\n" + DEBUG_LOG,
         extra_engines=[node_c],
     )
     big = {**CUDA11, "min_gpu_memory_gib": 40}
@@ -586,14 +598,18 @@ def test_nodes_file_add_drain_remove(make_hub, engines, by_name, cluster, tmp_pa
     spawn_refused(hub, "big2", big, "drained")
     small = spawn_ready(hub, "small", CUDA11)
     assert small["node"] == "node-a"
-    time.sleep(5)  # a few polls and reconciliations
+    since = hub.log_offset()  # a whole reconciliation round and a whole poll of each since
+    wait_rounds(hub, since)
+    wait_polls(hub, since, running)
     for user, st in running.items():
         assert hub.server(user)["ready"] and hub.server(user)["state"] == st
         check_inside([node_c], hub, user, st)
 
     write_nodes([])  # removed: still no new servers there, the running ones still managed
     spawn_refused(hub, "big2", big, "40 GiB")
-    time.sleep(5)
+    since = hub.log_offset()
+    wait_rounds(hub, since)
+    wait_polls(hub, since, running)
     for user, st in running.items():
         assert hub.server(user)["ready"] and hub.server(user)["state"] == st
     stop(hub, [node_c], *running)
