@@ -102,8 +102,7 @@ c.JupyterHub.load_roles = [
             "list:users",
             "read:servers",
             "admin:server_state",  # which GPUs each server holds
-            "delete:servers",
-            "access:servers",  # kernels and status of the servers
+            "delete:servers",  # no access:servers: it reads a server with that server's token
             "read:users:groups",  # only needed with group_overrides
         ],
         "services": ["gpu-culler"],

@@ -453,7 +453,7 @@ def summarize(
         "concurrent": args.concurrent,
         "engine": "node-a",
         "image": TEST_IMAGE,
-        "network": "host",
+        "network": f"{USER_NETWORK} (bridge, ICC off, port published on the node)",
         "remove": True,
         "home_mount": "none (both)",
         "cpu_limit": float(len(os.sched_getaffinity(0))),

@@ -51,9 +51,7 @@ class GPULedger:
         latest = now - older_than if taken_before is None else min(now - older_than, taken_before)
         gpus = {h.holder for h in self._holds.values() if h.node == node and h.since <= latest}
         servers = {
-            holder
-            for holder, h in self._servers.items()
-            if h.node == node and h.since <= latest
+            holder for holder, h in self._servers.items() if h.node == node and h.since <= latest
         }
         return gpus | servers
 

@@ -2,7 +2,7 @@
 
 Every call goes through one injected ``httpx.AsyncClient`` with an explicit timeout and
 returns plain data (dicts, :mod:`~jupyterhub_gpu.culler.idleness` dataclasses). Agents'
-answers are read by the one parser of them all, :mod:`jupyterhub_gpu.inventory.wire`. Failures
+answers go through the one parser of them, :mod:`jupyterhub_gpu.inventory.wire`. Failures
 raise ``httpx.HTTPError`` (network, status) or :class:`~jupyterhub_gpu.errors.ProbeError`
 (an answer that breaks its contract); the service decides what a failure means.
 """
@@ -202,6 +202,11 @@ async def read_agent(
         timeout=timeout,
         follow_redirects=False,
     ) as resp:
+        if resp.status_code in (401, 403):
+            raise ProbeError(
+                f"agent {agent_url} refused its token (HTTP {resp.status_code}): it needs its "
+                "node's own token, derived from the site secret (docs/agent.md)"
+            )
         resp.raise_for_status()
         declared = resp.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:

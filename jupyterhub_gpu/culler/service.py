@@ -13,10 +13,12 @@ server through the proxy counts as activity in the proxy's books, which the hub 
 copies into ``last_activity``. A server whose spawner state has ``server_url`` is read
 directly, bypassing the proxy. A server is read with its own API token from its spawner
 state, never with the culler's (:mod:`~jupyterhub_gpu.culler.access`); one without is not
-read, and kept. What a server says about itself is its user's claim: ``max_age`` (on by
-default) bounds it. Nothing here raises out of a loop: the hub API down means
-"try again next interval", an agent down means its GPUs have no fresh readings, so their
-servers are kept.
+read, and kept. Each agent is sent its own node's token, derived from the site secret
+(:mod:`~jupyterhub_gpu.inventory.tokens`), and its answer is read by the agents' one parser
+(:mod:`~jupyterhub_gpu.inventory.wire`). What a server says about itself is its user's
+claim: ``max_age`` (on by default) bounds it. Nothing here raises out of a loop: the hub
+API down means "try again next interval", an agent down means its GPUs have no fresh
+readings, so their servers are kept.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from traitlets import Bool, Callable, Dict, Float, Instance, Int, Unicode, Union
 from traitlets.config import Application
 
 from ..errors import ConfigError, ProbeError
+from ..inventory.tokens import node_token
 from .access import server_access
 from .client import HubAPI, describe_failure, parse_time, read_agent, read_kernels
 from .idleness import (
@@ -159,9 +162,12 @@ class GPUIdleCuller(Application):
         help="""Node agent per node name, as the spawner state's ``node`` names it:
         ``{"gpu-a": "http://10.0.0.11:9450"}``. GPUs of a node without one are never culled.""",
     ).tag(config=True)
-    agent_token = Unicode(help="Token for the agents. Default: $JUPYTERHUB_GPU_AGENT_TOKEN.").tag(
-        config=True
-    )
+    agent_token = Unicode(
+        help="""The node agents' site secret, the hub's ``GPUDockerSpawner.agent_token``
+        (default: $JUPYTERHUB_GPU_AGENT_TOKEN), at least 16 characters. It is never sent:
+        each agent gets its own node's token, derived from it
+        (:func:`~jupyterhub_gpu.inventory.tokens.node_token`).""",
+    ).tag(config=True)
     notes_file = Unicode(
         "jupyterhub-gpu-cull-notes.json",
         help="JSON file of recent cull reasons per user, read by the hub to tell users; '' = off.",
@@ -277,9 +283,9 @@ class GPUIdleCuller(Application):
         async def poll(node: str, url: str) -> None:
             try:
                 answered, readings = await read_agent(
-                    self._client(), url, self.agent_token, self.agent_timeout
+                    self._client(), url, self._agent_token_of(node), self.agent_timeout
                 )
-                if answered and answered != node:  # a wrong URL: not this node's GPUs
+                if answered != node:  # a wrong URL: not this node's GPUs
                     raise ProbeError(f"the agent at {url} answers for node {answered!r}")
             except (httpx.HTTPError, ProbeError) as e:
                 if self._agent_ok.get(node, True):
@@ -300,6 +306,17 @@ class GPUIdleCuller(Application):
                 self._tracker(r.uuid).add(at, r.utilization_pct, r.memory_used_mib)
 
         await asyncio.gather(*(poll(n, u) for n, u in sorted(self.agent_urls.items())))
+
+    def _agent_token_of(self, node: str) -> str:
+        """``node``'s own agent token, derived from the site secret; without a usable
+        secret, a :class:`ProbeError` and nothing is sent to the agent."""
+        try:
+            return node_token(self.agent_token, node)
+        except ValueError as e:
+            raise ProbeError(
+                f"no agent token: {e}; set GPUIdleCuller.agent_token "
+                "(or $JUPYTERHUB_GPU_AGENT_TOKEN) to the hub's site secret"
+            ) from None
 
     def _missed(self, uuids: frozenset[str]) -> None:
         """These GPUs' readings were missed: unobserved time must not count as idle time."""

@@ -4,14 +4,19 @@ Started by scripts/demo.sh, which also starts the private demo directory
 (scripts/ldap-server.sh: slapd on 127.0.0.1:3890 with scripts/ldap/demo.ldif). Log in as
 alice / alice-gpu, bob / bob-gpu or carol / carol-gpu (admin, group hub-admins); dave
 (no uidNumber) and erin (not in gpu-users) are refused. The hub also runs the node agent
-for node-a (declared mode, 127.0.0.1:9450) and the GPU idle culler as services. Not a
-production config (see the top-level jupyterhub_config.py and docs/auth.md for a real site).
+for node-a and the GPU idle culler as services. The agent runs inside node-a's network
+namespace, as on a real node (declared mode, 10.250.1.2:9450, out of reach of user
+servers behind the node firewall), with node-a's own token derived from the site secret
+(.demo/agent_token); the culler holds the site secret and derives it too. Not a production
+config (see the top-level jupyterhub_config.py and docs/auth.md for a real site).
 """
 
 import os
 import secrets
 import sys
 from pathlib import Path
+
+from jupyterhub_gpu.inventory.tokens import node_token
 
 c = get_config()  # type: ignore[name-defined]  # noqa: F821
 
@@ -91,14 +96,20 @@ c.GPUDockerSpawner.prefix = "jhgpu-demo"
 c.JupyterHub.allow_named_servers = True
 c.JupyterHub.named_server_limit_per_user = 3
 
-# services: node-a's agent (on a real site it runs on the node itself, docs/agent.md) and
-# the GPU idle culler with the fewest scopes (docs/culler.md); scripts/demo/culler_config.py
+# services: node-a's agent and the GPU idle culler with the fewest scopes (docs/culler.md;
+# scripts/demo/culler_config.py). On a real site the agent runs on the node itself
+# (docs/agent.md); here the hub (root) starts it inside node-a's network namespace
+# (scripts/cluster.sh), listening on node-a's address, so it is reached as a real node's
+# agent is, and the node firewall keeps user servers away from it. AGENT_TOKEN is the site
+# secret (the culler's, and the hub's $JUPYTERHUB_GPU_AGENT_TOKEN default): the agent gets
+# only node-a's own token, derived from it (docs/agent.md)
 AGENT_PORT = int(os.environ.get("JHGPU_DEMO_AGENT_PORT", "9450"))
 AGENT_TOKEN = os.environ.get("JUPYTERHUB_GPU_AGENT_TOKEN") or _secret("agent_token")
+AGENT_URL = f"http://{NODE_A}:{AGENT_PORT}"
 culler_env = {
     "JUPYTERHUB_GPU_AGENT_TOKEN": AGENT_TOKEN,
     "JHGPU_DEMO_DIR": str(DEMO),
-    "JHGPU_DEMO_AGENT_URL": f"http://127.0.0.1:{AGENT_PORT}",
+    "JHGPU_DEMO_AGENT_URL": AGENT_URL,
 }
 if os.environ.get("JHGPU_DEMO_CULL_TIMEOUT"):
     culler_env["JHGPU_DEMO_CULL_TIMEOUT"] = os.environ["JHGPU_DEMO_CULL_TIMEOUT"]
@@ -106,16 +117,19 @@ c.JupyterHub.services = [
     {
         "name": "gpu-agent-node-a",
         "command": [
+            "nsenter",
+            "--net=/var/run/netns/jhgpu-node-a",
             sys.executable,
             "-m",
             "jupyterhub_gpu.agent",
             "--probe=declared",
             f"--inventory={HERE / 'inventory.yaml'}",
             "--node=node-a",
+            f"--ip={NODE_A}",
             f"--port={AGENT_PORT}",
             "--log-level=WARN",
         ],
-        "environment": {"JUPYTERHUB_GPU_AGENT_TOKEN": AGENT_TOKEN},
+        "environment": {"JUPYTERHUB_GPU_AGENT_TOKEN": node_token(AGENT_TOKEN, "node-a")},
     },
     {
         "name": "gpu-culler",
@@ -136,7 +150,6 @@ c.JupyterHub.load_roles = [
             "read:servers",
             "admin:server_state",
             "delete:servers",
-            "access:servers",
         ],
         "services": ["gpu-culler"],
     }

@@ -66,13 +66,14 @@ CUDA11 = {"image": "demo-cuda11", "gpu_count": 1, **LIGHT}
 # A stand-in for the single-user server: what these tests check is where servers go and
 # which GPUs their containers get, and a real server needs ~10 s of CPU to start on this
 # 2-core machine (8 at once at 0.5 CPU each miss the 60 s http_timeout while other tests
-# run). It answers HTTP on the --ip/--port the spawner gives it, so the hub sees it ready
-# at the node's address, and exits on SIGTERM. The container, its DeviceRequest, labels
-# and limits are the real ones; tests/integration/test_spawner.py runs the real server.
+# run). It answers HTTP where JUPYTERHUB_SERVICE_URL says (0.0.0.0:8888 in its container),
+# so the hub sees it ready at the port published on the node's address, and exits on
+# SIGTERM. The container, its DeviceRequest, labels and limits are the real ones;
+# tests/integration/test_spawner.py runs the real server.
 STUB_SERVER = """
-import http.server, signal, sys
+import http.server, os, signal, sys, urllib.parse
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-opts = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
+url = urllib.parse.urlsplit(os.environ["JUPYTERHUB_SERVICE_URL"])  # JupyterHub's, not argv
 class Ok(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         self.send_response(200)
@@ -80,7 +81,7 @@ class Ok(http.server.BaseHTTPRequestHandler):
         self.wfile.write(b"ok")
     def log_message(self, *args):
         pass
-http.server.ThreadingHTTPServer((opts["ip"], int(opts["port"])), Ok).serve_forever()
+http.server.ThreadingHTTPServer((url.hostname, url.port), Ok).serve_forever()
 """
 STUB = f"c.GPUDockerSpawner.cmd = ['python3', '-c', {STUB_SERVER!r}]\n"
 # What a test waits for instead of sleeping "long enough" (the hub logs both at DEBUG):

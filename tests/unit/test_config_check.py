@@ -27,6 +27,7 @@ from jupyterhub_gpu.config import (
 )
 from jupyterhub_gpu.culler.service import GPUIdleCuller
 from jupyterhub_gpu.errors import ConfigError
+from jupyterhub_gpu.inventory.tokens import node_token
 
 pytestmark = pytest.mark.unit
 REPO = Path(__file__).resolve().parents[2]
@@ -55,8 +56,10 @@ def test_site_example_and_demo_configs_are_checked() -> None:
 def test_demo_runs_node_a_agent_and_the_culler_as_services(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The demo hub's services start with settings that fit together: the culler reads
-    the agent the hub starts, with its token, and writes the notes the spawn form reads."""
+    """The demo hub's services start with settings that fit together: the agent runs in
+    node-a's network namespace on node-a's address with node-a's own token, the culler
+    reads it there with the site secret it derives that token from, and writes the notes
+    the spawn form reads."""
     monkeypatch.setenv("JHGPU_DEMO_DIR", str(tmp_path))
     monkeypatch.setenv("JHGPU_DEMO_CULL_TIMEOUT", "120")
     monkeypatch.delenv("JUPYTERHUB_GPU_AGENT_TOKEN", raising=False)
@@ -69,12 +72,20 @@ def test_demo_runs_node_a_agent_and_the_culler_as_services(
     assert len(token) >= 32 and (tmp_path / "agent_token").stat().st_mode & 0o077 == 0
 
     agent_cmd = services["gpu-agent-node-a"]["command"]
-    assert agent_cmd[1:3] == ["-m", "jupyterhub_gpu.agent"]
+    # inside node-a's namespace, as scripts/cluster.sh names it (netns() { echo "jhgpu-$1"; })
+    assert agent_cmd[:2] == ["nsenter", "--net=/var/run/netns/jhgpu-node-a"]
+    assert 'echo "jhgpu-$1"' in (REPO / "scripts" / "cluster.sh").read_text()
+    assert agent_cmd[3:5] == ["-m", "jupyterhub_gpu.agent"]
     agent = GPUAgent()
-    agent.parse_command_line(agent_cmd[3:])
+    agent.parse_command_line(agent_cmd[5:])
     nodes = yaml.safe_load(Path(agent.inventory).read_text())["nodes"]
-    assert agent.probe == "declared" and agent.node in {n["name"] for n in nodes}
-    assert services["gpu-agent-node-a"]["environment"]["JUPYTERHUB_GPU_AGENT_TOKEN"] == token
+    assert agent.probe == "declared" and agent.node == "node-a"
+    assert agent.node in {n["name"] for n in nodes}
+    (node_a,) = c.GPUDockerSpawner.nodes
+    assert node_a["name"] == agent.node and agent.ip == node_a["address"] == "10.250.1.2"
+    # the agent holds its node's own token, never the site secret
+    agent_token = services["gpu-agent-node-a"]["environment"]["JUPYTERHUB_GPU_AGENT_TOKEN"]
+    assert agent_token == node_token(token, "node-a") and agent_token != token
 
     culler_cmd, env = services["gpu-culler"]["command"], services["gpu-culler"]["environment"]
     assert culler_cmd[1:3] == ["-m", "jupyterhub_gpu.culler"]
@@ -83,15 +94,14 @@ def test_demo_runs_node_a_agent_and_the_culler_as_services(
     culler = GPUIdleCuller()
     culler.initialize(culler_cmd[3:])
     culler.check_config()
-    assert culler.agent_urls == {agent.node: f"http://127.0.0.1:{agent.port}"}
-    assert culler.agent_token == token
+    assert culler.agent_urls == {agent.node: f"http://{agent.ip}:{agent.port}"}
+    assert culler.agent_token == token  # the site secret: it derives each agent's token
     assert culler.timeout == culler.gpu_timeout == 120
     assert culler.notes_file == c.GPUDockerSpawner.cull_notes_file
     (role,) = c.JupyterHub.load_roles
     assert role["services"] == ["gpu-culler"]
-    assert {"list:users", "admin:server_state", "delete:servers", "access:servers"} <= set(
-        role["scopes"]
-    )
+    assert {"list:users", "admin:server_state", "delete:servers"} <= set(role["scopes"])
+    assert "access:servers" not in role["scopes"]  # servers are read with their own tokens
 
 
 def _bad_catalog(tmp_path: Path) -> str:

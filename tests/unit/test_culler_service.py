@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -26,16 +26,19 @@ import pytest
 from traitlets.config import Config
 
 from jupyterhub_gpu.culler.access import server_access
-from jupyterhub_gpu.culler.client import describe_failure, parse_agent_answer, parse_time
+from jupyterhub_gpu.culler.client import GpuReading, describe_failure, parse_time, read_agent
 from jupyterhub_gpu.culler.idleness import Signal
 from jupyterhub_gpu.culler.notes import load_notes, notes_for
 from jupyterhub_gpu.culler.service import GPUIdleCuller
 from jupyterhub_gpu.errors import ConfigError, ProbeError
+from jupyterhub_gpu.inventory.tokens import node_token
+from jupyterhub_gpu.inventory.wire import DEFAULT_MAX_BODY_SIZE
 
 pytestmark = pytest.mark.unit
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
 HUB = "http://hub.test/hub/api"
+SITE_SECRET = "site-secret-of-the-culler-tests"  # the hub's; each agent gets its own token
 
 
 def iso(minutes_ago: float) -> str:
@@ -81,13 +84,14 @@ class World:
             self.user("ivan", server("ivan", token=False)),  # started before tokens were kept
         ]  # fmt: skip
         self.gpu_util = {"GPU-a0": 0.0, "GPU-a1": 0.0, "GPU-a2": 85.0, "GPU-a3": 0.0}
-        self.gpu_memory: dict[str, float] = {}  # MiB in use; 0 when absent
+        self.gpu_memory: dict[str, int] = {}  # MiB in use; 0 when absent
         self.kernels = {
             "/user/alice/": [{"id": "k1", "execution_state": "idle", "last_activity": iso(110)}],
             "/user/bob/": [{"id": "k2", "execution_state": "busy", "last_activity": iso(100)}],
         }
         self.hub_up = True
         self.answers: dict[str, httpx.Response] = {}  # server URL path prefix -> its answer
+        self.agent_answers: dict[str, Callable[[], httpx.Response]] = {}  # host -> answer
         self.requests: list[httpx.Request] = []
         self.in_flight = self.max_in_flight = 0
 
@@ -111,14 +115,10 @@ class World:
             if not self.hub_up:
                 raise httpx.ConnectError("connection refused", request=request)
             return self.hub(request)
+        if host in self.agent_answers:
+            return self.agent_answers[host]()
         if host == "agent-a.test":
-            gpus = [{"uuid": u, "index": i, "model": "TITAN X", "memory_mib": 12288,
-                     "memory_used_mib": self.gpu_memory.get(u, 0), "utilization_pct": p,
-                     "healthy": True, "process_containers": []}
-                    for i, (u, p) in enumerate(sorted(self.gpu_util.items()))]  # fmt: skip
-            return httpx.Response(
-                200, json={"node": "node-a", "driver_version": "535", "gpus": gpus}
-            )
+            return httpx.Response(200, json=self.agent_a())
         if host == "agent-b.test":
             raise httpx.ConnectError("no route to host", request=request)
         prefix, _, endpoint = url.path.rpartition("api/")
@@ -129,6 +129,15 @@ class World:
         if endpoint == "status":
             return httpx.Response(200, json={"last_activity": iso(115), "connections": 0})
         return httpx.Response(404)
+
+    def agent_a(self) -> dict[str, Any]:
+        """node-a's agent's answer, as the real agent writes it (inventory/wire.py)."""
+        gpus = [{"uuid": u, "index": i, "model": "TITAN X", "memory_mib": 12288,
+                 "memory_used_mib": self.gpu_memory.get(u, 0), "utilization_pct": p,
+                 "compute_capability": "6.1", "healthy": True, "process_containers": [],
+                 "new_field": 1}  # unknown fields are ignored
+                for i, (u, p) in enumerate(sorted(self.gpu_util.items()))]  # fmt: skip
+        return {"node": "node-a", "driver_version": "535.104.05", "gpus": gpus}
 
     def hub(self, request: httpx.Request) -> httpx.Response:
         if request.method == "DELETE":
@@ -163,7 +172,7 @@ def make_culler(world: World, tmp_path: Path, **traits: Any) -> GPUIdleCuller:
     c.GPUIdleCuller.proxy_url = "http://proxy.test"
     c.GPUIdleCuller.agent_urls = {"node-a": "http://agent-a.test:9450",
                                   "node-b": "http://agent-b.test:9450"}  # fmt: skip
-    c.GPUIdleCuller.agent_token = "agent-secret"
+    c.GPUIdleCuller.agent_token = SITE_SECRET
     c.GPUIdleCuller.gpu_poll_interval = 60.0
     c.GPUIdleCuller.notes_file = str(tmp_path / "notes.json")
     c.GPUIdleCuller.state_file = str(tmp_path / "state.json")
@@ -199,8 +208,8 @@ def expected_auth(request: httpx.Request) -> str:
     """The one Authorization header the culler may send with ``request``."""
     if request.url.host == "hub.test":
         return "token svc-token"
-    if request.url.host.startswith("agent-"):
-        return "token agent-secret"
+    if request.url.host.startswith("agent-"):  # agent-a.test is node-a's: its own token
+        return f"token {node_token(SITE_SECRET, 'node-' + request.url.host[6])}"
     prefix = str(request.url.copy_with(query=None)).rpartition("api/")[0]
     return f"token {token_of(*SERVER_OF[prefix])}"
 
@@ -225,8 +234,9 @@ async def test_a_round_culls_only_the_idle(world: World, tmp_path: Path) -> None
     assert {k: (d.cull, d.signal) for k, d in decisions.items()} == EXPECTED
     assert world.deletes() == ["/hub/api/users/alice/server", "/hub/api/users/erin/servers/train"]
     assert decisions["ivan"].reason == "kernels not read: no server_token in its spawner state"
-    # the service's token on the hub only, the agent's on the agents, and on each server
-    # that server's own token: nothing a server's user could not already use
+    # the service's token on the hub only, on each agent that node's own token (never the
+    # site secret), and on each server that server's own token: nothing a server's user
+    # could not already use
     for r in world.requests:
         assert r.headers["Authorization"] == expected_auth(r), r.url
     # kernels are read only where every other signal said idle, and never tracked as activity
@@ -392,7 +402,7 @@ async def test_callable_group_overrides(world: World, tmp_path: Path) -> None:
 async def test_a_gpu_holding_memory_waits_longer(world: World, tmp_path: Path) -> None:
     """alice's GPU holds a loaded model it never ran: kept for gpu_loaded_idle (1 h), not
     the 30-min timeout; a group override can shorten that wait."""
-    world.gpu_memory["GPU-a0"] = 8000.0
+    world.gpu_memory["GPU-a0"] = 8000
     culler = make_culler(world, tmp_path)
     await poll(culler, start=50)
     decision = (await culler.cull_once(now=T0))["alice"]
@@ -464,10 +474,54 @@ async def test_no_token_reaches_the_log(world: World, tmp_path: Path) -> None:
     await culler.cull_once(now=T0)
     assert any("kernels could not be read" in m for m in lines)
     text = "\n".join(lines)
-    assert "svc-token" not in text and "srv-" not in text and "agent-secret" not in text
+    assert "svc-token" not in text and "srv-" not in text and SITE_SECRET not in text
+    assert node_token(SITE_SECRET, "node-a") not in text
     access = server_access(world.users[0]["servers"][""], "http://proxy.test")
     assert access is not None and access.token == "srv-alice-default"
     assert "srv-alice-default" not in repr(access)
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        (lambda: httpx.Response(200, content=endless_body()), "more than 2097152 bytes"),
+        (lambda: httpx.Response(200, content=b'{"node": "node-b", "x": 1e400}'), "out of range"),
+        (lambda: httpx.Response(200, json={**one_gpu(), "node": "node-b", "gpus": "all"}),
+         "gpus must be a list"),
+    ],
+    ids=["endless", "1e400", "wrong-type"],
+)  # fmt: skip
+async def test_a_hostile_agent_marks_only_its_node_unreachable(
+    world: World, tmp_path: Path, answer: Callable[[], httpx.Response], why: str
+) -> None:
+    """node-b's agent answers garbage instead of nothing: its servers are kept, with one
+    log line saying why, and node-a's GPUs are judged as usual."""
+    world.agent_answers["agent-b.test"] = answer
+    culler = make_culler(world, tmp_path)
+    lines = record_log(culler)
+    await poll(culler)
+    decisions = await culler.cull_once(now=T0)
+    assert {k: (d.cull, d.signal) for k, d in decisions.items()} == EXPECTED
+    (line,) = [m for m in lines if m.startswith("Agent of node-b unreachable")]
+    assert why in line and line.endswith("its servers are kept")
+
+
+@pytest.mark.parametrize("secret", ["", "too-short"])
+async def test_without_a_site_secret_agents_are_not_asked(
+    world: World, tmp_path: Path, secret: str
+) -> None:
+    """No usable site secret: nothing is sent to any agent, each node's agent counts as
+    unreachable (one line per node saying what to set), and their servers are kept."""
+    culler = make_culler(world, tmp_path, agent_token=secret)
+    lines = record_log(culler)
+    await poll(culler)
+    assert not [r for r in world.requests if r.url.host.startswith("agent-")]
+    warnings = [m for m in lines if m.startswith("Agent of")]
+    assert [w.split()[2] for w in warnings] == ["node-a", "node-b"]
+    assert all("no agent token" in w and "GPUIdleCuller.agent_token" in w for w in warnings)
+    decisions = await culler.cull_once(now=T0)
+    assert decisions["alice"].signal is Signal.GPU_MISSING
+    assert world.deletes() == ["/hub/api/users/erin/servers/train"]
 
 
 def test_config_is_checked_at_start(tmp_path: Path) -> None:
@@ -482,25 +536,69 @@ def test_config_is_checked_at_start(tmp_path: Path) -> None:
     broken.load_state()  # logs and starts afresh
 
 
+async def endless_body() -> AsyncIterator[bytes]:
+    """A body that never ends (no Content-Length): only a cap stops reading it."""
+    while True:
+        yield b" " * 65536
+
+
+def one_gpu(**fields: Any) -> dict[str, Any]:
+    gpu = {"uuid": "G", "index": 0, "model": "TITAN X", "memory_mib": 12288,
+           "compute_capability": "6.1", "utilization_pct": 7, "memory_used_mib": 100}  # fmt: skip
+    return {"node": "n", "driver_version": "535.104.05", "gpus": [{**gpu, **fields}]}
+
+
+def huge_gpu_list() -> dict[str, Any]:
+    gpus = [{**one_gpu()["gpus"][0], "uuid": f"G{i}", "index": i} for i in range(1000)]
+    return {**one_gpu(), "gpus": gpus}
+
+
 @pytest.mark.parametrize(
     ("answer", "message"),
     [
-        ([], "an object with a 'gpus' list"),
-        ({"gpus": [{"index": 0}]}, "needs a string 'uuid'"),
-        ({"node": "n", "gpus": [{"uuid": "G", "utilization_pct": "7"}]}, "'utilization_pct'"),
-        ({"gpus": [{"uuid": "G", "utilization_pct": 7, "memory_used_mib": True}]}, "memory"),
+        (lambda: httpx.Response(200, json=[]), "the answer must be a JSON object"),
+        (lambda: httpx.Response(200, json={"node": "n", "gpus": []}), "driver_version is missing"),
+        (lambda: httpx.Response(200, json=one_gpu(uuid=None)), r"gpus\[0\]\.uuid must be"),
+        (lambda: httpx.Response(200, json=one_gpu(utilization_pct="7")), "utilization_pct"),
+        (lambda: httpx.Response(200, json=one_gpu(memory_used_mib=True)), "memory_used_mib"),
+        (lambda: httpx.Response(200, content=b'{"node": 1e400}'), "out of range"),
+        (lambda: httpx.Response(200, content=b"[" * 100_000 + b"]" * 100_000), "too deeply"),
+        (lambda: httpx.Response(200, content=b"\xff"), "not UTF-8"),
+        (lambda: httpx.Response(200, json=huge_gpu_list()), "more than the 256 allowed"),
+        (lambda: httpx.Response(200, content=b" " * (DEFAULT_MAX_BODY_SIZE + 1)), "answers 2097"),
+        (lambda: httpx.Response(200, content=endless_body()), "answered more than 2097152 bytes"),
+        (lambda: httpx.Response(403, json={"error": "wrong token"}), "node's own token"),
+        (lambda: httpx.Response(307, headers={"Location": "http://x.test/"}), "307"),
     ],
-)
-def test_bad_agent_answers_are_named(answer: Any, message: str) -> None:
-    with pytest.raises(ProbeError, match=message):
-        parse_agent_answer(answer)
+    ids=["not-an-object", "no-driver", "no-uuid", "util-string", "memory-bool", "1e400",
+         "deep", "not-utf8", "1000-gpus", "declared-too-big", "endless", "403", "redirect"],
+)  # fmt: skip
+async def test_bad_agent_answers_are_named(
+    answer: Callable[[], httpx.Response], message: str
+) -> None:
+    """An agent's answer is untrusted: each bad one is a ProbeError naming the problem,
+    an endless body is cut at the cap (DEFAULT_MAX_BODY_SIZE, the hub's AgentClient's),
+    and no redirect is followed (its token goes to that agent only)."""
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        return answer()
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler), follow_redirects=True)
+    with pytest.raises((ProbeError, httpx.HTTPStatusError), match=message):
+        await read_agent(client, "http://agent.test:9450", "node-token", 5.0)
+    assert seen == ["http://agent.test:9450/v1/gpus"]
 
 
-def test_agent_answer_and_times() -> None:
-    node, (gpu,) = parse_agent_answer(
-        {"node": "n", "gpus": [{"uuid": "G", "utilization_pct": 7, "new_field": 1}]}
-    )
-    assert (node, gpu.uuid, gpu.utilization_pct, gpu.memory_used_mib) == ("n", "G", 7.0, None)
+async def test_agent_answer_and_times() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.headers["Authorization"] == "token node-token"
+        return httpx.Response(200, json=one_gpu(new_field=1))
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    node, readings = await read_agent(client, "http://agent.test:9450/", "node-token", 5.0)
+    assert (node, readings) == ("n", [GpuReading("G", 7.0, 100.0)])
     assert parse_time("2026-01-01T12:00:00.000000Z") == T0
     assert parse_time("2026-01-01T12:00:00") == T0
     assert parse_time("yesterday") is None and parse_time(None) is None

@@ -104,11 +104,19 @@ def test_ledger_counts_servers_per_node_and_renames_them() -> None:
         ([{"name": "a", "docker_url": "tcp://[::1]:2375", "address": "x"}], "tls"),
         ([{"name": "a", "docker_url": "tcp://127.1:2375", "address": "x"}], "tls"),
         ([{"name": "a", "docker_url": "tcp://:2375", "address": "x"}], "host"),
-        ([{"name": "a", "docker_url": "unix:///s", "address": "x", "tls": {"ca_cert": "c"}}],
-         "tls"),
         (
-            [{"name": "a", "docker_url": "unix:///s", "address": "x",
-              "insecure_plaintext_docker_api": "yes"}],
+            [{"name": "a", "docker_url": "unix:///s", "address": "x", "tls": {"ca_cert": "c"}}],
+            "tls",
+        ),
+        (
+            [
+                {
+                    "name": "a",
+                    "docker_url": "unix:///s",
+                    "address": "x",
+                    "insecure_plaintext_docker_api": "yes",
+                }
+            ],
             "insecure_plaintext_docker_api",
         ),
         ([{"name": "a", "docker_url": "unix:///s", "address": "x", "sudo": True}], "unknown"),
