@@ -254,6 +254,7 @@ cmd_up() {
   build_catalog_image
   for i in $(seq 0 $((n - 1))); do copy_image "$TEST_IMAGE" builder "${NODES[$i]}"; done
   copy_image "$CPU_IMAGE" builder node-a
+  copy_image "$BASE_IMAGE" builder node-a  # an image without Jupyter (engine-error tests)
   log "up: ${NODES[*]:0:$n} (site address $SITE_ADDRESS)"
 }
 
