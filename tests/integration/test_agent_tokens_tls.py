@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import secrets
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,34 +25,12 @@ from jupyterhub_gpu.inventory.declared import load_inventory_file
 from jupyterhub_gpu.inventory.model import NodeInventory
 from jupyterhub_gpu.inventory.tokens import node_token
 from tests.support.agent import AgentProcess
+from tests.support.pki import issue, make_ca
 
 pytestmark = pytest.mark.integration
 
 CLUSTER = Path(__file__).resolve().parents[1] / "data" / "cluster-hetero.yaml"
 INVENTORIES = {n.name: n for n in load_inventory_file(CLUSTER)}
-
-
-def openssl(*args: str | Path) -> None:
-    subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True, timeout=60)
-
-
-def make_ca(folder: Path, name: str) -> tuple[Path, Path]:
-    key, pem = folder / f"{name}.key", folder / f"{name}.pem"
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-keyout", key,
-            "-out", pem, "-subj", f"/CN={name}")  # fmt: skip
-    return key, pem
-
-
-def issue(folder: Path, ca: tuple[Path, Path], name: str, san: str) -> tuple[Path, Path]:
-    """A server certificate for ``san`` (e.g. ``IP:127.0.0.1``) signed by ``ca``."""
-    key, csr, cert = folder / f"{name}.key", folder / f"{name}.csr", folder / f"{name}.pem"
-    ext = folder / f"{name}.ext"
-    ext.write_text(f"subjectAltName={san}\nextendedKeyUsage=serverAuth\n")
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr,
-            "-subj", f"/CN={name}")  # fmt: skip
-    openssl("x509", "-req", "-in", csr, "-CA", ca[1], "-CAkey", ca[0], "-CAcreateserial",
-            "-out", cert, "-days", "2", "-extfile", ext)  # fmt: skip
-    return cert, key
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import re
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,26 +20,11 @@ from tornado import web
 
 from jupyterhub_gpu.auth.ldap import UNAVAILABLE_MESSAGE, GPULDAPAuthenticator
 from tests.ldap_fixture import DEMO_PASSWORDS, LDAPServer, start_ldap_server
+from tests.support.pki import issue, openssl
 
 pytestmark = pytest.mark.integration
 
 BIND = re.compile(r"conn=(\d+) op=\d+ BIND dn=\"uid=alice,ou=people,[^\"]*\" mech=\S+ .*ssf=(\d+)")
-
-
-def openssl(*args: str | Path) -> None:
-    subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True, timeout=60)
-
-
-def issue(folder: Path, ca: tuple[Path, Path], name: str, san: str) -> tuple[Path, Path]:
-    """A server certificate for ``san`` (e.g. ``IP:127.0.0.1``) signed by ``ca``."""
-    key, csr, cert = folder / f"{name}.key", folder / f"{name}.csr", folder / f"{name}.pem"
-    ext = folder / f"{name}.ext"
-    ext.write_text(f"subjectAltName={san}\nextendedKeyUsage=serverAuth\n")
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr,
-            "-subj", f"/CN={name}")  # fmt: skip
-    openssl("x509", "-req", "-in", csr, "-CA", ca[1], "-CAkey", ca[0], "-CAcreateserial",
-            "-out", cert, "-days", "2", "-extfile", ext)  # fmt: skip
-    return cert, key
 
 
 @pytest.fixture(scope="module")
