@@ -30,6 +30,10 @@ NODES=(node-a node-b node-c)
 TLS_NODE=node-c
 SITE_ADDRESS=10.250.0.1
 USER_BRIDGE=jhgpu-users   # GPUDockerSpawner.user_bridge's default
+# The hub APIs the user servers may reach on the site address, and nothing else there:
+# the demo hub's (scripts/demo/jupyterhub_config.py) and the test hubs' (tests/support/hub.py)
+DEMO_HUB_API_PORT=8081
+TEST_HUB_API_PORTS=20000-20999
 BASE_IMAGE=jupyterhub-gpu/base:bookworm
 TEST_IMAGE=jupyterhub-gpu/singleuser-test:6.1.1
 CPU_IMAGE=jupyterhub-gpu/python-cpu:3.11-bookworm
@@ -59,6 +63,8 @@ install_packages() {
   command -v openssl >/dev/null || missing+=(openssl) # test CAs (LDAP and Docker TLS)
   command -v chromium >/dev/null || missing+=(chromium)
   command -v node >/dev/null || missing+=(nodejs npm)
+  command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+    || missing+=(postgresql) # accounting tests against a real PostgreSQL
   if ((${#missing[@]})); then
     log "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -188,7 +194,8 @@ start_engine() {
 
 apply_firewall() {  # the node firewall an admin runs on a real node, with the hub allowed
   nsenter --net="/var/run/netns/$(netns "$1")" "$REPO/scripts/node-firewall.sh" \
-    --bridge "$USER_BRIDGE" --allow "$SITE_ADDRESS" >/dev/null
+    --bridge "$USER_BRIDGE" --allow "$SITE_ADDRESS:$DEMO_HUB_API_PORT" \
+    --allow "$SITE_ADDRESS:$TEST_HUB_API_PORTS" >/dev/null
 }
 
 # ---------------------------------------------------------------- images

@@ -2,7 +2,7 @@
 # The node firewall for jupyterhub-gpu's user bridge. Run it as root on every GPU node,
 # after dockerd has started (and again at boot, after docker.service): it is idempotent.
 #
-#   scripts/node-firewall.sh [--bridge IFACE] [--allow ADDR[/PREFIX][:PORT]]... [--dry-run | --remove]
+#   scripts/node-firewall.sh [--bridge IFACE] [--allow ADDR[/PREFIX][:PORT[-PORT]]]... [--dry-run | --remove]
 #
 # User servers run on a Docker bridge network (GPUDockerSpawner.user_network, bridge
 # interface GPUDockerSpawner.user_bridge, default jhgpu-users) with inter-container
@@ -19,7 +19,8 @@
 #          Public addresses stay reachable (pip install from PyPI); block them in the
 #          site's own firewall if the site wants no egress at all.
 #
-# The hub must be allowed, or servers cannot reach its API: --allow HUB_IP[:PORT].
+# The hub must be allowed, or servers cannot reach its API: --allow HUB_IP:PORT (only its
+# API port: the hub machine's other services, LDAP say, stay out of reach unless allowed).
 # Rules live in two chains of our own, JHGPU-INPUT and JHGPU-FORWARD, that this script
 # flushes and refills; the jumps to them go first in INPUT and DOCKER-USER.
 # IPv4 only: Docker bridge networks have no IPv6 unless the daemon enables it.
@@ -78,10 +79,15 @@ ipt -A JHGPU-FORWARD -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN
 for a in "${ALLOW[@]}"; do
   if [[ $a =~ ^([0-9./]+):([0-9]{1,5})$ ]]; then
     ipt -A JHGPU-FORWARD -d "${BASH_REMATCH[1]}" -p tcp --dport "${BASH_REMATCH[2]}" -j RETURN
+  elif [[ $a =~ ^([0-9./]+):([0-9]{1,5})-([0-9]{1,5})$ ]] \
+      && ((BASH_REMATCH[2] <= BASH_REMATCH[3])); then
+    ipt -A JHGPU-FORWARD -d "${BASH_REMATCH[1]}" -p tcp \
+      --dport "${BASH_REMATCH[2]}:${BASH_REMATCH[3]}" -j RETURN
   elif [[ $a =~ ^[0-9./]+$ ]]; then
     ipt -A JHGPU-FORWARD -d "$a" -j RETURN
   else
-    echo "--allow wants ADDR[/PREFIX][:PORT] with a numeric IPv4 address, got: $a" >&2; exit 2
+    echo "--allow wants ADDR[/PREFIX][:PORT[-PORT]] with a numeric IPv4 address, got: $a" >&2
+    exit 2
   fi
 done
 for net in "${PRIVATE[@]}"; do ipt -A JHGPU-FORWARD -d "$net" -j DROP; done

@@ -105,6 +105,72 @@ while time.time() < deadline:
 """
 
 
+# A stand-in service: accepts, says its name, closes (for decoys that must be unreachable).
+DECOY = r"""
+import socket, sys, time
+host, port, name, ready = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode(), sys.argv[4]
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((host, port)); s.listen(16); open(ready, "w").write("ok"); s.settimeout(1.0)
+deadline = time.time() + 600
+while time.time() < deadline:
+    try:
+        c, _ = s.accept()
+    except socket.timeout:
+        continue
+    c.sendall(name); c.close()
+"""
+
+METADATA = "169.254.169.254"
+
+
+@pytest.fixture
+def decoys(node: Engine, tmp_path: Path) -> Iterator[dict[str, tuple[str, int]]]:
+    """Listeners where a user must not reach, each answering from where it must:
+    a plain-TCP "Docker API" (2375) and an "sshd" (22) on every address of the node (the
+    node's own services, bound to 0.0.0.0), a "site service" on the hub machine's site
+    address outside the hub API's allowed ports (LDAP, a database), and "cloud metadata"
+    on 169.254.169.254:80 (an address this test gives this machine's loopback)."""
+    added = subprocess.run(["ip", "addr", "add", f"{METADATA}/32", "dev", "lo"]).returncode == 0
+    site_port = free_port()
+    assert site_port not in range(20000, 21000), "an allowed hub API port"
+    spec = {
+        "node_docker": ("0.0.0.0", 2375, True),
+        "node_ssh": ("0.0.0.0", 22, True),
+        "site_service": (SITE_ADDRESS, site_port, False),
+        "metadata": (METADATA, 80, False),
+    }
+    procs = []
+    try:
+        for name, (host, port, in_node) in spec.items():
+            ready = tmp_path / f"decoy-{name}.ready"
+            argv = [sys.executable, "-c", DECOY, host, str(port), name, str(ready)]
+            procs.append(subprocess.Popen(node.nsenter(*argv) if in_node else argv))
+            wait_for(ready.exists, 20, f"decoy {name}")
+        yield {
+            "node_docker": (node.address, 2375),
+            "node_ssh": (node.address, 22),
+            "site_service": (SITE_ADDRESS, site_port),
+            "metadata": (METADATA, 80),
+        }
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(10)
+        if added:
+            subprocess.run(["ip", "addr", "del", f"{METADATA}/32", "dev", "lo"], check=False)
+
+
+def banner_from(where: list[str], host: str, port: int) -> str:
+    """What a decoy says to a connection made by ``where`` (a command prefix, e.g. an
+    nsenter into the node); "" when it can't connect."""
+    dial = (
+        "import socket,sys; s=socket.create_connection((sys.argv[1], int(sys.argv[2])), 3);"
+        "print(s.recv(64).decode())"
+    )
+    r = subprocess.run([*where, sys.executable, "-c", dial, host, str(port)], capture_output=True)
+    return r.stdout.decode().strip() if r.returncode == 0 else ""
+
+
 @pytest.fixture
 def node(engines: list[Engine]) -> Engine:
     """node-c: the node whose engine the hub reaches over TCP with TLS client certificates."""
@@ -183,7 +249,11 @@ def start_server(hub: Hub, name: str) -> dict[str, Any]:
 
 
 def test_a_users_server_reaches_nothing_privileged(
-    hub: Hub, node: Engine, agent_on_node: int, ldap_server: LDAPServer
+    hub: Hub,
+    node: Engine,
+    agent_on_node: int,
+    ldap_server: LDAPServer,
+    decoys: dict[str, tuple[str, int]],
 ) -> None:
     start_server(hub, "alice")
     start_server(hub, "bob")
@@ -207,6 +277,12 @@ def test_a_users_server_reaches_nothing_privileged(
     dial = f"import socket; socket.create_connection(({bob_ip!r}, 8888), 3)"
     in_node = subprocess.run(node.nsenter(sys.executable, "-c", dial), capture_output=True)
     assert in_node.returncode == 0, f"bob's server from node-c itself: {in_node.stderr!r}"
+    # the decoys answer where they must: the node's own ones from this machine, the site
+    # service and the metadata address from the node (its own traffic is not filtered)
+    for name in ("node_docker", "node_ssh"):
+        assert banner_from([], *decoys[name]) == name, f"{name} from the hub's machine"
+    for name in ("site_service", "metadata"):
+        assert banner_from(node.nsenter(), *decoys[name]) == name, f"{name} from node-c"
 
     targets: list[tuple[str, int]] = []
     for host in (node.address, "172.17.0.1", *other_nodes):
@@ -218,6 +294,7 @@ def test_a_users_server_reaches_nothing_privileged(
         (SITE_ADDRESS, hub.proxy_api_port),  # the proxy's API (the hub machine's loopback)
         (SITE_ADDRESS, hub.port),  # the proxy's public port, not meant for containers
         (SITE_ADDRESS, ldap_server.port),  # LDAP: this site does not allow it
+        *decoys.values(),  # the node's 2375 and 22, a site service, cloud metadata
     ]
     hub_api = f"http://{SITE_ADDRESS}:{hub.hub_api_port}/hub/api"
     http = [
@@ -246,6 +323,15 @@ def test_a_users_server_reaches_nothing_privileged(
     assert probe["http"][f"{hub_api}/user"] == 200, probe["http"]  # the hub is there...
     refused = {u: s for u, s in probe["http"].items() if not u.endswith("/user")}
     assert all(s in (403, 404) for s in refused.values()), refused  # ...and says no
+
+    # TensorBoard's 6006 in both servers at once: each is its own, each sees its own
+    for c, who in ((alice, "alice"), (bob, "bob")):
+        ready = f"/tmp/tb-{secrets.token_hex(4)}.ready"
+        c.exec_run(["python3", "-c", DECOY, "0.0.0.0", "6006", who, ready], detach=True)
+        wait_for(lambda c=c, ready=ready: c.exec_run(["cat", ready]).exit_code == 0, 20, who)
+    dial = "import socket; print(socket.create_connection(('127.0.0.1', 6006)).recv(9).decode())"
+    assert run_in(alice, "python3", "-c", dial).strip() == "alice"
+    assert run_in(bob, "python3", "-c", dial).strip() == "bob"
 
 
 def test_squatted_ports_do_not_catch_the_next_users_server(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import re
 import secrets
 import signal
@@ -41,6 +42,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: The ports a test hub's API may take on the site address: the test cluster's node
+#: firewall lets user servers reach these there and nothing else (scripts/cluster.sh).
+HUB_API_PORTS = range(20000, 21000)
+
+
+def free_hub_api_port() -> int:
+    """A port of :data:`HUB_API_PORTS` that nothing on this machine listens on."""
+    for port in random.sample(HUB_API_PORTS, len(HUB_API_PORTS)):
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {HUB_API_PORTS}")
+
+
 @dataclass
 class Hub:
     """Starts ``jupyterhub`` with a generated config; ``extra_config`` is Python appended to it."""
@@ -52,7 +70,7 @@ class Hub:
     port: int = field(default_factory=free_port)
     # fixed for the hub's life, so a restarted hub (same workdir) keeps its addresses: the
     # running single-user servers were told the hub's API URL when they started
-    hub_api_port: int = field(default_factory=free_port)
+    hub_api_port: int = field(default_factory=free_hub_api_port)
     proxy_api_port: int = field(default_factory=free_port)
     # the hub's API where single-user servers on the nodes reach it (tests/support/cluster.py)
     hub_ip: str = "10.250.0.1"
