@@ -18,6 +18,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,12 @@ import docker
 import requests
 import yaml
 
+from .accounting.metrics import COLLECTOR, RECONCILIATION
+from .accounting.recorder import Recorder, close_missed
+from .accounting.records import EndReason, utcnow
+from .accounting.store import AccountingStore, safe_url
+from .accounting.usage import GPUSample, Usage, fold
+from .allocation import LABEL, LabelledContainer, containers_from_docker, interrupted
 from .errors import ConfigError, GPUHubError
 from .inventory.client import AgentEndpoint, Unreachable, agent_client
 from .inventory.model import ClusterSnapshot, NodeInventory, NodeState
@@ -35,7 +42,6 @@ from .ledger import ORPHAN, GPULedger
 from .nodes import NodeSpec, load_nodes_file, parse_nodes
 from .usernet import network_options, network_problem
 
-LABEL = "jupyterhub-gpu"
 T = TypeVar("T")
 
 
@@ -48,21 +54,14 @@ class ClusterSettings:
     agent_token: str = field(default="", repr=False)  # the site secret (inventory/tokens.py)
     agent_config: Any = field(default=None, repr=False)  # the hub's config: c.AgentClient.*
     hub_id: str = "default"
+    seal_key: bytes | None = field(default=None, repr=False)  # allocation.seal_key
+    accounting_url: str = field(default="", repr=False)  # "" records nothing
     docker_timeout: float = 10.0
     ping_timeout: float = 2.0
     health_ttl: float = 5.0
     threads_per_node: int = 4
     reconcile_interval: float = 30.0
     reconcile_grace: float = 0.0  # extra seconds a hold must be old before it can be freed
-
-
-@dataclass(frozen=True)
-class LabelledContainer:
-    node: str
-    id: str
-    holder: str
-    gpus: tuple[str, ...]
-    running: bool
 
 
 def _unreachable(error: BaseException, timed_out_counts: bool) -> bool:
@@ -79,22 +78,6 @@ def _unreachable(error: BaseException, timed_out_counts: bool) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
-
-
-def containers_from_docker(node: str, listing: list[dict[str, Any]]) -> list[LabelledContainer]:
-    """Pure: the ``docker ps`` JSON of one node -> our labelled containers."""
-    out = []
-    for c in listing:
-        labels = c.get("Labels") or {}
-        owner = labels.get(f"{LABEL}.owner")
-        if owner is None:
-            continue
-        gpus = tuple(g for g in labels.get(f"{LABEL}.gpus", "").split(",") if g)
-        holder = f"{owner}/{labels.get(f'{LABEL}.server', '')}"
-        # a paused (or restarting) container still holds its GPUs
-        alive = c.get("State") in ("running", "paused", "restarting")
-        out.append(LabelledContainer(node, c["Id"], holder, gpus, alive))
-    return out
 
 
 def node_client(spec: NodeSpec, timeout: float, tls: Any) -> docker.APIClient:
@@ -151,7 +134,27 @@ class Cluster:
         self.reconcile_rounds = 0  # finished rounds; each logs one DEBUG line
         self._reconcile_lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
+        self.recorder: Recorder | None = None
+        self._usage: dict[str, Usage] = {}  # open allocation -> its usage so far
+        self._unconfirmed: dict[str, str] | None = None  # open in the store at start: id -> node
         self.specs()  # fail at start-up on a bad configuration
+        COLLECTOR.attach(self)  # the hub's /hub/metrics reads this cluster
+        if settings.accounting_url:
+            self.recorder = Recorder(AccountingStore(settings.accounting_url), log)
+            self.recorder.submit(lambda store: store.upgrade())
+            self.recorder.submit(self._load_unconfirmed)
+            self.ledger.subscribe(self.recorder)
+            self.ledger.subscribe(self._forget_usage)
+            log.info("GPU accounting records to %s", safe_url(settings.accounting_url))
+
+    def _load_unconfirmed(self, store: AccountingStore) -> None:
+        """(worker thread) What the store has open when the hub starts: each is confirmed
+        by a server or container, or closed as MISSED by reconciliation."""
+        self._unconfirmed = store.open_allocations()
+
+    def _forget_usage(self, event: Any) -> None:
+        if event.reason is not None:
+            self._usage.pop(event.allocation, None)
 
     # ------------------------------------------------------------------ specs
     def specs(self) -> list[NodeSpec]:
@@ -352,10 +355,20 @@ class Cluster:
             our_containers=frozenset(self._our_containers),
         )
 
+    def last_nodes(self) -> tuple[NodeState, ...]:
+        """The node states of the last snapshot (for metrics; no I/O)."""
+        return self._nodes
+
     # ------------------------------------------------------------------ reconciliation
     async def ensure_reconciled(self) -> None:
         if not self._reconciled:
             await self.reconcile()
+        self.start_reconciling()
+
+    def start_reconciling(self) -> None:
+        """Start the periodic reconciliation if it isn't running (needs the event loop).
+        Spawners call it from ``poll``, so a restarted hub reconciles (and removes what
+        interrupted spawns left) even if nobody spawns."""
         if self._task is None and self.settings.reconcile_interval > 0:
             self._task = asyncio.ensure_future(self._reconcile_forever())
 
@@ -366,6 +379,33 @@ class Cluster:
                 await self.reconcile()
             except Exception:
                 self.log.exception("GPU ledger reconciliation failed; will retry")
+            if self.recorder is not None:
+                try:
+                    await self.sample_usage()
+                except Exception:
+                    self.log.exception("GPU usage sampling failed; will retry")
+
+    async def sample_usage(self) -> None:
+        """Fold the agents' readings into each open allocation's usage and save it."""
+        assert self.recorder is not None
+        open_now = self.ledger.open_allocations()
+        nodes = {node for node, gpus in open_now.values() if gpus}
+        specs = [s for s in self.specs() if s.name in nodes]
+        readings = await asyncio.gather(*(self._inventory(s) for s in specs))
+        inventories = {s.name: inv for s, inv in zip(specs, readings, strict=True) if inv}
+        at, changed = utcnow(), {}
+        for allocation, (node, uuids) in open_now.items():
+            inventory = inventories.get(node)
+            if inventory is None or not uuids:
+                continue
+            samples = [
+                GPUSample(g.utilization_pct, g.memory_used_mib)
+                for g in (inventory.gpu(u) for u in uuids)
+                if g is not None
+            ]
+            usage = fold(self._usage.get(allocation, Usage()), at, samples)
+            self._usage[allocation] = changed[allocation] = usage
+        self.recorder.save_usage(changed)
 
     async def _list(self, node: str) -> list[LabelledContainer] | None:
         if not await self.engine_ok(node):
@@ -385,14 +425,21 @@ class Cluster:
         async with self._reconcile_lock:
             # What the listings can't have seen is left alone: holds taken after they began
             # and spawns in progress then (their container may be created after the listing).
+            # Likewise a server the hub ran or was starting then (or now) keeps its container.
             began, pending = time.monotonic(), set(self.pending)
+            live = self.ledger.live_allocations()
             nodes = [s.name for s in self.specs()] + list(self._retired)
             listings = await asyncio.gather(*(self._list(n) for n in nodes))
+            doomed: list[LabelledContainer] = []
             for node, found in zip(nodes, listings, strict=True):
                 if found is not None:
-                    self._apply(node, found, began, pending | self.pending)
+                    live_now = live | self.ledger.live_allocations()
+                    doomed += self._apply(node, found, began, pending | self.pending, live_now)
+            await asyncio.gather(*(self._remove_interrupted(c) for c in doomed))
+            self._close_missed(nodes, listings, live | self.ledger.live_allocations())
             self._reconciled = True
             self.reconcile_rounds += 1
+            RECONCILIATION.labels("round").inc()
             self.log.debug(
                 "Reconciliation round %d done: %d of %d node(s) listed",
                 self.reconcile_rounds,
@@ -401,21 +448,39 @@ class Cluster:
             )
 
     def _apply(
-        self, node: str, found: list[LabelledContainer], began: float, pending: set[str]
-    ) -> None:
+        self,
+        node: str,
+        found: list[LabelledContainer],
+        began: float,
+        pending: set[str],
+        live: AbstractSet[str] = frozenset(),
+    ) -> list[LabelledContainer]:
+        """Adopt what the listing of ``node`` shows, free what it no longer shows; returns
+        the containers of interrupted spawns (:func:`allocation.interrupted`), whose GPUs
+        stay held (as orphans) until :meth:`_remove_interrupted` has removed them."""
         running = [c for c in found if c.running]
+        doomed = interrupted(
+            running,
+            hub_id=self.settings.hub_id,
+            key=self.settings.seal_key,
+            live=live,
+            pending=pending,
+        )
+        kept = [c for c in running if c not in doomed]
         self._our_containers.difference_update(
             {c.id for c in found if not c.running} | self._ids_on.get(node, set())
         )
         self._ids_on[node] = {c.id for c in running}
         self._our_containers.update(self._ids_on[node])
         for c in running:
+            holder = ORPHAN + c.holder if c in doomed else c.holder
             conflicts = [
                 u
-                for u in self.ledger.adopt(c.holder, node, c.gpus)
+                for u in self.ledger.adopt(holder, node, c.gpus)
                 if self.ledger.holder_of(u) != ORPHAN + c.holder
             ]
             if conflicts:
+                RECONCILIATION.labels("conflict").inc()
                 self.log.error(
                     "Container %s on %s holds GPUs also held by others: %s",
                     c.id[:12],
@@ -424,11 +489,12 @@ class Cluster:
                 )
         # a running server holds exactly the GPUs its container's labels list
         latest = min(time.monotonic() - self.settings.reconcile_grace, began)
-        for c in running:
+        for c in kept:
             if c.holder in pending:
                 continue
             extra = sorted(set(self.ledger.held_on(c.holder, node, latest)) - set(c.gpus))
             if extra and self.ledger.release(c.holder, extra):
+                RECONCILIATION.labels("extra").inc()
                 self.log.info(
                     "Reconciliation: container %s of %s on %s does not use %s; freed",
                     c.id[:12],
@@ -436,19 +502,88 @@ class Cluster:
                     node,
                     ", ".join(extra),
                 )
-        holders = {c.holder for c in running}
-        holders |= {ORPHAN + h for h in holders}
+        holders = {c.holder for c in kept} | {ORPHAN + c.holder for c in running}
         stale = self.ledger.holders_on(
             node, older_than=self.settings.reconcile_grace, taken_before=began
         )
         for holder in stale:
             if holder not in holders and holder not in pending:
+                allocation = self.ledger.allocation_of(holder)
                 freed = self.ledger.release(holder)
                 self.ledger.release_server(holder)
+                if holder.startswith(ORPHAN):  # a stop that could not reach the node
+                    self.ledger.end_allocation(allocation, EndReason.NODE_LOST)
                 if freed:
+                    RECONCILIATION.labels("freed").inc()
                     self.log.info(
                         "Reconciliation: no container of %s on %s; freed %s",
                         holder,
                         node,
                         ", ".join(freed),
                     )
+        return doomed
+
+    def _close_missed(
+        self,
+        nodes: list[str],
+        listings: list[list[LabelledContainer] | None],
+        live: AbstractSet[str],
+    ) -> None:
+        """Close, as MISSED, what the store had open at start and nothing here confirms:
+        no live server, no spawn in progress, no running container with its id on a node
+        that answered (a node that did not answer decides nothing)."""
+        if not self._unconfirmed:
+            return
+        seen = set(live) | set(self.ledger.open_allocations())
+        answered = {n for n, found in zip(nodes, listings, strict=True) if found is not None}
+        known = set(nodes)
+        answered |= {node for node in self._unconfirmed.values() if node not in known}
+        for found in listings:
+            seen |= {c.allocation for c in found or () if c.running and c.allocation}
+        confirmed = {a for a in self._unconfirmed if a in seen}
+        missed = close_missed(self._unconfirmed, seen, answered)
+        for allocation in missed:
+            self.log.info(
+                "Accounting: allocation %s on node %s ended while the hub was down; closed "
+                "now, marked missed",
+                allocation,
+                self._unconfirmed[allocation],
+            )
+            self.ledger.end_allocation(allocation, EndReason.MISSED)
+            RECONCILIATION.labels("closed_missed").inc()
+        for allocation in confirmed | set(missed):
+            del self._unconfirmed[allocation]
+
+    async def _remove_interrupted(self, c: LabelledContainer) -> None:
+        """Remove a container of an interrupted spawn (or stop) and free its GPUs."""
+        if c.holder in self.pending:
+            return  # a new spawn of that server began meanwhile: next round decides
+        try:
+            await self.run(c.node, lambda: self.client(c.node).remove_container(c.id, force=True))
+        except docker.errors.NotFound:  # removed meanwhile (a failed start's clean-up)
+            self.ledger.release(ORPHAN + c.holder, c.gpus)
+            self.ledger.end_allocation(c.allocation, EndReason.INTERRUPTED)
+            return
+        except Exception as e:
+            self.log.warning(
+                "Reconciliation: could not remove container %s of an interrupted spawn of %s "
+                "on %s: %s; its GPUs stay held, next round retries",
+                c.id[:12],
+                c.holder,
+                c.node,
+                e,
+            )
+            return
+        self.ledger.release(ORPHAN + c.holder, c.gpus)
+        self.ledger.end_allocation(c.allocation, EndReason.INTERRUPTED)
+        RECONCILIATION.labels("removed_interrupted").inc()
+        self.log.info(
+            "Reconciliation: removed container %s of user %s, server %r on node %s, GPUs %s: "
+            "the hub has no such server (a spawn or stop interrupted by a hub crash or a "
+            "failed clean-up); GPUs freed",
+            c.id[:12],
+            c.owner,
+            c.server,
+            c.node,
+            ", ".join(c.gpus) or "none",
+        )

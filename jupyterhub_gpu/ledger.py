@@ -9,9 +9,15 @@ the same GPU.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+
+from .accounting.records import AllocationEvent, AllocationRecord, EndReason, EventKind
+
+log = logging.getLogger(__name__)
+Listener = Callable[[AllocationEvent], None]
 
 ORPHAN = "orphan:"  # prefix of holds whose server was stopped while its node was unreachable
 
@@ -21,6 +27,7 @@ class Hold:
     holder: str  # "<username>/<servername>"
     node: str
     since: float = field(default_factory=time.monotonic)
+    allocation: str = ""  # a server's allocation id (allocation.py); "" for GPU holds
 
 
 class GPULedger:
@@ -29,6 +36,47 @@ class GPULedger:
     def __init__(self) -> None:
         self._holds: dict[str, Hold] = {}
         self._servers: dict[str, Hold] = {}  # holder -> the node its server is placed on
+        self._open: dict[str, tuple[str, tuple[str, ...]]] = {}  # allocation -> node, GPUs
+        self._listeners: list[Listener] = []
+
+    # ------------------------------------------------------------------ allocation events
+    def subscribe(self, listener: Listener) -> None:
+        """Call ``listener`` with every :class:`AllocationEvent` (reserve, start, release)."""
+        self._listeners.append(listener)
+
+    def _announce(self, event: AllocationEvent) -> None:
+        for listener in self._listeners:
+            try:
+                listener(event)
+            except Exception:  # a listener never breaks a spawn
+                log.exception("Allocation listener %r failed on %s", listener, event.kind)
+
+    def open_allocation(self, record: AllocationRecord) -> None:
+        self._open[record.id] = (record.node, record.gpu_uuids)
+        self._announce(AllocationEvent(EventKind.RESERVED, record.id, record=record))
+
+    def rejoin_allocation(self, allocation: str, node: str, uuids: Iterable[str]) -> None:
+        """An allocation found again (spawner state after a restart): no event, it is open."""
+        if allocation:
+            self._open[allocation] = (node, tuple(uuids))
+
+    def allocation_started(self, allocation: str) -> None:
+        if allocation:
+            self._announce(AllocationEvent(EventKind.STARTED, allocation))
+
+    def end_allocation(self, allocation: str, reason: EndReason) -> None:
+        """Announce the end of ``allocation`` (idempotent downstream: the first end stands)."""
+        if allocation:
+            self._open.pop(allocation, None)
+            self._announce(AllocationEvent(EventKind.RELEASED, allocation, reason=reason))
+
+    def open_allocations(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """allocation id -> (node, GPU uuids) of what this hub knows as open."""
+        return dict(self._open)
+
+    def allocation_of(self, holder: str) -> str:
+        placed = self._servers.get(holder)
+        return placed.allocation if placed else ""
 
     def allocations(self) -> dict[str, str]:
         """uuid -> holder, for placement snapshots."""
@@ -102,11 +150,20 @@ class GPULedger:
                 self._holds[uuid] = Hold(new_holder, hold.node, hold.since)
         placed = self._servers.pop(holder, None)
         if placed is not None:
-            self._servers[new_holder] = Hold(new_holder, placed.node, placed.since)
+            self._servers[new_holder] = replace(placed, holder=new_holder)
 
     # servers, with or without GPUs: where each one is placed (CPU-only ones spread by it)
-    def place_server(self, holder: str, node: str) -> None:
-        self._servers[holder] = Hold(holder, node)
+    def place_server(self, holder: str, node: str, allocation: str = "") -> None:
+        self._servers[holder] = Hold(holder, node, allocation=allocation)
+
+    def live_allocations(self) -> set[str]:
+        """The allocation ids of the servers placed (running or starting), orphans aside:
+        an orphan's server was stopped, its container is no longer anyone's."""
+        return {
+            h.allocation
+            for holder, h in self._servers.items()
+            if h.allocation and not holder.startswith(ORPHAN)
+        }
 
     def servers_on(self, node: str) -> int:
         return sum(1 for h in self._servers.values() if h.node == node)

@@ -11,7 +11,8 @@ This class wires them into DockerSpawner's hooks:
   releases the GPUs and removes what was created;
 - ``progress``: the steps of ``start`` for the hub's spawn page;
 - ``poll``/``stop``/``clear_state``: free the GPUs when the server stops, dies or fails;
-- ``get_state``/``load_state``: persist node, GPUs and port so a restarted hub re-adopts them.
+- ``get_state``/``load_state``: persist node, GPUs, port and allocation id so a restarted
+  hub re-adopts them (and reconciliation removes the sealed containers it does not).
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ from requests.exceptions import RequestException
 from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode, default, validate
 
 from . import homes
+from .accounting.metrics import SPAWN_DECISIONS
+from .accounting.records import AllocationRecord, EndReason, charge_group
+from .allocation import ALLOCATION_LABEL, SEAL_LABEL, Allocation, new_allocation_id, seal_key
 from .auth.identity import Identity, ensure_home, identity_required, map_home, resolve_identity
 from .catalog import Catalog, default_catalog_path, load_catalog
 from .cluster import LABEL, Cluster, ClusterSettings
@@ -118,7 +122,20 @@ class GPUDockerSpawner(DockerSpawner):
         "", config=True, help="Declared GPU inventory (YAML); one entry per node name."
     )
     reconcile_interval = Float(
-        30.0, config=True, help="Seconds between reconciliations of the ledger with the nodes."
+        30.0,
+        config=True,
+        help="""Seconds between reconciliations of the ledger with the nodes (each round
+        also samples the GPUs' utilisation for accounting).""",
+    )
+    accounting_url = Unicode(
+        "sqlite:///jupyterhub-gpu-accounting.sqlite",
+        config=True,
+        help="""The accounting database (SQLAlchemy URL): every allocation, its end and
+        its usage are recorded there (docs/accounting.md). Default: a SQLite file in the
+        hub's working directory; in production e.g.
+        ``postgresql+psycopg://jhgpu@db.example.org/jhgpu`` (the password in
+        ``~/.pgpass`` or the URL). The schema is created and migrated by the hub. "" records
+        nothing.""",
     )
     catalog_file = Unicode(
         "", config=True, help="The image catalog (YAML). Default: the catalog shipped in images/."
@@ -280,11 +297,14 @@ class GPUDockerSpawner(DockerSpawner):
         self._start_done = True
         self._create_kwargs: dict[str, Any] = {}
         self._host_config: dict[str, Any] = {}
+        self._from_state = False  # placed by load_state and not polled since
+        self._cuda = ""  # the chosen catalog entry's CUDA version
 
     # ------------------------------------------------------------------ state
     node_name = Unicode("")
     gpu_uuids = List(Unicode())
     host_port = Int(0)  # the port the engine published the server on, on the node's address
+    allocation_id = Unicode("")  # made with the reservation, sealed into the labels
 
     @property
     def holder(self) -> str:
@@ -294,6 +314,8 @@ class GPUDockerSpawner(DockerSpawner):
         state = super().get_state()
         if self.node_name:
             state.update(node=self.node_name, gpu_uuids=list(self.gpu_uuids))
+            if self.allocation_id:
+                state["allocation"] = self.allocation_id
             if self.host_port:
                 state["host_port"] = self.host_port
             if self.server is not None and self.host_port:  # the culler reads it directly
@@ -311,9 +333,12 @@ class GPUDockerSpawner(DockerSpawner):
         self.node_name = state.get("node", "")
         self.gpu_uuids = list(state.get("gpu_uuids", []))
         self.host_port = int(state.get("host_port") or 0)
+        self.allocation_id = str(state.get("allocation") or "")
         if self.node_name:
             conflicts = self.ledger.adopt(self.holder, self.node_name, self.gpu_uuids)
-            self.ledger.place_server(self.holder, self.node_name)
+            self.ledger.place_server(self.holder, self.node_name, self.allocation_id)
+            self.ledger.rejoin_allocation(self.allocation_id, self.node_name, self.gpu_uuids)
+            self._from_state = True
             if conflicts:
                 self.log.warning(
                     "%s: GPUs %s also claimed by another server", self.holder, conflicts
@@ -323,7 +348,10 @@ class GPUDockerSpawner(DockerSpawner):
         super().clear_state()
         self._forget_placement()
 
-    def _forget_placement(self) -> None:
+    def _forget_placement(self, ended: EndReason | None = None) -> None:
+        """Free what this server holds; with ``ended``, its allocation ends for that reason."""
+        if ended is not None:
+            self.ledger.end_allocation(self.allocation_id, ended)
         freed = self.ledger.release(self.holder, self.gpu_uuids)
         self.ledger.release_server(self.holder)
         if freed:
@@ -331,6 +359,7 @@ class GPUDockerSpawner(DockerSpawner):
         self.node_name = ""
         self.gpu_uuids = []
         self.host_port = 0
+        self.allocation_id = ""
 
     # ------------------------------------------------------------------ config
     @property
@@ -347,13 +376,27 @@ class GPUDockerSpawner(DockerSpawner):
                     agent_token=self.agent_token,
                     agent_config=self.config,  # so c.AgentClient.* take effect
                     hub_id=self.hub_id,
+                    seal_key=self._seal_key(),
                     docker_timeout=self.docker_timeout,
                     threads_per_node=self.docker_threads_per_node,
                     reconcile_interval=self.reconcile_interval,
+                    accounting_url=self.accounting_url,
                 ),
                 self.log,
             )
         return cls._cluster
+
+    def _seal_key(self) -> bytes | None:
+        """The key of the containers' seals, derived from JupyterHub's cookie secret (the
+        hub's tornado settings, which every user object shares): stable across restarts
+        as long as the cookie secret is (``cookie_secret_file``), never sent anywhere.
+        None outside a hub: containers then carry no seal and are never removed as
+        interrupted spawns."""
+        settings = getattr(getattr(self, "user", None), "settings", None) or {}
+        key = seal_key(settings.get("cookie_secret"))
+        if key is None:
+            self.log.warning("No cookie secret: containers get no seal (allocation.py)")
+        return key
 
     @property
     def ledger(self) -> GPULedger:
@@ -433,6 +476,15 @@ class GPUDockerSpawner(DockerSpawner):
         mine = [n for n in notes if n.server == self.name]
         return [mine[-1].message()] if mine else []
 
+    def _culled_just_now(self) -> bool:
+        """Whether the culler noted this server in the last two minutes (it writes its
+        note before it asks the hub to stop the server)."""
+        if not self.cull_notes_file:
+            return False
+        since = datetime.now(timezone.utc) - timedelta(minutes=2)
+        notes = notes_for(load_notes(self.cull_notes_file), self.user.name, since=since)
+        return any(n.server == self.name for n in notes)
+
     async def _render_options_form(self) -> str:
         snapshot = await self.cluster.snapshot()
         free = {a.model: a.free for a in availability(snapshot)}
@@ -464,7 +516,8 @@ class GPUDockerSpawner(DockerSpawner):
         self.cluster.pending.add(self.holder)
         self.node_name = decision.node
         self.gpu_uuids = list(decision.gpu_uuids)
-        self.ledger.place_server(self.holder, decision.node)
+        self.allocation_id = new_allocation_id()
+        self.ledger.place_server(self.holder, decision.node, self.allocation_id)
         return decision
 
     def _least_busy_node(self, snapshot: ClusterSnapshot) -> str:
@@ -490,7 +543,7 @@ class GPUDockerSpawner(DockerSpawner):
         return self.home_container_path.format(username=homes.safe_path_component(self.user.name))
 
     def _labels(self) -> dict[str, str]:
-        return {
+        labels = {
             f"{LABEL}.hub": self.hub_id,
             f"{LABEL}.owner": self.user.name,
             f"{LABEL}.server": self.name,
@@ -498,7 +551,20 @@ class GPUDockerSpawner(DockerSpawner):
             f"{LABEL}.gpus": ",".join(self.gpu_uuids),
             f"{LABEL}.image": self.image,
             f"{LABEL}.started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            ALLOCATION_LABEL: self.allocation_id,
         }
+        key = self.cluster.settings.seal_key
+        if key is not None:
+            claim = Allocation(
+                self.hub_id,
+                self.allocation_id,
+                self.user.name,
+                self.name,
+                self.node_name,
+                tuple(self.gpu_uuids),
+            )
+            labels[SEAL_LABEL] = claim.seal(key)
+        return labels
 
     def _home_path(self, ident: Identity) -> Path | None:
         """The user's home on the shared filesystem (refuses anything leaving the root)."""
@@ -626,6 +692,7 @@ class GPUDockerSpawner(DockerSpawner):
         except UserFacingError as e:
             raise _spawn_error(e) from None
         self.image = entry.image
+        self._cuda = entry.cuda_version or ""
         return ident, options, request
 
     def _derived_names(self, username: str, server: str) -> list[tuple[str, str]]:
@@ -653,11 +720,18 @@ class GPUDockerSpawner(DockerSpawner):
             snapshot = await self.cluster.snapshot()
             ident, options, request = await self._validated(snapshot)
             quota = resolve_bounds(self.policy, ident.groups).quota
-            decision = self._decide_and_reserve(snapshot, request, quota)
+            try:
+                decision = self._decide_and_reserve(snapshot, request, quota)
+            except (UserFacingError, SpawnException) as e:
+                SPAWN_DECISIONS.labels("refused", getattr(e, "reason", None) or "other").inc()
+                raise
+            SPAWN_DECISIONS.labels("placed", "").inc()
+            self.ledger.open_allocation(self._record(snapshot, decision, ident, options))
             self._event(30, self._describe(snapshot, decision))
             self.log.info("%s: %s", self.holder, self._describe(snapshot, decision))
             await self._prepare(ident, options)
             ip_port = await super().start()
+            self.ledger.allocation_started(self.allocation_id)
             self._event(90, "Waiting for the server to answer")
             return ip_port
         except UserFacingError as e:
@@ -695,10 +769,33 @@ class GPUDockerSpawner(DockerSpawner):
         gpus = [node.inventory.gpu(u) for u in decision.gpu_uuids]
         return describe_gpus(decision.node, [(g.index, g.model, g.memory_mib) for g in gpus if g])
 
+    def _record(
+        self,
+        snapshot: ClusterSnapshot,
+        decision: Placement,
+        ident: Identity,
+        options: SpawnOptions,
+    ) -> AllocationRecord:
+        node = next(n for n in snapshot.nodes if n.name == decision.node)
+        models = [g.model for g in map(node.inventory.gpu, decision.gpu_uuids) if g]
+        return AllocationRecord(
+            id=self.allocation_id,
+            user=self.user.name,
+            server=self.name,
+            group=charge_group(ident.groups, self.policy.group_bounds),
+            node=decision.node,
+            gpu_uuids=tuple(decision.gpu_uuids),
+            gpu_model=models[0] if models else "",
+            image=options.image,
+            cuda=self._cuda,
+            cpus=options.cpu,
+            mem_gib=options.mem_gib,
+        )
+
     async def _undo(self) -> None:
         if self.node_name:
             await self._remove_leftovers()
-        self._forget_placement()
+        self._forget_placement(EndReason.FAILED)
 
     async def _remove_leftovers(self) -> None:
         try:
@@ -711,6 +808,7 @@ class GPUDockerSpawner(DockerSpawner):
         self.object_id = ""
 
     async def poll(self) -> int | str | None:
+        self.cluster.start_reconciling()  # a restarted hub polls its servers first of all
         if not self.node_name:
             return 0
         if self.cluster.known_down(self.node_name):
@@ -724,14 +822,20 @@ class GPUDockerSpawner(DockerSpawner):
                 "Node %s unreachable while polling %s: %s", self.node_name, self.holder, e
             )
             return None
+        # a server found dead at its first poll after a restart died while the hub was down
+        missed, self._from_state = self._from_state, False
         if status is not None:
-            self._forget_placement()
+            self._forget_placement(EndReason.MISSED if missed else EndReason.DIED)
         return status
 
     async def stop(self, now: bool = False) -> None:
         if self.object_id and self.node_name:
             try:
                 await super().stop(now=now)
+                self.ledger.end_allocation(
+                    self.allocation_id,
+                    EndReason.CULLED if self._culled_just_now() else EndReason.STOPPED,
+                )
             except _NODE_ERRORS as e:
                 # The container may still run: keep its GPUs held (as an orphan) until
                 # reconciliation sees the node again and finds the container gone.

@@ -135,6 +135,7 @@ def test_agent_client_settings_in_the_hub_config_reach_the_clusters_client(
     c.GPUDockerSpawner.nodes = [
         {"name": "n1", "docker_url": "unix:///nowhere.sock", "address": "127.0.0.1"}
     ]
+    c.GPUDockerSpawner.accounting_url = ""  # records nothing (no database file here)
     c.AgentClient.timeout = 7.5
     c.AgentClient.max_body_size = 12345
     c.AgentClient.max_gpus = 9

@@ -1,0 +1,49 @@
+"""The accounting tables (SQLAlchemy ORM). Migrations: ``migrations/`` (Alembic).
+
+Datetimes are stored naive in UTC, as JupyterHub stores its own."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import DateTime, Float, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class AllocationRow(Base):
+    __tablename__ = "jhgpu_allocations"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user: Mapped[str] = mapped_column(String(255))
+    server: Mapped[str] = mapped_column(String(255), default="")
+    group: Mapped[str] = mapped_column("charge_group", String(255), default="")
+    node: Mapped[str] = mapped_column(String(255))
+    gpu_uuids: Mapped[str] = mapped_column(Text, default="")  # comma separated
+    gpus: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_model: Mapped[str] = mapped_column(String(255), default="")
+    image: Mapped[str] = mapped_column(String(255), default="")
+    cuda: Mapped[str] = mapped_column(String(32), default="")
+    cpus: Mapped[float | None] = mapped_column(Float, nullable=True)
+    mem_gib: Mapped[float | None] = mapped_column(Float, nullable=True)
+    started_at: Mapped[datetime] = mapped_column(DateTime)
+    running_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    end_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # usage aggregates (usage.Usage)
+    sampled_s: Mapped[float] = mapped_column(Float, default=0.0)
+    util_pct_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    peak_util_pct: Mapped[float] = mapped_column(Float, default=0.0)
+    peak_memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+    busy_s: Mapped[float] = mapped_column(Float, default=0.0)
+    last_sample_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    last_busy_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+
+    __table_args__ = (
+        Index("ix_jhgpu_allocations_started_at", "started_at"),
+        Index("ix_jhgpu_allocations_ended_at", "ended_at"),
+        Index("ix_jhgpu_allocations_user", "user"),
+    )

@@ -1,0 +1,245 @@
+"""The accounting database (edge): SQLAlchemy over SQLite (default) or PostgreSQL.
+
+Synchronous: the hub calls it from one worker thread (:mod:`.recorder`), the report
+command directly. The schema is created and upgraded by Alembic (``migrations/``), with a
+version table of its own so it can live in JupyterHub's own database too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event, or_, select, update
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from ..errors import GPUHubError
+from .records import AllocationRecord, EndReason
+from .report import Interval
+from .schema import AllocationRow
+from .usage import Usage
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+class AccountingUnavailable(GPUHubError):
+    """The accounting database can't be reached or used; the message names it without its
+    password and says what to check."""
+
+
+def naive_utc(t: datetime) -> datetime:
+    return t.astimezone(timezone.utc).replace(tzinfo=None) if t.tzinfo else t
+
+
+def safe_url(url: str) -> str:
+    """``url`` with its password hidden (for logs and messages)."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparsable database URL>"
+
+
+def make_engine(url: str) -> Engine:
+    try:
+        engine = create_engine(url, pool_pre_ping=True, future=True)
+    except (ArgumentError, ImportError, SQLAlchemyError) as e:
+        raise AccountingUnavailable(
+            f"The accounting database URL {safe_url(url)} can't be used ({type(e).__name__}: "
+            f"{e}). Use sqlite:///PATH or postgresql+psycopg://USER@HOST/DB."
+        ) from None
+    if engine.dialect.name == "sqlite":
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_connection, _record):  # type: ignore[no-untyped-def]
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")  # the report reads while the hub writes
+            cursor.execute("PRAGMA busy_timeout=5000")
+            cursor.close()
+
+    return engine
+
+
+class AccountingStore:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    def __repr__(self) -> str:
+        return f"AccountingStore({safe_url(self.url)})"
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        try:
+            with self._sessions.begin() as s:
+                yield s
+        except SQLAlchemyError as e:
+            raise AccountingUnavailable(
+                f"The accounting database {safe_url(self.url)} failed: "
+                f"{type(e).__name__}: {str(e).splitlines()[0][:300]}. Check that it runs "
+                "and that the hub may write to it; records wait and are written when it "
+                "answers again."
+            ) from None
+
+    def upgrade(self) -> None:
+        """Create or migrate the schema to the newest revision (idempotent)."""
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        try:
+            with self.engine.begin() as connection:
+                cfg.attributes["connection"] = connection
+                command.upgrade(cfg, "head")
+        except SQLAlchemyError as e:
+            raise AccountingUnavailable(
+                f"Can't prepare the accounting database {safe_url(self.url)}: "
+                f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+            ) from None
+
+    # ------------------------------------------------------------------ writes
+    def open(self, record: AllocationRecord) -> None:
+        """Insert ``record`` (a record already there is left as it is: replays are safe)."""
+        with self.session() as s:
+            if s.get(AllocationRow, record.id) is not None:
+                return
+            s.add(
+                AllocationRow(
+                    id=record.id,
+                    user=record.user,
+                    server=record.server,
+                    group=record.group,
+                    node=record.node,
+                    gpu_uuids=",".join(record.gpu_uuids),
+                    gpus=record.gpus,
+                    gpu_model=record.gpu_model,
+                    image=record.image,
+                    cuda=record.cuda,
+                    cpus=record.cpus,
+                    mem_gib=record.mem_gib,
+                    started_at=naive_utc(record.started_at),
+                    sampled_s=0.0,
+                    util_pct_seconds=0.0,
+                    peak_util_pct=0.0,
+                    peak_memory_mib=0,
+                    busy_s=0.0,
+                )
+            )
+
+    def mark_running(self, allocation: str, at: datetime) -> None:
+        with self.session() as s:
+            s.execute(
+                update(AllocationRow)
+                .where(AllocationRow.id == allocation, AllocationRow.running_at.is_(None))
+                .values(running_at=naive_utc(at))
+            )
+
+    def close(self, allocation: str, at: datetime, reason: EndReason) -> bool:
+        """End an open allocation; False if it was not open (unknown or already ended:
+        the first end recorded stands, so nothing is counted twice)."""
+        with self.session() as s:
+            result = s.execute(
+                update(AllocationRow)
+                .where(AllocationRow.id == allocation, AllocationRow.ended_at.is_(None))
+                .values(ended_at=naive_utc(at), end_reason=reason.value)
+            )
+            return bool(getattr(result, "rowcount", 0))
+
+    def save_usage(self, usages: dict[str, Usage]) -> None:
+        """Write the usage aggregates of these allocations (one transaction)."""
+        with self.session() as s:
+            for allocation, usage in usages.items():
+                s.execute(
+                    update(AllocationRow)
+                    .where(AllocationRow.id == allocation)
+                    .values(
+                        sampled_s=usage.sampled_s,
+                        util_pct_seconds=usage.util_pct_seconds,
+                        peak_util_pct=usage.peak_util_pct,
+                        peak_memory_mib=usage.peak_memory_mib,
+                        busy_s=usage.busy_s,
+                        last_sample_at=_naive(usage.last_sample),
+                        last_busy_at=_naive(usage.last_busy),
+                    )
+                )
+
+    # ------------------------------------------------------------------ reads
+    def open_allocations(self) -> dict[str, str]:
+        """allocation id -> node, of every allocation without an end."""
+        with self.session() as s:
+            rows = s.execute(
+                select(AllocationRow.id, AllocationRow.node).where(AllocationRow.ended_at.is_(None))
+            )
+            return {r.id: r.node for r in rows}
+
+    def usage(self, allocation: str) -> Usage | None:
+        with self.session() as s:
+            row = s.get(AllocationRow, allocation)
+            if row is None:
+                return None
+            return Usage(
+                sampled_s=row.sampled_s,
+                util_pct_seconds=row.util_pct_seconds,
+                peak_util_pct=row.peak_util_pct,
+                peak_memory_mib=row.peak_memory_mib,
+                busy_s=row.busy_s,
+                last_sample=_aware(row.last_sample_at),
+                last_busy=_aware(row.last_busy_at),
+            )
+
+    def get(self, allocation: str) -> AllocationRow | None:
+        with self.session() as s:
+            return s.get(AllocationRow, allocation)
+
+    def intervals(
+        self, start: datetime, end: datetime, user: str | None = None, group: str | None = None
+    ) -> list[Interval]:
+        """The allocations overlapping [start, end) (naive UTC), as report intervals."""
+        a = AllocationRow
+        q = select(
+            a.user, a.group, a.gpu_model, a.node, a.gpus, a.started_at, a.ended_at,
+            a.sampled_s, a.util_pct_seconds, a.end_reason, a.last_busy_at,
+        ).where(a.started_at < end, or_(a.ended_at.is_(None), a.ended_at > start))  # fmt: skip
+        if user is not None:
+            q = q.where(a.user == user)
+        if group is not None:
+            q = q.where(a.group == group)
+        with self.session() as s:
+            return [
+                Interval(
+                    user=r.user,
+                    group=r.group,
+                    model=r.gpu_model,
+                    node=r.node,
+                    gpus=r.gpus,
+                    start=r.started_at,
+                    end=r.ended_at,
+                    mean_util_pct=r.util_pct_seconds / r.sampled_s if r.sampled_s else 0.0,
+                    culled=r.end_reason == EndReason.CULLED.value,
+                    last_busy=r.last_busy_at,
+                )
+                for r in s.execute(q)
+            ]
+
+    def known(self, column: str, value: str) -> bool:
+        """Whether any allocation has ``value`` in ``column`` (``user`` or ``group``)."""
+        col = {"user": AllocationRow.user, "group": AllocationRow.group}[column]
+        with self.session() as s:
+            return s.execute(select(col).where(col == value).limit(1)).first() is not None
+
+    def names(self, column: str) -> list[str]:
+        col = {"user": AllocationRow.user, "group": AllocationRow.group}[column]
+        with self.session() as s:
+            return sorted(v for (v,) in s.execute(select(col).distinct()))
+
+
+def _naive(t: datetime | None) -> datetime | None:
+    return naive_utc(t) if t is not None else None
+
+
+def _aware(t: datetime | None) -> datetime | None:
+    return t.replace(tzinfo=timezone.utc) if t is not None else None

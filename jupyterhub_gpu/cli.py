@@ -1,0 +1,25 @@
+"""The ``jupyterhub-gpu`` command: admin tools beside the hub.
+
+    jupyterhub-gpu report ...   GPU usage from the accounting database (docs/accounting.md)
+"""
+
+from __future__ import annotations
+
+import sys
+
+COMMANDS = {"report": "GPU-hours allocated and used, from the accounting database"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help") or args[0] not in COMMANDS:
+        known = "\n".join(f"  {name:8s} {what}" for name, what in COMMANDS.items())
+        print(f"usage: jupyterhub-gpu COMMAND [options]\n\ncommands:\n{known}", file=sys.stderr)
+        return 0 if args and args[0] in ("-h", "--help") else 2
+    from .accounting import cli
+
+    return cli.main(args[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
