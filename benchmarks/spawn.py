@@ -72,6 +72,7 @@ from tests.support.cluster import (  # noqa: E402
     remove_hub_containers,
 )
 from tests.support.hub import Hub  # noqa: E402
+from tests.support.postgres import PostgresServer  # noqa: E402
 
 USER_BRIDGE = "jhgpu-users"  # GPUDockerSpawner.user_bridge's default
 
@@ -174,7 +175,11 @@ def ensure_user_network(engine: Engine) -> None:
             )
 
 
-def make_sides(engine: Engine, workdir: Path, run_id: str, log_level: str) -> dict[str, Side]:
+def make_sides(
+    engine: Engine, workdir: Path, run_id: str, log_level: str, accounting_url: str | None = None
+) -> dict[str, Side]:
+    """The two hubs; the GPU one records to ``accounting_url`` (None: its default, a SQLite
+    file in its directory; "": nothing)."""
     sides: dict[str, Side] = {}
     # the same limits for both: all the machine's cores (no throttling), MEM_GIB of memory
     cpus = float(len(os.sched_getaffinity(0)))
@@ -219,6 +224,11 @@ c.GPUDockerSpawner.resource_defaults = {resources!r}
 c.GPUDockerSpawner.home_template = ""
 c.GPUDockerSpawner.hub_id = {hub.hub_id!r}
 """
+        + (
+            ""
+            if accounting_url is None
+            else f"c.GPUDockerSpawner.accounting_url = {accounting_url!r}\n"
+        )
     )
     sides["gpu"] = Side("gpu", hub, prefix, engine)
     return sides
@@ -448,6 +458,7 @@ def summarize(
         for name, s in samples.items()
     }
     out["config"] = {
+        "accounting": args.accounting,
         "rounds": args.rounds,
         "sequential": args.sequential,
         "concurrent": args.concurrent,
@@ -516,6 +527,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--hub-log-level", default="INFO", help="JupyterHub log level of both hubs (INFO)"
     )
+    p.add_argument(
+        "--accounting",
+        choices=("sqlite", "postgres", "none"),
+        default="sqlite",
+        help="where the GPU hub records allocations: its default SQLite file, a PostgreSQL "
+        "server started for the run (tests/support/postgres.py), or nothing (sqlite)",
+    )
     args = p.parse_args(argv)
     if args.rounds < 1 or args.sequential < 1 or args.concurrent < 1:
         p.error("--rounds, --sequential and --concurrent must be >= 1")
@@ -539,7 +557,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ensure_user_network(engine)
     run_id = secrets.token_hex(4)
     workdir = Path(tempfile.mkdtemp(prefix="jhgpu-bench-spawn-"))
-    sides = make_sides(engine, workdir, run_id, args.hub_log_level)
+    postgres = PostgresServer().start() if args.accounting == "postgres" else None
+    url = {"sqlite": None, "none": ""}.get(args.accounting, postgres.url if postgres else None)
+    sides = make_sides(engine, workdir, run_id, args.hub_log_level, url)
     ok = False
     try:
         for side in sides.values():
@@ -568,6 +588,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for side in sides.values():
             with contextlib.suppress(Exception):
                 side.remove_containers()
+        if postgres is not None:
+            postgres.stop()
         if args.keep or not ok:
             progress(f"hub logs kept in {workdir}")
         else:

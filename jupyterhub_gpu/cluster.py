@@ -379,22 +379,20 @@ class Cluster:
                 await self.reconcile()
             except Exception:
                 self.log.exception("GPU ledger reconciliation failed; will retry")
-            if self.recorder is not None:
-                try:
-                    await self.sample_usage()
-                except Exception:
-                    self.log.exception("GPU usage sampling failed; will retry")
+            try:  # fresh node states for metrics, and usage for accounting
+                snapshot = await self.snapshot()
+                if self.recorder is not None:
+                    self.sample_usage(snapshot)
+            except Exception:
+                self.log.exception("Reading the nodes for metrics and usage failed; will retry")
 
-    async def sample_usage(self) -> None:
-        """Fold the agents' readings into each open allocation's usage and save it."""
+    def sample_usage(self, snapshot: ClusterSnapshot) -> None:
+        """Fold the snapshot's GPU readings into each open allocation's usage and save it
+        (nodes that did not answer count nothing: their readings are old)."""
         assert self.recorder is not None
-        open_now = self.ledger.open_allocations()
-        nodes = {node for node, gpus in open_now.values() if gpus}
-        specs = [s for s in self.specs() if s.name in nodes]
-        readings = await asyncio.gather(*(self._inventory(s) for s in specs))
-        inventories = {s.name: inv for s, inv in zip(specs, readings, strict=True) if inv}
+        inventories = {n.name: n.inventory for n in snapshot.nodes if n.reachable}
         at, changed = utcnow(), {}
-        for allocation, (node, uuids) in open_now.items():
+        for allocation, (node, uuids) in self.ledger.open_allocations().items():
             inventory = inventories.get(node)
             if inventory is None or not uuids:
                 continue
@@ -553,6 +551,24 @@ class Cluster:
             RECONCILIATION.labels("closed_missed").inc()
         for allocation in confirmed | set(missed):
             del self._unconfirmed[allocation]
+
+    async def recorded(self, timeout: float = 10.0) -> bool:
+        """Wait until what was announced so far is in the accounting database (a spawn
+        calls it between reserving and creating its container, so a hub killed in between
+        leaves a record for reconciliation to close). False, with one warning, when the
+        database did not take it in ``timeout`` s: the spawn goes on, the record waits."""
+        if self.recorder is None:
+            return True
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.wrap_future(self.recorder.flush()), timeout)
+        if self.recorder.backlog:
+            self.log.warning(
+                "Accounting: %d records not yet written (database slow or down); spawning "
+                "anyway, they are written when it answers",
+                self.recorder.backlog,
+            )
+            return False
+        return True
 
     async def _remove_interrupted(self, c: LabelledContainer) -> None:
         """Remove a container of an interrupted spawn (or stop) and free its GPUs."""

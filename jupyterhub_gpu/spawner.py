@@ -727,6 +727,7 @@ class GPUDockerSpawner(DockerSpawner):
                 raise
             SPAWN_DECISIONS.labels("placed", "").inc()
             self.ledger.open_allocation(self._record(snapshot, decision, ident, options))
+            await self.cluster.recorded()  # the record exists before the container does
             self._event(30, self._describe(snapshot, decision))
             self.log.info("%s: %s", self.holder, self._describe(snapshot, decision))
             await self._prepare(ident, options)
@@ -830,10 +831,11 @@ class GPUDockerSpawner(DockerSpawner):
 
     async def stop(self, now: bool = False) -> None:
         if self.object_id and self.node_name:
+            allocation = self.allocation_id  # DockerSpawner.stop clears the state
             try:
                 await super().stop(now=now)
                 self.ledger.end_allocation(
-                    self.allocation_id,
+                    allocation,
                     EndReason.CULLED if self._culled_just_now() else EndReason.STOPPED,
                 )
             except _NODE_ERRORS as e:

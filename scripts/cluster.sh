@@ -65,6 +65,7 @@ install_packages() {
   command -v node >/dev/null || missing+=(nodejs npm)
   command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
     || missing+=(postgresql) # accounting tests against a real PostgreSQL
+  command -v prometheus >/dev/null || missing+=(prometheus) # dashboard/alert queries (test_grafana)
   if ((${#missing[@]})); then
     log "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive

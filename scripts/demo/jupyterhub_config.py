@@ -92,6 +92,9 @@ c.GPUDockerSpawner.resource_defaults = {
 c.GPUDockerSpawner.require_identity = True
 c.GPUDockerSpawner.home_template = str(DEMO / "homes" / "{username}")
 c.GPUDockerSpawner.hub_id = "demo"
+# every allocation and its usage: `jupyterhub-gpu report --db sqlite:///.demo/jupyterhub-gpu-accounting.sqlite`
+ACCOUNTING_URL = f"sqlite:///{DEMO / 'jupyterhub-gpu-accounting.sqlite'}"
+c.GPUDockerSpawner.accounting_url = ACCOUNTING_URL
 c.GPUDockerSpawner.prefix = "jhgpu-demo"
 c.JupyterHub.allow_named_servers = True
 c.JupyterHub.named_server_limit_per_user = 3
@@ -141,8 +144,19 @@ c.JupyterHub.services = [
         ],
         "environment": culler_env,
     },
+    {  # the usage API: admins see everyone's GPU-hours, users their own (docs/accounting.md)
+        "name": "gpu-accounting",
+        "url": "http://127.0.0.1:10102",
+        "command": [
+            sys.executable,
+            "-m",
+            "jupyterhub_gpu.accounting.service",
+            f"--db={ACCOUNTING_URL}",
+        ],
+    },
 ]
 c.JupyterHub.load_roles = [
+    {"name": "user", "scopes": ["self", "access:services!service=gpu-accounting"]},
     {
         "name": "gpu-culler",
         "scopes": [

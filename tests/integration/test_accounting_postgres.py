@@ -8,37 +8,23 @@ the hub's documentation says.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-import psycopg
 import pytest
-from psycopg import sql
 from sqlalchemy import inspect, text
-from sqlalchemy.engine import make_url
 
 from jupyterhub_gpu.accounting.records import AllocationRecord, EndReason
 from jupyterhub_gpu.accounting.report import ReportQuery, report
 from jupyterhub_gpu.accounting.store import AccountingStore, AccountingUnavailable
-from tests.support.pg_fixture import postgres_url  # noqa: F401
+from tests.support.pg_fixture import fresh_postgres_database, postgres_url  # noqa: F401
 
 pytestmark = pytest.mark.integration
 
 UTC = timezone.utc
 TABLE = "jhgpu_allocations"
 HOSTILE = "x'; DROP TABLE jhgpu_allocations; --"
-
-
-def fresh_postgres_database(server_url: str) -> str:
-    """A new, empty database on the server of ``server_url``; its SQLAlchemy URL."""
-    url = make_url(server_url)
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    admin = url.set(drivername="postgresql", database="postgres")
-    with psycopg.connect(admin.render_as_string(hide_password=False), autocommit=True) as c:
-        c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return url.set(database=name).render_as_string(hide_password=False)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

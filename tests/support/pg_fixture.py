@@ -16,9 +16,13 @@ to share one.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
+import psycopg
 import pytest
+from psycopg import sql
+from sqlalchemy.engine import make_url
 
 from tests.support.postgres import PostgresError, PostgresServer
 
@@ -40,3 +44,13 @@ def postgres_url() -> Iterator[str]:
         yield server.url
     finally:
         server.stop()
+
+
+def fresh_postgres_database(server_url: str) -> str:
+    """A new, empty database on the server of ``server_url``; its SQLAlchemy URL."""
+    url = make_url(server_url)
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = url.set(drivername="postgresql", database="postgres")
+    with psycopg.connect(admin.render_as_string(hide_password=False), autocommit=True) as c:
+        c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return url.set(database=name).render_as_string(hide_password=False)

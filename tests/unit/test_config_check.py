@@ -67,7 +67,14 @@ def test_demo_runs_node_a_agent_and_the_culler_as_services(
         "jupyterhub_config.py", path=str(REPO / "scripts" / "demo")
     ).load_config()
     services = {s["name"]: s for s in c.JupyterHub.services}
-    assert set(services) == {"gpu-agent-node-a", "gpu-culler"}
+    assert set(services) == {"gpu-agent-node-a", "gpu-culler", "gpu-accounting"}
+    # the usage API reads the database the hub writes, and users may reach it
+    usage_cmd = services["gpu-accounting"]["command"]
+    assert usage_cmd[1:3] == ["-m", "jupyterhub_gpu.accounting.service"]
+    assert usage_cmd[3] == f"--db={c.GPUDockerSpawner.accounting_url}"
+    assert str(tmp_path) in c.GPUDockerSpawner.accounting_url
+    (user_role,) = [r for r in c.JupyterHub.load_roles if r["name"] == "user"]
+    assert "access:services!service=gpu-accounting" in user_role["scopes"]
     token = (tmp_path / "agent_token").read_text().strip()
     assert len(token) >= 32 and (tmp_path / "agent_token").stat().st_mode & 0o077 == 0
 
@@ -98,7 +105,7 @@ def test_demo_runs_node_a_agent_and_the_culler_as_services(
     assert culler.agent_token == token  # the site secret: it derives each agent's token
     assert culler.timeout == culler.gpu_timeout == 120
     assert culler.notes_file == c.GPUDockerSpawner.cull_notes_file
-    (role,) = c.JupyterHub.load_roles
+    (role,) = [r for r in c.JupyterHub.load_roles if r["name"] == "gpu-culler"]
     assert role["services"] == ["gpu-culler"]
     assert {"list:users", "admin:server_state", "delete:servers"} <= set(role["scopes"])
     assert "access:servers" not in role["scopes"]  # servers are read with their own tokens
