@@ -31,7 +31,7 @@ import yaml
 from .accounting.metrics import COLLECTOR, RECONCILIATION
 from .accounting.recorder import Recorder, close_missed
 from .accounting.records import EndReason, utcnow
-from .accounting.store import AccountingStore, safe_url
+from .accounting.store import AccountingStore, AccountingUnavailable, safe_url
 from .accounting.usage import GPUSample, Usage, fold
 from .allocation import LABEL, LabelledContainer, containers_from_docker, interrupted
 from .errors import ConfigError, GPUHubError
@@ -150,7 +150,7 @@ class Cluster:
     def _load_unconfirmed(self, store: AccountingStore) -> None:
         """(worker thread) What the store has open when the hub starts: each is confirmed
         by a server or container, or closed as MISSED by reconciliation."""
-        self._unconfirmed = store.open_allocations()
+        self._unconfirmed = store.open_allocations(hub=self.settings.hub_id)
 
     def _forget_usage(self, event: Any) -> None:
         if event.reason is not None:
@@ -382,19 +382,32 @@ class Cluster:
             try:  # fresh node states for metrics, and usage for accounting
                 snapshot = await self.snapshot()
                 if self.recorder is not None:
-                    self.sample_usage(snapshot)
+                    await self.sample_usage(snapshot)
             except Exception:
                 self.log.exception("Reading the nodes for metrics and usage failed; will retry")
 
-    def sample_usage(self, snapshot: ClusterSnapshot) -> None:
+    async def sample_usage(self, snapshot: ClusterSnapshot) -> None:
         """Fold the snapshot's GPU readings into each open allocation's usage and save it
-        (nodes that did not answer count nothing: their readings are old)."""
+        (nodes that did not answer count nothing: their readings are old). An allocation
+        this process has not sampled yet (re-joined after a restart) continues from what
+        the store has; until the store has answered for it, it is not sampled at all, so
+        a restart never overwrites its usage with a fresh start."""
         assert self.recorder is not None
+        open_now = {a: v for a, v in self.ledger.open_allocations().items() if v[1]}
+        unknown = [a for a in open_now if a not in self._usage]
+        if unknown:
+            try:
+                stored = await asyncio.wrap_future(self.recorder.call(lambda s: s.usages(unknown)))
+            except AccountingUnavailable:
+                open_now = {a: v for a, v in open_now.items() if a not in unknown}
+            else:
+                for allocation in unknown:
+                    self._usage.setdefault(allocation, stored.get(allocation, Usage()))
         inventories = {n.name: n.inventory for n in snapshot.nodes if n.reachable}
         at, changed = utcnow(), {}
-        for allocation, (node, uuids) in self.ledger.open_allocations().items():
+        for allocation, (node, uuids) in open_now.items():
             inventory = inventories.get(node)
-            if inventory is None or not uuids:
+            if inventory is None:
                 continue
             samples = [
                 GPUSample(g.utilization_pct, g.memory_used_mib)
@@ -578,6 +591,7 @@ class Cluster:
             await self.run(c.node, lambda: self.client(c.node).remove_container(c.id, force=True))
         except docker.errors.NotFound:  # removed meanwhile (a failed start's clean-up)
             self.ledger.release(ORPHAN + c.holder, c.gpus)
+            self.ledger.release_server(ORPHAN + c.holder)
             self.ledger.end_allocation(c.allocation, EndReason.INTERRUPTED)
             return
         except Exception as e:
@@ -591,6 +605,7 @@ class Cluster:
             )
             return
         self.ledger.release(ORPHAN + c.holder, c.gpus)
+        self.ledger.release_server(ORPHAN + c.holder)  # a stop that could not finish
         self.ledger.end_allocation(c.allocation, EndReason.INTERRUPTED)
         RECONCILIATION.labels("removed_interrupted").inc()
         self.log.info(

@@ -55,10 +55,12 @@ class GPULedger:
         self._open[record.id] = (record.node, record.gpu_uuids)
         self._announce(AllocationEvent(EventKind.RESERVED, record.id, record=record))
 
-    def rejoin_allocation(self, allocation: str, node: str, uuids: Iterable[str]) -> None:
-        """An allocation found again (spawner state after a restart): no event, it is open."""
-        if allocation:
-            self._open[allocation] = (node, tuple(uuids))
+    def rejoin_allocation(self, record: AllocationRecord) -> None:
+        """An allocation found again (spawner state after a restart): open, announced as
+        REJOINED (its record holds what the state kept; the store has the rest)."""
+        if record.id:
+            self._open[record.id] = (record.node, record.gpu_uuids)
+            self._announce(AllocationEvent(EventKind.REJOINED, record.id, record=record))
 
     def allocation_started(self, allocation: str) -> None:
         if allocation:

@@ -237,7 +237,9 @@ class GPUDockerSpawner(DockerSpawner):
         "",
         config=True,
         help="""The idle culler's notes file (``GPUIdleCuller.notes_file``, readable by the
-        hub): the spawn form tells the user why the culler stopped their server. '' = off.""",
+        hub): the spawn form tells the user why the culler stopped their server, and
+        accounting records such a stop as ``culled`` (with the idle GPU-hours it reclaimed)
+        rather than ``stopped``. '' = off.""",
     )
 
     @default("nodes")
@@ -299,6 +301,8 @@ class GPUDockerSpawner(DockerSpawner):
         self._host_config: dict[str, Any] = {}
         self._from_state = False  # placed by load_state and not polled since
         self._cuda = ""  # the chosen catalog entry's CUDA version
+        self._charge_group = ""  # the allocation's, kept in state for metrics after restarts
+        self._gpu_model = ""
 
     # ------------------------------------------------------------------ state
     node_name = Unicode("")
@@ -316,6 +320,7 @@ class GPUDockerSpawner(DockerSpawner):
             state.update(node=self.node_name, gpu_uuids=list(self.gpu_uuids))
             if self.allocation_id:
                 state["allocation"] = self.allocation_id
+                state["charge_group"], state["gpu_model"] = self._charge_group, self._gpu_model
             if self.host_port:
                 state["host_port"] = self.host_port
             if self.server is not None and self.host_port:  # the culler reads it directly
@@ -334,10 +339,25 @@ class GPUDockerSpawner(DockerSpawner):
         self.gpu_uuids = list(state.get("gpu_uuids", []))
         self.host_port = int(state.get("host_port") or 0)
         self.allocation_id = str(state.get("allocation") or "")
+        self._charge_group = str(state.get("charge_group") or "")
+        self._gpu_model = str(state.get("gpu_model") or "")
         if self.node_name:
             conflicts = self.ledger.adopt(self.holder, self.node_name, self.gpu_uuids)
             self.ledger.place_server(self.holder, self.node_name, self.allocation_id)
-            self.ledger.rejoin_allocation(self.allocation_id, self.node_name, self.gpu_uuids)
+            self.ledger.rejoin_allocation(
+                AllocationRecord(
+                    id=self.allocation_id,
+                    user=self.user.name,
+                    server=self.name,
+                    group=self._charge_group,
+                    node=self.node_name,
+                    gpu_uuids=tuple(self.gpu_uuids),
+                    gpu_model=self._gpu_model,
+                    image="",
+                    cuda="",
+                    hub=self.hub_id,
+                )
+            )
             self._from_state = True
             if conflicts:
                 self.log.warning(
@@ -482,6 +502,9 @@ class GPUDockerSpawner(DockerSpawner):
         if not self.cull_notes_file:
             return False
         since = datetime.now(timezone.utc) - timedelta(minutes=2)
+        started = self.orm_spawner.started if self.orm_spawner else None
+        if started is not None:  # a note from before this server started is another's
+            since = max(since, started.replace(tzinfo=timezone.utc))
         notes = notes_for(load_notes(self.cull_notes_file), self.user.name, since=since)
         return any(n.server == self.name for n in notes)
 
@@ -779,18 +802,21 @@ class GPUDockerSpawner(DockerSpawner):
     ) -> AllocationRecord:
         node = next(n for n in snapshot.nodes if n.name == decision.node)
         models = [g.model for g in map(node.inventory.gpu, decision.gpu_uuids) if g]
+        self._gpu_model = models[0] if models else ""
+        self._charge_group = charge_group(ident.groups, self.policy.group_bounds)
         return AllocationRecord(
             id=self.allocation_id,
             user=self.user.name,
             server=self.name,
-            group=charge_group(ident.groups, self.policy.group_bounds),
+            group=self._charge_group,
             node=decision.node,
             gpu_uuids=tuple(decision.gpu_uuids),
-            gpu_model=models[0] if models else "",
+            gpu_model=self._gpu_model,
             image=options.image,
             cuda=self._cuda,
             cpus=options.cpu,
             mem_gib=options.mem_gib,
+            hub=self.hub_id,
         )
 
     async def _undo(self) -> None:

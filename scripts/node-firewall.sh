@@ -70,25 +70,37 @@ if [[ $MODE == remove ]]; then
   exit 0
 fi
 
+# Check every --allow before touching iptables: a bad one must not leave the chains
+# flushed (user containers would then reach everything until someone noticed).
+RULES=()
+port_ok() { [[ $1 =~ ^(0|[1-9][0-9]{0,4})$ ]] && (($1 <= 65535)); }
+for a in "${ALLOW[@]}"; do
+  addr=${a%%:*} ports=${a#"$addr"} ports=${ports#:} lo=${ports%%-*} hi=${ports#*-}
+  if [[ ! $addr =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}(/[0-9]{1,2})?$ ]]; then
+    bad=1
+  elif [[ $a != *:* ]]; then
+    RULES+=("-d $addr")
+  elif port_ok "$lo" && port_ok "$hi" && ((10#$lo <= 10#$hi)) && [[ $ports =~ ^[0-9]+(-[0-9]+)?$ ]]; then
+    RULES+=("-d $addr -p tcp --dport ${lo}$([[ $lo == "$hi" ]] || echo ":$hi")")
+  else
+    bad=1
+  fi
+  if [[ ${bad:-} ]]; then
+    echo "--allow wants ADDR[/PREFIX][:PORT[-PORT]] with a numeric IPv4 address and ports" \
+      "0-65535 (low-high), got: $a; nothing was changed" >&2
+    exit 2
+  fi
+done
+
 chain JHGPU-INPUT
 ipt -A JHGPU-INPUT -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN
 ipt -A JHGPU-INPUT -j DROP
 
 chain JHGPU-FORWARD
 ipt -A JHGPU-FORWARD -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN
-for a in "${ALLOW[@]}"; do
-  if [[ $a =~ ^([0-9./]+):([0-9]{1,5})$ ]]; then
-    ipt -A JHGPU-FORWARD -d "${BASH_REMATCH[1]}" -p tcp --dport "${BASH_REMATCH[2]}" -j RETURN
-  elif [[ $a =~ ^([0-9./]+):([0-9]{1,5})-([0-9]{1,5})$ ]] \
-      && ((BASH_REMATCH[2] <= BASH_REMATCH[3])); then
-    ipt -A JHGPU-FORWARD -d "${BASH_REMATCH[1]}" -p tcp \
-      --dport "${BASH_REMATCH[2]}:${BASH_REMATCH[3]}" -j RETURN
-  elif [[ $a =~ ^[0-9./]+$ ]]; then
-    ipt -A JHGPU-FORWARD -d "$a" -j RETURN
-  else
-    echo "--allow wants ADDR[/PREFIX][:PORT[-PORT]] with a numeric IPv4 address, got: $a" >&2
-    exit 2
-  fi
+for r in "${RULES[@]}"; do
+  # shellcheck disable=SC2086  # a rule's words, made above from checked parts
+  ipt -A JHGPU-FORWARD $r -j RETURN
 done
 for net in "${PRIVATE[@]}"; do ipt -A JHGPU-FORWARD -d "$net" -j DROP; done
 

@@ -61,7 +61,7 @@ def run(argv: list[str], now: datetime | None = None) -> tuple[int, str]:
         fmt = parse_format(args.format)
         query = parse_query(params, now)
         store = AccountingStore(url)
-        store.upgrade()
+        store.require_schema()
         for column, value in (("user", query.user), ("group", query.group)):
             if value is not None and not store.known(column, value):
                 names = store.names(column)

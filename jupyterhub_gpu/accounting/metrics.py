@@ -42,7 +42,7 @@ class GPUSeconds:
         self.open: dict[str, tuple[str, str, int, float]] = {}
 
     def __call__(self, event: AllocationEvent) -> None:
-        if event.kind is EventKind.RESERVED and event.record is not None:
+        if event.kind in (EventKind.RESERVED, EventKind.REJOINED) and event.record is not None:
             r = event.record
             if r.gpus:
                 self.open[r.id] = (r.group, r.gpu_model, r.gpus, time.monotonic())

@@ -12,12 +12,14 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
 
 from .records import AllocationEvent, EndReason, EventKind
 from .store import AccountingStore, AccountingUnavailable
 from .usage import Usage
 
 Write = Callable[[AccountingStore], object]
+T = TypeVar("T")
 
 
 def write_for(event: AllocationEvent) -> Write | None:
@@ -56,6 +58,10 @@ class Recorder:
         with self._lock:
             self._queue.append(write)
         return self._executor.submit(self._drain)
+
+    def call(self, read: Callable[[AccountingStore], T]) -> Future[T]:
+        """Run ``read`` on the worker thread, after the writes queued so far."""
+        return self._executor.submit(read, self.store)
 
     def flush(self) -> Future[None]:
         """Retry what waits (a no-op when nothing does); done when the queue was drained

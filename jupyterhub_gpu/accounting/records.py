@@ -24,6 +24,7 @@ class EventKind(str, enum.Enum):
     RESERVED = "reserved"  # GPUs taken for a spawn; the container does not exist yet
     STARTED = "started"  # the server's container runs
     RELEASED = "released"  # the GPUs are free again (with an :class:`EndReason`)
+    REJOINED = "rejoined"  # found again after a hub restart (record from spawner state)
 
 
 class EndReason(str, enum.Enum):
@@ -53,6 +54,7 @@ class AllocationRecord:
     cpus: float | None = None
     mem_gib: float | None = None
     started_at: datetime = field(default_factory=utcnow)
+    hub: str = ""  # the hub that made it (GPUDockerSpawner.hub_id): hubs may share a database
 
     @property
     def gpus(self) -> int:

@@ -18,6 +18,7 @@ class AllocationRow(Base):
     __tablename__ = "jhgpu_allocations"
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    hub: Mapped[str] = mapped_column(String(255), default="")  # GPUDockerSpawner.hub_id
     user: Mapped[str] = mapped_column(String(255))
     server: Mapped[str] = mapped_column(String(255), default="")
     group: Mapped[str] = mapped_column("charge_group", String(255), default="")
@@ -46,4 +47,5 @@ class AllocationRow(Base):
         Index("ix_jhgpu_allocations_started_at", "started_at"),
         Index("ix_jhgpu_allocations_ended_at", "ended_at"),
         Index("ix_jhgpu_allocations_user", "user"),
+        Index("ix_jhgpu_allocations_hub_ended_at", "hub", "ended_at"),
     )

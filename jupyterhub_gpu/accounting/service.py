@@ -82,6 +82,8 @@ class UsageHandler(HubAuthenticated, web.RequestHandler):
         self.finish(render(rows, query, fmt))
 
     def _rows(self, query: Any, now: datetime, admin: bool) -> list[Any]:
+        if not self.store.has_schema():  # the hub makes the tables with its first spawn
+            return []
         if admin:  # an unknown name is a mistake worth saying; a user's own is just empty
             for column, value in (("user", query.user), ("group", query.group)):
                 if value is not None and not self.store.known(column, value):
@@ -103,9 +105,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--db", default=os.environ.get("JUPYTERHUB_GPU_ACCOUNTING_URL", DEFAULT_URL))
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(levelname)1.1s %(name)s] %(message)s")
-    store = AccountingStore(args.db)
     try:
-        store.upgrade()
+        store = AccountingStore(args.db)
     except AccountingUnavailable as e:
         log.error("%s", e)
         sys.exit(1)

@@ -14,8 +14,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, or_, select, update
-from sqlalchemy.engine import make_url
+from sqlalchemy import Engine, create_engine, event, inspect, or_, select, update
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -38,20 +37,21 @@ def naive_utc(t: datetime) -> datetime:
 
 
 def safe_url(url: str) -> str:
-    """``url`` with its password hidden (for logs and messages)."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return "<unparsable database URL>"
+    """``url`` with whatever stands before its last ``@`` hidden (user and password: a
+    password may itself hold an unencoded ``@``), for logs and messages."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    return f"{scheme}://***@{rest.rpartition('@')[2]}"
 
 
 def make_engine(url: str) -> Engine:
     try:
         engine = create_engine(url, pool_pre_ping=True, future=True)
-    except (ArgumentError, ImportError, SQLAlchemyError) as e:
+    except (ArgumentError, ImportError, SQLAlchemyError, ValueError) as e:
         raise AccountingUnavailable(
-            f"The accounting database URL {safe_url(url)} can't be used ({type(e).__name__}: "
-            f"{e}). Use sqlite:///PATH or postgresql+psycopg://USER@HOST/DB."
+            f"The accounting database URL {safe_url(url)} can't be used ({type(e).__name__}). "
+            "Use sqlite:///PATH or postgresql+psycopg://USER@HOST[:PORT]/DB."
         ) from None
     if engine.dialect.name == "sqlite":
 
@@ -101,6 +101,28 @@ class AccountingStore:
                 f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
             ) from None
 
+    def has_schema(self) -> bool:
+        """Whether the accounting tables are there (readers never create them: a mistyped
+        URL must not become a new, empty database)."""
+        database = self.engine.url.database or ""
+        sqlite_file = self.engine.dialect.name == "sqlite" and database not in ("", ":memory:")
+        if sqlite_file and not Path(database).is_file():  # connecting would create it
+            return False
+        try:
+            return inspect(self.engine).has_table(AllocationRow.__tablename__)
+        except SQLAlchemyError as e:
+            raise AccountingUnavailable(
+                f"The accounting database {safe_url(self.url)} can't be read: "
+                f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+            ) from None
+
+    def require_schema(self) -> None:
+        if not self.has_schema():
+            raise AccountingUnavailable(
+                f"{safe_url(self.url)} has no accounting tables (jhgpu_allocations): is it "
+                "the hub's GPUDockerSpawner.accounting_url? The hub creates them."
+            )
+
     # ------------------------------------------------------------------ writes
     def open(self, record: AllocationRecord) -> None:
         """Insert ``record`` (a record already there is left as it is: replays are safe)."""
@@ -110,6 +132,7 @@ class AccountingStore:
             s.add(
                 AllocationRow(
                     id=record.id,
+                    hub=record.hub,
                     user=record.user,
                     server=record.server,
                     group=record.group,
@@ -168,13 +191,23 @@ class AccountingStore:
                 )
 
     # ------------------------------------------------------------------ reads
-    def open_allocations(self) -> dict[str, str]:
-        """allocation id -> node, of every allocation without an end."""
+    def open_allocations(self, hub: str | None = None) -> dict[str, str]:
+        """allocation id -> node, of every allocation without an end (of ``hub`` if given:
+        each hub confirms or closes only its own)."""
+        q = select(AllocationRow.id, AllocationRow.node).where(AllocationRow.ended_at.is_(None))
+        if hub is not None:
+            q = q.where(AllocationRow.hub == hub)
         with self.session() as s:
-            rows = s.execute(
-                select(AllocationRow.id, AllocationRow.node).where(AllocationRow.ended_at.is_(None))
-            )
-            return {r.id: r.node for r in rows}
+            return {r.id: r.node for r in s.execute(q)}
+
+    def usages(self, allocations: list[str]) -> dict[str, Usage]:
+        """The stored usage of these allocations (those the store has)."""
+        out = {}
+        for allocation in allocations:
+            usage = self.usage(allocation)
+            if usage is not None:
+                out[allocation] = usage
+        return out
 
     def usage(self, allocation: str) -> Usage | None:
         with self.session() as s:

@@ -31,6 +31,7 @@ import docker
 import httpx
 import pytest
 
+from jupyterhub_gpu.accounting.store import AccountingStore
 from tests.integration.test_multinode import (  # noqa: F401  (fixtures: agents, cluster)
     CUDA11,
     DEBUG_LOG,
@@ -155,6 +156,18 @@ def check_settled(hub: Hub, apis: Apis) -> dict[str, dict[str, Any]]:
         assert c["Labels"]["jupyterhub-gpu.gpus"] == ",".join(state["gpu_uuids"]), state
         assert c["Labels"]["jupyterhub-gpu.allocation"] == state["allocation"], state
         assert all(NODE_OF[u] == state["node"] for u in state["gpu_uuids"]), state
+    # accounting: the records open are exactly the running servers' allocations (no
+    # record lost, none left open for a server that is gone, none twice)
+    # (the hub's recorder writes on its own thread: wait for it, then compare)
+    running_ids = {s["allocation"] for s in states.values()}
+    store = AccountingStore(f"sqlite:///{hub.workdir / 'jupyterhub-gpu-accounting.sqlite'}")
+    try:
+        deadline = time.monotonic() + 30
+        while (open_ids := set(store.open_allocations())) != running_ids:
+            assert time.monotonic() < deadline, (sorted(open_ids), sorted(running_ids))
+            time.sleep(0.2)
+    finally:
+        store.engine.dispose()
     return states
 
 

@@ -221,3 +221,71 @@ def test_a_bad_url_says_what_to_use_and_hides_the_password() -> None:
         AccountingStore("nosuchdb://u:hunter2@host/db")
     assert "hunter2" not in str(e.value)
     assert "hunter2" not in safe_url("postgresql://u:hunter2@h/db")
+
+
+# ------------------------------------------------------------------ review fixes
+def test_a_restarted_hub_continues_an_allocations_usage(tmp_path: Path) -> None:
+    """The usage of an allocation re-joined after a restart goes on from the store's,
+    never from zero (which would overwrite a week of training with a few seconds)."""
+    import asyncio
+
+    from jupyterhub_gpu.cluster import Cluster, ClusterSettings
+    from tests.unit.test_quota import _snapshot
+
+    url = f"sqlite:///{tmp_path / 'acc.sqlite'}"
+    store = AccountingStore(url)
+    store.upgrade()
+    rec = AllocationRecord("a1", "alice", "", "ml", "n1", ("GPU-0",), "RTX", "pt", "12.1")
+    store.open(rec)
+    week = fold(
+        fold(Usage(), T0, [GPUSample(90, 5)]), T0 + timedelta(seconds=200), [GPUSample(90, 5)]
+    )
+    store.save_usage({"a1": week})
+    nodes = [{"name": "n1", "docker_url": "unix:///nowhere.sock", "address": "127.0.0.1"}]
+    cluster = Cluster(ClusterSettings(nodes=nodes, accounting_url=url), logging.getLogger("t"))
+    cluster.ledger.rejoin_allocation(rec)
+    asyncio.run(cluster.sample_usage(_snapshot()))  # GPU-0 reads 0 % now
+    assert cluster.recorder is not None
+    cluster.recorder.flush().result()
+    after = store.usage("a1")
+    assert after is not None and after.util_pct_seconds == week.util_pct_seconds
+    assert after.sampled_s >= week.sampled_s and after.peak_util_pct == 90
+    assert after.last_busy == week.last_busy
+    cluster.recorder.close()
+
+
+def test_each_hub_sees_only_its_own_open_allocations(tmp_path: Path) -> None:
+    store = AccountingStore(f"sqlite:///{tmp_path / 'acc.sqlite'}")
+    store.upgrade()
+    for hub, aid in (("prod", "p1"), ("staging", "s1")):
+        store.open(AllocationRecord(aid, "u", "", "", "n1", (), "", "cpu", "", hub=hub))
+    assert store.open_allocations(hub="prod") == {"p1": "n1"}
+    assert set(store.open_allocations()) == {"p1", "s1"}
+
+
+@pytest.mark.parametrize(
+    ("url", "secret"),
+    [
+        ("postgresql+psycopg://u:p@ss-word@db.example.org/x", "ss-word"),
+        ("postgresql+psycopg://u:hunter2@db.example.org:5432/x", "hunter2"),
+        ("postgresql://only-a-token@db/x", "only-a-token"),
+    ],
+)
+def test_urls_are_shown_without_any_part_of_the_password(url: str, secret: str) -> None:
+    shown = safe_url(url)
+    assert secret not in shown and shown.endswith(url.rpartition("@")[2]), shown
+
+
+def test_a_bad_port_is_a_sentence_not_a_traceback() -> None:
+    with pytest.raises(AccountingUnavailable, match="can't be used") as e:
+        AccountingStore("postgresql+psycopg://u:pw@h:xx/db")
+    assert "pw" not in str(e.value)
+
+
+def test_readers_never_create_a_database(tmp_path: Path) -> None:
+    from jupyterhub_gpu.accounting.cli import run
+
+    typo = tmp_path / "typo.sqlite"
+    status, text = run(["--db", f"sqlite:///{typo}"])
+    assert status == 2 and "has no accounting tables" in text, text
+    assert not typo.exists() or typo.stat().st_size == 0

@@ -13,6 +13,7 @@ from typing import Any
 import docker
 import pytest
 
+from jupyterhub_gpu.accounting.records import EndReason
 from jupyterhub_gpu.allocation import (
     ALLOCATION_LABEL,
     SEAL_LABEL,
@@ -284,8 +285,15 @@ def test_a_stop_that_could_not_reach_the_node_is_finished(
     cluster.ledger.reserve("alice/", "node-c", ["GPU-c0"])
     cluster.ledger.place_server("alice/", "node-c", CLAIM.id)
     cluster.ledger.rename("alice/", ORPHAN + "alice/")
+    ended: list[tuple[str, object]] = []
+    cluster.ledger.subscribe(lambda e: ended.append((e.allocation, e.reason)))
     asyncio.run(cluster.reconcile())
     assert engine.removed == ["c" * 64] and cluster.ledger.allocations() == {}
+    # its placement goes too (no phantom server), and a second round ends nothing again
+    assert cluster.ledger.servers_on("node-c") == 0
+    engine.listing = []
+    asyncio.run(cluster.reconcile())
+    assert ended == [(CLAIM.id, EndReason.INTERRUPTED)]
 
 
 # ------------------------------------------------------------------ the spawner

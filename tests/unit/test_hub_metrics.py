@@ -42,6 +42,10 @@ def test_gpus_allocations_and_gpu_seconds() -> None:
         cluster.ledger.open_allocation(rec)
     cluster.ledger.release("u2/")
     cluster.ledger.end_allocation("a2", EndReason.STOPPED)
+    # a server re-joined after a restart counts too (from its spawner state)
+    cluster.ledger.rejoin_allocation(
+        AllocationRecord("a3", "u3", "", "ml", "n1", ("GPU-6",), model, "", "")
+    )
 
     m = samples()
     allocated = {s[0]["uuid"]: s[1] for s in m["jupyterhub_gpu_allocated"]}
@@ -49,7 +53,7 @@ def test_gpus_allocations_and_gpu_seconds() -> None:
     assert all(set(s[0]) == {"node", "uuid", "model"} for s in m["jupyterhub_gpu_allocated"])
     states = {s[0]["state"]: s[1] for s in m["jupyterhub_gpu_gpus"]}
     assert states == {"allocated": 4, "free": 3, "unavailable": 1}
-    assert {s[0]["group"]: s[1] for s in m["jupyterhub_gpu_allocations"]} == {"ml": 2}
+    assert {s[0]["group"]: s[1] for s in m["jupyterhub_gpu_allocations"]} == {"ml": 3}
     seconds = {s[0]["group"]: s[1] for s in m["jupyterhub_gpu_allocated_gpu_seconds_total"]}
     assert set(seconds) == {"ml", "vision"} and all(v >= 0 for v in seconds.values())
     assert m["jupyterhub_gpu_accounting_backlog"][0][1] == 0

@@ -18,6 +18,7 @@ def upgrade() -> None:
     op.create_table(
         "jhgpu_allocations",
         sa.Column("id", sa.String(64), primary_key=True),
+        sa.Column("hub", sa.String(255), nullable=False),
         sa.Column("user", sa.String(255), nullable=False),
         sa.Column("server", sa.String(255), nullable=False),
         sa.Column("charge_group", sa.String(255), nullable=False),
@@ -44,6 +45,9 @@ def upgrade() -> None:
     op.create_index("ix_jhgpu_allocations_started_at", "jhgpu_allocations", ["started_at"])
     op.create_index("ix_jhgpu_allocations_ended_at", "jhgpu_allocations", ["ended_at"])
     op.create_index("ix_jhgpu_allocations_user", "jhgpu_allocations", ["user"])
+    op.create_index(
+        "ix_jhgpu_allocations_hub_ended_at", "jhgpu_allocations", ["hub", "ended_at"]
+    )
 
 
 def downgrade() -> None:
