@@ -26,15 +26,17 @@ from tests.integration.test_multinode import (  # noqa: F401  (fixtures: agents,
     A100,
     DEBUG_LOG,
     ROUND,
+    TITANX,
     agents,
     cluster,
     containers_of,
     create_users,
+    outage_held,
     spawn_ready,
     start_hub,
     wait_until,
 )
-from tests.support.cluster import Engine
+from tests.support.cluster import Engine, engine_crashed
 from tests.support.hub import Hub
 from tests.support.pg_fixture import fresh_postgres_database, postgres_url  # noqa: F401
 
@@ -168,3 +170,28 @@ def test_every_allocation_leaves_exactly_its_record(
     assert line[0] == "alice" and float(line[2]) == pytest.approx(held_h, abs=1e-4)
     used_h = held_h * a.util_pct_seconds / a.sampled_s / 100
     assert float(line[3]) == pytest.approx(used_h, abs=1e-4)  # the CSV has 4 decimals
+
+
+def test_a_server_stopped_while_its_node_is_lost(
+    hub: Hub,
+    store: AccountingStore,
+    engines: list[Engine],
+) -> None:
+    """Erin's node dies; her server is stopped meanwhile (the stop can't reach the node,
+    so her GPU stays held: its container may still run). Her record stays open through the
+    outage and is closed as node_lost once the node answers again without the container."""
+    node_b = next(e for e in engines if e.name == "node-b")
+    create_users(hub, ["erin"])
+    erin = spawn_ready(hub, "erin", {**ON_A100, "gpu_model": TITANX[0]})
+    assert erin["node"] == "node-b"
+    with engine_crashed(node_b), outage_held(node_b):
+        assert hub.stop_server("erin").status_code in (202, 204)
+        wait_until(lambda: hub.server("erin") is None, 60, "the hub to let go of erin's server")
+        # two whole reconciliation rounds during the outage leave it open
+        hub.wait_log(ROUND, after=hub.log_offset(), count=2, timeout=60)
+        assert rows(store)["erin"].ended_at is None, "closed while its GPU is still held"
+    back = now()
+    wait_until(lambda: rows(store)["erin"].ended_at, 90, "erin's record to close")
+    row = rows(store)["erin"]
+    assert row.id == erin["allocation"] and row.end_reason == "node_lost"
+    assert back <= row.ended_at <= now()
