@@ -22,6 +22,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import sys
 from datetime import datetime, timezone
 from typing import Any
@@ -30,7 +31,6 @@ from urllib.parse import urlsplit
 from jupyterhub.services.auth import HubAuthenticated
 from tornado import web
 from tornado.httpserver import HTTPServer
-from tornado.ioloop import IOLoop
 
 from .cli import DEFAULT_URL
 from .query import parse_format, parse_query, render
@@ -112,10 +112,23 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
     url = urlsplit(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10102"))
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpu-accounting/")
+    asyncio.run(serve(store, prefix, url.hostname or "127.0.0.1", url.port or 80))
+
+
+async def serve(store: AccountingStore, prefix: str, host: str, port: int) -> None:
+    """Serve until SIGINT or SIGTERM. Both are handled even when inherited as ignored (a
+    hub started in the background passes SIGINT ignored to its services, and its shutdown
+    then waited for this process)."""
     server = HTTPServer(make_app(store, prefix))
-    server.listen(url.port or 80, url.hostname or "127.0.0.1")
-    log.info("GPU usage API on %s%sapi/usage", url.netloc, prefix)
-    IOLoop.current().start()
+    server.listen(port, host)
+    log.info("GPU usage API on %s:%d%sapi/usage", host, port, prefix)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    server.stop()
+    log.info("Stopping")
 
 
 if __name__ == "__main__":
