@@ -162,11 +162,24 @@ def override_warnings(config: Any) -> list[str]:
     return found
 
 
+DEFAULT_NAMED_SERVER_LIMIT = 3  # per user, when named servers are on and no limit is set
+
+
 def check_config(
     config: Any, section: str = "GPUDockerSpawner", logger: logging.Logger | None = None
 ) -> None:
-    """Validate the GPUDockerSpawner settings in ``config`` (a traitlets Config)."""
+    """Validate the GPUDockerSpawner settings in ``config`` (a traitlets Config); with
+    named servers allowed and no ``named_server_limit_per_user`` set, set it to
+    :data:`DEFAULT_NAMED_SERVER_LIMIT` (JupyterHub's own default, 0, is unlimited)."""
     check_keys(config)
+    hub = config.get("JupyterHub", {})
+    if hub.get("allow_named_servers") and "named_server_limit_per_user" not in hub:
+        config.JupyterHub.named_server_limit_per_user = DEFAULT_NAMED_SERVER_LIMIT
+        (logger or log).warning(
+            "c.JupyterHub.named_server_limit_per_user is not set: %d named servers per user "
+            "(set it to change this; 0 is unlimited)",
+            DEFAULT_NAMED_SERVER_LIMIT,
+        )
     for warning in override_warnings(config):
         (logger or log).warning("%s", warning)
     s = _section(config, section)

@@ -359,3 +359,27 @@ def test_demo_config_sets_nothing_the_spawner_overrides(
         ).load_config()
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     assert c.JupyterHub.named_server_limit_per_user >= 1
+
+
+def test_named_servers_get_a_default_limit_and_an_explicit_one_is_kept(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from traitlets.config import Config
+
+    from jupyterhub_gpu.config import DEFAULT_NAMED_SERVER_LIMIT, check_config
+
+    c = Config()
+    c.JupyterHub.allow_named_servers = True
+    with caplog.at_level("WARNING"):
+        check_config(c)
+    assert c.JupyterHub.named_server_limit_per_user == DEFAULT_NAMED_SERVER_LIMIT == 3
+    assert "named_server_limit_per_user is not set: 3" in caplog.text
+    for explicit in (0, 10):
+        c = Config()
+        c.JupyterHub.allow_named_servers = True
+        c.JupyterHub.named_server_limit_per_user = explicit
+        check_config(c)
+        assert c.JupyterHub.named_server_limit_per_user == explicit
+    c = Config()  # named servers off: nothing set
+    check_config(c)
+    assert "named_server_limit_per_user" not in c.JupyterHub
