@@ -36,7 +36,7 @@ from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode, default, vali
 
 from . import homes
 from .accounting.metrics import SPAWN_DECISIONS
-from .accounting.records import AllocationRecord, EndReason, charge_group
+from .accounting.records import AllocationRecord, EndReason, charge_group, stop_reason
 from .allocation import ALLOCATION_LABEL, SEAL_LABEL, Allocation, new_allocation_id, seal_key
 from .auth.identity import Identity, ensure_home, identity_required, map_home, resolve_identity
 from .catalog import Catalog, default_catalog_path, load_catalog
@@ -858,11 +858,13 @@ class GPUDockerSpawner(DockerSpawner):
     async def stop(self, now: bool = False) -> None:
         if self.object_id and self.node_name:
             allocation = self.allocation_id  # DockerSpawner.stop clears the state
+            # JupyterHub stops a server that never answered within http_timeout while
+            # this flag (its own, set around User._wait_up) is still up
+            never_answered = bool(getattr(self, "_waiting_for_response", False))
             try:
                 await super().stop(now=now)
                 self.ledger.end_allocation(
-                    allocation,
-                    EndReason.CULLED if self._culled_just_now() else EndReason.STOPPED,
+                    allocation, stop_reason(never_answered, self._culled_just_now())
                 )
             except _NODE_ERRORS as e:
                 # The container may still run: keep its GPUs held (as an orphan) until

@@ -79,3 +79,12 @@ def charge_group(groups: Iterable[str], configured: Iterable[str]) -> str:
     "" (a user in no group)."""
     mine, known = sorted(set(groups)), set(configured)
     return next((g for g in mine if g in known), mine[0] if mine else "")
+
+
+def stop_reason(never_answered: bool, culled: bool) -> EndReason:
+    """Why a server's allocation ends when the hub stops it: it never answered within
+    ``http_timeout`` (JupyterHub stops it then: the spawn failed), the culler stopped it,
+    or a user or admin did."""
+    if never_answered:
+        return EndReason.FAILED
+    return EndReason.CULLED if culled else EndReason.STOPPED

@@ -195,3 +195,31 @@ def test_a_server_stopped_while_its_node_is_lost(
     row = rows(store)["erin"]
     assert row.id == erin["allocation"] and row.end_reason == "node_lost"
     assert back <= row.ended_at <= now()
+
+
+def test_a_server_that_never_answers_ends_failed(
+    make_hub: Callable[..., Hub],
+    engines: list[Engine],
+    cluster: dict,  # noqa: F811
+    db_url: str,
+) -> None:
+    """The container runs but its server never listens: JupyterHub gives up after
+    http_timeout and stops it; the allocation ends as failed, not stopped."""
+    silent = (
+        "c.GPUDockerSpawner.cmd = ['python3', '-c', 'import time; time.sleep(3600)']\n"
+        "c.Spawner.http_timeout = 5\n"
+    )
+    accounting = f"c.GPUDockerSpawner.accounting_url = {db_url!r}\n" if db_url else ""
+    hub = start_hub(make_hub, engines, cluster, DEBUG_LOG + accounting + silent)
+    store = AccountingStore(
+        db_url or f"sqlite:///{hub.workdir / 'jupyterhub-gpu-accounting.sqlite'}"
+    )
+    try:
+        create_users(hub, ["fay"])
+        assert hub.spawn("fay", ON_A100).status_code in (201, 202)
+        wait_until(lambda: "fay" in rows(store) and rows(store)["fay"].ended_at, 90, "an end")
+        row = rows(store)["fay"]
+        assert row.end_reason == "failed" and row.running_at is not None, row.end_reason
+        assert hub.server("fay") is None
+    finally:
+        store.engine.dispose()

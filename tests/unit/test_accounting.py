@@ -168,6 +168,15 @@ def test_the_charge_group(groups: tuple, configured: tuple, expected: str) -> No
     assert charge_group(groups, configured) == expected
 
 
+def test_why_a_stop_ends_an_allocation() -> None:
+    from jupyterhub_gpu.accounting.records import stop_reason
+
+    assert stop_reason(never_answered=True, culled=False) is EndReason.FAILED
+    assert stop_reason(never_answered=True, culled=True) is EndReason.FAILED
+    assert stop_reason(never_answered=False, culled=True) is EndReason.CULLED
+    assert stop_reason(never_answered=False, culled=False) is EndReason.STOPPED
+
+
 def test_close_missed_needs_an_answering_node_and_no_sighting() -> None:
     open_ids = {"a1": "n1", "a2": "n1", "a3": "n2", "a4": "gone"}
     assert close_missed(open_ids, seen={"a2"}, answered={"n1", "gone"}) == ["a1", "a4"]
