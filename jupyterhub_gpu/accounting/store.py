@@ -74,17 +74,25 @@ class AccountingStore:
     def __repr__(self) -> str:
         return f"AccountingStore({safe_url(self.url)})"
 
+    def _failure(self, what: str, e: Exception, advice: str = "") -> AccountingUnavailable:
+        """``what`` (naming the database where it says ``{}``, password hidden) with the
+        error's type and first line (SQLAlchemy puts the statement on later lines)."""
+        first = (str(e).splitlines() or [""])[0][:300]
+        return AccountingUnavailable(
+            f"{what.format(safe_url(self.url))}: {type(e).__name__}: {first}{advice}"
+        )
+
     @contextmanager
     def session(self) -> Iterator[Session]:
         try:
             with self._sessions.begin() as s:
                 yield s
         except SQLAlchemyError as e:
-            raise AccountingUnavailable(
-                f"The accounting database {safe_url(self.url)} failed: "
-                f"{type(e).__name__}: {str(e).splitlines()[0][:300]}. Check that it runs "
-                "and that the hub may write to it; records wait and are written when it "
-                "answers again."
+            raise self._failure(
+                "The accounting database {} failed",
+                e,
+                ". Check that it runs and that the hub may write to it; records wait and "
+                "are written when it answers again.",
             ) from None
 
     def upgrade(self) -> None:
@@ -96,10 +104,7 @@ class AccountingStore:
                 cfg.attributes["connection"] = connection
                 command.upgrade(cfg, "head")
         except SQLAlchemyError as e:
-            raise AccountingUnavailable(
-                f"Can't prepare the accounting database {safe_url(self.url)}: "
-                f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
-            ) from None
+            raise self._failure("Can't prepare the accounting database {}", e) from None
 
     def has_schema(self) -> bool:
         """Whether the accounting tables are there (readers never create them: a mistyped
@@ -111,10 +116,7 @@ class AccountingStore:
         try:
             return inspect(self.engine).has_table(AllocationRow.__tablename__)
         except SQLAlchemyError as e:
-            raise AccountingUnavailable(
-                f"The accounting database {safe_url(self.url)} can't be read: "
-                f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
-            ) from None
+            raise self._failure("The accounting database {} can't be read", e) from None
 
     def require_schema(self) -> None:
         if not self.has_schema():
