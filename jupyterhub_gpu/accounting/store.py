@@ -181,15 +181,7 @@ class AccountingStore:
                 s.execute(
                     update(AllocationRow)
                     .where(AllocationRow.id == allocation)
-                    .values(
-                        sampled_s=usage.sampled_s,
-                        util_pct_seconds=usage.util_pct_seconds,
-                        peak_util_pct=usage.peak_util_pct,
-                        peak_memory_mib=usage.peak_memory_mib,
-                        busy_s=usage.busy_s,
-                        last_sample_at=_naive(usage.last_sample),
-                        last_busy_at=_naive(usage.last_busy),
-                    )
+                    .values(**_usage_columns(usage))
                 )
 
     # ------------------------------------------------------------------ reads
@@ -203,28 +195,13 @@ class AccountingStore:
             return {r.id: r.node for r in s.execute(q)}
 
     def usages(self, allocations: list[str]) -> dict[str, Usage]:
-        """The stored usage of these allocations (those the store has)."""
-        out = {}
-        for allocation in allocations:
-            usage = self.usage(allocation)
-            if usage is not None:
-                out[allocation] = usage
-        return out
+        """The stored usage of these allocations (those the store has), in one query."""
+        with self.session() as s:
+            rows = s.scalars(select(AllocationRow).where(AllocationRow.id.in_(allocations)))
+            return {row.id: _usage_of(row) for row in rows}
 
     def usage(self, allocation: str) -> Usage | None:
-        with self.session() as s:
-            row = s.get(AllocationRow, allocation)
-            if row is None:
-                return None
-            return Usage(
-                sampled_s=row.sampled_s,
-                util_pct_seconds=row.util_pct_seconds,
-                peak_util_pct=row.peak_util_pct,
-                peak_memory_mib=row.peak_memory_mib,
-                busy_s=row.busy_s,
-                last_sample=_aware(row.last_sample_at),
-                last_busy=_aware(row.last_busy_at),
-            )
+        return self.usages([allocation]).get(allocation)
 
     def get(self, allocation: str) -> AllocationRow | None:
         with self.session() as s:
@@ -270,6 +247,31 @@ class AccountingStore:
         col = {"user": AllocationRow.user, "group": AllocationRow.group}[column]
         with self.session() as s:
             return sorted(v for (v,) in s.execute(select(col).distinct()))
+
+
+def _usage_columns(usage: Usage) -> dict[str, object]:
+    """A :class:`Usage` as the row's columns (the inverse of :func:`_usage_of`)."""
+    return {
+        "sampled_s": usage.sampled_s,
+        "util_pct_seconds": usage.util_pct_seconds,
+        "peak_util_pct": usage.peak_util_pct,
+        "peak_memory_mib": usage.peak_memory_mib,
+        "busy_s": usage.busy_s,
+        "last_sample_at": _naive(usage.last_sample),
+        "last_busy_at": _naive(usage.last_busy),
+    }
+
+
+def _usage_of(row: AllocationRow) -> Usage:
+    return Usage(
+        sampled_s=row.sampled_s,
+        util_pct_seconds=row.util_pct_seconds,
+        peak_util_pct=row.peak_util_pct,
+        peak_memory_mib=row.peak_memory_mib,
+        busy_s=row.busy_s,
+        last_sample=_aware(row.last_sample_at),
+        last_busy=_aware(row.last_busy_at),
+    )
 
 
 def _naive(t: datetime | None) -> datetime | None:
