@@ -38,7 +38,7 @@ from .errors import ConfigError, GPUHubError
 from .inventory.client import AgentEndpoint, Unreachable, agent_client
 from .inventory.model import ClusterSnapshot, NodeInventory, NodeState
 from .inventory.probe import Probe, make_probe
-from .ledger import ORPHAN, GPULedger
+from .ledger import GPULedger
 from .nodes import NodeSpec, load_nodes_file, parse_nodes
 from .usernet import network_options, network_problem
 
@@ -137,6 +137,8 @@ class Cluster:
         self.recorder: Recorder | None = None
         self._usage: dict[str, Usage] = {}  # open allocation -> its usage so far
         self._unconfirmed: dict[str, str] | None = None  # open in the store at start: id -> node
+        # nodes an admin drained at run time (node -> note), beside the nodes file's drain
+        self.admin_drains: dict[str, str] = {}
         self.specs()  # fail at start-up on a bad configuration
         COLLECTOR.attach(self)  # the hub's /hub/metrics reads this cluster
         if settings.accounting_url:
@@ -335,7 +337,9 @@ class Cluster:
             self._last_inventory[spec.name] = inventory
         known = inventory or self._last_inventory.get(spec.name) or NodeInventory(spec.name, "0")
         return NodeState(
-            known, schedulable=not spec.drain, reachable=engine and inventory is not None
+            known,
+            schedulable=not spec.drain and spec.name not in self.admin_drains,
+            reachable=engine and inventory is not None,
         )
 
     async def snapshot(self) -> ClusterSnapshot:
@@ -484,11 +488,11 @@ class Cluster:
         self._ids_on[node] = {c.id for c in running}
         self._our_containers.update(self._ids_on[node])
         for c in running:
-            holder = ORPHAN + c.holder if c in doomed else c.holder
+            orphaned = c in doomed
             conflicts = [
                 u
-                for u in self.ledger.adopt(holder, node, c.gpus)
-                if self.ledger.holder_of(u) != ORPHAN + c.holder
+                for u in self.ledger.adopt(c.holder, node, c.gpus, c.allocation, orphaned)
+                if not self._own_orphan(u, c)
             ]
             if conflicts:
                 RECONCILIATION.labels("conflict").inc()
@@ -513,26 +517,48 @@ class Cluster:
                     node,
                     ", ".join(extra),
                 )
-        holders = {c.holder for c in kept} | {ORPHAN + c.holder for c in running}
-        stale = self.ledger.holders_on(
-            node, older_than=self.settings.reconcile_grace, taken_before=began
-        )
-        for holder in stale:
+        self._free_stale(node, began, pending, kept, running)
+        return doomed
+
+    def _own_orphan(self, uuid: str, c: LabelledContainer) -> bool:
+        """Is ``uuid`` held by an orphan of ``c``'s server (not a conflict: the same GPU)?"""
+        hold = self.ledger.hold_of(uuid)
+        return hold is not None and hold.orphaned and hold.holder == c.holder
+
+    def _free_stale(
+        self,
+        node: str,
+        began: float,
+        pending: set[str],
+        kept: list[LabelledContainer],
+        running: list[LabelledContainer],
+    ) -> None:
+        """Free the holds on ``node`` that no running container backs any more: a live
+        server's (its spawner's poll ends its allocation) and an orphan's (a stop that
+        could not reach the node: its allocation ends here, as NODE_LOST)."""
+        grace = self.settings.reconcile_grace
+        holders = {c.holder for c in kept}
+        for holder in self.ledger.holders_on(node, older_than=grace, taken_before=began):
             if holder not in holders and holder not in pending:
-                allocation = self.ledger.allocation_of(holder)
                 freed = self.ledger.release(holder)
                 self.ledger.release_server(holder)
-                if holder.startswith(ORPHAN):  # a stop that could not reach the node
-                    self.ledger.end_allocation(allocation, EndReason.NODE_LOST)
-                if freed:
-                    RECONCILIATION.labels("freed").inc()
-                    self.log.info(
-                        "Reconciliation: no container of %s on %s; freed %s",
-                        holder,
-                        node,
-                        ", ".join(freed),
-                    )
-        return doomed
+                self._log_freed(holder, node, freed)
+        present = {c.allocation or c.holder for c in running}
+        for key, hold in self.ledger.orphans_on(node, grace, taken_before=began).items():
+            if key not in present:
+                freed = self.ledger.release_orphan(key)
+                self.ledger.end_allocation(hold.allocation, EndReason.NODE_LOST)
+                self._log_freed(f"{hold.holder} (orphaned)", node, freed)
+
+    def _log_freed(self, holder: str, node: str, freed: list[str]) -> None:
+        if freed:
+            RECONCILIATION.labels("freed").inc()
+            self.log.info(
+                "Reconciliation: no container of %s on %s; freed %s",
+                holder,
+                node,
+                ", ".join(freed),
+            )
 
     def _close_missed(
         self,
@@ -590,8 +616,7 @@ class Cluster:
         try:
             await self.run(c.node, lambda: self.client(c.node).remove_container(c.id, force=True))
         except docker.errors.NotFound:  # removed meanwhile (a failed start's clean-up)
-            self.ledger.release(ORPHAN + c.holder, c.gpus)
-            self.ledger.release_server(ORPHAN + c.holder)
+            self.ledger.release_orphan(c.allocation or c.holder)
             self.ledger.end_allocation(c.allocation, EndReason.INTERRUPTED)
             return
         except Exception as e:
@@ -604,8 +629,7 @@ class Cluster:
                 e,
             )
             return
-        self.ledger.release(ORPHAN + c.holder, c.gpus)
-        self.ledger.release_server(ORPHAN + c.holder)  # a stop that could not finish
+        self.ledger.release_orphan(c.allocation or c.holder)  # a spawn or stop cut short
         self.ledger.end_allocation(c.allocation, EndReason.INTERRUPTED)
         RECONCILIATION.labels("removed_interrupted").inc()
         self.log.info(

@@ -19,15 +19,29 @@ from .accounting.records import AllocationEvent, AllocationRecord, EndReason, Ev
 log = logging.getLogger(__name__)
 Listener = Callable[[AllocationEvent], None]
 
-ORPHAN = "orphan:"  # prefix of holds whose server was stopped while its node was unreachable
-
 
 @dataclass(frozen=True)
 class Hold:
+    """A GPU (or a server's place on a node) held for one server.
+
+    ``orphaned``: the hub let go of the server while its container may still run (a stop
+    that could not reach the node, or a spawn interrupted by a crash). The hold stays, so
+    nobody else gets the GPU, but it is charged to nobody and belongs to no live server;
+    reconciliation frees it once the container is gone. Orphans are told apart by their
+    allocation id (:attr:`key`), so a user's new server of the same name never mixes
+    with the old one's leftovers.
+    """
+
     holder: str  # "<username>/<servername>"
     node: str
     since: float = field(default_factory=time.monotonic)
-    allocation: str = ""  # a server's allocation id (allocation.py); "" for GPU holds
+    allocation: str = ""  # the server's allocation id (allocation.py); "" before ids
+    orphaned: bool = False
+
+    @property
+    def key(self) -> str:
+        """What tells this orphan apart: its allocation id (the holder before ids)."""
+        return self.allocation or self.holder
 
 
 class GPULedger:
@@ -36,6 +50,7 @@ class GPULedger:
     def __init__(self) -> None:
         self._holds: dict[str, Hold] = {}
         self._servers: dict[str, Hold] = {}  # holder -> the node its server is placed on
+        self._orphans: dict[str, Hold] = {}  # Hold.key -> where an orphaned server was
         self._open: dict[str, tuple[str, tuple[str, ...]]] = {}  # allocation -> node, GPUs
         self._listeners: list[Listener] = []
 
@@ -81,94 +96,137 @@ class GPULedger:
         return placed.allocation if placed else ""
 
     def allocations(self) -> dict[str, str]:
-        """uuid -> holder, for placement snapshots."""
+        """uuid -> holder of every held GPU, orphans included (for placement: taken)."""
         return {uuid: hold.holder for uuid, hold in self._holds.items()}
 
-    def held_by(self, holder: str) -> list[str]:
-        return sorted(u for u, h in self._holds.items() if h.holder == holder)
+    def charged(self) -> dict[str, str]:
+        """uuid -> holder of the GPUs live servers hold (what quotas count; no orphans)."""
+        return {uuid: h.holder for uuid, h in self._holds.items() if not h.orphaned}
 
-    def holder_of(self, uuid: str) -> str | None:
-        hold = self._holds.get(uuid)
-        return hold.holder if hold else None
+    def hold_of(self, uuid: str) -> Hold | None:
+        return self._holds.get(uuid)
+
+    def held_by(self, holder: str) -> list[str]:
+        """The GPUs ``holder``'s live server holds (its orphans aside)."""
+        return sorted(u for u, h in self._holds.items() if h.holder == holder and not h.orphaned)
 
     def holders_on(
         self, node: str, older_than: float = 0.0, taken_before: float | None = None
     ) -> set[str]:
-        """Holders of GPUs or servers on ``node`` whose holds are at least ``older_than`` s old
-        (and, if given, were taken or last confirmed before ``taken_before``, a monotonic time).
-        """
-        now = time.monotonic()
-        latest = now - older_than if taken_before is None else min(now - older_than, taken_before)
-        gpus = {h.holder for h in self._holds.values() if h.node == node and h.since <= latest}
+        """Holders of live GPU holds or servers on ``node`` whose holds are at least
+        ``older_than`` s old (and, if given, were taken or last confirmed before
+        ``taken_before``, a monotonic time). Orphans: :meth:`orphans_on`."""
+        latest = self._latest(older_than, taken_before)
+        gpus = {
+            h.holder
+            for h in self._holds.values()
+            if h.node == node and h.since <= latest and not h.orphaned
+        }
         servers = {
             holder for holder, h in self._servers.items() if h.node == node and h.since <= latest
         }
         return gpus | servers
 
-    def reserve(self, holder: str, node: str, uuids: Iterable[str]) -> None:
-        """Take ``uuids`` for ``holder`` or raise ``KeyError`` naming a taken one; all or none."""
+    def orphans_on(
+        self, node: str, older_than: float = 0.0, taken_before: float | None = None
+    ) -> dict[str, Hold]:
+        """Orphans on ``node`` (key -> one of its holds) as old as :meth:`holders_on` asks."""
+        latest = self._latest(older_than, taken_before)
+        held = [*self._holds.values(), *self._orphans.values()]
+        return {
+            h.key: h for h in held if h.orphaned and h.node == node and h.since <= latest
+        }
+
+    @staticmethod
+    def _latest(older_than: float, taken_before: float | None) -> float:
+        now = time.monotonic()
+        return now - older_than if taken_before is None else min(now - older_than, taken_before)
+
+    def reserve(self, holder: str, node: str, uuids: Iterable[str], allocation: str = "") -> None:
+        """Take ``uuids`` for ``holder`` or raise ``KeyError`` naming a taken one; all or none.
+        An orphan is someone else, even one of the same holder."""
         wanted = list(uuids)
         for uuid in wanted:
             current = self._holds.get(uuid)
-            if current is not None and current.holder != holder:
+            if current is not None and (current.holder != holder or current.orphaned):
                 raise KeyError(f"GPU {uuid} is held by {current.holder}")
         for uuid in wanted:
-            self._holds[uuid] = Hold(holder, node)
+            self._holds[uuid] = Hold(holder, node, allocation=allocation)
 
-    def adopt(self, holder: str, node: str, uuids: Iterable[str]) -> list[str]:
-        """Record holds found in state or labels; returns the uuids held by someone else."""
+    def adopt(
+        self,
+        holder: str,
+        node: str,
+        uuids: Iterable[str],
+        allocation: str = "",
+        orphaned: bool = False,
+    ) -> list[str]:
+        """Record holds found in state or labels (as orphans with ``orphaned``); returns the
+        uuids held by someone else (an orphan and a live server are two holders)."""
         conflicts = []
         for uuid in uuids:
             current = self._holds.get(uuid)
-            if current is not None and current.holder != holder:
+            if current is not None and (current.holder, current.orphaned) != (holder, orphaned):
                 conflicts.append(uuid)
                 continue
-            self._holds[uuid] = Hold(holder, node)
+            self._holds[uuid] = Hold(holder, node, allocation=allocation, orphaned=orphaned)
         return conflicts
 
     def held_on(self, holder: str, node: str, taken_before: float) -> list[str]:
-        """GPUs ``holder`` holds on ``node`` whose holds were taken before ``taken_before``."""
+        """GPUs ``holder``'s live server holds on ``node``, taken before ``taken_before``."""
         return sorted(
             u
             for u, h in self._holds.items()
-            if h.holder == holder and h.node == node and h.since <= taken_before
+            if h.holder == holder and h.node == node and h.since <= taken_before and not h.orphaned
         )
 
     def release(self, holder: str, uuids: Iterable[str] | None = None) -> list[str]:
-        """Free what ``holder`` holds (only those ``uuids`` if given); returns what was freed."""
+        """Free what ``holder``'s live server holds (only those ``uuids`` if given); returns
+        what was freed. Its orphans stay: :meth:`release_orphan`."""
         targets = self.held_by(holder) if uuids is None else list(uuids)
         freed = []
         for uuid in targets:
             hold = self._holds.get(uuid)
-            if hold is not None and hold.holder == holder:
+            if hold is not None and hold.holder == holder and not hold.orphaned:
                 del self._holds[uuid]
                 freed.append(uuid)
         return freed
 
-    def rename(self, holder: str, new_holder: str) -> None:
-        """Move every hold of ``holder`` (GPUs and server placement) to ``new_holder``."""
-        for uuid, hold in list(self._holds.items()):
-            if hold.holder == holder:
-                self._holds[uuid] = Hold(new_holder, hold.node, hold.since)
+    def orphan(self, holder: str) -> None:
+        """The hub lets go of ``holder``'s server while its container may still run: its
+        GPUs and its place on the node stay held, as an orphan (see :class:`Hold`)."""
         placed = self._servers.pop(holder, None)
+        allocation = placed.allocation if placed is not None else ""
+        for uuid, hold in list(self._holds.items()):
+            if hold.holder == holder and not hold.orphaned:
+                self._holds[uuid] = replace(
+                    hold, orphaned=True, allocation=hold.allocation or allocation
+                )
         if placed is not None:
-            self._servers[new_holder] = replace(placed, holder=new_holder)
+            orphan = replace(placed, orphaned=True)
+            self._orphans[orphan.key] = orphan
+
+    def release_orphan(self, key: str) -> list[str]:
+        """Free the orphan ``key`` (its container is gone); returns the GPUs freed."""
+        self._orphans.pop(key, None)
+        freed = sorted(u for u, h in self._holds.items() if h.orphaned and h.key == key)
+        for uuid in freed:
+            del self._holds[uuid]
+        return freed
 
     # servers, with or without GPUs: where each one is placed (CPU-only ones spread by it)
     def place_server(self, holder: str, node: str, allocation: str = "") -> None:
         self._servers[holder] = Hold(holder, node, allocation=allocation)
 
     def live_allocations(self) -> set[str]:
-        """The allocation ids of the servers placed (running or starting), orphans aside:
-        an orphan's server was stopped, its container is no longer anyone's."""
-        return {
-            h.allocation
-            for holder, h in self._servers.items()
-            if h.allocation and not holder.startswith(ORPHAN)
-        }
+        """The allocation ids of the servers placed (running or starting); orphans are
+        not: their server was let go of, their container is no longer anyone's."""
+        return {h.allocation for h in self._servers.values() if h.allocation}
 
     def servers_on(self, node: str) -> int:
-        return sum(1 for h in self._servers.values() if h.node == node)
+        """Servers placed on ``node``, orphans included (their containers still run)."""
+        placed = [*self._servers.values(), *self._orphans.values()]
+        return sum(1 for h in placed if h.node == node)
 
     def release_server(self, holder: str) -> None:
         self._servers.pop(holder, None)

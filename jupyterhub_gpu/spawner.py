@@ -60,7 +60,7 @@ from .form import (
 )
 from .form.quota import GPUQuotaExceeded, UserQuota, holdings_of, quota_refusal
 from .inventory.model import ClusterSnapshot
-from .ledger import ORPHAN, GPULedger
+from .ledger import GPULedger
 from .mounts import dataset_binds, parse_group_mounts
 from .names import CONTAINER_NAME, PATH, check_name_lengths
 from .nodes import NodeSpec, default_node, parse_nodes
@@ -342,7 +342,9 @@ class GPUDockerSpawner(DockerSpawner):
         self._charge_group = str(state.get("charge_group") or "")
         self._gpu_model = str(state.get("gpu_model") or "")
         if self.node_name:
-            conflicts = self.ledger.adopt(self.holder, self.node_name, self.gpu_uuids)
+            conflicts = self.ledger.adopt(
+                self.holder, self.node_name, self.gpu_uuids, self.allocation_id
+            )
             self.ledger.place_server(self.holder, self.node_name, self.allocation_id)
             self.ledger.rejoin_allocation(
                 AllocationRecord(
@@ -522,24 +524,24 @@ class GPUDockerSpawner(DockerSpawner):
     ) -> Placement:
         """Decide and take the GPUs with no await in between: concurrent spawns can't collide,
         nor can two spawns of one user both pass their ``max_gpus_per_user``."""
-        allocations = self.ledger.allocations()
-        held = holdings_of(allocations, self.user.name, exclude=self.holder)
+        held = holdings_of(self.ledger.charged(), self.user.name, exclude=self.holder)
         refusal = quota_refusal(held, request.gpu_count, quota or UserQuota(None))
         if refusal:
             self.log.info("%s: refused, %s", self.holder, refusal)
             raise GPUQuotaExceeded(refusal)
-        snapshot = replace(snapshot, allocations=allocations)
+        snapshot = replace(snapshot, allocations=self.ledger.allocations())
         if request.gpu_count == 0:
             decision: Placement | NoFit = Placement(self._least_busy_node(snapshot), ())
         else:
             decision = place(snapshot, request)
         if isinstance(decision, NoFit):
             raise SpawnException(decision.reason, reason="no_capacity", status_code=503)
-        self.ledger.reserve(self.holder, decision.node, decision.gpu_uuids)
+        allocation = new_allocation_id()
+        self.ledger.reserve(self.holder, decision.node, decision.gpu_uuids, allocation)
         self.cluster.pending.add(self.holder)
         self.node_name = decision.node
         self.gpu_uuids = list(decision.gpu_uuids)
-        self.allocation_id = new_allocation_id()
+        self.allocation_id = allocation
         self.ledger.place_server(self.holder, decision.node, self.allocation_id)
         return decision
 
@@ -876,7 +878,7 @@ class GPUDockerSpawner(DockerSpawner):
                     self.holder,
                     e,
                 )
-                self.ledger.rename(self.holder, ORPHAN + self.holder)
+                self.ledger.orphan(self.holder)
         self.clear_state()
 
 

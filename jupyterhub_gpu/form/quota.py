@@ -7,9 +7,11 @@ a user gets the most generous of their groups) and checked by the spawner in the
 synchronous step as the reservation, so two concurrent spawns of one user can't both
 pass it.
 
-The ledger's holder of a GPU is the string ``"<username>/<servername>"``
-(``"orphan:<username>/<servername>"`` for servers stopped while their node was
-unreachable); :func:`holder_user` is the one place that reads it.
+The ledger's holder of a GPU is the string ``"<username>/<servername>"``;
+:func:`holder_user` is the one place that reads it. Quotas count what live servers hold
+(``GPULedger.charged``): orphaned holds (a server stopped while its node was unreachable)
+are charged to nobody, they have no server to stop and the hub frees them when the node
+answers again.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..errors import UserFacingError
-from ..ledger import ORPHAN
 
 
 class GPUQuotaExceeded(UserFacingError):
@@ -49,13 +50,11 @@ NO_QUOTA = UserQuota(None)
 
 
 def holder_user(holder: str) -> str | None:
-    """The username of a ledger holder (``"alice/gpu2"`` -> ``"alice"``); None for orphans.
+    """The username of a ledger holder (``"alice/gpu2"`` -> ``"alice"``); None if not one.
 
     Usernames never contain ``/`` (JupyterHub refuses them), server names may be empty.
-    Orphaned holds are not charged to the user: they have no server to stop, and the hub
-    frees them when the node answers again.
     """
-    if holder.startswith(ORPHAN) or "/" not in holder:
+    if "/" not in holder:
         return None
     return holder.split("/", 1)[0]
 

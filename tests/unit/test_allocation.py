@@ -25,7 +25,7 @@ from jupyterhub_gpu.allocation import (
     seal_key,
 )
 from jupyterhub_gpu.cluster import Cluster, ClusterSettings
-from jupyterhub_gpu.ledger import ORPHAN, GPULedger
+from jupyterhub_gpu.ledger import GPULedger
 from jupyterhub_gpu.placement import PlacementRequest
 from jupyterhub_gpu.spawner import GPUDockerSpawner
 from tests.unit.test_quota import _snapshot
@@ -167,7 +167,7 @@ def test_orphans_are_not_live() -> None:
     ledger.place_server("alice/", "n1", "a1")
     ledger.place_server("bob/", "n1", "b1")
     ledger.place_server("carol/", "n1")  # state from before allocation ids
-    ledger.rename("bob/", ORPHAN + "bob/")  # stopped while its node was unreachable
+    ledger.orphan("bob/")  # stopped while its node was unreachable
     assert ledger.live_allocations() == {"a1"}
 
 
@@ -257,7 +257,9 @@ def test_a_container_that_cannot_be_removed_keeps_its_gpus(
     engine = Engine([as_docker(labelled())], fail=True)
     cluster = engine_cluster(engine, monkeypatch, tmp_path)
     asyncio.run(cluster.reconcile())
-    assert cluster.ledger.allocations() == {"GPU-c0": ORPHAN + "alice/"}  # nobody gets it
+    hold = cluster.ledger.hold_of("GPU-c0")  # nobody gets it, nobody is charged for it
+    assert hold is not None and hold.orphaned and hold.allocation == CLAIM.id
+    assert cluster.ledger.charged() == {} and cluster.ledger.live_allocations() == set()
     engine.fail = False
     asyncio.run(cluster.reconcile())
     assert cluster.ledger.allocations() == {}
@@ -282,9 +284,9 @@ def test_a_stop_that_could_not_reach_the_node_is_finished(
     when the node answers with the container still running, it is removed."""
     engine = Engine([as_docker(labelled())])
     cluster = engine_cluster(engine, monkeypatch, tmp_path)
-    cluster.ledger.reserve("alice/", "node-c", ["GPU-c0"])
+    cluster.ledger.reserve("alice/", "node-c", ["GPU-c0"], CLAIM.id)
     cluster.ledger.place_server("alice/", "node-c", CLAIM.id)
-    cluster.ledger.rename("alice/", ORPHAN + "alice/")
+    cluster.ledger.orphan("alice/")
     ended: list[tuple[str, object]] = []
     cluster.ledger.subscribe(lambda e: ended.append((e.allocation, e.reason)))
     asyncio.run(cluster.reconcile())
@@ -294,6 +296,31 @@ def test_a_stop_that_could_not_reach_the_node_is_finished(
     engine.listing = []
     asyncio.run(cluster.reconcile())
     assert ended == [(CLAIM.id, EndReason.INTERRUPTED)]
+
+
+def test_an_orphan_whose_container_is_gone_ends_as_node_lost_and_spares_the_new_server(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """alice's stop could not reach node-c (orphan of CLAIM); she started the same server
+    again there (allocation "e..."). The node answers with only the new container: the
+    orphan's GPU is freed and its allocation ends as NODE_LOST, once; the new server keeps
+    its GPU and is not ended."""
+    again = Allocation(HUB, "e" * 32, "alice", "", "node-c", ("GPU-c1",))
+    engine = Engine([as_docker(replace(labelled(again), id="e" * 64))])
+    cluster = engine_cluster(engine, monkeypatch, tmp_path)
+    cluster.ledger.reserve("alice/", "node-c", ["GPU-c0"], CLAIM.id)
+    cluster.ledger.place_server("alice/", "node-c", CLAIM.id)
+    cluster.ledger.orphan("alice/")
+    cluster.ledger.reserve("alice/", "node-c", ["GPU-c1"], again.id)
+    cluster.ledger.place_server("alice/", "node-c", again.id)
+    ended: list[tuple[str, object]] = []
+    cluster.ledger.subscribe(lambda e: ended.append((e.allocation, e.reason)))
+    asyncio.run(cluster.reconcile())
+    asyncio.run(cluster.reconcile())
+    assert ended == [(CLAIM.id, EndReason.NODE_LOST)]
+    assert engine.removed == [] and cluster.ledger.allocations() == {"GPU-c1": "alice/"}
+    assert cluster.ledger.live_allocations() == {again.id}
+    assert cluster.ledger.servers_on("node-c") == 1
 
 
 # ------------------------------------------------------------------ the spawner

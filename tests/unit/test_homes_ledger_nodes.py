@@ -69,7 +69,7 @@ def test_ledger_never_gives_a_gpu_twice_and_releases_only_own() -> None:
     ledger.reserve("alice/", "n1", ["GPU-1", "GPU-2"])
     with pytest.raises(KeyError):
         ledger.reserve("bob/", "n1", ["GPU-3", "GPU-2"])
-    assert ledger.holder_of("GPU-3") is None  # all or nothing
+    assert ledger.hold_of("GPU-3") is None  # all or nothing
     assert ledger.release("bob/", ["GPU-1"]) == []
     assert ledger.allocations() == {"GPU-1": "alice/", "GPU-2": "alice/"}
     assert ledger.adopt("bob/", "n1", ["GPU-2", "GPU-4"]) == ["GPU-2"]
@@ -77,17 +77,41 @@ def test_ledger_never_gives_a_gpu_twice_and_releases_only_own() -> None:
     assert ledger.allocations() == {"GPU-4": "bob/"}
 
 
-def test_ledger_counts_servers_per_node_and_renames_them() -> None:
+def test_ledger_counts_servers_per_node_and_orphans_them() -> None:
     ledger = GPULedger()
-    ledger.place_server("a/", "n1")
+    ledger.place_server("a/", "n1", "alloc-a")
     ledger.place_server("b/", "n1")
     ledger.place_server("c/", "n2")
     assert (ledger.servers_on("n1"), ledger.servers_on("n2")) == (2, 1)
-    ledger.rename("a/", "orphan:a/")
-    assert ledger.holders_on("n1") == {"orphan:a/", "b/"}
+    ledger.orphan("a/")
+    # a's container still runs: it still counts on n1, but is no live server
+    assert ledger.servers_on("n1") == 2 and ledger.holders_on("n1") == {"b/"}
+    assert set(ledger.orphans_on("n1")) == {"alloc-a"}
     ledger.release_server("b/")
     ledger.release_server("b/")  # twice: nothing to free, no error
-    assert (ledger.servers_on("n1"), ledger.holders_on("n1")) == (1, {"orphan:a/"})
+    assert (ledger.servers_on("n1"), ledger.holders_on("n1")) == (1, set())
+    assert ledger.release_orphan("alloc-a") == [] and ledger.servers_on("n1") == 0
+
+
+def test_an_orphan_is_nobodys_and_keeps_its_gpus_from_everyone() -> None:
+    """A stop that could not reach the node: alice's GPUs stay taken (placement sees them),
+    are charged to nobody (quotas), and her next server of the same name gets others."""
+    ledger = GPULedger()
+    ledger.reserve("alice/", "n1", ["GPU-1", "GPU-2"], "old")
+    ledger.place_server("alice/", "n1", "old")
+    ledger.orphan("alice/")
+    assert ledger.allocations() == {"GPU-1": "alice/", "GPU-2": "alice/"}
+    assert ledger.charged() == {} and ledger.held_by("alice/") == []
+    assert ledger.live_allocations() == set()
+    with pytest.raises(KeyError, match="GPU-1"):
+        ledger.reserve("alice/", "n1", ["GPU-1"], "new")  # her own orphan is another holder
+    ledger.reserve("alice/", "n1", ["GPU-3"], "new")
+    ledger.place_server("alice/", "n1", "new")
+    assert ledger.release("alice/", ["GPU-1"]) == []  # a live release never frees an orphan
+    assert ledger.charged() == {"GPU-3": "alice/"}
+    assert ledger.release_orphan("old") == ["GPU-1", "GPU-2"]
+    assert ledger.allocations() == {"GPU-3": "alice/"} and ledger.live_allocations() == {"new"}
+    assert ledger.adopt("alice/", "n1", ["GPU-3"], "x", orphaned=True) == ["GPU-3"]
 
 
 @pytest.mark.parametrize(

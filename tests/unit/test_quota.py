@@ -31,7 +31,6 @@ pytestmark = pytest.mark.unit
         ("alice/", "alice"),
         ("alice/gpu2", "alice"),
         ("al.ice@example.org/x", "al.ice@example.org"),
-        ("orphan:alice/gpu2", None),
         ("no-slash", None),
     ],
 )
@@ -44,7 +43,6 @@ ALLOCATIONS = {
     "GPU-2": "alice/",
     "GPU-3": "alice/big",
     "GPU-4": "alicia/",  # a prefix of another name is another user
-    "GPU-5": "orphan:alice/old",  # stopped while the node was down: not charged
     "GPU-6": "bob/",
 }
 
