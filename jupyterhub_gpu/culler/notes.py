@@ -1,8 +1,10 @@
 """Why was my server stopped? A small JSON file of recent cull reasons, per user.
 
-The culler service appends a note after each server it stops; the hub side (home page or
-spawn form) reads the file and shows the user's notes the next time they come. The file
-is ``{"alice": [{"server": "", "at": "2026-01-01T12:00:00+00:00", "reason": "..."}]}``,
+The culler service appends a note just before it asks the hub to stop a server (and
+takes it back if the hub refuses), so the hub's spawner sees it while stopping; the hub
+side (home page or spawn form) reads the file and shows the user's notes the next time
+they come. The file is
+``{"alice": [{"server": "", "at": "2026-01-01T12:00:00+00:00", "reason": "..."}]}``,
 newest last, at most ``keep`` notes per user. Writes are atomic (temporary file, then
 rename), so a reader never sees half a file; a missing or unreadable file reads as empty.
 Reasons are the culler's one-line decisions: durations and GPU shares, never secrets.
@@ -45,6 +47,16 @@ def add_note(notes: Notes, note: CullNote, keep: int = 5) -> Notes:
     out = {user: list(items) for user, items in notes.items()}
     item = {"server": note.server, "at": note.at.isoformat(), "reason": note.reason}
     out[note.user] = ([*out.get(note.user, []), item])[-max(keep, 1) :]
+    return out
+
+
+def drop_note(notes: Notes, note: CullNote) -> Notes:
+    """A copy of ``notes`` without ``note`` (a stop that failed after it was written)."""
+    item = {"server": note.server, "at": note.at.isoformat(), "reason": note.reason}
+    out = {user: list(items) for user, items in notes.items()}
+    out[note.user] = [i for i in out.get(note.user, []) if i != item]
+    if not out[note.user]:
+        del out[note.user]
     return out
 
 

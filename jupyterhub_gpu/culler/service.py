@@ -55,7 +55,7 @@ from .idleness import (
     resolve_policy,
     validate_overrides,
 )
-from .notes import CullNote, add_note, load_notes, save_notes, write_json_atomic
+from .notes import CullNote, add_note, drop_note, load_notes, save_notes, write_json_atomic
 from .tracker import GpuTracker
 
 _D = Policy()
@@ -423,16 +423,21 @@ class GPUIdleCuller(Application):
             self.log.info("Would cull %s (dry run): %s", full, decision.reason)
             return full, decision, None
         self.log.info("Culling %s: %s", full, decision.reason)
+        # the note goes first: the hub's spawner reads it while stopping the server, to
+        # record the allocation as culled rather than stopped (docs/accounting.md)
+        note = CullNote(str(user["name"]), name, now, decision.reason)
+        self._write_notes([note])
         try:
             async with sem:
                 code = await self._hub().stop_server(str(user["name"]), name)
         except httpx.HTTPError as e:
             why = describe_failure(e, self.request_timeout)
             self.log.warning("Could not stop %s (%s); will retry next round", full, why)
+            self._drop_note(note)
             return full, decision, None
         if code == 202:
             self.log.info("Server %s is slow to stop", full)
-        return full, decision, CullNote(str(user["name"]), name, now, decision.reason)
+        return full, decision, note
 
     def _hub(self) -> HubAPI:
         return HubAPI(
@@ -464,16 +469,12 @@ class GPUIdleCuller(Application):
         ]
         results = await asyncio.gather(*jobs, return_exceptions=True)
         decisions: dict[str, Decision] = {}
-        notes: list[CullNote] = []
         for result in results:
             if isinstance(result, BaseException):
                 self.log.error("Error judging a server: %r", result)
                 continue
-            full, decision, note = result
+            full, decision, _ = result
             decisions[full] = decision
-            if note is not None:
-                notes.append(note)
-        self._write_notes(notes)
         self.save_state()
         self.rounds += 1
         self.log.debug("Cull round %d done: %d server(s) judged", self.rounds, len(decisions))
@@ -489,6 +490,15 @@ class GPUIdleCuller(Application):
             data = add_note(data, note, keep=self.notes_keep)
         try:
             save_notes(self.notes_file, data)
+        except OSError as e:
+            self.log.warning("Could not write cull notes to %s: %s", self.notes_file, e)
+
+    def _drop_note(self, note: CullNote) -> None:
+        """Take back the note of a stop that did not happen (no await: atomic on the loop)."""
+        if not self.notes_file:
+            return
+        try:
+            save_notes(self.notes_file, drop_note(load_notes(self.notes_file), note))
         except OSError as e:
             self.log.warning("Could not write cull notes to %s: %s", self.notes_file, e)
 

@@ -36,9 +36,12 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from sqlalchemy import select
 from tornado.httpclient import HTTPRequest
 from tornado.websocket import websocket_connect
 
+from jupyterhub_gpu.accounting.schema import AllocationRow
+from jupyterhub_gpu.accounting.store import AccountingStore
 from jupyterhub_gpu.culler.client import parse_time
 from jupyterhub_gpu.culler.notes import load_notes, notes_for
 from tests.conftest import gpu_inventory
@@ -380,7 +383,8 @@ def test_spawn_form_tells_the_user_why_the_server_stopped(
     make_hub: Callable[..., Hub], engines: list[Engine], tmp_path: Path
 ) -> None:
     """A CPU-only server, culled for real by the service; then its owner opens the spawn
-    form and reads why (the hub reads the culler's notes file)."""
+    form and reads why (the hub reads the culler's notes file), and the accounting record
+    (the hub's default SQLite file) ends as culled, not stopped."""
     node = engines[0]
     culler_dir = tmp_path / "culler"
     extra = culler_extra(culler_dir, {}, entry="script")
@@ -394,6 +398,17 @@ def test_spawn_form_tells_the_user_why_the_server_stopped(
         hub,
     )
     (note,) = notes_for(load_notes(culler_dir / "notes.json"), "zoe")
+    store = AccountingStore(f"sqlite:///{hub.workdir / 'jupyterhub-gpu-accounting.sqlite'}")
+    try:
+        (record,) = wait_for(
+            lambda: [r for r in zoes_records(store) if r.ended_at],
+            time.monotonic() + 30,
+            "zoe's accounting record to close",
+            hub,
+        )
+    finally:
+        store.engine.dispose()
+    assert record.end_reason == "culled", record
 
     with httpx.Client(base_url=hub.url, timeout=60, follow_redirects=True) as browser:
         login = browser.get("/hub/login")
@@ -404,6 +419,11 @@ def test_spawn_form_tells_the_user_why_the_server_stopped(
         page = browser.get("/hub/spawn/zoe")
     assert page.status_code == 200 and 'id="jhgpu-form"' in page.text, page.text[-2000:]
     assert note.message() in page.text.replace("&#39;", "'")
+
+
+def zoes_records(store: AccountingStore) -> list[AllocationRow]:
+    with store.session() as session:
+        return list(session.scalars(select(AllocationRow).where(AllocationRow.user == "zoe")))
 
 
 def culler_pids(config: Path) -> set[int]:

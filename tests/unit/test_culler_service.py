@@ -257,6 +257,33 @@ async def test_a_round_culls_only_the_idle(world: World, tmp_path: Path) -> None
     assert [n.server for n in notes_for(notes, "erin")] == ["train"]
 
 
+async def test_the_note_is_written_before_the_stop_and_taken_back_if_it_fails(
+    world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hub's spawner reads the note while it stops the server (to record the
+    allocation as culled): it must be on disk when the DELETE arrives. A DELETE that fails
+    (erin's) leaves no note: her server was not stopped."""
+    seen_at_delete: dict[str, list[str]] = {}
+    route = world.hub
+
+    def hub(request: httpx.Request) -> httpx.Response:
+        if request.method == "DELETE":
+            notes = load_notes(tmp_path / "notes.json")
+            seen_at_delete[request.url.path] = [n.server for n in notes_for(notes, "alice")]
+            if "erin" in request.url.path:
+                raise httpx.ReadTimeout("no answer", request=request)
+        return route(request)
+
+    monkeypatch.setattr(world, "hub", hub)
+    culler = make_culler(world, tmp_path)
+    await poll(culler)
+    await culler.cull_once(now=T0)
+    assert seen_at_delete["/hub/api/users/alice/server"] == [""]
+    notes = load_notes(tmp_path / "notes.json")
+    assert [n.server for n in notes_for(notes, "alice")] == [""]
+    assert notes_for(notes, "erin") == []
+
+
 async def test_dry_run_stops_nothing(world: World, tmp_path: Path) -> None:
     culler = make_culler(world, tmp_path, dry_run=True)
     await poll(culler)
