@@ -1,0 +1,477 @@
+"""The engine's stream, the build and push edge, the probe and the context, against an
+injected fake ``APIClient`` that replays the engine's wire format (no Docker)."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from docker.errors import APIError
+from requests.exceptions import ReadTimeout
+
+from jupyterhub_gpu.builder import build as build_mod
+from jupyterhub_gpu.builder.build import BuildSettings, build_and_push, discard
+from jupyterhub_gpu.builder.context import build_context
+from jupyterhub_gpu.builder.limits import Limits, check_added_size
+from jupyterhub_gpu.builder.model import (
+    BuildFailed,
+    FetchFailed,
+    LimitReached,
+    PipRequirement,
+    Progress,
+    Target,
+)
+from jupyterhub_gpu.builder.probe import PROBE, base_user, parse_probe, probe_target
+from jupyterhub_gpu.builder.stream import BuildLog, PushLog, clean, parse_message
+
+pytestmark = pytest.mark.unit
+REF = "reg.example:5000/saved/u-alice/my-env:20261124-153000-012345"
+BASE = "reg.example:5000/lab/python-cpu:3.11-1"
+BID = "0123456789abcdef"
+REQS = [
+    PipRequirement("einops", "0.8.0"),
+    PipRequirement("torch", "2.3.1+cu121"),
+    PipRequirement("torchvision", "0.18.1"),
+]
+DIGEST = "sha256:" + "d" * 64
+PIP_STEP = 'Step 5/9 : RUN ["/opt/venv/bin/python", "-m", "pip", "install", "--no-index"]'
+
+
+def steps() -> list[dict[str, Any]]:
+    return [
+        {"stream": "Step 1/9 : FROM " + BASE + " AS install"},
+        {"stream": "\n"},
+        {"stream": " ---> 0a1b2c3d\n"},
+        {"stream": PIP_STEP},
+        {"stream": "\n ---> Running in 5e6f\n"},
+        {"stream": "Processing /tmp/jupyterhub-gpu-wheelhouse/einops-0.8.0-py3-none-any.whl\n"},
+    ]
+
+
+BUILD_OK = [
+    *steps(),
+    {
+        "stream": "Processing /tmp/jupyterhub-gpu-wheelhouse/"
+        "torch-2.3.1+cu121-cp311-cp311-linux_x86_64.whl\n"
+    },
+    {"stream": "Step 9/9 : USER 65534:65534\n"},
+    {"aux": {"ID": "sha256:" + "e" * 64}},
+    {"stream": "Successfully built eeeeeeeeeeee\n"},
+    {"stream": f"Successfully tagged {REF}\n"},
+]
+PUSH_OK = [
+    {"status": "The push refers to repository [reg.example:5000/saved/u-alice/my-env]"},
+    {"status": "Preparing", "progressDetail": {}, "id": "a1"},
+    {"status": "Preparing", "progressDetail": {}, "id": "b2"},
+    {"status": "Waiting", "progressDetail": {}, "id": "a1"},
+    {"status": "Pushing", "progressDetail": {"current": 512, "total": 2048}, "id": "a1"},
+    {"status": "Layer already exists", "progressDetail": {}, "id": "b2"},
+    {"status": "Pushing", "progressDetail": {"current": 2048, "total": 2048}, "id": "a1"},
+    {"status": "Pushed", "progressDetail": {}, "id": "a1"},
+    {"status": f"20261124-153000-012345: digest: {DIGEST} size: 1234"},
+    {
+        "progressDetail": {},
+        "aux": {"Tag": "20261124-153000-012345", "Digest": DIGEST, "Size": 1234},
+    },
+]
+
+
+class FakeEngine:
+    """An ``APIClient`` stand-in: replays streams, records calls, raises when told."""
+
+    def __init__(self, build: Any = BUILD_OK, push: Any = PUSH_OK) -> None:
+        self.build_events, self.push_events = build, push
+        self.calls: list[tuple[str, Any]] = []
+        self.images = {BASE: 1000}
+
+    def _replay(self, events: Any) -> Iterator[dict[str, Any]]:
+        if isinstance(events, Exception):
+            raise events
+        for event in events:
+            if isinstance(event, Exception):
+                raise event
+            yield event
+
+    def build(self, **kw: Any) -> Iterator[dict[str, Any]]:
+        self.calls.append(("build", kw))
+        if isinstance(self.build_events, Exception):
+            raise self.build_events
+        if any("aux" in e for e in self.build_events if isinstance(e, dict)):
+            self.images[kw["tag"]] = 1000 + 5000
+        return self._replay(self.build_events)
+
+    def push(self, repository: str, **kw: Any) -> Iterator[dict[str, Any]]:
+        self.calls.append(("push", (repository, kw)))
+        return self._replay(self.push_events)
+
+    def inspect_image(self, image: str) -> dict[str, Any]:
+        return {"Size": self.images[image], "Config": {"User": "1000:100", "Env": ["TOKEN=x"]}}
+
+    def remove_image(self, image: str, force: bool = False) -> None:
+        self.calls.append(("remove_image", image))
+        self.images.pop(image, None)
+
+    def prune_images(self, filters: dict[str, Any]) -> None:
+        self.calls.append(("prune_images", filters))
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.calls]
+
+
+def save(
+    engine: FakeEngine, check_size: Any = lambda added: None
+) -> tuple[tuple[str, int], list[Progress]]:
+    events: list[Progress] = []
+    result = build_and_push(
+        engine,
+        io.BytesIO(b"tar"),
+        REF,
+        BASE,
+        {"io.jupyterhub-gpu.saved.owner": "alice"},
+        REQS,
+        BID,
+        events.append,
+        BuildSettings(idle_timeout_s=33),
+        check_size,
+    )
+    return result, events
+
+
+# ------------------------------------------------------------------ the stream
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ({"stream": "hello\n"}, {"text": "hello\n"}),
+        (
+            {"status": "Pushing", "id": "a", "progressDetail": {"current": 1, "total": 2}},
+            {"text": "Pushing", "layer": "a", "current": 1, "total": 2},
+        ),
+        ({"error": "boom", "errorDetail": {"message": "boom"}}, {"error": "boom"}),
+        ({"errorDetail": {"message": "inner"}}, {"error": "inner"}),
+        ({"aux": {"ID": "sha256:1"}}, {"aux": {"ID": "sha256:1"}}),
+        ({"status": 3, "id": ["x"], "progressDetail": {"current": -1, "total": True}}, {}),
+        ({"progressDetail": "nope", "aux": "nope"}, {}),
+        ("not a dict", {}),
+        (None, {}),
+    ],
+)
+def test_one_parser_reads_every_message(raw: Any, expected: dict[str, Any]) -> None:
+    message = parse_message(raw)
+    defaults: dict[str, Any] = {
+        "text": "",
+        "layer": "",
+        "current": None,
+        "total": None,
+        "error": None,
+        "aux": {},
+    }
+    assert {k: getattr(message, k) for k in defaults} == {**defaults, **expected}
+
+
+def test_clean_lines_lose_control_characters_and_length() -> None:
+    assert clean("\x1b[31mred\x1b[0m\ttab\r") == "red tab"
+    assert len(clean("x" * 1000)) == 300
+
+
+def test_build_progress_counts_steps_and_packages() -> None:
+    log = BuildLog(REQS)
+    shown = [log.add(parse_message(e)) for e in steps()]
+    assert [p.message for p in shown if p] == [
+        f"Step 1/9 : FROM {BASE} AS install",
+        PIP_STEP,
+        "Processing /tmp/jupyterhub-gpu-wheelhouse/einops-0.8.0-py3-none-any.whl",
+    ]
+    assert log.step == (5, 9)
+    assert log.percent == int(100 * (4 + 1 / 3) / 9)
+    assert BuildLog().percent is None
+
+
+@pytest.mark.parametrize(
+    ("lines", "error", "expected"),
+    [
+        (
+            [
+                "ERROR: torch-2.3.1+cu121-cp310-cp310-linux_x86_64.whl is not a supported "
+                "wheel on this platform."
+            ],
+            "The command '/opt/venv/bin/python -m pip install' returned a non-zero code: 1",
+            "Package 'torch==2.3.1+cu121' failed: ERROR: torch-2.3.1+cu121-cp310",
+        ),
+        (
+            ["ERROR: Package 'torchvision' requires a different Python: 3.10.12 not in '>=3.11'"],
+            "returned a non-zero code: 1",
+            "Package 'torchvision==0.18.1' failed: ERROR: Package 'torchvision'",
+        ),
+        (
+            ["importlib.metadata.PackageNotFoundError: No package metadata was found for einops"],
+            "returned a non-zero code: 1",
+            "Package 'einops==0.8.0' failed",
+        ),
+        (
+            [
+                "ERROR: Could not install packages due to an OSError: "
+                "[Errno 28] No space left on device"
+            ],
+            "returned a non-zero code: 1",
+            "The image could not be built at step 5/9: ERROR: Could not install",
+        ),
+        (
+            [],
+            "pull access denied for reg.example:5000/lab/python-cpu",
+            "The image could not be built at step 5/9: pull access denied",
+        ),
+    ],
+)
+def test_a_failing_step_names_the_package(lines: list[str], error: str, expected: str) -> None:
+    log = BuildLog(REQS)
+    for e in [*steps(), *({"stream": x + "\n"} for x in lines), {"error": error}]:
+        log.add(parse_message(e))
+    message = log.failure(error)
+    assert message.startswith(expected), message
+    assert message.endswith(("save again.", "Nothing was saved."))
+
+
+def test_push_progress_by_bytes_and_the_digest() -> None:
+    log = PushLog()
+    shown = [log.add(parse_message(e)) for e in PUSH_OK]
+    assert [p.percent for p in shown if p] == [25, 25, 100, 100]
+    assert (log.digest, log.size) == (DIGEST, 1234)
+    text_only = PushLog()
+    text_only.add(parse_message(PUSH_OK[-2]))
+    assert text_only.digest == DIGEST
+
+
+# ------------------------------------------------------------------- the edge
+
+
+def test_a_save_builds_without_network_then_pushes() -> None:
+    engine = FakeEngine()
+    (digest, added), events = save(engine)
+    assert (digest, added) == (DIGEST, 5000)
+    (_, kw) = engine.calls[0]
+    assert kw["network_mode"] == "none" and kw["custom_context"] is True
+    assert kw["rm"] is True and kw["forcerm"] is True and kw["decode"] is True
+    assert kw["nocache"] is True and kw["pull"] is False and kw["use_config_proxy"] is False
+    assert kw["tag"] == REF and kw["timeout"] == 33
+    assert kw["labels"] == {"io.jupyterhub-gpu.saved.owner": "alice"}
+    assert "buildargs" not in kw or not kw["buildargs"]
+    repo, push_kw = engine.calls[1][1]
+    assert repo == REF.rsplit(":", 1)[0] and push_kw["tag"] == "20261124-153000-012345"
+    assert engine.names() == ["build", "push", "prune_images"]  # only the install stage goes
+    assert engine.calls[2][1] == {"dangling": True, "label": f"io.jupyterhub-gpu.build-id={BID}"}
+    assert events[0] == Progress("build", "Building the image", 0)
+    assert events[-1] == Progress("done", "Saved", 100)
+    assert REF in engine.images
+
+
+@pytest.mark.parametrize(
+    ("build", "push", "match", "removed"),
+    [
+        (
+            [
+                *steps(),
+                {"stream": "ERROR: No matching distribution found for torch==2.3.1+cu121\n"},
+                {"error": "returned a non-zero code: 1", "errorDetail": {"code": 1}},
+            ],
+            PUSH_OK,
+            "Package 'torch==2.3.1\\+cu121' failed",
+            False,
+        ),
+        (APIError("500", explanation="no such image: " + BASE), PUSH_OK, "no such image", False),
+        ([*steps(), ReadTimeout()], PUSH_OK, "said nothing for 33 s", False),
+        (steps(), PUSH_OK, "ended without an image", False),
+        (
+            BUILD_OK,
+            [PUSH_OK[1], {"error": "unauthorized: authentication required"}],
+            "the registry refused it: unauthorized",
+            True,
+        ),
+        (
+            BUILD_OK,
+            APIError("denied", explanation="denied: requested access is denied"),
+            "registry refused it: denied",
+            True,
+        ),
+        (BUILD_OK, PUSH_OK[:8], "did not confirm the image", True),
+    ],
+)
+def test_a_failed_save_says_why_and_leaves_nothing(
+    build: Any, push: Any, match: str, removed: bool
+) -> None:
+    engine = FakeEngine(build, push)
+    with pytest.raises(BuildFailed, match=match):
+        save(engine)
+    assert REF not in engine.images
+    assert (
+        ("remove_image", REF) in engine.calls if removed else "remove_image" not in engine.names()
+    )
+    assert engine.names()[-1] == "prune_images"
+
+
+def test_a_size_over_the_limit_is_refused_before_the_push() -> None:
+    engine = FakeEngine()
+    limits = Limits(max_image_bytes=4000)
+    with pytest.raises(
+        LimitReached, match=r"adds 4\.9 KiB to its base image, more than the 3\.9 KiB"
+    ):
+        save(engine, lambda added: check_added_size([], "alice", added, limits))
+    assert "push" not in engine.names()
+    assert REF not in engine.images
+
+
+def test_a_build_that_runs_too_long_is_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = iter(range(0, 10_000, 1000))
+    monkeypatch.setattr(build_mod.time, "monotonic", lambda: next(clock))
+    with pytest.raises(BuildFailed, match="build took too long"):
+        save(FakeEngine())
+
+
+def test_discard_is_best_effort() -> None:
+    class Broken(FakeEngine):
+        def remove_image(self, image: str, force: bool = False) -> None:
+            raise APIError("conflict", explanation="image is being used")
+
+        def prune_images(self, filters: dict[str, Any]) -> None:
+            raise ConnectionError("node gone")
+
+    discard(Broken(), REF, BID)  # logs, never raises
+
+
+# ------------------------------------------------------------------ the probe
+
+
+def probe_output(**change: Any) -> str:
+    doc = {
+        "python": [3, 10],
+        "machine": "x86_64",
+        "libc": "glibc",
+        "libc_version": "2.35",
+        "prefix": "/opt/venv",
+        "base_prefix": "/usr",
+        "implementation": "cpython",
+        "installed": [
+            ["NumPy", "1.26.4"],
+            ["jupyterhub", "6.1.1"],
+            ["bad name", "1"],
+            ["x", "not a version"],
+            [3, "1"],
+            ["numpy", "2.0"],
+            "junk",
+        ],
+    }
+    return "start-singleuser: a warning\n" + json.dumps({**doc, **change}) + "\n"
+
+
+def test_the_probe_answer_becomes_a_target() -> None:
+    target = parse_probe(probe_output(), BASE, "/opt/venv/bin/python")
+    assert target == Target(
+        python=(3, 10),
+        machine="x86_64",
+        glibc=(2, 35),
+        implementation="cp",
+        python_path="/opt/venv/bin/python",
+        prefix="/opt/venv",
+        installed=(("jupyterhub", "6.1.1"), ("numpy", "1.26.4")),
+    )
+    assert parse_probe(probe_output(libc="", libc_version=""), BASE, "p").glibc is None
+
+
+@pytest.mark.parametrize(
+    ("output", "match"),
+    [
+        ("", "printed no answer"),
+        ("{not json", "printed no answer"),
+        (probe_output(python="3.10"), "unknown form"),
+        (probe_output(machine=None), "unknown form"),
+        (probe_output(base_prefix="/opt/venv"), "not in a virtual environment"),
+    ],
+)
+def test_odd_probe_answers_are_refused(output: str, match: str) -> None:
+    with pytest.raises(BuildFailed, match=match):
+        parse_probe(output, BASE, "/opt/venv/bin/python")
+
+
+class ProbeEngine:
+    def __init__(self, status: int = 0, output: str = "") -> None:
+        self.status, self.output = status, output or probe_output()
+        self.created: dict[str, Any] = {}
+        self.host: dict[str, Any] = {}
+        self.removed = False
+
+    def create_host_config(self, **kw: Any) -> dict[str, Any]:
+        self.host = kw
+        return kw
+
+    def create_container(self, image: str, **kw: Any) -> dict[str, str]:
+        self.created = {"image": image, **kw}
+        return {"Id": "c1"}
+
+    def start(self, cid: str) -> None:
+        pass
+
+    def wait(self, cid: str, timeout: float) -> dict[str, int]:
+        return {"StatusCode": self.status}
+
+    def logs(self, cid: str, stdout: bool, stderr: bool) -> bytes:
+        return self.output.encode()
+
+    def remove_container(self, cid: str, force: bool) -> None:
+        self.removed = True
+
+
+def test_the_probe_runs_the_base_locked_down_and_removes_it() -> None:
+    engine = ProbeEngine()
+    target = probe_target(engine, BASE)
+    assert target.python == (3, 10) and engine.removed
+    assert engine.created["user"] == "65534:65534" and engine.created["network_disabled"] is True
+    assert engine.created["entrypoint"] == ["/opt/venv/bin/python"]
+    assert engine.created["command"] == ["-c", PROBE]
+    assert "environment" not in engine.created
+    assert engine.host["network_mode"] == "none" and engine.host["cap_drop"] == ["ALL"]
+    assert engine.host["read_only"] is True and engine.host["security_opt"] == ["no-new-privileges"]
+    failed = ProbeEngine(status=127)
+    with pytest.raises(BuildFailed, match="exited with 127"):
+        probe_target(failed, BASE)
+    assert failed.removed
+
+
+def test_base_user_reads_only_the_user() -> None:
+    assert base_user(FakeEngine(), BASE) == "1000:100"
+
+
+# ---------------------------------------------------------------- the context
+
+
+def test_the_context_holds_the_dockerfile_and_wheels_only(tmp_path: Path) -> None:
+    wheel = tmp_path / "einops-0.8.0-py3-none-any.whl"
+    wheel.write_bytes(b"PK wheel")
+    context = build_context("FROM x\n", [wheel])
+    with tarfile.open(fileobj=context) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        assert list(members) == [
+            "Dockerfile",
+            "wheelhouse",
+            "wheelhouse/einops-0.8.0-py3-none-any.whl",
+        ]
+        assert tar.extractfile("Dockerfile").read() == b"FROM x\n"  # type: ignore[union-attr]
+        for m in members.values():
+            assert (m.uid, m.gid, m.mtime) == (0, 0, 946684800)
+            assert m.mode in (0o644, 0o755)
+
+
+def test_the_context_refuses_non_wheels_and_too_much(tmp_path: Path) -> None:
+    odd = tmp_path / "setup.py"
+    odd.write_text("import os; os.system('id')")
+    with pytest.raises(FetchFailed, match=r"'setup\.py', which is not a wheel"):
+        build_context("FROM x\n", [odd])
+    big = tmp_path / "big-1.0-py3-none-any.whl"
+    big.write_bytes(b"x" * 3 * 2**20)
+    with pytest.raises(FetchFailed, match="more than 2 MiB"):
+        build_context("FROM x\n", [big], limit=2 * 2**20)

@@ -1,0 +1,214 @@
+"""Fetching wheels outside the build: pip's command line, its failures, the result check.
+
+pip itself is replaced by an injected runner (no network); one test runs the real pip
+against a local folder of wheels with ``--no-index`` (offline operation).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyterhub_gpu.builder.model import FetchFailed, PipRequirement, Target
+from jupyterhub_gpu.builder.wheelhouse import (
+    IndexSettings,
+    check_wheels,
+    download_argv,
+    failure_message,
+    fetch_wheels,
+    platform_tags,
+)
+
+pytestmark = pytest.mark.unit
+TARGET = Target((3, 10), "x86_64", (2, 35))
+REQS = [PipRequirement("einops", "0.8.0"), PipRequirement("torch", "2.3.1+cu121")]
+
+
+def test_platform_tags_cover_every_manylinux_the_glibc_runs() -> None:
+    tags = platform_tags(TARGET)
+    assert tags[:2] == ["manylinux_2_35_x86_64", "manylinux_2_34_x86_64"]
+    assert "manylinux2014_x86_64" in tags and "manylinux2010_x86_64" in tags
+    assert tags[-2:] == ["manylinux_2_5_x86_64", "manylinux1_x86_64"]
+    arm = platform_tags(Target((3, 11), "aarch64", (2, 17)))
+    assert arm == ["manylinux_2_17_aarch64", "manylinux2014_aarch64"]
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        Target((3, 11), "x86_64", None),
+        Target((3, 11), "riscv64", (2, 36)),
+        Target((3, 11), "x86_64", (3, 1)),
+    ],
+)
+def test_unknown_libc_or_machine_means_pure_python_wheels_only(target: Target) -> None:
+    assert platform_tags(target) == ["any"]
+
+
+def test_the_download_command_line() -> None:
+    index = IndexSettings(
+        index_url="https://mirror.example/simple/",
+        extra_index_urls=("https://download.pytorch.org/whl/cu121",),
+        trusted_hosts=("mirror.example",),
+        cert="/etc/ssl/site-ca.pem",
+        socket_timeout_s=7,
+        retries=0,
+    )
+    argv = download_argv(REQS, Path("/tmp/w"), TARGET, index, python="/hub/bin/python")
+    assert argv[:8] == [
+        "/hub/bin/python",
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--dest",
+        "/tmp/w",
+    ]
+    joined = " ".join(argv)
+    assert "--python-version 3.10 --implementation cp --abi cp310 --abi abi3 --abi none" in joined
+    assert "--platform manylinux_2_35_x86_64" in joined
+    assert "--timeout 7 --retries 1" in joined  # at least one retry: pip only says why then
+    assert "--index-url https://mirror.example/simple/" in joined
+    assert "--extra-index-url https://download.pytorch.org/whl/cu121" in joined
+    assert "--trusted-host mirror.example --cert /etc/ssl/site-ca.pem" in joined
+    assert argv[-3:] == ["--", "einops==0.8.0", "torch==2.3.1+cu121"]
+
+
+def test_offline_mirror_options() -> None:
+    argv = download_argv(
+        REQS,
+        Path("/w"),
+        TARGET,
+        IndexSettings(no_index=True, index_url="https://ignored", find_links=("/srv/wheels",)),
+    )
+    assert "--no-index" in argv and "--index-url" not in argv
+    assert argv[argv.index("--find-links") + 1] == "/srv/wheels"
+
+
+NOT_FOUND = (
+    "Looking in indexes: https://mirror.example/simple\n"
+    "ERROR: Could not find a version that satisfies the requirement torch==2.3.1+cu121 "
+    "(from versions: 2.3.0)\n"
+    "ERROR: No matching distribution found for torch==2.3.1+cu121\n"
+)
+UNREACHABLE = (  # pip 26, an index on a closed port, --retries 1
+    "WARNING: Retrying (Retry(total=0, connect=None, read=None, redirect=None, status=None)) "
+    "after connection broken by 'NewConnectionError(\"HTTPConnection(host='127.0.0.1', "
+    "port=9): Failed to establish a new connection: [Errno 111] Connection refused\")': "
+    "/simple/six/\n"
+    "ERROR: Could not find a version that satisfies the requirement six==1.16.0 "
+    "(from versions: none)\n"
+    "ERROR: No matching distribution found for six==1.16.0\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("output", "expected"),
+    [
+        (
+            NOT_FOUND,
+            "Package 'torch==2.3.1+cu121' was not found as a wheel for Python 3.10 "
+            "(x86_64) in the site's index; remove it from your environment or ask your admin.",
+        ),
+        (UNREACHABLE, "The site's package index could not be reached from the hub"),
+        ("ERROR: HTTP error 403 while getting https://m/x.whl", "refused the hub's request"),
+        (
+            "ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE.",
+            "did not match its published hash",
+        ),
+        (
+            "ERROR: Something odd at https://user:s3cret@mirror/simple",
+            "Fetching your packages "
+            "failed (Something odd at https://***@mirror/simple); tell your admin.",
+        ),
+        ("", "Fetching your packages failed (no error message); tell your admin."),
+    ],
+)
+def test_pip_failures_become_sentences(output: str, expected: str) -> None:
+    message = failure_message(output, REQS, TARGET)
+    assert expected in message
+    assert "s3cret" not in message
+
+
+class FakePip:
+    """A runner that records the command and leaves the files it is told to."""
+
+    def __init__(
+        self, files: list[str], returncode: int = 0, stderr: str = "", timeout: bool = False
+    ) -> None:
+        self.files, self.returncode, self.stderr, self.timeout = files, returncode, stderr, timeout
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(self, argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        self.calls.append({"argv": argv, **kw})
+        if self.timeout:
+            raise subprocess.TimeoutExpired(argv, kw["timeout"])
+        dest = Path(argv[argv.index("--dest") + 1])
+        for name in self.files:
+            (dest / name).write_bytes(b"PK")
+        return subprocess.CompletedProcess(argv, self.returncode, "", self.stderr)
+
+
+WHEELS = ["einops-0.8.0-py3-none-any.whl", "torch-2.3.1+cu121-cp310-cp310-linux_x86_64.whl"]
+
+
+def test_fetch_returns_one_wheel_per_requirement(tmp_path: Path) -> None:
+    pip = FakePip(WHEELS)
+    found = fetch_wheels(REQS, tmp_path, TARGET, IndexSettings(timeout_s=42), run=pip)
+    assert [p.name for p in found] == WHEELS
+    (call,) = pip.calls
+    assert call["timeout"] == 42 and call["check"] is False
+    assert call["env"]["PIP_NO_INPUT"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("files", "match"),
+    [
+        (WHEELS[:1], "'torch==2.3.1\\+cu121' was not fetched"),
+        ([*WHEELS, "evil-1.0-py3-none-any.whl"], "unexpected file 'evil-1.0"),
+        ([*WHEELS, "einops-0.8.0.tar.gz"], "which is not a wheel"),
+        (["einops-0.8.1-py3-none-any.whl", WHEELS[1]], "unexpected file"),
+    ],
+)
+def test_fetch_checks_what_pip_left(tmp_path: Path, files: list[str], match: str) -> None:
+    with pytest.raises(FetchFailed, match=match):
+        fetch_wheels(REQS, tmp_path, TARGET, IndexSettings(), run=FakePip(files))
+
+
+def test_a_symlink_in_the_wheelhouse_is_refused(tmp_path: Path) -> None:
+    (tmp_path / WHEELS[0]).write_bytes(b"PK")
+    (tmp_path / WHEELS[1]).symlink_to("/etc/passwd")
+    with pytest.raises(FetchFailed, match="unexpected file"):
+        check_wheels(tmp_path, REQS)
+
+
+def test_fetch_failures_and_timeouts(tmp_path: Path) -> None:
+    with pytest.raises(FetchFailed, match=r"'torch==2\.3\.1\+cu121' was not found"):
+        fetch_wheels(
+            REQS, tmp_path, TARGET, IndexSettings(), run=FakePip([], returncode=1, stderr=NOT_FOUND)
+        )
+    with pytest.raises(FetchFailed, match="took more than 5 s"):
+        fetch_wheels(
+            REQS, tmp_path, TARGET, IndexSettings(timeout_s=5), run=FakePip([], timeout=True)
+        )
+
+
+def test_real_pip_fetches_from_an_offline_folder(tmp_path: Path) -> None:
+    from tests.unit.test_builder_recipe import make_wheel
+
+    mirror, dest = tmp_path / "mirror", tmp_path / "dest"
+    mirror.mkdir()
+    dest.mkdir()
+    make_wheel(mirror, "tiny_pkg", "0.1", {"tiny_pkg/__init__.py": ""})
+    make_wheel(mirror, "tiny_pkg", "0.2", {"tiny_pkg/__init__.py": ""})
+    index = IndexSettings(no_index=True, find_links=(str(mirror),), timeout_s=120)
+    here = Target((sys.version_info.major, sys.version_info.minor), "x86_64", (2, 36))
+    found = fetch_wheels([PipRequirement("tiny-pkg", "0.1")], dest, here, index)
+    assert [p.name for p in found] == ["tiny_pkg-0.1-py3-none-any.whl"]
+    with pytest.raises(FetchFailed, match=r"'tiny-pkg==0\.3' was not found as a wheel"):
+        fetch_wheels([PipRequirement("tiny-pkg", "0.3")], tmp_path, here, index)
