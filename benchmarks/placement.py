@@ -19,9 +19,18 @@ Two parts (see docs/placement.md for the definitions and the measured numbers):
    work: see ``trace_cluster``), or onto ``--cluster FILE`` (then ``gpu_spec`` is
    dropped: the trace's model names are not the file's). Arrival times are scaled so the
    offered load sum(gpus x duration) / (cluster GPUs x span) is ``--load``. An
-   event-driven simulation (heapq) replays it for every policy; requests that do not fit
-   wait in a FIFO queue, with backfill by default (``--queue fifo``: strict
-   head-of-line). Waits and placements are pooled over the repeats.
+   event-driven simulation (heapq) replays it for every policy. The simulation only
+   advances time and frees GPUs: which queued pods start, and where, is decided by the
+   hub's own ``jupyterhub_gpu.scheduling.schedule`` (docs/scheduling.md) with the
+   policy as its placement function. The placement policies (``ours``, ``first_fit``,
+   ``random``, ``spread``, ``best_fit``) run first come first served with backfill
+   (``--queue fifo``: strict head-of-line); ``fairshare`` is the product: ``place``
+   with the fair-share queue order (default ``SchedulerSettings``). The trace has no
+   user column: each pod is charged to one of ``--groups`` synthetic groups, drawn with
+   weights 1/k (Zipf-like, unequal demand) from ``random.Random(--group-seed)``. Waits
+   and placements are pooled over the repeats; ``jain_fairness`` (Jain's index over
+   groups of GPU-hours received / max-min fair share, per hour of replay; see
+   ``jain_fairness``) is averaged over them.
 
 Trace: Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads with
 Fragmentation Gradient Descent", USENIX ATC '23 (alibaba/clusterdata, cluster-trace-gpu-v2023).
@@ -31,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import functools
 import heapq
 import json
@@ -51,9 +61,21 @@ from jupyterhub_gpu.inventory.model import GPU, ClusterSnapshot, NodeInventory, 
 from jupyterhub_gpu.placement import NoFit, Placement, PlacementRequest, place
 from jupyterhub_gpu.placement.baselines import best_fit, first_fit, random_fit, spread
 from jupyterhub_gpu.placement.index import clear_cache, index_for
+from jupyterhub_gpu.scheduling import (
+    ClusterState,
+    QueuedRequest,
+    SchedulerSettings,
+    UsageItem,
+    UsageTotals,
+    advance,
+    schedule,
+)
 
 Policy = Callable[[ClusterSnapshot, PlacementRequest], Placement | NoFit]
 DEFAULT_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+GROUPS = 8  # synthetic groups the pods are charged to (the trace has no user column)
+GROUP_SEED = 12  # fixed: the same pods get the same groups in every run
+FAIR_WINDOW_S = 3600.0  # Jain's index: fair shares are worked out per hour of replay
 
 # The trace names models only. Memory and compute capability of the disclosed ones are
 # NVIDIA's; G2 and G3 are undisclosed, and these values are an ASSUMPTION that only fixes
@@ -204,6 +226,21 @@ class Pod:
     duration: float
     request: PlacementRequest
     fractional: bool  # asked for part of a GPU (gpu_milli < 1000): replayed as 1 whole GPU
+    group: str = ""  # synthetic: the trace has no user column (see assign_groups)
+
+
+def group_weights(groups: int) -> list[float]:
+    """Zipf-like demand: group ``k`` (1-based) gets a share of pods proportional to 1/k."""
+    return [1.0 / k for k in range(1, groups + 1)]
+
+
+def assign_groups(pods: list[Pod], groups: int, seed: int) -> list[Pod]:
+    """Each pod charged to one of ``groups`` groups (``g1``..), drawn independently with
+    :func:`group_weights` from ``random.Random(seed)``, in arrival order."""
+    rng = random.Random(seed)
+    names = [f"g{k}" for k in range(1, groups + 1)]
+    drawn = rng.choices(names, weights=group_weights(groups), k=len(pods))
+    return [dataclasses.replace(p, group=g) for p, g in zip(pods, drawn, strict=True)]
 
 
 def trace_cluster(
@@ -261,11 +298,18 @@ def _trace_node(row: dict[str, str]) -> NodeState:
     return NodeState(NodeInventory(name=row["sn"], driver_version="535.104.05", gpus=gpus))
 
 
-def load_pods(path: Path, max_pods: int | None, keep_models: bool) -> list[Pod]:
+def load_pods(
+    path: Path,
+    max_pods: int | None,
+    keep_models: bool,
+    groups: int = GROUPS,
+    group_seed: int = GROUP_SEED,
+) -> list[Pod]:
     """GPU pods that ran, in arrival order, from the 1st percentile of arrivals on.
 
     Skips pods with ``num_gpu == 0`` and pods never scheduled (no service time); the
-    first 1% of arrivals (a sparse head months before the rest) is dropped too.
+    first 1% of arrivals (a sparse head months before the rest) is dropped too. Each
+    pod is charged to a synthetic group (:func:`assign_groups`, ``group_seed``).
     """
     pods = []
     for row in csv.DictReader(path.open()):
@@ -284,7 +328,8 @@ def load_pods(path: Path, max_pods: int | None, keep_models: bool) -> list[Pod]:
         )
     pods.sort(key=lambda p: p.arrival)
     start = len(pods) // 100
-    return pods[start:] if max_pods is None else pods[start : start + max_pods]
+    pods = pods[start:] if max_pods is None else pods[start : start + max_pods]
+    return assign_groups(pods, groups, group_seed)
 
 
 def scale_arrivals(pods: list[Pod], total_gpus: int, load: float) -> tuple[list[Pod], float]:
@@ -293,7 +338,7 @@ def scale_arrivals(pods: list[Pod], total_gpus: int, load: float) -> tuple[list[
     t0 = pods[0].arrival
     span = pods[-1].arrival - t0
     factor = work / (total_gpus * span * load)
-    scaled = [Pod((p.arrival - t0) * factor, p.duration, p.request, p.fractional) for p in pods]
+    scaled = [dataclasses.replace(p, arrival=(p.arrival - t0) * factor) for p in pods]
     return scaled, factor
 
 
@@ -306,28 +351,48 @@ class SimResult:
     oversized: int
     placed: int
     allocation_rate: float
+    jain_fairness: float = 1.0
 
 
 class Simulation:
-    """Event-driven replay: arrivals join a FIFO queue; departures free GPUs.
+    """Event-driven replay: arrivals join the queue, departures free GPUs.
 
-    After every event the queue is scanned in arrival order. ``backfill=True``: a request
-    that does not fit stays queued and later ones may start (each user waits only for
-    what they asked for); ``backfill=False``: strict head-of-line, the scan stops at the
-    first request that does not fit. The same rule applies to every policy.
+    The simulation only advances time and frees GPUs; after every event, which queued
+    pods start and where is decided by ``jupyterhub_gpu.scheduling.schedule``, the
+    hub's own queue decision, with the policy as its ``place_fn`` and the run's
+    :class:`SchedulerSettings`: first come first served with plain backfill for the
+    placement baselines (``SchedulerSettings.fifo``; ``--queue fifo``: strict order),
+    fair share by decayed usage with claimed-node backfill for ``fairshare``. Usage for
+    fair share is every finished pod's GPU-hours plus the running pods' hours so far,
+    charged to the pod's synthetic group (one user per group).
     """
 
     def __init__(self, nodes: tuple[NodeState, ...], pods: list[Pod], backfill: bool) -> None:
         self.nodes, self.pods, self.backfill = nodes, pods, backfill
         index = index_for(nodes)
         self.rank = {u: index.slot_rank[s] for u, s in index.slot_of.items()}
+        self.model = {u: index.slot_model[s] for u, s in index.slot_of.items()}
         self.total = len(self.rank)
         self.needed = {
             p.request: index.slot_rank[index.candidates(p.request)[0].slots[0]] for p in pods
         }
+        self.items = [
+            QueuedRequest(str(k), p.group, p.group, p.request, p.arrival)
+            for k, p in enumerate(pods)
+        ]
+        self._settings = SchedulerSettings.fifo(backfill)
+        self._usage = UsageTotals(0.0)
+        self._running: dict[int, tuple[float, tuple[str, ...]]] = {}
 
     def run(self, policy: Policy) -> SimResult:
+        """``policy`` first come first served (plain backfill, or strict order)."""
+        return self.replay(policy, SchedulerSettings.fifo(self.backfill))
+
+    def replay(self, policy: Policy, settings: SchedulerSettings) -> SimResult:
+        """The whole trace through ``schedule`` with ``settings`` and ``policy``."""
+        self._settings = settings
         alloc: dict[str, str] = {}
+        self._usage, self._running = UsageTotals(0.0), {}
         snapshot = ClusterSnapshot(self.nodes, alloc)
         waits = [0.0] * len(self.pods)
         departures: list[tuple[float, int, tuple[str, ...]]] = []
@@ -337,10 +402,11 @@ class Simulation:
         integral, last, nxt = 0.0, 0.0, 0
         while nxt < len(self.pods) or departures:
             if departures and (nxt == len(self.pods) or departures[0][0] <= self.pods[nxt].arrival):
-                now, _, uuids = heapq.heappop(departures)
+                now, p, uuids = heapq.heappop(departures)
                 integral += len(alloc) * (min(now, end_arrivals) - min(last, end_arrivals))
                 for u in uuids:
                     del alloc[u]
+                self._finished(p, now)
             else:
                 now = self.pods[nxt].arrival
                 integral += len(alloc) * (min(now, end_arrivals) - min(last, end_arrivals))
@@ -351,41 +417,105 @@ class Simulation:
                 waits[p] = now - self.pods[p].arrival
                 oversized += self.rank[uuids[0]] > self.needed[self.pods[p].request]
                 heapq.heappush(departures, (now + self.pods[p].duration, p, uuids))
+                self._running[p] = (now, uuids)
         rate = integral / (self.total * end_arrivals) if end_arrivals > 0 else 0.0
-        return SimResult(waits, oversized, len(self.pods), rate)
+        jain = jain_fairness(self.pods, waits, self.total, end_arrivals, FAIR_WINDOW_S)
+        return SimResult(waits, oversized, len(self.pods), rate, jain)
+
+    def _fair(self) -> bool:
+        s = self._settings
+        return s.weight_fairshare > 0 or s.weight_user_fairshare > 0
+
+    def _finished(self, p: int, now: float) -> None:
+        start, uuids = self._running.pop(p)
+        if self._fair():
+            item = self._usage_item(p, start, uuids, now)
+            self._usage = advance(self._usage, [item], now, self._settings)
+
+    def _usage_item(self, p: int, start: float, uuids: tuple[str, ...], now: float) -> UsageItem:
+        hours = len(uuids) * (now - start) / 3600.0
+        return UsageItem(self.pods[p].group, self.pods[p].group, self.model[uuids[0]], hours, now)
+
+    def _usage_now(self, now: float) -> UsageTotals | None:
+        """Finished pods' decayed usage plus the running pods' hours so far."""
+        if not self._fair():
+            return None
+        running = [self._usage_item(p, s, u, now) for p, (s, u) in self._running.items()]
+        return advance(self._usage, running, now, self._settings)
 
     def _schedule(
         self, policy: Policy, snapshot: ClusterSnapshot, queue: list[int], now: float
     ) -> list[tuple[int, tuple[str, ...]]]:
-        """Start what fits now, in queue order; mutates ``snapshot.allocations`` and ``queue``."""
+        """Start what ``schedule`` starts now; mutates ``snapshot.allocations`` and ``queue``."""
         alloc = snapshot.allocations
         assert isinstance(alloc, dict)
+        state = ClusterState(snapshot, now, usage=self._usage_now(now))
+        decision = schedule([self.items[p] for p in queue], state, self._settings, policy)
         started: list[tuple[int, tuple[str, ...]]] = []
-        failed: set[PlacementRequest] = set()
-        keep: list[int] = []
-        for k, p in enumerate(queue):
-            request = self.pods[p].request
-            free = self.total - len(alloc)
-            if request in failed or request.gpu_count > free:
-                result: Placement | NoFit | None = None
-            else:
-                result = policy(snapshot, request)
-            if isinstance(result, Placement):
-                for u in result.gpu_uuids:
-                    alloc[u] = f"pod-{p}"
-                started.append((p, result.gpu_uuids))
-                continue
-            failed.add(request)
-            keep.append(p)
-            if not self.backfill or free == 0:
-                keep.extend(queue[k + 1 :])
-                break
-        queue[:] = keep
+        for start in decision.starts:
+            p = int(start.request.id)
+            for u in start.placement.gpu_uuids:
+                alloc[u] = f"pod-{p}"
+            started.append((p, start.placement.gpu_uuids))
+        gone = {p for p, _ in started} | {int(r.request.id) for r in decision.refused}
+        queue[:] = [p for p in queue if p not in gone]
         return started
 
 
+def _windows(lo: float, hi: float, width: float, end: float) -> list[tuple[int, float]]:
+    """(window number, seconds of [lo, hi) inside it), for windows of ``width`` up to ``end``."""
+    hi = min(hi, end)
+    out = []
+    w = int(lo // width)
+    while lo < hi:
+        top = min((w + 1) * width, hi)
+        out.append((w, top - lo))
+        lo, w = top, w + 1
+    return out
+
+
+def water_fill(demand: dict[str, float], capacity: float) -> dict[str, float]:
+    """Max-min fair split of ``capacity`` among equal-share groups, none above its demand."""
+    fair: dict[str, float] = {}
+    left, groups = capacity, sorted(demand, key=demand.__getitem__)
+    for k, g in enumerate(groups):
+        fair[g] = min(demand[g], left / (len(groups) - k))
+        left -= fair[g]
+    return fair
+
+
+def jain_fairness(
+    pods: list[Pod], waits: list[float], gpus: int, end: float, window: float
+) -> float:
+    """Jain's index over groups of x_g = GPU-hours received / fair share, up to ``end``.
+
+    Per ``window`` of replay time, a group's *demand* is the GPU-time of its pods that
+    were waiting or running, its *received* the GPU-time of its pods that ran, and its
+    *fair share* the max-min fair (water-filling) split of the cluster's GPU-time among
+    the groups' demands, with equal shares. x_g sums received and fair share over the
+    windows. 1.0: every group got the same fraction of its fair share.
+    """
+    demand: dict[int, dict[str, float]] = {}
+    received: dict[str, float] = {}
+    for p, wait in zip(pods, waits, strict=True):
+        n, start = p.request.gpu_count, p.arrival + wait
+        for w, secs in _windows(p.arrival, start + p.duration, window, end):
+            row = demand.setdefault(w, {})
+            row[p.group] = row.get(p.group, 0.0) + n * secs
+        received[p.group] = received.get(p.group, 0.0) + n * sum(
+            secs for _, secs in _windows(start, start + p.duration, window, end)
+        )
+    fair: dict[str, float] = {}
+    for row in demand.values():
+        for g, f in water_fill(row, gpus * window).items():
+            fair[g] = fair.get(g, 0.0) + f
+    x = [received.get(g, 0.0) / f for g, f in fair.items() if f > 0]
+    return sum(x) ** 2 / (len(x) * sum(v * v for v in x)) if x and any(x) else 1.0
+
+
 def policy_metrics(results: list[SimResult]) -> dict[str, float]:
-    """Waits and placements pooled over the runs; allocation rate averaged over them."""
+    """Waits and placements pooled over the runs; allocation rate and Jain's index
+    averaged over them."""
     waits = [w for r in results for w in r.waits]
     return {
         "wait_mean_s": statistics.fmean(waits),
@@ -394,10 +524,12 @@ def policy_metrics(results: list[SimResult]) -> dict[str, float]:
         "waited_share": sum(w > 0 for w in waits) / len(waits),
         "oversized_share": sum(r.oversized for r in results) / sum(r.placed for r in results),
         "allocation_rate": statistics.fmean(r.allocation_rate for r in results),
+        "jain_fairness": statistics.fmean(r.jain_fairness for r in results),
     }
 
 
 def policies(seed: int) -> dict[str, Policy]:
+    """The placement policies, each replayed first come first served (with backfill)."""
     return {
         "ours": place,
         "first_fit": first_fit,
@@ -407,12 +539,25 @@ def policies(seed: int) -> dict[str, Policy]:
     }
 
 
+def schedulers(args: argparse.Namespace) -> dict[str, tuple[Policy, SchedulerSettings]]:
+    """Policies that change the queue, not only the placement: ``fairshare`` is the
+    product (``place`` + fair-share order + claimed-node backfill, default settings)."""
+    product = SchedulerSettings(backfill=args.queue == "backfill")
+    return {"fairshare": (place, product)}
+
+
 def _replay_once(
     args: argparse.Namespace, seed: int, results: dict[str, list[SimResult]]
 ) -> dict[str, object]:
     """One sub-cluster (drawn with ``seed``): every policy over the same pods."""
     trace_dir = Path(args.traces) / "alibaba-gpu-v2023"
-    pods = load_pods(trace_dir / "openb_pod_list_gpuspec33.csv", args.max_pods, not args.cluster)
+    pods = load_pods(
+        trace_dir / "openb_pod_list_gpuspec33.csv",
+        args.max_pods,
+        not args.cluster,
+        args.groups,
+        args.group_seed,
+    )
     if args.cluster:
         nodes = tuple(NodeState(n) for n in load_inventory_file(args.cluster))
     else:
@@ -424,6 +569,8 @@ def _replay_once(
     sim = Simulation(nodes, fits, backfill=args.queue == "backfill")
     for name, policy in policies(seed).items():
         results.setdefault(name, []).append(sim.run(policy))
+    for name, (policy, settings) in schedulers(args).items():
+        results.setdefault(name, []).append(sim.replay(policy, settings))
     return {
         "seed": seed,
         "nodes": len(nodes),
@@ -433,7 +580,17 @@ def _replay_once(
         "pods_skipped_no_fit": len(pods) - len(fits),
         "pods_fractional_as_whole": sum(p.fractional for p in fits),
         "arrival_scale": factor,
+        "group_work_share": _work_shares(fits),
     }
+
+
+def _work_shares(pods: list[Pod]) -> dict[str, float]:
+    """Each group's part of the replayed GPU x seconds (its demand)."""
+    work: dict[str, float] = {}
+    for p in pods:
+        work[p.group] = work.get(p.group, 0.0) + p.request.gpu_count * p.duration
+    total = sum(work.values())
+    return {g: work[g] / total for g in sorted(work, key=lambda g: int(g[1:]))}
 
 
 def replay(args: argparse.Namespace) -> dict[str, object]:
@@ -446,7 +603,14 @@ def replay(args: argparse.Namespace) -> dict[str, object]:
     ratios = {
         name: {k: (m[k] / base[k] if base[k] else None) for k in m} for name, m in out.items()
     }
-    return {"runs": runs, "queue": args.queue, "policies": out, "ratio_to_first_fit": ratios}
+    groups = {"count": args.groups, "seed": args.group_seed, "weights": group_weights(args.groups)}
+    return {
+        "runs": runs,
+        "queue": args.queue,
+        "groups": groups,
+        "policies": out,
+        "ratio_to_first_fit": ratios,
+    }
 
 
 # -- output --------------------------------------------------------------------------------
@@ -497,12 +661,18 @@ def print_replay(result: dict[str, object]) -> None:
             f"arrival scale {run['arrival_scale']:.3f}"
         )
     cols = ["wait_mean_s", "wait_p95_s", "wait_p99_s", "oversized_share", "allocation_rate"]
+    cols += ["jain_fairness"]
     print(f"\n{'policy':>10} " + " ".join(f"{c:>18}" for c in cols))
     for name, m in rep["policies"].items():
         ratio = rep["ratio_to_first_fit"][name]
         cells = [f"{m[c]:10.3f} ({_ratio(ratio[c])})" for c in cols]
         print(f"{name:>10} " + " ".join(f"{c:>18}" for c in cells))
     print("(in brackets: ratio to first_fit)")
+    g = rep["groups"]
+    print(
+        f"Groups: {g['count']} (g1..), pods drawn with weights 1/k, seed {g['seed']}; "
+        "Jain's index over groups of GPU-hours received / max-min fair share, per hour"
+    )
 
 
 def _ratio(value: float | None) -> str:
@@ -521,6 +691,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--repeats", type=int, default=10, help="sub-clusters, seeds seed.. (default 10)"
     )
     p.add_argument("--queue", choices=("backfill", "fifo"), default="backfill")
+    p.add_argument("--groups", type=int, default=GROUPS, help="synthetic groups (default 8)")
+    p.add_argument(
+        "--group-seed", type=int, default=GROUP_SEED, help="seed of the groups (default 12)"
+    )
     p.add_argument("--decisions", type=int, default=2000, help="warm decisions per size")
     p.add_argument("--cold", type=int, default=5, help="cold decisions per size")
     p.add_argument("--skip-latency", action="store_true", help="only the replay")

@@ -40,6 +40,7 @@ from .inventory.model import ClusterSnapshot, NodeInventory, NodeState
 from .inventory.probe import Probe, make_probe
 from .ledger import GPULedger
 from .nodes import NodeSpec, load_nodes_file, parse_nodes
+from .spawnqueue import SpawnQueue
 from .usernet import network_options, network_problem
 
 T = TypeVar("T")
@@ -139,6 +140,7 @@ class Cluster:
         self._unconfirmed: dict[str, str] | None = None  # open in the store at start: id -> node
         # nodes an admin drained at run time (node -> note), beside the nodes file's drain
         self.admin_drains: dict[str, str] = {}
+        self.queue = SpawnQueue(self, log)  # spawns waiting for GPUs (spawnqueue.py)
         self.specs()  # fail at start-up on a bad configuration
         COLLECTOR.attach(self)  # the hub's /hub/metrics reads this cluster
         if settings.accounting_url:

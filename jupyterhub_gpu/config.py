@@ -165,6 +165,31 @@ def override_warnings(config: Any) -> list[str]:
 DEFAULT_NAMED_SERVER_LIMIT = 3  # per user, when named servers are on and no limit is set
 
 
+JUPYTERHUB_SPAWN_LIMIT = 100  # JupyterHub's default concurrent_spawn_limit
+QUEUE_WAIT = 3600.0  # GPUDockerSpawner.max_queue_wait's default
+
+
+def _move_spawn_limit(config: Any, section: str, logger: logging.Logger) -> None:
+    """With the GPU queue on, JupyterHub's ``concurrent_spawn_limit`` would count spawns
+    that merely wait for GPUs (and refuse others while GPUs are busy): the limit moves to
+    ``GPUDockerSpawner.concurrent_start_limit``, which counts servers being created."""
+    hub, s = config.get("JupyterHub", {}), _section(config, section)
+    if float(s.get("max_queue_wait", QUEUE_WAIT)) <= 0:
+        return
+    limit = int(hub.get("concurrent_spawn_limit", JUPYTERHUB_SPAWN_LIMIT))
+    if limit <= 0:
+        return
+    config.JupyterHub.concurrent_spawn_limit = 0
+    if "concurrent_start_limit" not in s:
+        config[section].concurrent_start_limit = limit
+    logger.info(
+        "GPU queue on: JupyterHub's concurrent_spawn_limit (%d) now bounds servers being "
+        "created (%s.concurrent_start_limit), not spawns waiting for GPUs",
+        limit,
+        section,
+    )
+
+
 def check_config(
     config: Any, section: str = "GPUDockerSpawner", logger: logging.Logger | None = None
 ) -> None:
@@ -180,6 +205,7 @@ def check_config(
             "(set it to change this; 0 is unlimited)",
             DEFAULT_NAMED_SERVER_LIMIT,
         )
+    _move_spawn_limit(config, section, logger or log)
     for warning in override_warnings(config):
         (logger or log).warning("%s", warning)
     s = _section(config, section)

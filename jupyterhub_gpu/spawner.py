@@ -20,12 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import docker
 from docker.errors import APIError, DockerException
@@ -68,6 +69,9 @@ from .placement import availability, place
 from .placement.model import NoFit, Placement, PlacementRequest
 from .progress import describe_gpus
 from .pull import ImageUnavailable, pull
+from .scheduling import QueuedRequest, never_fits
+from .spawnqueue import MustQueue, QueueFull, QueueRefused, QueueTimeout
+from .spawnqueue import span as _span
 from .usernet import bridge_name_problem
 
 _NODE_ERRORS = (RequestException, DockerException, OSError, asyncio.TimeoutError)
@@ -81,6 +85,7 @@ class GPUDockerSpawner(DockerSpawner):
     """A DockerSpawner that gives each server exactly the GPUs it was placed on."""
 
     _cluster: ClassVar[Cluster | None] = None
+    _start_slots: ClassVar[asyncio.Semaphore | None] = None
     _catalogs: ClassVar[dict[str, tuple[float, Catalog]]] = {}
 
     nodes = List(
@@ -136,6 +141,25 @@ class GPUDockerSpawner(DockerSpawner):
         ``postgresql+psycopg://jhgpu@db.example.org/jhgpu`` (the password in
         ``~/.pgpass`` or the URL). The schema is created and migrated by the hub. "" records
         nothing.""",
+    )
+    max_queue_wait = Float(
+        3600.0,
+        config=True,
+        help="""Seconds a spawn that finds no GPU free waits in the GPU queue, its
+        progress page saying where it stands, before it gives up with a message
+        (docs/scheduling.md). 0: no queue, such a spawn is refused at once. A request
+        that can never fit (more GPUs than any node has) is refused at once either way.
+        The wait does not count against ``start_timeout``: the hub's bound on a start is
+        raised by this much, and ``start_timeout`` bounds what follows the queue.""",
+    )
+    concurrent_start_limit = Int(
+        0,
+        config=True,
+        help="""How many servers the hub creates at once after their GPUs are assigned (0:
+        no limit); the others wait their turn, not counted as queued for GPUs.
+        ``check_config`` moves JupyterHub's own ``concurrent_spawn_limit`` here when the
+        GPU queue is on, because JupyterHub counts every pending spawn, a spawn waiting in
+        the GPU queue included, and would refuse new ones while GPUs are simply busy.""",
     )
     catalog_file = Unicode(
         "", config=True, help="The image catalog (YAML). Default: the catalog shipped in images/."
@@ -303,6 +327,7 @@ class GPUDockerSpawner(DockerSpawner):
         self._cuda = ""  # the chosen catalog entry's CUDA version
         self._charge_group = ""  # the allocation's, kept in state for metrics after restarts
         self._gpu_model = ""
+        self._start_budget: float | None = None  # the configured start_timeout
 
     # ------------------------------------------------------------------ state
     node_name = Unicode("")
@@ -530,12 +555,29 @@ class GPUDockerSpawner(DockerSpawner):
             self.log.info("%s: refused, %s", self.holder, refusal)
             raise GPUQuotaExceeded(refusal)
         snapshot = replace(snapshot, allocations=self.ledger.allocations())
+        queue = self.max_queue_wait > 0
         if request.gpu_count == 0:
             decision: Placement | NoFit = Placement(self._least_busy_node(snapshot), ())
+        elif queue and len(self.cluster.queue):
+            raise MustQueue("Others are waiting for GPUs before you.")
         else:
             decision = place(snapshot, request)
         if isinstance(decision, NoFit):
+            if queue and never_fits(snapshot, request) is None:
+                raise MustQueue(decision.reason)
             raise SpawnException(decision.reason, reason="no_capacity", status_code=503)
+        return self._reserve(decision)
+
+    def _take(self, decision: Placement) -> bool:
+        """Reserve what the queue decided for this spawn (False: taken meanwhile)."""
+        try:
+            self._reserve(decision)
+        except KeyError as e:
+            self.log.warning("%s: queued start not taken: %s", self.holder, e)
+            return False
+        return True
+
+    def _reserve(self, decision: Placement) -> Placement:
         allocation = new_allocation_id()
         self.ledger.reserve(self.holder, decision.node, decision.gpu_uuids, allocation)
         self.cluster.pending.add(self.holder)
@@ -746,7 +788,10 @@ class GPUDockerSpawner(DockerSpawner):
             ident, options, request = await self._validated(snapshot)
             quota = resolve_bounds(self.policy, ident.groups).quota
             try:
-                decision = self._decide_and_reserve(snapshot, request, quota)
+                try:
+                    decision = self._decide_and_reserve(snapshot, request, quota)
+                except MustQueue as e:
+                    decision = await self._wait_in_line(ident, request, quota, e.reason)
             except (UserFacingError, SpawnException) as e:
                 SPAWN_DECISIONS.labels("refused", getattr(e, "reason", None) or "other").inc()
                 raise
@@ -755,8 +800,7 @@ class GPUDockerSpawner(DockerSpawner):
             await self.cluster.recorded()  # the record exists before the container does
             self._event(30, self._describe(snapshot, decision))
             self.log.info("%s: %s", self.holder, self._describe(snapshot, decision))
-            await self._prepare(ident, options)
-            ip_port = await super().start()
+            ip_port = await self._create(ident, options)
             self.ledger.allocation_started(self.allocation_id)
             self._event(90, "Waiting for the server to answer")
             return ip_port
@@ -789,6 +833,76 @@ class GPUDockerSpawner(DockerSpawner):
             self.cluster.pending.discard(self.holder)
             self._start_done = True
             self._events_changed.set()
+
+    async def _wait_in_line(
+        self, ident: Identity, request: PlacementRequest, quota: UserQuota, why: str
+    ) -> Placement:
+        """Wait in the GPU queue (spawnqueue.py); the progress page follows its news. When
+        its turn comes, the user's GPU cap is checked again (their other servers may have
+        taken GPUs meanwhile): over it, the spawn keeps waiting."""
+
+        def take(decision: Placement) -> bool:
+            held = holdings_of(self.ledger.charged(), self.user.name, exclude=self.holder)
+            if quota_refusal(held, request.gpu_count, quota):
+                return False
+            return self._take(decision)
+
+        group = charge_group(ident.groups, self.policy.group_bounds)
+        item = QueuedRequest(self.holder, self.user.name, group, request, time.time())
+        wait = _span(self.max_queue_wait)
+        self._event(20, f"{why} Your server waits in line for GPUs (up to {wait}).")
+        try:
+            return await self.cluster.queue.wait(
+                item, take, lambda words: self._event(20, words), self.max_queue_wait, quota.limit
+            )
+        except QueueFull as e:
+            raise SpawnException(str(e), reason="queue_full", status_code=429) from None
+        except QueueTimeout as e:
+            raise SpawnException(
+                f"No GPU freed up for your server within {_span(self.max_queue_wait)} "
+                f"({e.where or 'in line'}). Start again later, or ask for fewer or other GPUs.",
+                reason="queue_timeout",
+                status_code=503,
+            ) from None
+        except QueueRefused as e:
+            raise SpawnException(str(e), reason="never_fits", status_code=503) from None
+
+    async def _create(self, ident: Identity, options: SpawnOptions) -> tuple[str, int]:
+        """Create and start the container within the configured ``start_timeout``."""
+        budget = self._start_budget or float(cast(Any, self).start_timeout)
+        try:
+            async with self._start_slot():
+                return await asyncio.wait_for(self._prepare_and_start(ident, options), budget)
+        except asyncio.TimeoutError:
+            raise SpawnException(
+                f"Your server did not start within {budget:.0f} s of getting its GPUs "
+                "(start_timeout); try again, or tell an admin if it keeps happening.",
+                reason="start_timeout",
+                status_code=503,
+            ) from None
+
+    def _start_slot(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """One of ``concurrent_start_limit`` slots (shared by the hub's spawners)."""
+        if self.concurrent_start_limit <= 0:
+            return contextlib.nullcontext()
+        cls = GPUDockerSpawner
+        if cls._start_slots is None:
+            cls._start_slots = asyncio.Semaphore(self.concurrent_start_limit)
+        return cls._start_slots
+
+    async def _prepare_and_start(self, ident: Identity, options: SpawnOptions) -> tuple[str, int]:
+        await self._prepare(ident, options)
+        return await super().start()
+
+    def run_pre_spawn_hook(self) -> Any:
+        """JupyterHub bounds ``start`` by ``start_timeout``, read right after this hook: a
+        wait in the GPU queue must not count, so the bound grows by ``max_queue_wait``
+        (``_create`` keeps the configured one for what follows the queue)."""
+        hub = cast(Any, self)  # start_timeout: JupyterHub's Integer trait
+        if self._start_budget is None:
+            self._start_budget = float(hub.start_timeout)
+        hub.start_timeout = int(self._start_budget + self.max_queue_wait)
+        return super().run_pre_spawn_hook()
 
     def _describe(self, snapshot: ClusterSnapshot, decision: Placement) -> str:
         node = next(n for n in snapshot.nodes if n.name == decision.node)

@@ -56,6 +56,8 @@ INTERVAL = 5.0
 STOP_SLACK = 30.0  # from the cull decision to the hub reporting the server gone
 # a loaded 2-core machine starts JupyterLab in a minute or more: more than the hub's 60 s
 SLOW_STARTS = "c.Spawner.http_timeout = 180\nc.Spawner.start_timeout = 180\n"
+# a spawn into a full cluster is refused at once here (the queue is test_queue.py's)
+SLOW_STARTS += "c.GPUDockerSpawner.max_queue_wait = 0\n"
 RTX = ("NVIDIA GeForce RTX 3090", 24576, "8.6")
 A100 = ("NVIDIA A100-SXM4-40GB", 40960, "8.0")
 OPTIONS = {"image": "demo-cuda11", "gpu_count": 1, "mem_gib": 1, "cpu": 0.5}

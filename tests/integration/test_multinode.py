@@ -58,6 +58,8 @@ A0, A1, A2 = UUIDS["node-a"]
 
 RECONCILE_S = 2.0
 FAST = f"c.GPUDockerSpawner.reconcile_interval = {RECONCILE_S}\nc.Spawner.poll_interval = 2\n"
+# these tests check immediate refusals of a full cluster: no queue (test_queue.py's part)
+FAST += "c.GPUDockerSpawner.max_queue_wait = 0\n"
 # the hub reuses an agent's reading for up to 2.5 s (ClusterSettings.health_ttl / 2)
 AGENT_CACHE_S = 2.5
 LIGHT = {"cpu": 0.5, "mem_gib": 1}

@@ -88,7 +88,9 @@ def test_each_user_gets_own_gpu_seen_inside_container(make_hub, engine, tmp_path
 
 
 def test_no_free_gpu_fails_clearly_and_leaves_nothing(make_hub, engine) -> None:
-    hub = two_gpu_hub(make_hub, engine)
+    """With the GPU queue off (max_queue_wait = 0), a full cluster refuses at once; with
+    it on, the spawn waits in line (tests/integration/test_queue.py)."""
+    hub = two_gpu_hub(make_hub, engine, "c.GPUDockerSpawner.max_queue_wait = 0\n")
     first = spawn_ready(hub, "alice", {"gpu_count": 2})
     assert len(first["gpu_uuids"]) == 2
 

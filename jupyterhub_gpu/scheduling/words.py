@@ -1,0 +1,70 @@
+"""Small wording helpers shared by the scheduling messages (pure).
+
+Every sentence the scheduler produces is read by a person on the spawn-pending page or
+by an admin at a command line: counts with their nouns, ordinals, durations in minutes
+or hours, and wall-clock times in the hub's time zone.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone, tzinfo
+
+UTC = timezone.utc
+
+
+def gpus(n: int) -> str:
+    """``1 GPU``, ``3 GPUs``."""
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
+def of_model(n: int, model: str) -> str:
+    """``1 x NVIDIA A100``: a count of one model."""
+    return f"{n} x {model}"
+
+
+def ordinal(n: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``4th``, ``11th``, ``22nd``."""
+    if 10 <= n % 100 <= 20:
+        return f"{n}th"
+    return f"{n}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th') }"
+
+
+def article(noun: str) -> str:
+    """``an NVIDIA TITAN X``, ``a GPU``: the indefinite article a reader expects."""
+    first = noun[:1].upper()
+    vowel_sound = first in "AEIO" or noun.startswith(("NVIDIA", "RTX", "H100", "L40", "MI"))
+    return f"{'an' if vowel_sound else 'a'} {noun}"
+
+
+def duration(seconds: float) -> str:
+    """``45 s``, ``12 min``, ``3 h 05 min``, ``2 days 4 h``."""
+    s = max(round(seconds), 0)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min"
+    if s < 2 * 86400:
+        return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    return f"{s // 86400} days {s % 86400 // 3600} h"
+
+
+def clock(at: float, now: float, tz: tzinfo = UTC) -> str:
+    """``14:20`` on the same day as ``now`` (in ``tz``), else ``Tue 25 Nov 14:20``."""
+    when = datetime.fromtimestamp(at, tz)
+    if when.date() == datetime.fromtimestamp(now, tz).date():
+        return when.strftime("%H:%M")
+    return when.strftime("%a %d %b %H:%M")
+
+
+def moment(at: float, tz: tzinfo = UTC) -> str:
+    """``2026-11-24 14:00 UTC``: a full wall-clock time, for reservations."""
+    return datetime.fromtimestamp(at, tz).strftime("%Y-%m-%d %H:%M %Z").strip()
+
+
+def listing(items: list[str], limit: int = 4) -> str:
+    """``a, b and c``; past ``limit`` items, ``a, b, c, d and 3 more``."""
+    if len(items) > limit:
+        return ", ".join(items[:limit]) + f" and {len(items) - limit} more"
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]

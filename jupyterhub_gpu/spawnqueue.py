@@ -1,0 +1,259 @@
+"""The hub's GPU queue: spawns that found nothing free wait here for their turn.
+
+The I/O edge of :mod:`jupyterhub_gpu.scheduling` (which decides, purely): one
+:class:`SpawnQueue` per hub process, beside the :class:`~jupyterhub_gpu.cluster.Cluster`.
+A waiting spawn is an ``await`` in its spawner's ``start`` (nothing is held while it
+waits); the queue decides again whenever the ledger announces a release, a spawn joins
+or leaves, and every ``interval`` seconds (ages grow, nodes come back). Each decision
+takes a fresh cluster snapshot, then, with no ``await`` in between, asks
+:func:`~jupyterhub_gpu.scheduling.schedule` who starts and lets each of them reserve its
+GPUs through the spawner's own ``take`` (the same synchronous ledger step as an
+immediate spawn), so a queued start and a fresh spawn can never take one GPU twice.
+Everyone still waiting is told where they stand (:func:`~.scheduling.positions`) and
+what is known of when GPUs free up (:func:`~.scheduling.estimates`).
+
+Order: :func:`~jupyterhub_gpu.scheduling.prioritise`'s (admin priority, fair share,
+age); the hub passes no usage history or group charges yet, so fair share and group
+quotas are inactive and the order is arrival with age (docs/scheduling.md, "In the hub").
+Each waiting user's GPU cap (``max_gpus_per_user``) is a per-user quota of the decision
+(a user at their cap waits, blocking nobody) and is checked again in ``take``. A user has at
+most ``max_per_user`` spawns waiting (:class:`QueueFull`).
+
+Leaving the queue: the spawn is cancelled (the spawn-pending page's cancel, or a stop
+through the API: JupyterHub cancels the pending start), its wait runs out
+(:class:`QueueTimeout`), or it can never start (:class:`QueueRefused`). The queue lives
+in the hub's memory: a hub restart ends every waiting spawn (JupyterHub reports them as
+failed spawns), and users start again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from .accounting.records import AllocationEvent, EventKind
+from .placement import Placement
+from .scheduling import (
+    Charge,
+    ClusterState,
+    Estimate,
+    Policies,
+    Position,
+    QueuedRequest,
+    Quota,
+    SchedulerSettings,
+    estimates,
+    positions,
+    schedule,
+)
+
+if TYPE_CHECKING:
+    from .cluster import Cluster
+
+Take = Callable[[Placement], bool]
+News = Callable[[str], None]
+
+
+class MustQueue(Exception):
+    """Nothing fits now (or others wait first): the spawn joins the queue; ``reason`` says
+    why in a sentence."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def span(seconds: float) -> str:
+    """``4`` -> "4 s", ``150`` -> "3 min", ``3600`` -> "60 min", ``7200`` -> "2 h"."""
+    if seconds < 120:
+        return f"{round(seconds)} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes <= 90 else f"{minutes / 60:.3g} h"
+
+
+class QueueTimeout(Exception):
+    """The wait ran out before GPUs freed up; ``where`` is the last position sentence."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(where)
+        self.where = where
+
+
+class QueueFull(Exception):
+    """The user already has ``max_per_user`` spawns waiting."""
+
+
+class QueueRefused(Exception):
+    """The request can never start (more GPUs than any node has, a quota's maximum)."""
+
+
+@dataclass
+class _Waiter:
+    item: QueuedRequest
+    take: Take
+    news: News
+    done: asyncio.Future[Placement]
+    limit: int | None = None  # the user's cap on GPUs held at once (max_gpus_per_user)
+    told: str = ""  # the latest sentence sent to its progress page
+    where: str = field(default="")  # its position sentence
+    position: int = 0  # 1 = next for the GPUs it waits for; 0 = not decided yet
+
+
+class SpawnQueue:
+    def __init__(
+        self,
+        cluster: Cluster,
+        log: logging.Logger,
+        settings: SchedulerSettings | None = None,
+        policies: Policies | None = None,
+        interval: float = 5.0,
+        max_per_user: int = 3,
+    ) -> None:
+        self.cluster = cluster
+        self.log = log
+        self.settings = settings if settings is not None else SchedulerSettings()
+        self.policies = policies if policies is not None else Policies()
+        self.interval = interval
+        self.max_per_user = max_per_user
+        self._waiters: dict[str, _Waiter] = {}
+        self._changed: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.decisions = 0  # rounds decided (tests and metrics read it)
+        cluster.ledger.subscribe(self._on_event)
+
+    def __len__(self) -> int:
+        return len(self._waiters)
+
+    def waiting(self) -> list[QueuedRequest]:
+        """What waits now, in arrival order."""
+        return [w.item for w in self._waiters.values()]
+
+    def standings(self) -> dict[str, tuple[int, str]]:
+        """Request id -> (position, what its progress page says now), for the dashboard."""
+        return {k: (w.position, w.told) for k, w in self._waiters.items()}
+
+    def _on_event(self, event: AllocationEvent) -> None:
+        if event.kind is EventKind.RELEASED and self._waiters:
+            self.kick()
+
+    def kick(self) -> None:
+        """Decide again soon (from any code on the hub's event loop)."""
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        self._changed.set()
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._run())
+
+    async def wait(
+        self,
+        item: QueuedRequest,
+        take: Take,
+        news: News,
+        timeout: float,
+        limit: int | None = None,
+    ) -> Placement:
+        """Wait in line until ``take`` has reserved a placement for ``item`` (returned);
+        :class:`QueueTimeout` after ``timeout`` s, :class:`QueueRefused` if it can never
+        start; :class:`QueueFull` at once if the user already has ``max_per_user`` spawns
+        waiting. Cancelling the caller leaves the queue at once, holding nothing (a cancel
+        that arrives after ``take`` reached the caller, which then undoes its start)."""
+        mine = sum(1 for w in self._waiters.values() if w.item.user == item.user)
+        if mine >= self.max_per_user:
+            raise QueueFull(
+                f"You already have {mine} servers waiting for GPUs (at most "
+                f"{self.max_per_user}); cancel one or wait for it to start."
+            )
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(item, take, news, loop.create_future(), limit)
+        self._waiters[item.id] = waiter
+        self.log.info("%s waits in the GPU queue (%d waiting)", item.id, len(self._waiters))
+        self.kick()
+
+        def run_out() -> None:
+            if not waiter.done.done():
+                waiter.done.set_exception(QueueTimeout(waiter.where))
+
+        timer = loop.call_later(timeout, run_out)
+        try:
+            # no wait_for/shield: a cancel is never lost, even one that arrives after
+            # the decision (the caller's start then undoes what take reserved)
+            return await waiter.done
+        finally:
+            timer.cancel()
+            if self._waiters.get(item.id) is waiter:
+                del self._waiters[item.id]
+            if not waiter.done.done():
+                waiter.done.cancel()
+            if self._waiters:
+                self.kick()  # who was behind it moves up
+
+    async def _run(self) -> None:
+        assert self._changed is not None
+        while self._waiters:
+            self._changed.clear()
+            try:
+                await self._decide()
+            except Exception:
+                self.log.exception("GPU queue decision failed; will retry")
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), self.interval)
+
+    async def _decide(self) -> None:
+        snapshot = await self.cluster.snapshot()
+        # from here on no await: the ledger can't change under the decision
+        snapshot = replace(snapshot, allocations=self.cluster.ledger.allocations())
+        waiters = {k: w for k, w in self._waiters.items() if not w.done.done()}
+        state = ClusterState(
+            snapshot,
+            now=time.time(),
+            charges=self._charges(),
+            policies=self._policies(waiters.values()),
+        )
+        decision = schedule([w.item for w in waiters.values()], state, self.settings)
+        self.decisions += 1
+        for start in decision.starts:
+            waiter = waiters.pop(start.request.id)
+            if waiter.take(start.placement):
+                waiter.done.set_result(start.placement)
+                if start.note:
+                    waiter.news(start.note)
+        for refused in decision.refused:
+            waiter = waiters.pop(refused.request.id)
+            waiter.done.set_exception(QueueRefused(refused.reason))
+        if waiters:  # what the starts took is taken for the estimates
+            taken = replace(snapshot, allocations=self.cluster.ledger.allocations())
+            self._tell(waiters, replace(state, snapshot=taken))
+
+    def _charges(self) -> dict[str, Charge]:
+        """Held GPU -> the user it is charged to (orphans are nobody's: not listed)."""
+        charged = self.cluster.ledger.charged()
+        return {uuid: Charge("", holder.split("/", 1)[0]) for uuid, holder in charged.items()}
+
+    def _policies(self, waiters: Iterable[_Waiter]) -> Policies:
+        """The site's policies plus each waiting user's GPU cap: a user at their cap waits
+        (blocking nobody) instead of being given GPUs they may not hold."""
+        caps = {w.item.user: Quota(max_gpus=w.limit) for w in waiters if w.limit is not None}
+        return replace(self.policies, users={**self.policies.users, **caps})
+
+    def _tell(self, waiters: dict[str, _Waiter], state: ClusterState) -> None:
+        """Tell each waiter where it stands and what is known of its wait (once per change)."""
+        queue = [w.item for w in waiters.values()]
+        known: dict[str, Estimate] = estimates(queue, state, (), self.settings)
+        for place in positions(queue, state, self.settings):
+            waiter = waiters[place.request.id]
+            words = _words(place, known.get(place.request.id), state.now)
+            waiter.where, waiter.position = place.sentence(), place.position
+            if words != waiter.told:
+                waiter.told = words
+                waiter.news(words)
+
+
+def _words(place: Position, estimate: Estimate | None, now: float) -> str:
+    """"2nd in line for an RTX 3090 (group ml-lab); ...; waiting 3 min. <estimate>" """
+    tail = f" {estimate.sentence(now)}" if estimate is not None else ""
+    return place.sentence() + tail

@@ -1,0 +1,226 @@
+"""The hub's GPU queue (spawnqueue.py) over a real ledger and a fixed inventory: who gets
+a freed GPU, what waiters are told, and that leaving the queue (cancel, timeout) holds
+nothing. The decisions themselves are scheduling's (tests/unit/test_scheduling*.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+
+import pytest
+
+from jupyterhub_gpu.accounting.records import EndReason
+from jupyterhub_gpu.inventory.model import GPU, ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.ledger import GPULedger
+from jupyterhub_gpu.placement import Placement, PlacementRequest
+from jupyterhub_gpu.scheduling import QueuedRequest
+from jupyterhub_gpu.spawnqueue import QueueFull, QueueTimeout, SpawnQueue, span
+
+pytestmark = pytest.mark.unit
+
+RTX = "NVIDIA GeForce RTX 3090"
+
+
+class FakeCluster:
+    """What the queue reads of the hub's Cluster: its ledger and a snapshot."""
+
+    def __init__(self, gpus: int) -> None:
+        self.ledger = GPULedger()
+        inventory = NodeInventory(
+            "n1",
+            "550.54.15",
+            tuple(GPU(f"GPU-{i}", i, RTX, 24576, compute_capability=(8, 6)) for i in range(gpus)),
+        )
+        self.nodes = (NodeState(inventory),)
+
+    async def snapshot(self) -> ClusterSnapshot:
+        return ClusterSnapshot(self.nodes, self.ledger.allocations())
+
+
+class Spawn:
+    """A waiting spawn as the spawner does it: ``take`` reserves in the ledger."""
+
+    def __init__(self, queue: SpawnQueue, cluster: FakeCluster, user: str, at: float) -> None:
+        self.cluster, self.holder = cluster, f"{user}/"
+        self.item = QueuedRequest(self.holder, user, "lab", PlacementRequest(1), at)
+        self.news: list[str] = []
+        self.queue = queue
+
+    def take(self, placement: Placement) -> bool:
+        try:
+            self.cluster.ledger.reserve(self.holder, placement.node, placement.gpu_uuids)
+        except KeyError:
+            return False
+        return True
+
+    def wait(self, timeout: float = 30) -> asyncio.Task[Placement]:
+        return asyncio.ensure_future(
+            self.queue.wait(self.item, self.take, self.news.append, timeout)
+        )
+
+
+async def until(predicate: object, what: str, timeout: float = 5.0) -> None:
+    async def poll() -> None:
+        while not predicate():  # type: ignore[operator]
+            await asyncio.sleep(0.01)
+
+    try:
+        await asyncio.wait_for(poll(), timeout)
+    except asyncio.TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}") from None
+
+
+def setup(gpus: int = 1) -> tuple[FakeCluster, SpawnQueue]:
+    cluster = FakeCluster(gpus)
+    cluster.ledger.reserve("owner/", "n1", [f"GPU-{i}" for i in range(gpus)])
+    queue = SpawnQueue(cluster, logging.getLogger("test"), interval=60)  # type: ignore[arg-type]
+    return cluster, queue
+
+
+def test_a_freed_gpu_goes_to_the_first_in_line_and_the_second_moves_up() -> None:
+    async def scenario() -> None:
+        cluster, queue = setup()
+        first, second = Spawn(queue, cluster, "ann", 100.0), Spawn(queue, cluster, "ben", 200.0)
+        t1, t2 = first.wait(), second.wait()
+        await until(lambda: first.news and second.news, "both to be told where they stand")
+        assert first.news[-1].startswith("1st in line for an NVIDIA GeForce RTX 3090 (group lab)")
+        assert second.news[-1].startswith("2nd in line"), second.news
+        cluster.ledger.release("owner/")
+        cluster.ledger.end_allocation("a-owner", EndReason.STOPPED)  # the release event
+        placement = await asyncio.wait_for(t1, 5)
+        assert placement == Placement("n1", ("GPU-0",))
+        assert cluster.ledger.held_by("ann/") == ["GPU-0"] and not t2.done()
+        await until(lambda: second.news[-1].startswith("1st in line"), "ben to move up")
+        t2.cancel()
+        await asyncio.gather(t2, return_exceptions=True)
+        assert len(queue) == 0 and cluster.ledger.held_by("ben/") == []
+
+    asyncio.run(scenario())
+
+
+def test_a_cancelled_wait_leaves_at_once_and_never_takes_a_gpu_later() -> None:
+    async def scenario() -> None:
+        cluster, queue = setup()
+        ann = Spawn(queue, cluster, "ann", 100.0)
+        task = ann.wait()
+        await until(lambda: ann.news, "ann to be told where she stands")
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert len(queue) == 0
+        cluster.ledger.release("owner/")
+        cluster.ledger.end_allocation("a-owner", EndReason.STOPPED)
+        decided = queue.decisions
+        queue.kick()  # even a decision after the cancel gives her nothing
+        await asyncio.sleep(0)
+        assert queue.decisions == decided and cluster.ledger.allocations() == {}
+
+    asyncio.run(scenario())
+
+
+def test_a_wait_that_runs_out_says_where_it_stood() -> None:
+    async def scenario() -> None:
+        cluster, queue = setup()
+        ann = Spawn(queue, cluster, "ann", 100.0)
+        with pytest.raises(QueueTimeout) as info:
+            await ann.wait(timeout=0.3)
+        assert info.value.where.startswith("1st in line for an NVIDIA GeForce RTX 3090")
+        assert len(queue) == 0 and cluster.ledger.held_by("ann/") == []
+
+    asyncio.run(scenario())
+
+
+def test_a_request_that_fits_elsewhere_backfills_past_the_head() -> None:
+    """ann waits for 2 GPUs on a 2-GPU node where one is held; ben's 1 GPU request on
+    the same node cannot fit either; a second node with one free GPU takes ben at once."""
+
+    async def scenario() -> None:
+        cluster, queue = setup(gpus=2)
+        extra = NodeInventory("n2", "550.54.15", (GPU("GPU-x", 0, RTX, 24576, (8, 6)),))
+        cluster.nodes = (*cluster.nodes, NodeState(extra))
+        cluster.ledger.release("owner/", ["GPU-1"])
+        ann = Spawn(queue, cluster, "ann", 100.0)
+        ann.item = replace(ann.item, request=PlacementRequest(2))
+        ben = Spawn(queue, cluster, "ben", 200.0)
+        t_ann, t_ben = ann.wait(), ben.wait()
+        placement = await asyncio.wait_for(t_ben, 5)
+        assert placement.node in {"n1", "n2"} and not t_ann.done()
+        t_ann.cancel()
+        await asyncio.gather(t_ann, return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
+def test_a_cancel_right_after_the_decision_is_not_lost() -> None:
+    """JupyterHub cancels a queued spawn (its owner pressed cancel) in the same loop turn
+    in which the queue gave it GPUs: the spawn must see the cancel (and undo its start),
+    not go on to create a container on GPUs the hub is about to free."""
+
+    async def scenario() -> None:
+        cluster, queue = setup()
+        ann = Spawn(queue, cluster, "ann", 100.0)
+        plain_take, tasks = ann.take, []
+
+        def take_then_cancel(placement: Placement) -> bool:
+            asyncio.get_running_loop().call_soon(tasks[0].cancel)  # before the task resumes
+            return plain_take(placement)
+
+        ann.take = take_then_cancel  # type: ignore[method-assign]
+        task = ann.wait()
+        tasks.append(task)
+        await until(lambda: ann.news, "ann to wait")
+        cluster.ledger.release("owner/")
+        cluster.ledger.end_allocation("a-owner", EndReason.STOPPED)
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert len(queue) == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_user_at_their_gpu_cap_waits_and_blocks_nobody() -> None:
+    """ann (cap 1) already holds a GPU and waits for another; ben, behind her, gets the
+    GPU that frees up; ann keeps waiting."""
+
+    async def scenario() -> None:
+        cluster, queue = setup(gpus=2)
+        cluster.ledger.release("owner/", ["GPU-1"])
+        cluster.ledger.reserve("ann/held", "n1", ["GPU-1"])
+        ann, ben = Spawn(queue, cluster, "ann", 100.0), Spawn(queue, cluster, "ben", 200.0)
+        t_ann = asyncio.ensure_future(queue.wait(ann.item, ann.take, ann.news.append, 30, 1))
+        t_ben = ben.wait()
+        await until(lambda: ann.news and ben.news, "both to wait")
+        cluster.ledger.release("owner/")
+        cluster.ledger.end_allocation("a-owner", EndReason.STOPPED)
+        assert await asyncio.wait_for(t_ben, 5) == Placement("n1", ("GPU-0",))
+        assert not t_ann.done() and cluster.ledger.held_by("ann/") == []
+        t_ann.cancel()
+        await asyncio.gather(t_ann, return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
+def test_a_user_may_have_only_so_many_spawns_waiting() -> None:
+    async def scenario() -> None:
+        cluster, queue = setup()
+        queue.max_per_user = 2
+        spawns = [Spawn(queue, cluster, "ann", 100.0 + i) for i in range(3)]
+        for i, spawn in enumerate(spawns):
+            spawn.item = replace(spawn.item, id=f"ann/s{i}")
+        tasks = [spawn.wait() for spawn in spawns[:2]]
+        with pytest.raises(QueueFull, match="already have 2 servers waiting"):
+            await spawns[2].wait()
+        assert len(queue) == 2
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    "seconds, words",
+    [(4, "4 s"), (119.4, "119 s"), (150, "2 min"), (3600, "60 min"), (7200, "2 h"), (9e3, "2.5 h")],
+)
+def test_span(seconds: float, words: str) -> None:
+    assert span(seconds) == words
