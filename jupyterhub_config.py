@@ -111,6 +111,9 @@ c.JupyterHub.load_roles = [
 c.GPUDockerSpawner.cull_notes_file = "/srv/jupyterhub/cull-notes.json"  # = its notes_file
 
 # --- refuse to start on a bad nodes/inventory/catalog/bounds setting -------------------
+# --- the cluster dashboard at /services/gpu-dashboard/ (docs/dashboard.md) ------------
 from jupyterhub_gpu.config import check_config  # noqa: E402
+from jupyterhub_gpu.dashboard.hub import configure as add_dashboard  # noqa: E402
 
+add_dashboard(c, show_names=True)  # False: users see only their own names (privacy)
 check_config(c)

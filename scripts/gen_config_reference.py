@@ -16,6 +16,7 @@ from traitlets import HasTraits
 from jupyterhub_gpu.agent.app import GPUAgent
 from jupyterhub_gpu.auth.ldap import GPULDAPAuthenticator
 from jupyterhub_gpu.culler.service import GPUIdleCuller
+from jupyterhub_gpu.dashboard.service import GPUDashboard
 from jupyterhub_gpu.inventory.client import AgentClient
 from jupyterhub_gpu.spawner import GPUDockerSpawner
 
@@ -25,6 +26,7 @@ CLASSES: list[type[HasTraits]] = [
     GPULDAPAuthenticator,
     AgentClient,
     GPUIdleCuller,
+    GPUDashboard,
     GPUAgent,
 ]
 

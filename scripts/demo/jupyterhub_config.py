@@ -174,6 +174,9 @@ c.Spawner.default_url = "/lab"
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120
 
+# the cluster dashboard at /services/gpu-dashboard/ (docs/dashboard.md)
 from jupyterhub_gpu.config import check_config  # noqa: E402
+from jupyterhub_gpu.dashboard.hub import configure as add_dashboard  # noqa: E402
 
+add_dashboard(c)
 check_config(c)

@@ -67,7 +67,11 @@ def test_demo_runs_node_a_agent_and_the_culler_as_services(
         "jupyterhub_config.py", path=str(REPO / "scripts" / "demo")
     ).load_config()
     services = {s["name"]: s for s in c.JupyterHub.services}
-    assert set(services) == {"gpu-agent-node-a", "gpu-culler", "gpu-accounting"}
+    assert set(services) == {"gpu-agent-node-a", "gpu-culler", "gpu-accounting", "gpu-dashboard"}
+    dashboard = services["gpu-dashboard"]  # reads the demo's accounting file, not a default
+    assert dashboard["environment"]["JUPYTERHUB_GPU_ACCOUNTING_URL"] == (
+        c.GPUDockerSpawner.accounting_url
+    )
     # the usage API reads the database the hub writes, and users may reach it
     usage_cmd = services["gpu-accounting"]["command"]
     assert usage_cmd[1:3] == ["-m", "jupyterhub_gpu.accounting.service"]
@@ -383,3 +387,31 @@ def test_named_servers_get_a_default_limit_and_an_explicit_one_is_kept(
     c = Config()  # named servers off: nothing set
     check_config(c)
     assert "named_server_limit_per_user" not in c.JupyterHub
+
+
+@pytest.mark.parametrize(
+    "settings, hub_limit, start_limit",
+    [
+        ({}, 0, 100),  # the queue is on by default: JupyterHub's default limit moves
+        ({("JupyterHub", "concurrent_spawn_limit"): 20}, 0, 20),
+        ({("JupyterHub", "concurrent_spawn_limit"): 0}, 0, None),  # no limit: none made
+        ({("GPUDockerSpawner", "max_queue_wait"): 0}, None, None),  # no queue: untouched
+        (
+            {("JupyterHub", "concurrent_spawn_limit"): 20,
+             ("GPUDockerSpawner", "concurrent_start_limit"): 5},
+            0,
+            5,  # an explicit start limit is kept
+        ),
+    ],
+)  # fmt: skip
+def test_the_spawn_limit_moves_off_queued_spawns(
+    settings: dict[tuple[str, str], object], hub_limit: int | None, start_limit: int | None
+) -> None:
+    """JupyterHub's concurrent_spawn_limit counts spawns waiting in the GPU queue; with the
+    queue on it bounds the creation of servers instead (GPUDockerSpawner's)."""
+    c = good()
+    for (section, key), value in settings.items():
+        c[section][key] = value
+    check_config(c)
+    assert c.JupyterHub.get("concurrent_spawn_limit") == hub_limit
+    assert c.GPUDockerSpawner.get("concurrent_start_limit") == start_limit

@@ -1,0 +1,110 @@
+"""The dashboard service's calls to the hub API, with the service's own token (never a
+user's, never logged). Every call has a timeout; failures become :class:`HubError` with a
+sentence for the page."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+
+class HubError(Exception):
+    """A hub call that failed; ``str()`` is a sentence for people, ``status`` the HTTP
+    status to answer with."""
+
+    def __init__(self, message: str, status: int = 502) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _message(response: httpx.Response) -> str:
+    """The hub's own sentence from an error answer ("" when it has none)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return ""
+    text = body.get("message") if isinstance(body, dict) else None
+    return str(text)[:300] if text else ""
+
+
+class HubClient:
+    def __init__(
+        self, http: httpx.AsyncClient, api_url: str, token: str, timeout: float = 10.0
+    ) -> None:
+        self.http = http
+        self.api_url = api_url.rstrip("/")
+        self._token = token
+        self.timeout = timeout
+
+    async def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        headers = {**kwargs.pop("headers", {}), "Authorization": f"token {self._token}"}
+        try:
+            return await self.http.request(
+                method, self.api_url + path, headers=headers, timeout=self.timeout, **kwargs
+            )
+        except httpx.TimeoutException:
+            raise HubError(
+                f"The hub did not answer within {self.timeout:g} s; try again."
+            ) from None
+        except httpx.HTTPError as e:
+            raise HubError(
+                f"The hub could not be reached ({type(e).__name__}); try again."
+            ) from None
+
+    async def cluster(self) -> dict[str, Any]:
+        """The hub's ``GET /api/gpu/cluster`` (:mod:`.payload`)."""
+        r = await self._call("GET", "/gpu/cluster")
+        if r.status_code != 200:
+            raise HubError(
+                f"The hub refused the cluster view (HTTP {r.status_code}): "
+                f"{_message(r) or 'is the dashboard configured with configure(c)?'}"
+            )
+        try:
+            payload = r.json()
+        except ValueError:
+            raise HubError("The hub's cluster view is not JSON.") from None
+        if not isinstance(payload, dict) or not isinstance(payload.get("nodes"), list):
+            raise HubError("The hub's cluster view has no node list.")
+        return payload
+
+    async def stop_server(self, user: str, server: str) -> str:
+        """Stop ``user``'s server (``""``: the default one); a sentence saying what happened."""
+        path = f"/users/{quote(user, safe='')}/server"
+        if server:
+            path += f"s/{quote(server, safe='')}"
+        r = await self._call("DELETE", path)
+        what = f"Server {user}/{server}" if server else f"The default server of {user}"
+        if r.status_code == 204:
+            return f"{what} is stopped."
+        if r.status_code == 202:
+            return f"{what} is stopping; it may take a minute."
+        if r.status_code == 404:
+            raise HubError(f"{what} does not exist (stopped already?).", 404)
+        if r.status_code == 400:
+            raise HubError(f"{what} is not running: {_message(r)}", 400)
+        raise HubError(f"The hub refused to stop it (HTTP {r.status_code}): {_message(r)}")
+
+    async def drain(self, node: str, note: str, by: str) -> str:
+        body = json.dumps({"note": note, "by": by})
+        r = await self._call(
+            "POST",
+            f"/gpu/nodes/{quote(node, safe='')}/drain",
+            content=body,
+            headers={"Content-Type": "application/json"},
+        )
+        return self._drain_answer(r, node)
+
+    async def undrain(self, node: str, by: str) -> str:
+        r = await self._call(
+            "DELETE", f"/gpu/nodes/{quote(node, safe='')}/drain", params={"by": by}
+        )
+        return self._drain_answer(r, node)
+
+    def _drain_answer(self, r: httpx.Response, node: str) -> str:
+        if r.status_code == 200:
+            return _message(r) or f"Node {node}: done."
+        status = r.status_code if r.status_code in (400, 404, 503) else 502
+        raise HubError(_message(r) or f"The hub refused (HTTP {r.status_code}).", status)

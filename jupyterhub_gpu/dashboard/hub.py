@@ -1,0 +1,384 @@
+"""The dashboard's side inside the hub process: a JSON API over the live cluster, and
+:func:`configure`, the one call a site's ``jupyterhub_config.py`` makes.
+
+- ``GET  /hub/api/gpu/cluster`` (scope ``custom:gpu-cluster:read``): the payload of
+  :func:`.payload.build_payload` for the cluster, its servers and its drains;
+- ``POST /hub/api/gpu/nodes/{node}/drain`` ``{"note": "...", "by": "admin name"}`` and
+  ``DELETE`` of the same path (scope ``custom:gpu-cluster:admin``): an admin's drain of a
+  node (no new servers there; running ones untouched), kept in ``Cluster.admin_drains``.
+
+Registered with ``c.JupyterHub.extra_handlers`` (JupyterHub adds the hub prefix). The
+custom scopes must exist before ``needs_scope`` is applied to the handlers (at import), so
+importing this module defines them; :func:`configure` declares the same definitions in
+``c.JupyterHub.custom_scopes``, which the hub then accepts as already known.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from jupyterhub.apihandlers.base import APIHandler
+from jupyterhub.scopes import define_custom_scopes, needs_scope
+from traitlets.config import Config, LazyConfigValue
+
+from ..inventory.model import ClusterSnapshot
+from .inputs import BadInput, clean_note, known_node
+from .payload import ServerInfo, build_payload, queue_entries
+
+log = logging.getLogger("jupyterhub_gpu.dashboard")  # outside a handler; the hub's otherwise
+
+READ_SCOPE = "custom:gpu-cluster:read"
+ADMIN_SCOPE = "custom:gpu-cluster:admin"
+CUSTOM_SCOPES: dict[str, dict[str, Any]] = {
+    READ_SCOPE: {
+        "description": "Read the GPU cluster: nodes, GPUs, who holds them since when, the queue."
+    },
+    ADMIN_SCOPE: {"description": "Drain and undrain GPU nodes."},
+}
+define_custom_scopes(CUSTOM_SCOPES)  # before needs_scope below checks that they exist
+
+HUB_TEMPLATES = Path(__file__).resolve().parent / "templates" / "hub"
+CLUSTER_NOT_LOADED = (
+    "The hub has not read its GPU nodes yet: that happens at the first spawn form or server "
+    "start after the hub starts. Open the spawn form once, then reload."
+)
+
+
+def _cluster() -> Any:
+    """The hub's one ``Cluster`` (None until a spawner has made it)."""
+    from ..spawner import GPUDockerSpawner
+
+    return GPUDockerSpawner._cluster
+
+
+def _utc(t: datetime | None) -> datetime | None:
+    """The hub's database keeps naive UTC datetimes."""
+    if t is None:
+        return None
+    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
+
+
+class _Images:
+    """Catalog display names, the catalog read once per request (it is a file)."""
+
+    def __init__(self) -> None:
+        self._catalog: Any = None
+        self._read = False
+
+    def name(self, spawner: Any, slug: str) -> str:
+        if not self._read:
+            self._read = True
+            with contextlib.suppress(Exception):  # another spawner class, or a bad catalog
+                self._catalog = spawner.catalog
+        entry = self._catalog.get(slug) if self._catalog is not None and slug else None
+        return str(entry.display_name) if entry is not None else slug
+
+
+def server_info(user: str, name: str, spawner: Any, images: _Images) -> ServerInfo:
+    """What the dashboard shows of one active server (any spawner class; what it lacks
+    reads as unknown)."""
+    options = spawner.user_options if isinstance(spawner.user_options, dict) else {}
+    slug = options.get("image")
+    # what the user asked for is shown only once the spawner has validated it (a pending
+    # spawn's raw options may be anything, of any size)
+    validated = bool(getattr(spawner, "node_name", "")) and isinstance(slug, str)
+    slug = slug[:200] if validated and isinstance(slug, str) else ""
+    orm = getattr(spawner, "orm_spawner", None)
+    return ServerInfo(
+        user=user,
+        server=name,
+        node=str(getattr(spawner, "node_name", "") or ""),
+        gpu_uuids=tuple(str(u) for u in getattr(spawner, "gpu_uuids", ()) or ()),
+        image=slug,
+        image_name=images.name(spawner, slug),
+        started=_utc(getattr(orm, "started", None)),
+        last_activity=_utc(getattr(orm, "last_activity", None)),
+        ready=bool(spawner.ready),
+        pending=spawner.pending or None,
+    )
+
+
+def active_servers(users: Iterable[Any], log: logging.Logger = log) -> list[ServerInfo]:
+    """Every active (running, starting or stopping) server of the hub's loaded users."""
+    images = _Images()
+    found = []
+    for user in list(users):
+        for name, spawner in list(user.spawners.items()):
+            try:
+                if spawner.active:
+                    found.append(server_info(user.name, name, spawner, images))
+            except Exception:  # one odd spawner never hides the cluster
+                log.exception("GPU dashboard: could not read server %s/%s", user.name, name)
+    return found
+
+
+class SnapshotCache:
+    """The cluster's snapshot, taken at most every ``max_age`` s however often the API is
+    read, one at a time; a snapshot that takes longer than ``timeout`` s (nodes that do not
+    answer) is not waited for: the last one is used and the answer says it is not fresh."""
+
+    def __init__(self, max_age: float = 5.0, timeout: float = 5.0) -> None:
+        self.max_age, self.timeout = max_age, timeout
+        self._cluster: Any = None
+        self._snapshot: ClusterSnapshot | None = None
+        self._at = float("-inf")
+        self._task: asyncio.Future[ClusterSnapshot] | None = None
+        self._failing = False
+
+    def invalidate(self) -> None:
+        self._at = float("-inf")
+
+    async def get(self, cluster: Any) -> tuple[ClusterSnapshot, bool, frozenset[str]]:
+        """The snapshot (with the ledger's holds now), whether it is fresh, and the
+        held GPUs whose hold is an orphan's."""
+        if cluster is not self._cluster:
+            self._cluster, self._snapshot, self._task = cluster, None, None
+            self.invalidate()
+        fresh = time.monotonic() - self._at < self.max_age
+        if not fresh:
+            if self._task is None or self._task.done():
+                self._task = asyncio.ensure_future(cluster.snapshot())
+                self._task.add_done_callback(self._keep)
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), self.timeout)
+                fresh = True
+            except asyncio.TimeoutError:
+                self._failed(f"no answer within {self.timeout:g} s")
+            except Exception as e:
+                self._failed(str(e) or type(e).__name__)
+        snapshot = self._snapshot or ClusterSnapshot(nodes=cluster.last_nodes())
+        # holds change with every spawn: always the ledger's now
+        held, charged = cluster.ledger.allocations(), cluster.ledger.charged()
+        orphans = frozenset(u for u in held if u not in charged)
+        return replace(snapshot, allocations=held), fresh, orphans
+
+    def _keep(self, task: asyncio.Future[ClusterSnapshot]) -> None:
+        """A snapshot that finished, late or not, is the one to show (and a failure is
+        read here, so it is never "never retrieved")."""
+        if task.cancelled() or task.exception() is not None:
+            return
+        self._snapshot, self._at = task.result(), time.monotonic()
+        if self._failing:
+            self._cluster.log.info("GPU dashboard: the nodes are read again")
+            self._failing = False
+
+    def _failed(self, why: str) -> None:
+        if not self._failing:
+            self._cluster.log.warning(
+                "GPU dashboard: reading the nodes failed or is slow (%s)", why
+            )
+        self._failing = True
+
+
+class _GPUAPIHandler(APIHandler):
+    def initialize(self, cache: SnapshotCache) -> None:
+        self.cache = cache
+
+    def _fail(self, status: int, message: str) -> None:
+        self.set_status(status)
+        self.write(json.dumps({"status": status, "message": message}))
+
+
+class ClusterAPIHandler(_GPUAPIHandler):
+    """``GET /hub/api/gpu/cluster``"""
+
+    @needs_scope(READ_SCOPE)
+    async def get(self) -> None:
+        cluster = _cluster()
+        limit = self.named_server_limit_per_user
+        common = {
+            "now": datetime.now(timezone.utc),
+            "hub_prefix": self.hub.base_url,
+            "named_servers": bool(self.allow_named_servers),
+            "named_server_limit": limit if isinstance(limit, int) else 0,
+        }
+        servers = active_servers(self.users.values(), self.log)
+        if cluster is None:
+            payload = build_payload(ClusterSnapshot(nodes=()), (), servers, {}, **common)
+            payload["message"] = CLUSTER_NOT_LOADED
+        else:
+            snapshot, fresh, orphans = await self.cache.get(cluster)
+            queue: Any = getattr(cluster, "queue", None)  # spawnqueue.py, when there is one
+            waiting = queue_entries(queue.waiting(), queue.standings()) if queue else []
+            payload = build_payload(
+                snapshot,
+                cluster.specs(),
+                servers,
+                cluster.admin_drains,
+                fresh=fresh,
+                orphans=orphans,
+                queue=waiting,
+                **common,
+            )
+        self.write(json.dumps(payload))
+
+
+class NodeDrainAPIHandler(_GPUAPIHandler):
+    """``POST`` (drain, with a note) and ``DELETE`` (undrain) ``/hub/api/gpu/nodes/{node}/drain``"""
+
+    def _node(self, node: str) -> tuple[Any, str] | None:
+        cluster = _cluster()
+        if cluster is None:
+            self._fail(503, CLUSTER_NOT_LOADED)
+            return None
+        try:
+            return cluster, known_node(node, {s.name for s in cluster.specs()})
+        except BadInput as e:
+            self._fail(e.status, str(e))
+            return None
+
+    def _who(self, body: dict[str, Any]) -> str:
+        by = body.get("by")
+        actor = getattr(self.current_user, "name", "?")
+        return f"{by} (through {actor})" if isinstance(by, str) and by else str(actor)
+
+    @needs_scope(ADMIN_SCOPE)
+    async def post(self, node: str) -> None:
+        found = self._node(node)
+        if found is None:
+            return
+        cluster, name = found
+        body = self.get_json_body() or {}
+        if not isinstance(body, dict):
+            return self._fail(400, 'Send a JSON object: {"note": "why"}.')
+        try:
+            note = clean_note(body.get("note"))
+        except BadInput as e:
+            return self._fail(e.status, str(e))
+        cluster.admin_drains[name] = note
+        self.cache.invalidate()
+        self.log.info(
+            "GPU dashboard: node %s drained by %s: %s", name, self._who(body), note or "-"
+        )
+        message = f"Node {name} is drained: it takes no new servers; running ones go on."
+        self.write(json.dumps({"node": name, "drained": True, "note": note, "message": message}))
+
+    @needs_scope(ADMIN_SCOPE)
+    async def delete(self, node: str) -> None:
+        found = self._node(node)
+        if found is None:
+            return
+        cluster, name = found
+        was = cluster.admin_drains.pop(name, None)
+        self.cache.invalidate()
+        who = self._who({"by": self.get_argument("by", "")})
+        self.log.info("GPU dashboard: node %s undrained by %s", name, who)
+        if any(s.name == name and s.drain for s in cluster.specs()):
+            message = f"Node {name} stays drained: the nodes file drains it (drain: true)."
+        elif was is None:
+            message = f"Node {name} was not drained by an admin; nothing changed."
+        else:
+            message = f"Node {name} takes new servers again."
+        self.write(json.dumps({"node": name, "drained": False, "message": message}))
+
+
+# ---------------------------------------------------------------------- configuration
+def _value(section: Any, key: str, empty: Any) -> Any:
+    """The configured value of ``section.key`` (a copy), ``empty`` when unset."""
+    if key not in section:
+        return empty
+    value = section[key]
+    if isinstance(value, LazyConfigValue):
+        return value.get_value(empty)
+    return type(empty)(value)
+
+
+def _grant_users(roles: list[dict[str, Any]], scope: str) -> list[dict[str, Any]]:
+    """``roles`` with ``scope`` added to the ``user`` role (which is made if missing)."""
+    out = [dict(r) for r in roles]
+    user = next((r for r in out if r.get("name") == "user"), None)
+    if user is None:
+        out.append({"name": "user", "scopes": ["self", scope]})
+    elif scope not in user.get("scopes", []):
+        user["scopes"] = [*user.get("scopes", ["self"]), scope]
+    return out
+
+
+def _service(
+    name: str, url: str, show_names: bool, config_file: str, accounting_url: str | None
+) -> dict[str, Any]:
+    """The service's entry in ``c.JupyterHub.services`` (run by the hub, no OAuth prompt:
+    it is part of the hub). The database URL goes in the environment: a password on the
+    command line would show in ``ps``."""
+    command = [sys.executable, "-m", "jupyterhub_gpu.dashboard"]
+    command += [f"--GPUDashboard.show_names={show_names}"]
+    if config_file:
+        command.append(f"--config={config_file}")
+    environment = {}
+    if accounting_url is not None:  # "" too: the hub records nothing, so no charts
+        environment["JUPYTERHUB_GPU_ACCOUNTING_URL"] = accounting_url
+    return {
+        "name": name,
+        "url": url,
+        "command": command,
+        "environment": environment,
+        "oauth_no_confirm": True,
+    }
+
+
+def configure(
+    c: Config,
+    *,
+    name: str = "gpu-dashboard",
+    url: str = "http://127.0.0.1:10103",
+    show_names: bool = True,
+    config_file: str = "",
+    accounting_url: str | None = None,
+    snapshot_max_age: float = 5.0,
+    nav_link: bool = True,
+) -> None:
+    """Add the GPU dashboard to a hub's configuration (call it at the end of
+    ``jupyterhub_config.py``, after ``c.JupyterHub.services`` and ``load_roles`` are set):
+    the hub API and its custom scopes, the service (run by the hub), its role with the
+    fewest scopes it needs, every user's access to it, and the navigation bar's link.
+
+    ``show_names``: whether users who are not admins see other users' names (the privacy
+    setting, docs/dashboard.md). ``config_file``: more ``c.GPUDashboard.*`` settings.
+    ``accounting_url``: the usage database (default: ``GPUDockerSpawner.accounting_url``
+    when set, else its default); passed in the service's environment, never its command
+    line. ``snapshot_max_age``: seconds a reading of the nodes is reused by the API.
+    """
+    hub = c.JupyterHub
+    cache = SnapshotCache(max_age=snapshot_max_age)
+    hub.custom_scopes = {**_value(hub, "custom_scopes", {}), **CUSTOM_SCOPES}
+    hub.extra_handlers = [
+        *_value(hub, "extra_handlers", []),
+        (r"/api/gpu/cluster", ClusterAPIHandler, {"cache": cache}),
+        (r"/api/gpu/nodes/([^/]+)/drain", NodeDrainAPIHandler, {"cache": cache}),
+    ]
+    if accounting_url is None and "accounting_url" in c.GPUDockerSpawner:
+        accounting_url = str(c.GPUDockerSpawner.accounting_url)
+    service = _service(name, url, show_names, config_file, accounting_url)
+    hub.services = [*_value(hub, "services", []), {**service, "display": not nav_link}]
+    role = {
+        "name": name,
+        "scopes": [READ_SCOPE, ADMIN_SCOPE, "delete:servers"],
+        "services": [name],
+    }
+    roles = _grant_users(_value(hub, "load_roles", []), f"access:services!service={name}")
+    hub.load_roles = [*roles, role]
+    if nav_link:
+        hub.template_paths = [str(HUB_TEMPLATES), *_value(hub, "template_paths", [])]
+        hub.template_vars = {**_value(hub, "template_vars", {}), "jhgpu_dashboard": name}
+
+
+__all__ = [
+    "ADMIN_SCOPE",
+    "CUSTOM_SCOPES",
+    "READ_SCOPE",
+    "ClusterAPIHandler",
+    "NodeDrainAPIHandler",
+    "SnapshotCache",
+    "active_servers",
+    "configure",
+]
