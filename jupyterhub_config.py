@@ -109,6 +109,8 @@ c.JupyterHub.load_roles = [
     }
 ]
 c.GPUDockerSpawner.cull_notes_file = "/srv/jupyterhub/cull-notes.json"  # = its notes_file
+# = its deadlines_file: the GPU queue's estimates, the dashboard's "culled at the earliest"
+c.GPUDockerSpawner.cull_deadlines_file = "/srv/jupyterhub/cull-deadlines.json"
 
 # --- refuse to start on a bad nodes/inventory/catalog/bounds setting -------------------
 # --- the cluster dashboard at /services/gpu-dashboard/ (docs/dashboard.md) ------------

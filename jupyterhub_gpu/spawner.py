@@ -265,6 +265,13 @@ class GPUDockerSpawner(DockerSpawner):
         accounting records such a stop as ``culled`` (with the idle GPU-hours it reclaimed)
         rather than ``stopped``. '' = off.""",
     )
+    cull_deadlines_file = Unicode(
+        "",
+        config=True,
+        help="""The idle culler's deadlines file (``GPUIdleCuller.deadlines_file``): when it
+        would stop each server at the earliest. The GPU queue estimates from it when GPUs
+        may free up, and the dashboard shows it. '' = no estimates from the culler.""",
+    )
 
     @default("nodes")
     def _default_nodes(self) -> list[dict[str, Any]]:
@@ -431,6 +438,7 @@ class GPUDockerSpawner(DockerSpawner):
                 ),
                 self.log,
             )
+            cls._cluster.queue.deadlines_file = self.cull_deadlines_file
         return cls._cluster
 
     def _seal_key(self) -> bytes | None:

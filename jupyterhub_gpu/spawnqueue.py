@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from .accounting.records import AllocationEvent, EventKind
+from .culler.deadlines import load_deadlines
 from .placement import Placement
 from .scheduling import (
     Charge,
@@ -46,6 +47,7 @@ from .scheduling import (
     Position,
     QueuedRequest,
     Quota,
+    Release,
     SchedulerSettings,
     estimates,
     positions,
@@ -56,6 +58,11 @@ if TYPE_CHECKING:
     from .cluster import Cluster
 
 Take = Callable[[Placement], bool]
+# why GPUs may free up, in words a waiting user reads (no other user's name)
+RELEASE_WORDS = {
+    "idle": "a server on {node} reaches its idle limit",
+    "max_age": "a server on {node} reaches its maximum age",
+}
 News = Callable[[str], None]
 
 
@@ -120,6 +127,7 @@ class SpawnQueue:
         self.policies = policies if policies is not None else Policies()
         self.interval = interval
         self.max_per_user = max_per_user
+        self.deadlines_file = ""  # the culler's (GPUDockerSpawner.cull_deadlines_file)
         self._waiters: dict[str, _Waiter] = {}
         self._changed: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -229,6 +237,19 @@ class SpawnQueue:
             taken = replace(snapshot, allocations=self.cluster.ledger.allocations())
             self._tell(waiters, replace(state, snapshot=taken))
 
+    def _releases(self) -> list[Release]:
+        """GPUs the culler would free at the earliest (its deadlines file), as releases."""
+        if not self.deadlines_file:
+            return []
+        ledger, out = self.cluster.ledger, []
+        for holder, deadline in load_deadlines(self.deadlines_file).items():
+            uuids = ledger.held_by(holder)
+            hold = ledger.hold_of(uuids[0]) if uuids else None
+            if hold is not None:
+                why = RELEASE_WORDS[deadline.why].format(node=hold.node)
+                out.append(Release(hold.node, tuple(uuids), deadline.at.timestamp(), why))
+        return out
+
     def _charges(self) -> dict[str, Charge]:
         """Held GPU -> the user it is charged to (orphans are nobody's: not listed)."""
         charged = self.cluster.ledger.charged()
@@ -243,7 +264,7 @@ class SpawnQueue:
     def _tell(self, waiters: dict[str, _Waiter], state: ClusterState) -> None:
         """Tell each waiter where it stands and what is known of its wait (once per change)."""
         queue = [w.item for w in waiters.values()]
-        known: dict[str, Estimate] = estimates(queue, state, (), self.settings)
+        known: dict[str, Estimate] = estimates(queue, state, self._releases(), self.settings)
         for place in positions(queue, state, self.settings):
             waiter = waiters[place.request.id]
             words = _words(place, known.get(place.request.id), state.now)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from ..errors import ConfigError
@@ -288,6 +288,46 @@ def judge(obs: ServerObservation, policy: Policy, now: datetime) -> Decision:
     return Decision(
         True, f"idle: {', '.join(parts)} (timeout {fmt_duration(timeout)})", Signal.IDLE
     )
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """The earliest time the culler would stop a server it keeps now: ``why`` is
+    ``"max_age"`` (certain: it runs that long) or ``"idle"`` (if from now on nothing in it
+    is active: no hub activity, GPUs under the threshold)."""
+
+    at: datetime
+    why: str
+
+
+def earliest_cull(obs: ServerObservation, policy: Policy, now: datetime) -> Deadline | None:
+    """When ``obs`` would be culled at the earliest, or None when nothing bounds it (idle
+    culling off and no ``max_age``, or its GPUs unread: missing data keeps a server)."""
+    deadlines: list[Deadline] = []
+    if policy.max_age and obs.started is not None:
+        deadlines.append(Deadline(obs.started + timedelta(seconds=policy.max_age), "max_age"))
+    idle = _idle_deadline(obs, policy, now)
+    if idle is not None:
+        deadlines.append(Deadline(idle, "idle"))
+    return min(deadlines, key=lambda d: d.at) if deadlines else None
+
+
+def _idle_deadline(obs: ServerObservation, policy: Policy, now: datetime) -> datetime | None:
+    if obs.gpus is None:
+        return None
+    timeout = policy.gpu_timeout if obs.gpus else policy.timeout
+    last = obs.last_activity or obs.started
+    if timeout <= 0 or last is None:
+        return None
+    at = last + timedelta(seconds=timeout)  # hub activity
+    for s in obs.gpus.values():
+        if s is None:
+            return None
+        since = max(s.observed_since, s.last_active_at or s.observed_since)
+        if gpu_held(s, policy) and s.last_busy_at is not None:
+            since = max(since, s.last_busy_at)
+        at = max(at, since + timedelta(seconds=gpu_required_idle(s, policy, timeout)))
+    return max(at, now)
 
 
 def validate_overrides(overrides: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

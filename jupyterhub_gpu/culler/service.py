@@ -45,12 +45,15 @@ from ..errors import ConfigError, ProbeError
 from ..inventory.tokens import node_token
 from .access import server_access
 from .client import HubAPI, describe_failure, parse_time, read_agent, read_kernels
+from .deadlines import save_deadlines
 from .idleness import (
+    Deadline,
     Decision,
     GpuSummary,
     Policy,
     ServerObservation,
     Signal,
+    earliest_cull,
     judge,
     resolve_policy,
     validate_overrides,
@@ -173,6 +176,13 @@ class GPUIdleCuller(Application):
         help="JSON file of recent cull reasons per user, read by the hub to tell users; '' = off.",
     ).tag(config=True)
     notes_keep = Int(5, help="Cull notes kept per user.").tag(config=True)
+    deadlines_file = Unicode(
+        "",
+        help="""JSON file the culler rewrites each round: for every server it keeps, the
+        earliest time it would stop it ({"alice/": {"at": ISO time, "why": "idle" or
+        "max_age"}}). The hub reads it (GPUDockerSpawner.cull_deadlines_file) for the
+        queue's estimates and the dashboard's "culled at the earliest". '' = off.""",
+    ).tag(config=True)
     state_file = Unicode(
         "jupyterhub-gpu-culler-state.json",
         help="Where GPU histories survive a restart of the culler; '' = off.",
@@ -235,6 +245,7 @@ class GPUIdleCuller(Application):
         self._agent_ok: dict[str, bool] = {}
         self._listed: dict[str, frozenset[str]] = {}  # node -> GPUs its agent's last answer listed
         self._warned: set[str] = set()
+        self._deadlines: dict[str, Deadline | None] = {}  # kept holder -> earliest cull
         self.rounds = 0  # cull rounds finished (one DEBUG line each: tests wait on it)
 
     def initialize(self, argv: Any = None) -> None:
@@ -381,6 +392,8 @@ class GPUIdleCuller(Application):
         )
         policy = await self.policy_for(user)
         decision = judge(obs, policy, now)
+        holder = full if "/" in full else f"{full}/"
+        self._deadlines[holder] = earliest_cull(obs, policy, now)  # dropped if culled
         if decision.signal is Signal.KERNELS_MISSING:  # every other signal says idle
             access = server_access(server, self.proxy_url)
             if access is None:  # never our own token instead: the server's user reads it
@@ -462,6 +475,7 @@ class GPUIdleCuller(Application):
             self.save_state()
             return {}
         sem = asyncio.Semaphore(max(self.concurrency, 1))
+        self._deadlines = {}
         jobs = [
             self._handle(sem, user, name, server, at)
             for user in users
@@ -475,6 +489,9 @@ class GPUIdleCuller(Application):
                 continue
             full, decision, _ = result
             decisions[full] = decision
+            if decision.cull:
+                self._deadlines.pop(full if "/" in full else f"{full}/", None)
+        self._write_deadlines()
         self.save_state()
         self.rounds += 1
         self.log.debug("Cull round %d done: %d server(s) judged", self.rounds, len(decisions))
@@ -492,6 +509,14 @@ class GPUIdleCuller(Application):
             save_notes(self.notes_file, data)
         except OSError as e:
             self.log.warning("Could not write cull notes to %s: %s", self.notes_file, e)
+
+    def _write_deadlines(self) -> None:
+        if not self.deadlines_file or self.dry_run:
+            return
+        try:
+            save_deadlines(self.deadlines_file, self._deadlines)
+        except OSError as e:
+            self.log.warning("Could not write cull deadlines to %s: %s", self.deadlines_file, e)
 
     def _drop_note(self, note: CullNote) -> None:
         """Take back the note of a stop that did not happen (no await: atomic on the loop)."""

@@ -31,6 +31,7 @@ from jupyterhub.apihandlers.base import APIHandler
 from jupyterhub.scopes import define_custom_scopes, needs_scope
 from traitlets.config import Config, LazyConfigValue
 
+from ..culler.deadlines import load_deadlines
 from ..inventory.model import ClusterSnapshot
 from .inputs import BadInput, clean_note, known_node
 from .payload import ServerInfo, build_payload, queue_entries
@@ -203,12 +204,18 @@ class ClusterAPIHandler(_GPUAPIHandler):
             "named_server_limit": limit if isinstance(limit, int) else 0,
         }
         servers = active_servers(self.users.values(), self.log)
+        queue: Any = getattr(cluster, "queue", None)  # spawnqueue.py
+        if queue is not None and queue.deadlines_file:
+            deadlines = load_deadlines(queue.deadlines_file)
+            servers = [
+                replace(s, cull_at=deadlines[s.key].at) if s.key in deadlines else s
+                for s in servers
+            ]
         if cluster is None:
             payload = build_payload(ClusterSnapshot(nodes=()), (), servers, {}, **common)
             payload["message"] = CLUSTER_NOT_LOADED
         else:
             snapshot, fresh, orphans = await self.cache.get(cluster)
-            queue: Any = getattr(cluster, "queue", None)  # spawnqueue.py, when there is one
             waiting = queue_entries(queue.waiting(), queue.standings()) if queue else []
             payload = build_payload(
                 snapshot,

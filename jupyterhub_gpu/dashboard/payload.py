@@ -60,6 +60,7 @@ class ServerInfo:
     last_activity: datetime | None = None  # aware UTC, the hub's activity record
     ready: bool = False
     pending: str | None = None  # "spawn", "stop", "check": an action in progress
+    cull_at: datetime | None = None  # the culler's earliest stop (its deadlines file)
 
     @property
     def key(self) -> str:
@@ -152,7 +153,7 @@ def _server(info: ServerInfo) -> dict[str, Any]:
         "last_activity": iso(info.last_activity),
         "ready": info.ready,
         "pending": info.pending,
-        "cull_at": None,  # the culler does not publish its deadlines (yet)
+        "cull_at": iso(info.cull_at),
     }
 
 

@@ -14,6 +14,7 @@ c = get_config()  # type: ignore[name-defined]  # noqa: F821
 DEMO = Path(os.environ["JHGPU_DEMO_DIR"])
 c.GPUIdleCuller.agent_urls = {"node-a": os.environ["JHGPU_DEMO_AGENT_URL"]}
 c.GPUIdleCuller.notes_file = str(DEMO / "cull-notes.json")
+c.GPUIdleCuller.deadlines_file = str(DEMO / "cull-deadlines.json")
 c.GPUIdleCuller.state_file = str(DEMO / "culler-state.json")
 if os.environ.get("JHGPU_DEMO_CULL_TIMEOUT"):
     seconds = float(os.environ["JHGPU_DEMO_CULL_TIMEOUT"])

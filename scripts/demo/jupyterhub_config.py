@@ -170,6 +170,8 @@ c.JupyterHub.load_roles = [
 ]
 # users read why the culler stopped their server in the spawn form
 c.GPUDockerSpawner.cull_notes_file = str(DEMO / "cull-notes.json")
+# the queue's estimates and the dashboard's "culled at the earliest" come from it
+c.GPUDockerSpawner.cull_deadlines_file = str(DEMO / "cull-deadlines.json")
 c.Spawner.default_url = "/lab"
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120

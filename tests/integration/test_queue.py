@@ -10,11 +10,15 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from jupyterhub_gpu.culler.deadlines import save_deadlines
+from jupyterhub_gpu.culler.idleness import Deadline
 from tests.integration.test_multinode import (  # noqa: F401  (fixtures: agents, cluster)
     A100,
     agents,
@@ -40,8 +44,20 @@ QUEUE = (
 
 
 @pytest.fixture
-def hub(make_hub: Callable[..., Hub], engines: list[Engine], cluster: dict) -> Hub:  # noqa: F811
-    return start_hub(make_hub, engines, cluster, QUEUE.format(wait=300))
+def deadlines(tmp_path: Path) -> Path:
+    return tmp_path / "cull-deadlines.json"  # what the culler would write
+
+
+@pytest.fixture
+def hub(
+    make_hub: Callable[..., Hub],
+    engines: list[Engine],
+    cluster: dict,  # noqa: F811
+    deadlines: Path,
+) -> Hub:
+    extra = QUEUE.format(wait=300)
+    extra += f"c.GPUDockerSpawner.cull_deadlines_file = {str(deadlines)!r}\n"
+    return start_hub(make_hub, engines, cluster, extra)
 
 
 def progress(hub: Hub, user: str) -> list[str]:
@@ -79,11 +95,13 @@ def holders(hub: Hub) -> dict[str, list[str]]:
     return {u: s["state"].get("gpu_uuids", []) for u, s in servers(hub).items() if s["ready"]}
 
 
-def test_a_full_cluster_queues_and_hands_out_freed_gpus_in_order(hub: Hub) -> None:
-    # node-c's two A100s are taken
+def test_a_full_cluster_queues_and_hands_out_freed_gpus_in_order(hub: Hub, deadlines: Path) -> None:
+    # node-c's two A100s are taken; the culler would stop alice's at 20 min from now
     for user in ("alice", "bob"):
         spawn_ready(hub, user, ON_A100)
     create_users(hub, ["carol", "dave", "erin", "zed"])
+    cull_at = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(minutes=20)
+    save_deadlines(deadlines, {"alice/": Deadline(cull_at, "idle")})
 
     # three more wait, in arrival order, and are told where they stand
     for user in ("carol", "dave", "erin"):
@@ -91,8 +109,12 @@ def test_a_full_cluster_queues_and_hands_out_freed_gpus_in_order(hub: Hub) -> No
         assert r.status_code == 202, r.text
         told(hub, user, "")  # joined (a message) before the next one arrives
     carol = told(hub, "carol", "1st in line for an NVIDIA A100")
-    assert "There is no estimate yet" in carol, carol  # nothing here has a known end
-    told(hub, "dave", "2nd in line for an NVIDIA A100")
+    assert carol.endswith(
+        f"is expected to free up by about {cull_at:%H:%M} (a server on node-c reaches its "
+        "idle limit)."
+    ), carol
+    dave = told(hub, "dave", "2nd in line for an NVIDIA A100")
+    assert "There is no estimate yet" in dave, dave  # bob's server has no known end
     told(hub, "erin", "3rd in line for an NVIDIA A100")
     assert all(servers(hub)[u]["pending"] == "spawn" for u in ("carol", "dave", "erin"))
 

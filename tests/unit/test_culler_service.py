@@ -27,6 +27,7 @@ from traitlets.config import Config
 
 from jupyterhub_gpu.culler.access import server_access
 from jupyterhub_gpu.culler.client import GpuReading, describe_failure, parse_time, read_agent
+from jupyterhub_gpu.culler.deadlines import load_deadlines
 from jupyterhub_gpu.culler.idleness import Signal
 from jupyterhub_gpu.culler.notes import load_notes, notes_for
 from jupyterhub_gpu.culler.service import GPUIdleCuller
@@ -282,6 +283,23 @@ async def test_the_note_is_written_before_the_stop_and_taken_back_if_it_fails(
     notes = load_notes(tmp_path / "notes.json")
     assert [n.server for n in notes_for(notes, "alice")] == [""]
     assert notes_for(notes, "erin") == []
+
+
+async def test_a_round_writes_when_each_kept_server_would_be_culled(
+    world: World, tmp_path: Path
+) -> None:
+    """The deadlines file lists the servers the round kept (with an earliest cull), not
+    the culled ones; for dave, whose GPU is unread (his agent is down), only max_age."""
+    culler = make_culler(world, tmp_path, deadlines_file=str(tmp_path / "deadlines.json"))
+    await poll(culler)
+    decisions = await culler.cull_once(now=T0)
+    deadlines = load_deadlines(tmp_path / "deadlines.json", now=T0)
+    assert "alice/" not in deadlines and "erin/train" not in deadlines  # culled
+    assert deadlines["dave/"].why == "max_age"  # GPU unread: idleness says nothing
+    assert "bob/" in deadlines and "carol/" in deadlines, deadlines
+    kept = {k for k, d in decisions.items() if not d.cull}
+    assert {h.rstrip("/") for h in deadlines} <= kept
+    assert all(d.at >= T0 for d in deadlines.values())
 
 
 async def test_dry_run_stops_nothing(world: World, tmp_path: Path) -> None:

@@ -10,13 +10,16 @@ from typing import Any
 
 import pytest
 
+from jupyterhub_gpu.culler.deadlines import load_deadlines, save_deadlines
 from jupyterhub_gpu.culler.idleness import (
+    Deadline,
     GpuSummary,
     KernelObservation,
     KernelsObservation,
     Policy,
     ServerObservation,
     Signal,
+    earliest_cull,
     fmt_duration,
     judge,
     resolve_policy,
@@ -436,3 +439,71 @@ def test_tracker_last_busy_at_counts_single_readings_of_this_server() -> None:
     t.forget_before(ago(5))  # a new server holds the GPU
     s = t.summary()
     assert s is not None and s.last_busy_at is None
+
+
+# ---------------------------------------------------------------------- earliest cull
+NO_AGE = replace(POLICY, max_age=0)
+AGED = replace(POLICY, max_age=8 * 3600)
+MIN = timedelta(minutes=1)
+
+
+@pytest.mark.parametrize(
+    "obs, policy, at, why",
+    [
+        # hub activity 10 min ago, GPU active 5 min ago: the GPU's 30 min decides
+        (server(last_activity=ago(10), gpus={"G": gpu(idle=5)}), NO_AGE, NOW + 25 * MIN, "idle"),
+        # hub activity is the later bound: 30 min after it
+        (server(last_activity=ago(2), gpus={"G": gpu(idle=20)}), NO_AGE, NOW + 28 * MIN, "idle"),
+        # a GPU with a 40-min pause in its past must stay idle 80 min
+        (
+            server(last_activity=ago(60), gpus={"G": gpu(idle=10, pause=40)}),
+            NO_AGE,
+            NOW + 70 * MIN,
+            "idle",
+        ),
+        # CPU-only: the 1 h timeout after hub activity
+        (server(last_activity=ago(50), gpus={}), NO_AGE, NOW + 10 * MIN, "idle"),
+        # max_age comes first: started 7 h 50 min ago, 8 h max
+        (
+            server(started=ago(470), last_activity=ago(1), gpus={"G": gpu(idle=1)}),
+            AGED,
+            NOW + 10 * MIN,
+            "max_age",
+        ),
+        # already past its idle deadline (kept for a kernel, say): now
+        (server(last_activity=ago(200), gpus={"G": gpu(idle=100)}), NO_AGE, NOW, "idle"),
+    ],
+)
+def test_earliest_cull(obs: ServerObservation, policy: Policy, at: datetime, why: str) -> None:
+    assert earliest_cull(obs, policy, NOW) == Deadline(at, why)
+
+
+@pytest.mark.parametrize(
+    "obs, policy",
+    [
+        (server(gpus={"G": None}), NO_AGE),  # an unread GPU: nothing is known
+        (server(gpus=None), NO_AGE),  # assignment unknown
+        (server(), replace(NO_AGE, gpu_timeout=0)),  # idle culling off, no max_age
+    ],
+)
+def test_no_earliest_cull_when_nothing_bounds_it(obs: ServerObservation, policy: Policy) -> None:
+    assert earliest_cull(obs, policy, NOW) is None
+
+
+def test_deadlines_round_trip_and_what_reads_as_unknown(tmp_path: Path) -> None:
+    path = tmp_path / "deadlines.json"
+    save_deadlines(path, {"alice/": Deadline(NOW, "idle"), "bob/x": None})
+    assert load_deadlines(path, now=datetime.now(timezone.utc)) == {
+        "alice/": Deadline(NOW, "idle")
+    }
+    # a culler that stopped writing says nothing
+    assert load_deadlines(path, now=datetime.now(timezone.utc) + timedelta(hours=1)) == {}
+    at = "2026-01-01T12:00:00+00:00"
+    path.write_text(
+        '{"carol/": {"at": "2026-01-01T12:00:00", "why": "idle"}, '  # no time zone
+        f'"dave/": {{"at": "{at}", "why": "whim"}}, "erin": {{"at": "{at}", "why": "idle"}}, '
+        f'"fay/": {{"at": "{at}", "why": "max_age"}}, "x": 1}}'
+    )
+    assert load_deadlines(path) == {"fay/": Deadline(NOW, "max_age")}
+    path.write_text("not json")
+    assert load_deadlines(path) == {} and load_deadlines(tmp_path / "missing.json") == {}

@@ -7,10 +7,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
 from jupyterhub_gpu.accounting.records import EndReason
+from jupyterhub_gpu.culler.deadlines import save_deadlines
+from jupyterhub_gpu.culler.idleness import Deadline
 from jupyterhub_gpu.inventory.model import GPU, ClusterSnapshot, NodeInventory, NodeState
 from jupyterhub_gpu.ledger import GPULedger
 from jupyterhub_gpu.placement import Placement, PlacementRequest
@@ -214,6 +218,27 @@ def test_a_user_may_have_only_so_many_spawns_waiting() -> None:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
+def test_the_culler_s_deadlines_give_the_estimate(tmp_path: Path) -> None:
+    """owner's server (holding the only GPU) would be culled for idleness at 14:20: the
+    waiting user is told so, with no other user's name."""
+
+    async def scenario() -> None:
+        cluster, queue = setup()
+        at = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(minutes=30)
+        save_deadlines(tmp_path / "d.json", {"owner/": Deadline(at, "idle")})
+        queue.deadlines_file = str(tmp_path / "d.json")
+        ann = Spawn(queue, cluster, "ann", 100.0)
+        task = ann.wait()
+        await until(lambda: ann.news, "ann to be told")
+        words = ann.news[-1]
+        assert f"expected to free up by about {at:%H:%M}" in words, words
+        assert "(a server on n1 reaches its idle limit)" in words and "owner" not in words
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
     asyncio.run(scenario())
 
