@@ -35,6 +35,7 @@ from .homes import template_root
 from .inventory.declared import load_inventory_file
 from .mounts import parse_group_mounts
 from .nodes import default_node, load_nodes_file, parse_nodes
+from .scheduling import queue_settings
 
 log = logging.getLogger("JupyterHub")
 
@@ -218,6 +219,7 @@ def check_config(
         raise ConfigError(f"{section}.probe_mode is 'declared' but inventory_file is not set")
     load_catalog(s.get("catalog_file") or default_catalog_path())
     policy_from_config(s.get("resource_defaults"), s.get("group_bounds"), section)
+    queue_settings(s.get("queue_policy"), f"{section}.queue_policy")
     parse_group_mounts(s.get("group_mounts") or {}, f"{section}.group_mounts")
     if s.get("home_template"):
         template_root(s["home_template"])

@@ -69,7 +69,7 @@ from .placement import availability, place
 from .placement.model import NoFit, Placement, PlacementRequest
 from .progress import describe_gpus
 from .pull import ImageUnavailable, pull
-from .scheduling import QueuedRequest, never_fits
+from .scheduling import QueuedRequest, never_fits, queue_settings
 from .spawnqueue import MustQueue, QueueFull, QueueRefused, QueueTimeout
 from .spawnqueue import span as _span
 from .usernet import bridge_name_problem
@@ -151,6 +151,16 @@ class GPUDockerSpawner(DockerSpawner):
         that can never fit (more GPUs than any node has) is refused at once either way.
         The wait does not count against ``start_timeout``: the hub's bound on a start is
         raised by this much, and ``start_timeout`` bounds what follows the queue.""",
+    )
+    queue_policy = Dict(
+        config=True,
+        help="""The GPU queue's order and quotas (docs/scheduling.md, "Settings"): fair
+        share's ``half_life_hours`` and ``model_weights``, the priority ``weights``,
+        ``max_age_hours``, ``backfill``, and per group (``groups``, ``default_group``)
+        ``priority``, ``shares``, ``max_gpus`` (and ``max_gpus_per_model``) held by the
+        group's servers together, ``user_max_gpus`` (and per model) per user; per-user
+        caps in ``users``. A request over a cap waits; one over the absolute cap is
+        refused with the number. An unknown key is an error at start-up.""",
     )
     concurrent_start_limit = Int(
         0,
@@ -438,7 +448,9 @@ class GPUDockerSpawner(DockerSpawner):
                 ),
                 self.log,
             )
-            cls._cluster.queue.deadlines_file = self.cull_deadlines_file
+            queue = cls._cluster.queue
+            queue.deadlines_file = self.cull_deadlines_file
+            queue.settings, queue.policies = queue_settings(self.queue_policy)
         return cls._cluster
 
     def _seal_key(self) -> bytes | None:
@@ -855,7 +867,8 @@ class GPUDockerSpawner(DockerSpawner):
                 return False
             return self._take(decision)
 
-        group = charge_group(ident.groups, self.policy.group_bounds)
+        configured = [*self.policy.group_bounds, *self.cluster.queue.policies.groups]
+        group = charge_group(ident.groups, configured)
         item = QueuedRequest(self.holder, self.user.name, group, request, time.time())
         wait = _span(self.max_queue_wait)
         self._event(20, f"{why} Your server waits in line for GPUs (up to {wait}).")

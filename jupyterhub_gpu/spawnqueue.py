@@ -13,8 +13,8 @@ Everyone still waiting is told where they stand (:func:`~.scheduling.positions`)
 what is known of when GPUs free up (:func:`~.scheduling.estimates`).
 
 Order: :func:`~jupyterhub_gpu.scheduling.prioritise`'s (admin priority, fair share,
-age); the hub passes no usage history or group charges yet, so fair share and group
-quotas are inactive and the order is arrival with age (docs/scheduling.md, "In the hub").
+age). Past use is read from the accounting store every ``usage_every`` s; each held GPU
+is charged to the group and user of its allocation record (the ledger's events).
 Each waiting user's GPU cap (``max_gpus_per_user``) is a per-user quota of the decision
 (a user at their cap waits, blocking nobody) and is checked again in ``take``. A user has at
 most ``max_per_user`` spawns waiting (:class:`QueueFull`).
@@ -34,9 +34,12 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
-from .accounting.records import AllocationEvent, EventKind
+from .accounting.records import AllocationEvent, EventKind, utcnow
+from .accounting.report import Interval
+from .accounting.store import AccountingUnavailable
 from .culler.deadlines import load_deadlines
 from .placement import Placement
 from .scheduling import (
@@ -49,6 +52,10 @@ from .scheduling import (
     Quota,
     Release,
     SchedulerSettings,
+    UsageItem,
+    UsageTotals,
+    advance,
+    decayed_usage,
     estimates,
     positions,
     schedule,
@@ -128,6 +135,11 @@ class SpawnQueue:
         self.interval = interval
         self.max_per_user = max_per_user
         self.deadlines_file = ""  # the culler's (GPUDockerSpawner.cull_deadlines_file)
+        self.usage_every = 300.0  # seconds between reads of past use from the accounting store
+        self._usage: UsageTotals | None = None
+        self._usage_read = float("-inf")
+        self._charge_of: dict[str, Charge] = {}  # GPU uuid -> its allocation's group and user
+        self._gpus_of: dict[str, tuple[str, ...]] = {}  # allocation -> its GPUs
         self._waiters: dict[str, _Waiter] = {}
         self._changed: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -146,8 +158,16 @@ class SpawnQueue:
         return {k: (w.position, w.told) for k, w in self._waiters.items()}
 
     def _on_event(self, event: AllocationEvent) -> None:
-        if event.kind is EventKind.RELEASED and self._waiters:
-            self.kick()
+        record = event.record
+        if event.kind in (EventKind.RESERVED, EventKind.REJOINED) and record is not None:
+            self._gpus_of[event.allocation] = record.gpu_uuids
+            for uuid in record.gpu_uuids:
+                self._charge_of[uuid] = Charge(record.group, record.user)
+        if event.kind is EventKind.RELEASED:
+            for uuid in self._gpus_of.pop(event.allocation, ()):
+                self._charge_of.pop(uuid, None)
+            if self._waiters:
+                self.kick()
 
     def kick(self) -> None:
         """Decide again soon (from any code on the hub's event loop)."""
@@ -212,15 +232,19 @@ class SpawnQueue:
                 await asyncio.wait_for(self._changed.wait(), self.interval)
 
     async def _decide(self) -> None:
+        await self._read_usage()
         snapshot = await self.cluster.snapshot()
         # from here on no await: the ledger can't change under the decision
         snapshot = replace(snapshot, allocations=self.cluster.ledger.allocations())
         waiters = {k: w for k, w in self._waiters.items() if not w.done.done()}
+        now = time.time()
+        usage = self._usage
         state = ClusterState(
             snapshot,
-            now=time.time(),
+            now=now,
             charges=self._charges(),
             policies=self._policies(waiters.values()),
+            usage=advance(usage, (), now, self.settings) if usage is not None else None,
         )
         decision = schedule([w.item for w in waiters.values()], state, self.settings)
         self.decisions += 1
@@ -251,9 +275,29 @@ class SpawnQueue:
         return out
 
     def _charges(self) -> dict[str, Charge]:
-        """Held GPU -> the user it is charged to (orphans are nobody's: not listed)."""
-        charged = self.cluster.ledger.charged()
-        return {uuid: Charge("", holder.split("/", 1)[0]) for uuid, holder in charged.items()}
+        """Held GPU -> the group and user it is charged to (orphans: nobody's, not listed)."""
+        return {
+            uuid: self._charge_of.get(uuid) or Charge("", holder.split("/", 1)[0])
+            for uuid, holder in self.cluster.ledger.charged().items()
+        }
+
+    async def _read_usage(self) -> None:
+        """Past use for fair share: the accounting store's allocations of the last five
+        half-lives (older ones weigh under 3 %), read every ``usage_every`` s on the
+        store's worker thread; a store that does not answer leaves the last totals."""
+        recorder = self.cluster.recorder
+        if recorder is None or time.monotonic() - self._usage_read < self.usage_every:
+            return
+        self._usage_read = time.monotonic()
+        now = utcnow().replace(tzinfo=None)  # the store's times are naive UTC
+        since = now - timedelta(seconds=5 * self.settings.half_life_s)
+        try:
+            found = await asyncio.wrap_future(recorder.call(lambda s: s.intervals(since, now)))
+        except AccountingUnavailable as e:
+            self.log.warning("GPU queue: past use unreadable (%s); fair share as before", e)
+            return
+        at = now.replace(tzinfo=timezone.utc).timestamp()
+        self._usage = decayed_usage(usage_items(found, since, now), at, self.settings)
 
     def _policies(self, waiters: Iterable[_Waiter]) -> Policies:
         """The site's policies plus each waiting user's GPU cap: a user at their cap waits
@@ -272,6 +316,19 @@ class SpawnQueue:
             if words != waiter.told:
                 waiter.told = words
                 waiter.news(words)
+
+
+def usage_items(intervals: Iterable[Interval], since: datetime, now: datetime) -> list[UsageItem]:
+    """Accounting intervals (naive UTC) as fair share's items: GPU-hours allocated within
+    [since, now], ending at their end (an open one: now)."""
+    items = []
+    for i in intervals:
+        start, end = max(i.start, since), min(i.end or now, now)
+        if end > start and i.gpus:
+            hours = i.gpus * (end - start).total_seconds() / 3600
+            ended = end.replace(tzinfo=timezone.utc).timestamp()
+            items.append(UsageItem(i.group, i.user, i.model, hours, ended))
+    return items
 
 
 def _words(place: Position, estimate: Estimate | None, now: float) -> str:

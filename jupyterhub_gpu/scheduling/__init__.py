@@ -34,6 +34,7 @@ from .model import (
 from .queue import Decision, PlaceFn, Position, Refused, Start, Waiting, positions, schedule
 from .quota import Allowed, Holdings, Refuse, Wait, check_quota, gpu_models, holdings_of, never_fits
 from .reservations import Conflict, assign, conflicts, fenced, validate
+from .settings import queue_settings
 
 __all__ = [
     "Allowed",
@@ -75,6 +76,7 @@ __all__ = [
     "never_fits",
     "positions",
     "prioritise",
+    "queue_settings",
     "schedule",
     "user_standings",
     "validate",

@@ -415,3 +415,12 @@ def test_the_spawn_limit_moves_off_queued_spawns(
     check_config(c)
     assert c.JupyterHub.get("concurrent_spawn_limit") == hub_limit
     assert c.GPUDockerSpawner.get("concurrent_start_limit") == start_limit
+
+
+def test_a_bad_queue_policy_stops_the_hub_at_start() -> None:
+    c = good()
+    c.GPUDockerSpawner.queue_policy = {"groups": {"ml-lab": {"max_gpu": 2}}}
+    with pytest.raises(ConfigError, match=r"queue_policy\.groups\.ml-lab\.max_gpu: unknown key"):
+        check_config(c)
+    c.GPUDockerSpawner.queue_policy = {"groups": {"ml-lab": {"max_gpus": 2}}}
+    check_config(c)

@@ -6,20 +6,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from concurrent.futures import Future
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from jupyterhub_gpu.accounting.records import EndReason
+from jupyterhub_gpu.accounting.report import Interval
 from jupyterhub_gpu.culler.deadlines import save_deadlines
 from jupyterhub_gpu.culler.idleness import Deadline
 from jupyterhub_gpu.inventory.model import GPU, ClusterSnapshot, NodeInventory, NodeState
 from jupyterhub_gpu.ledger import GPULedger
 from jupyterhub_gpu.placement import Placement, PlacementRequest
 from jupyterhub_gpu.scheduling import QueuedRequest
-from jupyterhub_gpu.spawnqueue import QueueFull, QueueTimeout, SpawnQueue, span
+from jupyterhub_gpu.spawnqueue import QueueFull, QueueTimeout, SpawnQueue, span, usage_items
 
 pytestmark = pytest.mark.unit
 
@@ -31,6 +35,7 @@ class FakeCluster:
 
     def __init__(self, gpus: int) -> None:
         self.ledger = GPULedger()
+        self.recorder: Any = None  # no accounting store: no past use
         inventory = NodeInventory(
             "n1",
             "550.54.15",
@@ -241,6 +246,71 @@ def test_the_culler_s_deadlines_give_the_estimate(tmp_path: Path) -> None:
         await asyncio.gather(task, return_exceptions=True)
 
     asyncio.run(scenario())
+
+
+class FakeStore:
+    def __init__(self, intervals: list[Interval]) -> None:
+        self.found, self.reads = intervals, 0
+
+    def intervals(self, start: datetime, end: datetime) -> list[Interval]:
+        self.reads += 1
+        return self.found
+
+
+class FakeRecorder:
+    """The accounting recorder's read path: ``call`` runs on "its thread" (here: now)."""
+
+    def __init__(self, store: FakeStore) -> None:
+        self.store = store
+
+    def call(self, read: Any) -> Future[Any]:
+        done: Future[Any] = Future()
+        done.set_result(read(self.store))
+        return done
+
+
+def test_fair_share_gives_the_freed_gpu_to_the_group_that_used_less() -> None:
+    """heavy's group held 4 GPUs for the last 10 hours (the accounting store says so);
+    light's group nothing. heavy asked first, a few seconds earlier; the freed GPU goes to
+    light, and heavy is told it is 2nd with its group's share and use."""
+
+    async def scenario() -> None:
+        cluster, queue = setup()
+        now = datetime.now(timezone.utc).replace(tzinfo=None)
+        used = Interval("hank", "heavy", RTX, "n1", 4, now - timedelta(hours=10), None)
+        store = FakeStore([used])
+        cluster.recorder = FakeRecorder(store)
+        t0 = time.time()
+        hank, lily = Spawn(queue, cluster, "hank", t0 - 5), Spawn(queue, cluster, "lily", t0)
+        hank.item = replace(hank.item, group="heavy")
+        lily.item = replace(lily.item, group="light")
+        t_hank, t_lily = hank.wait(), lily.wait()
+        await until(lambda: hank.news and lily.news, "both to be told")
+        assert hank.news[-1].startswith("2nd in line"), hank.news
+        assert lily.news[-1].startswith("1st in line"), lily.news
+        cluster.ledger.release("owner/")
+        cluster.ledger.end_allocation("a-owner", EndReason.STOPPED)
+        assert await asyncio.wait_for(t_lily, 5) == Placement("n1", ("GPU-0",))
+        assert not t_hank.done() and store.reads == 1  # read once, not every decision
+        t_hank.cancel()
+        await asyncio.gather(t_hank, return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
+def test_usage_items_clip_to_the_window_and_count_open_allocations_to_now() -> None:
+    now = datetime(2026, 1, 10, 12)
+    since = now - timedelta(days=5)
+    found = [
+        Interval("a", "g", RTX, "n1", 2, now - timedelta(hours=3), now - timedelta(hours=1)),
+        Interval("b", "g", RTX, "n1", 1, now - timedelta(hours=2), None),  # still open
+        Interval("c", "h", RTX, "n1", 4, since - timedelta(hours=10), since + timedelta(hours=1)),
+        Interval("d", "h", RTX, "n1", 0, now - timedelta(hours=2), None),  # CPU only
+    ]
+    items = usage_items(found, since, now)
+    at = (now - timedelta(hours=1)).replace(tzinfo=timezone.utc).timestamp()
+    assert [(i.user, i.gpu_hours) for i in items] == [("a", 4.0), ("b", 2.0), ("c", 4.0)]
+    assert items[0].ended_at == at
 
 
 @pytest.mark.parametrize(
