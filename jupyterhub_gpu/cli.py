@@ -1,13 +1,17 @@
 """The ``jupyterhub-gpu`` command: admin tools beside the hub.
 
     jupyterhub-gpu report ...   GPU usage from the accounting database (docs/accounting.md)
+    jupyterhub-gpu reserve ...  GPU reservations through the hub (docs/scheduling.md)
 """
 
 from __future__ import annotations
 
 import sys
 
-COMMANDS = {"report": "GPU-hours allocated and used, from the accounting database"}
+COMMANDS = {
+    "report": "GPU-hours allocated and used, from the accounting database",
+    "reserve": "reserve GPUs for a group and a window (add, list, delete)",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,6 +20,10 @@ def main(argv: list[str] | None = None) -> int:
         known = "\n".join(f"  {name:8s} {what}" for name, what in COMMANDS.items())
         print(f"usage: jupyterhub-gpu COMMAND [options]\n\ncommands:\n{known}", file=sys.stderr)
         return 0 if args and args[0] in ("-h", "--help") else 2
+    if args[0] == "reserve":
+        from .reservations import command
+
+        return command(args[1:])
     from .accounting import cli
 
     return cli.main(args[1:])

@@ -580,6 +580,8 @@ class GPUDockerSpawner(DockerSpawner):
             decision: Placement | NoFit = Placement(self._least_busy_node(snapshot), ())
         elif queue and len(self.cluster.queue):
             raise MustQueue("Others are waiting for GPUs before you.")
+        elif queue and self.cluster.queue.fencing():
+            raise MustQueue("Some GPUs are reserved for a group now or soon.")
         else:
             decision = place(snapshot, request)
         if isinstance(decision, NoFit):
@@ -979,6 +981,8 @@ class GPUDockerSpawner(DockerSpawner):
             # an unreachable node says nothing about the server: keep it and its GPUs
             self.log.debug("Poll of %s: node %s is down; kept", self.holder, self.node_name)
             return None
+        if self.gpu_uuids and await self._preempted():
+            return 0
         try:
             status = await super().poll()
         except _NODE_ERRORS as e:
@@ -991,6 +995,30 @@ class GPUDockerSpawner(DockerSpawner):
         if status is not None:
             self._forget_placement(EndReason.MISSED if missed else EndReason.DIED)
         return status
+
+    async def _preempted(self) -> bool:
+        """Stop this server if a reservation of another group began on its GPUs (the
+        container goes here: the hub then sees the server gone and cleans up)."""
+        await self.cluster.queue.refresh()
+        conflict = self.cluster.queue.preempted(self.holder)
+        if conflict is None:
+            return False
+        self.log.warning(
+            "Stopping %s: reservation %s of group %s began on its GPUs %s",
+            self.holder,
+            conflict.reservation.id,
+            conflict.reservation.group,
+            ", ".join(conflict.gpu_uuids),
+        )
+        allocation = self.allocation_id  # DockerSpawner.stop clears the state
+        try:
+            await super().stop(now=True)
+        except _NODE_ERRORS as e:
+            self.log.warning("%s not stopped, node unreachable: %s", self.holder, e)
+            return False
+        self.ledger.end_allocation(allocation, EndReason.PREEMPTED)
+        self._forget_placement()
+        return True
 
     async def stop(self, now: bool = False) -> None:
         if self.object_id and self.node_name:

@@ -35,26 +35,30 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .accounting.records import AllocationEvent, EventKind, utcnow
 from .accounting.report import Interval
 from .accounting.store import AccountingUnavailable
 from .culler.deadlines import load_deadlines
+from .inventory.model import ClusterSnapshot
 from .placement import Placement
 from .scheduling import (
     Charge,
     ClusterState,
+    Conflict,
     Estimate,
     Policies,
     Position,
     QueuedRequest,
     Quota,
     Release,
+    Reservation,
     SchedulerSettings,
     UsageItem,
     UsageTotals,
     advance,
+    conflicts,
     decayed_usage,
     estimates,
     positions,
@@ -136,6 +140,7 @@ class SpawnQueue:
         self.max_per_user = max_per_user
         self.deadlines_file = ""  # the culler's (GPUDockerSpawner.cull_deadlines_file)
         self.usage_every = 300.0  # seconds between reads of past use from the accounting store
+        self.reservations: tuple[Reservation, ...] = ()  # from the store, see _read_store
         self._usage: UsageTotals | None = None
         self._usage_read = float("-inf")
         self._charge_of: dict[str, Charge] = {}  # GPU uuid -> its allocation's group and user
@@ -232,7 +237,7 @@ class SpawnQueue:
                 await asyncio.wait_for(self._changed.wait(), self.interval)
 
     async def _decide(self) -> None:
-        await self._read_usage()
+        await self._read_store()
         snapshot = await self.cluster.snapshot()
         # from here on no await: the ledger can't change under the decision
         snapshot = replace(snapshot, allocations=self.cluster.ledger.allocations())
@@ -245,6 +250,7 @@ class SpawnQueue:
             charges=self._charges(),
             policies=self._policies(waiters.values()),
             usage=advance(usage, (), now, self.settings) if usage is not None else None,
+            reservations=self.reservations,
         )
         decision = schedule([w.item for w in waiters.values()], state, self.settings)
         self.decisions += 1
@@ -281,23 +287,60 @@ class SpawnQueue:
             for uuid, holder in self.cluster.ledger.charged().items()
         }
 
-    async def _read_usage(self) -> None:
-        """Past use for fair share: the accounting store's allocations of the last five
-        half-lives (older ones weigh under 3 %), read every ``usage_every`` s on the
-        store's worker thread; a store that does not answer leaves the last totals."""
+    def fencing(self, now: float | None = None) -> bool:
+        """Whether a reservation is active or starts soon: then every GPU spawn goes
+        through the queue, whose decision keeps reserved GPUs for their group."""
+        t = time.time() if now is None else now
+        soon = t + self.settings.reservation_lookahead_s
+        return any(r.start <= soon and t < r.end for r in self.reservations)
+
+    def preempted(self, holder: str, now: float | None = None) -> Conflict | None:
+        """The conflict that stops ``holder`` now (its GPUs are reserved for another group
+        since a reservation began), or None (no I/O: the last node states, the ledger)."""
+        if not self.reservations:
+            return None
+        t = time.time() if now is None else now
+        ledger = self.cluster.ledger
+        snapshot = ClusterSnapshot(self.cluster.last_nodes(), ledger.allocations())
+        found = conflicts(self.reservations, snapshot, self._charges(), t, 0.0)
+        return next((c for c in found if c.holder == holder and c.stop_now), None)
+
+    async def _read_store(self, force: bool = False) -> None:
+        """Past use for fair share and the reservations, from the accounting store on its
+        worker thread every ``usage_every`` s (``force``: now). Past use: allocations of
+        the last five half-lives (older ones weigh under 3 %). A store that does not
+        answer leaves what was read before (one warning)."""
         recorder = self.cluster.recorder
-        if recorder is None or time.monotonic() - self._usage_read < self.usage_every:
+        if recorder is None or (
+            not force and time.monotonic() - self._usage_read < self.usage_every
+        ):
             return
         self._usage_read = time.monotonic()
         now = utcnow().replace(tzinfo=None)  # the store's times are naive UTC
         since = now - timedelta(seconds=5 * self.settings.half_life_s)
+
+        def read(store: Any) -> tuple[list[Interval], list[Reservation]]:
+            return store.intervals(since, now), store.reservations(now)
+
         try:
-            found = await asyncio.wrap_future(recorder.call(lambda s: s.intervals(since, now)))
+            found, reserved = await asyncio.wrap_future(recorder.call(read))
         except AccountingUnavailable as e:
-            self.log.warning("GPU queue: past use unreadable (%s); fair share as before", e)
+            self.log.warning("GPU queue: accounting store unreadable (%s); as before", e)
             return
         at = now.replace(tzinfo=timezone.utc).timestamp()
         self._usage = decayed_usage(usage_items(found, since, now), at, self.settings)
+        self.reservations = tuple(reserved)
+
+    async def refresh(self) -> None:
+        """Read the store if it is due (spawners' polls call it, so reservations are known
+        with nobody waiting)."""
+        await self._read_store()
+
+    async def reload(self) -> None:
+        """Read the store again now (a reservation was added or deleted), then decide."""
+        await self._read_store(force=True)
+        if self._waiters:
+            self.kick()
 
     def _policies(self, waiters: Iterable[_Waiter]) -> Policies:
         """The site's policies plus each waiting user's GPU cap: a user at their cap waits

@@ -35,6 +35,7 @@ class EndReason(str, enum.Enum):
     NODE_LOST = "node_lost"  # the node left the cluster while the server held GPUs
     INTERRUPTED = "interrupted"  # a spawn or stop cut off by a hub crash (issue 15)
     MISSED = "missed"  # ended while the hub was down: closed when reconciliation saw it
+    PREEMPTED = "preempted"  # stopped: its GPUs' reservation for another group began
 
 
 @dataclass(frozen=True)

@@ -49,3 +49,24 @@ class AllocationRow(Base):
         Index("ix_jhgpu_allocations_user", "user"),
         Index("ix_jhgpu_allocations_hub_ended_at", "hub", "ended_at"),
     )
+
+
+class ReservationRow(Base):
+    """A reservation (``scheduling.Reservation``): GPUs kept for ``group`` from
+    ``starts_at`` to ``ends_at``, either ``gpu_model`` x ``gpu_count`` or explicit
+    ``nodes`` / ``gpu_uuids`` (comma separated)."""
+
+    __tablename__ = "jhgpu_reservations"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    group: Mapped[str] = mapped_column("charge_group", String(255))
+    starts_at: Mapped[datetime] = mapped_column(DateTime)
+    ends_at: Mapped[datetime] = mapped_column(DateTime, index=True)
+    gpu_model: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    gpu_count: Mapped[int] = mapped_column(Integer, default=0)
+    nodes: Mapped[str] = mapped_column(Text, default="")
+    gpu_uuids: Mapped[str] = mapped_column(Text, default="")
+    note: Mapped[str] = mapped_column(Text, default="")
+    created_by: Mapped[str] = mapped_column(String(255), default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+

@@ -19,9 +19,10 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from ..errors import GPUHubError
+from ..scheduling.model import Reservation
 from .records import AllocationRecord, EndReason
 from .report import Interval
-from .schema import AllocationRow
+from .schema import AllocationRow, ReservationRow
 from .usage import Usage
 
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -237,6 +238,44 @@ class AccountingStore:
                 for r in s.execute(q)
             ]
 
+    # ------------------------------------------------------------------ reservations
+    def reservations(self, ending_after: datetime) -> list[Reservation]:
+        """Reservations that end after ``ending_after`` (naive or aware UTC), by start."""
+        q = (
+            select(ReservationRow)
+            .where(ReservationRow.ends_at > naive_utc(ending_after))
+            .order_by(ReservationRow.starts_at, ReservationRow.id)
+        )
+        with self.session() as s:
+            return [_reservation_of(row) for row in s.scalars(q)]
+
+    def add_reservation(self, r: Reservation, note: str = "", by: str = "") -> None:
+        with self.session() as s:
+            s.add(
+                ReservationRow(
+                    id=r.id,
+                    group=r.group,
+                    starts_at=_naive_ts(r.start),
+                    ends_at=_naive_ts(r.end),
+                    gpu_model=r.model,
+                    gpu_count=r.count,
+                    nodes=",".join(sorted(r.nodes)),
+                    gpu_uuids=",".join(sorted(r.gpu_uuids)),
+                    note=note,
+                    created_by=by,
+                    created_at=_naive(datetime.now(timezone.utc)),
+                )
+            )
+
+    def delete_reservation(self, reservation: str) -> bool:
+        """Delete a reservation; False if there was none with that id."""
+        with self.session() as s:
+            row = s.get(ReservationRow, reservation)
+            if row is None:
+                return False
+            s.delete(row)
+            return True
+
     def known(self, column: str, value: str) -> bool:
         """Whether any allocation has ``value`` in ``column`` (``user`` or ``group``)."""
         col = {"user": AllocationRow.user, "group": AllocationRow.group}[column]
@@ -280,3 +319,24 @@ def _naive(t: datetime | None) -> datetime | None:
 
 def _aware(t: datetime | None) -> datetime | None:
     return t.replace(tzinfo=timezone.utc) if t is not None else None
+
+
+def _naive_ts(t: float) -> datetime:
+    return datetime.fromtimestamp(t, timezone.utc).replace(tzinfo=None)
+
+
+def _reservation_of(row: ReservationRow) -> Reservation:
+    def ts(t: datetime) -> float:
+        return t.replace(tzinfo=timezone.utc).timestamp()
+
+    return Reservation(
+        id=row.id,
+        group=row.group,
+        start=ts(row.starts_at),
+        end=ts(row.ends_at),
+        model=row.gpu_model,
+        count=row.gpu_count,
+        nodes=frozenset(n for n in row.nodes.split(",") if n),
+        gpu_uuids=frozenset(u for u in row.gpu_uuids.split(",") if u),
+    )
+

@@ -88,7 +88,7 @@ def test_upgrade_twice_is_idempotent(db_url: str) -> None:
         assert {TABLE, "jhgpu_alembic_version"} <= tables(second)
         with second.engine.connect() as c:
             versions = c.execute(text("SELECT version_num FROM jhgpu_alembic_version")).all()
-        assert [v for (v,) in versions] == ["0001"]
+        assert [v for (v,) in versions] == ["0002"]
         assert second.open_allocations() == {"a1": "node-a"}  # the data survived
     finally:
         second.engine.dispose()

@@ -256,6 +256,9 @@ class FakeStore:
         self.reads += 1
         return self.found
 
+    def reservations(self, ending_after: datetime) -> list[Any]:
+        return []
+
 
 class FakeRecorder:
     """The accounting recorder's read path: ``call`` runs on "its thread" (here: now)."""
