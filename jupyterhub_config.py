@@ -117,5 +117,8 @@ c.GPUDockerSpawner.cull_deadlines_file = "/srv/jupyterhub/cull-deadlines.json"
 from jupyterhub_gpu.config import check_config  # noqa: E402
 from jupyterhub_gpu.dashboard.hub import configure as add_dashboard  # noqa: E402
 
+from jupyterhub_gpu.reservations import configure as add_reservations  # noqa: E402
+
 add_dashboard(c, show_names=True)  # False: users see only their own names (privacy)
+add_reservations(c)  # GPU reservations: jupyterhub-gpu reserve (docs/scheduling.md)
 check_config(c)

@@ -34,7 +34,7 @@ from traitlets.config import Config, LazyConfigValue
 from ..culler.deadlines import load_deadlines
 from ..inventory.model import ClusterSnapshot
 from .inputs import BadInput, clean_note, known_node
-from .payload import ServerInfo, build_payload, queue_entries
+from .payload import ServerInfo, build_payload, queue_entries, reservation_entry
 
 log = logging.getLogger("jupyterhub_gpu.dashboard")  # outside a handler; the hub's otherwise
 
@@ -225,6 +225,7 @@ class ClusterAPIHandler(_GPUAPIHandler):
                 fresh=fresh,
                 orphans=orphans,
                 queue=waiting,
+                reservations=[reservation_entry(r) for r in queue.reservations] if queue else [],
                 **common,
             )
         self.write(json.dumps(payload))

@@ -157,6 +157,24 @@ def _server(info: ServerInfo) -> dict[str, Any]:
     }
 
 
+def reservation_entry(r: Any) -> dict[str, Any]:
+    """A ``scheduling.Reservation`` as a payload entry (times ISO UTC)."""
+
+    def when(t: float) -> str | None:
+        return iso(datetime.fromtimestamp(t, timezone.utc))
+
+    return {
+        "id": str(r.id),
+        "group": str(r.group),
+        "nodes": sorted(r.nodes),
+        "gpus": sorted(r.gpu_uuids),
+        "model": r.model,
+        "count": int(r.count),
+        "from": when(r.start),
+        "to": when(r.end),
+    }
+
+
 def queue_entries(
     waiting: Sequence[Any], standings: Mapping[str, tuple[int, str]] | None = None
 ) -> list[dict[str, Any]]:

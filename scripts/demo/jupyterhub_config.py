@@ -180,5 +180,8 @@ c.Spawner.http_timeout = 120
 from jupyterhub_gpu.config import check_config  # noqa: E402
 from jupyterhub_gpu.dashboard.hub import configure as add_dashboard  # noqa: E402
 
+from jupyterhub_gpu.reservations import configure as add_reservations  # noqa: E402
+
 add_dashboard(c)
+add_reservations(c)  # admins reserve GPUs: jupyterhub-gpu reserve (docs/scheduling.md)
 check_config(c)
