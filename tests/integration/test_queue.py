@@ -167,3 +167,30 @@ def test_a_wait_that_runs_out_says_so(
     text = hub.log_tail(200)
     assert "No GPU freed up for your server within 4 s (1st in line for an NVIDIA A100" in text
     assert sorted(holders(hub)) == ["alice", "bob"]
+
+
+def test_a_hub_restart_ends_waiting_spawns_without_a_hang(hub: Hub) -> None:
+    """The queue lives in the hub's memory: a hub killed while a spawn waits comes back
+    with that spawn ended (no server, nothing pending, nothing held), its progress stream
+    answers at once instead of hanging, and the user can start again."""
+    for user in ("alice", "bob"):
+        spawn_ready(hub, user, ON_A100)
+    create_users(hub, ["carol"])
+    assert hub.spawn("carol", ON_A100).status_code == 202
+    told(hub, "carol", "1st in line")
+    assert hub.proc is not None
+    hub.proc.kill()
+    hub.proc.wait(10)
+    hub.start()
+    wait_until(lambda: hub.server("carol") is None, 60, "carol's waiting spawn to be ended")
+    t0 = time.monotonic()
+    r = httpx.get(
+        f"{hub.url}/hub/api/users/carol/server/progress",
+        headers={"Authorization": f"token {hub.token}"},
+        timeout=10,
+    )
+    assert time.monotonic() - t0 < 5 and r.status_code in (400, 404), r.text  # no server
+    # alice and bob kept their A100s; carol starts again and waits again
+    assert sorted(holders(hub)) == ["alice", "bob"]
+    assert hub.spawn("carol", ON_A100).status_code == 202
+    told(hub, "carol", "1st in line")
