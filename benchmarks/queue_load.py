@@ -84,6 +84,7 @@ from tests.support.cluster import (  # noqa: E402
     remove_hub_containers,
 )
 from tests.support.hub import TOKEN_ROLE_CONFIG, Hub  # noqa: E402
+from tests.support.procstat import machine_busy_cpu_s, process_cpu_s  # noqa: E402
 
 # Shared with the integration tests, so the benchmark runs what they run: the stub
 # server, the culler's minimal role, the declared-inventory helper and the demo
@@ -520,22 +521,6 @@ async def run_load(
 # ---------------------------------------------------------------------- measuring
 
 
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def process_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) used so far by process ``pid`` (Linux /proc)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _TICK
-
-
-def machine_busy_cpu_s() -> float:
-    """CPU seconds all cores spent not idle since boot (Linux /proc/stat)."""
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(values[:8]) - values[3] - values[4]) / _TICK
 
 
 def pct(xs: Sequence[float], p: float) -> float:
