@@ -18,9 +18,11 @@ with :func:`configure`.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
+import time
 import uuid
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -35,6 +37,8 @@ from .scheduling import Reservation
 from .scheduling.reservations import validate
 
 FIELDS = {"group", "start", "end", "model", "count", "nodes", "gpu_uuids", "note"}
+PAST_SLACK_S = 600.0  # a start this far in the past is still "now"
+_ADDING = asyncio.Lock()  # one validation + insert at a time (the hub's event loop)
 
 
 class BadReservation(ValueError):
@@ -49,6 +53,8 @@ def _time(raw: Mapping[str, Any], key: str) -> float:
         raise BadReservation(f"'{key}' must be an ISO time, e.g. 2026-12-01T09:00+01:00") from None
     if t.tzinfo is None:
         raise BadReservation(f"'{key}' needs a time zone, e.g. 2026-12-01T09:00+01:00 or ...Z")
+    if not 1971 <= t.year <= 9998:
+        raise BadReservation(f"'{key}' must be a time between 1971 and 9998.")
     return t.timestamp()
 
 
@@ -145,14 +151,20 @@ class ReservationsAPIHandler(_Base):
             new, note = parse_reservation(self.get_json_body(), uuid.uuid4().hex[:16])
         except BadReservation as e:
             return self._fail(400, str(e))
-        await cluster.queue.reload()
-        snapshot = await cluster.snapshot()
-        problem = validate(new, cluster.queue.reservations, snapshot.nodes)
-        if problem is not None:
-            return self._fail(400, problem)
-        by = getattr(self.current_user, "name", "")
-        await _call(cluster, lambda store: store.add_reservation(new, note, by))
-        await cluster.queue.reload()
+        if new.start < time.time() - PAST_SLACK_S:
+            return self._fail(
+                400, "The reservation starts in the past: servers would be stopped at once "
+                "without warning. Start it now or later."
+            )
+        async with _ADDING:  # two admins at once: the second sees the first's
+            await cluster.queue.reload()
+            snapshot = await cluster.snapshot()
+            problem = validate(new, cluster.queue.reservations, snapshot.nodes)
+            if problem is not None:
+                return self._fail(400, problem)
+            by = getattr(self.current_user, "name", "")
+            await _call(cluster, lambda store: store.add_reservation(new, note, by))
+            await cluster.queue.reload()
         self.log.info("Reservation %s for group %s added by %s", new.id, new.group, by)
         self.set_status(201)
         self.write(json.dumps(as_json(new)))
@@ -172,8 +184,6 @@ class ReservationAPIHandler(_Base):
 
 
 async def _call(cluster: Any, fn: Any) -> Any:
-    import asyncio
-
     return await asyncio.wrap_future(cluster.recorder.call(fn))
 
 

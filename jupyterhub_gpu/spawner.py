@@ -565,7 +565,11 @@ class GPUDockerSpawner(DockerSpawner):
 
     # ------------------------------------------------------------------ placement
     def _decide_and_reserve(
-        self, snapshot: ClusterSnapshot, request: PlacementRequest, quota: UserQuota | None = None
+        self,
+        snapshot: ClusterSnapshot,
+        request: PlacementRequest,
+        quota: UserQuota | None = None,
+        group: str = "",
     ) -> Placement:
         """Decide and take the GPUs with no await in between: concurrent spawns can't collide,
         nor can two spawns of one user both pass their ``max_gpus_per_user``."""
@@ -582,8 +586,13 @@ class GPUDockerSpawner(DockerSpawner):
             raise MustQueue("Others are waiting for GPUs before you.")
         elif queue and self.cluster.queue.fencing():
             raise MustQueue("Some GPUs are reserved for a group now or soon.")
-        else:
-            decision = place(snapshot, request)
+        else:  # without a queue, reserved GPUs of other groups look taken
+            hidden = self.cluster.queue.fenced_for(group, snapshot)
+            decision = place(snapshot, request) if not hidden else place(
+                replace(snapshot, allocations={**dict.fromkeys(hidden, "reserved"),
+                                               **snapshot.allocations}),
+                request,
+            )  # fmt: skip
         if isinstance(decision, NoFit):
             if queue and never_fits(snapshot, request) is None:
                 raise MustQueue(decision.reason)
@@ -805,13 +814,16 @@ class GPUDockerSpawner(DockerSpawner):
         self._forget_placement()  # the hub cleared the state; be sure nothing is left held
         try:
             check_name_lengths(self._derived_names, self.user.name, self.name, self.escape)
+            with contextlib.suppress(Exception):  # reservations known before placing
+                await self.cluster.queue.refresh()
             self._event(10, f"Choosing a node among {len(self.cluster.specs())}")
             snapshot = await self.cluster.snapshot()
             ident, options, request = await self._validated(snapshot)
             quota = resolve_bounds(self.policy, ident.groups).quota
             try:
                 try:
-                    decision = self._decide_and_reserve(snapshot, request, quota)
+                    group = self._group_of(ident)
+                    decision = self._decide_and_reserve(snapshot, request, quota, group)
                 except MustQueue as e:
                     decision = await self._wait_in_line(ident, request, quota, e.reason)
             except (UserFacingError, SpawnException) as e:
@@ -869,8 +881,7 @@ class GPUDockerSpawner(DockerSpawner):
                 return False
             return self._take(decision)
 
-        configured = [*self.policy.group_bounds, *self.cluster.queue.policies.groups]
-        group = charge_group(ident.groups, configured)
+        group = self._group_of(ident)
         item = QueuedRequest(self.holder, self.user.name, group, request, time.time())
         wait = _span(self.max_queue_wait)
         self._event(20, f"{why} Your server waits in line for GPUs (up to {wait}).")
@@ -942,7 +953,7 @@ class GPUDockerSpawner(DockerSpawner):
         node = next(n for n in snapshot.nodes if n.name == decision.node)
         models = [g.model for g in map(node.inventory.gpu, decision.gpu_uuids) if g]
         self._gpu_model = models[0] if models else ""
-        self._charge_group = charge_group(ident.groups, self.policy.group_bounds)
+        self._charge_group = self._group_of(ident)
         return AllocationRecord(
             id=self.allocation_id,
             user=self.user.name,
@@ -996,11 +1007,22 @@ class GPUDockerSpawner(DockerSpawner):
             self._forget_placement(EndReason.MISSED if missed else EndReason.DIED)
         return status
 
+    def _group_of(self, ident: Identity) -> str:
+        """The group this user's servers are charged to (accounting, queue, reservations):
+        the first of their groups the site configures (group_bounds, queue_policy)."""
+        configured = [*self.policy.group_bounds, *self.cluster.queue.policies.groups]
+        return charge_group(ident.groups, configured)
+
     async def _preempted(self) -> bool:
         """Stop this server if a reservation of another group began on its GPUs (the
-        container goes here: the hub then sees the server gone and cleans up)."""
-        await self.cluster.queue.refresh()
-        conflict = self.cluster.queue.preempted(self.holder)
+        container goes here: the hub then sees the server gone and cleans up). Never
+        raises: a poll that fails would read as a dead server."""
+        try:
+            await self.cluster.queue.refresh()
+            conflict = self.cluster.queue.preempted(self.holder, self.gpu_uuids)
+        except Exception:
+            self.log.exception("%s: reservations could not be checked; kept", self.holder)
+            return False
         if conflict is None:
             return False
         self.log.warning(

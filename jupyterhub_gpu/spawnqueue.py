@@ -58,9 +58,11 @@ from .scheduling import (
     UsageItem,
     UsageTotals,
     advance,
+    assign,
     conflicts,
     decayed_usage,
     estimates,
+    fenced,
     positions,
     schedule,
 )
@@ -294,16 +296,31 @@ class SpawnQueue:
         soon = t + self.settings.reservation_lookahead_s
         return any(r.start <= soon and t < r.end for r in self.reservations)
 
-    def preempted(self, holder: str, now: float | None = None) -> Conflict | None:
-        """The conflict that stops ``holder`` now (its GPUs are reserved for another group
-        since a reservation began), or None (no I/O: the last node states, the ledger)."""
+    def fenced_for(self, group: str, snapshot: ClusterSnapshot) -> frozenset[str]:
+        """GPUs active reservations keep from ``group`` now (for a placement outside the
+        queue: with ``max_queue_wait`` 0)."""
+        if not self.reservations:
+            return frozenset()
+        now = time.time()
+        assigned = assign(self.reservations, snapshot, self._charges(), now)  # active ones
+        return fenced(self.reservations, assigned, group)
+
+    def preempted(
+        self, holder: str, gpus: Iterable[str], now: float | None = None
+    ) -> Conflict | None:
+        """The conflict that stops ``holder``'s live server on ``gpus`` now (a reservation
+        of another group began on them), or None. No I/O: the last node states and the
+        ledger's live holds (an orphan of the same name is not this server)."""
         if not self.reservations:
             return None
         t = time.time() if now is None else now
-        ledger = self.cluster.ledger
-        snapshot = ClusterSnapshot(self.cluster.last_nodes(), ledger.allocations())
+        mine = set(gpus)
+        snapshot = ClusterSnapshot(self.cluster.last_nodes(), self.cluster.ledger.charged())
         found = conflicts(self.reservations, snapshot, self._charges(), t, 0.0)
-        return next((c for c in found if c.holder == holder and c.stop_now), None)
+        return next(
+            (c for c in found if c.holder == holder and c.stop_now and mine & set(c.gpu_uuids)),
+            None,
+        )
 
     async def _read_store(self, force: bool = False) -> None:
         """Past use for fair share and the reservations, from the accounting store on its
@@ -317,7 +334,7 @@ class SpawnQueue:
             return
         self._usage_read = time.monotonic()
         now = utcnow().replace(tzinfo=None)  # the store's times are naive UTC
-        since = now - timedelta(seconds=5 * self.settings.half_life_s)
+        since = now - timedelta(seconds=min(5 * self.settings.half_life_s, 10 * 365 * 86400))
 
         def read(store: Any) -> tuple[list[Interval], list[Reservation]]:
             return store.intervals(since, now), store.reservations(now)

@@ -33,6 +33,7 @@ def test_a_good_body_is_a_reservation() -> None:
     [
         ({"start": "2026-12-01T09:00"}, "time zone"),
         ({"end": "tomorrow"}, "ISO time"),
+        ({"start": "0001-01-01T00:00+01:00"}, "between 1971 and 9998"),
         ({"group": ""}, "'group'"),
         ({"group": 7}, "'group'"),
         ({"count": -1}, "whole number"),

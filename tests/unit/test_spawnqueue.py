@@ -22,7 +22,7 @@ from jupyterhub_gpu.culler.idleness import Deadline
 from jupyterhub_gpu.inventory.model import GPU, ClusterSnapshot, NodeInventory, NodeState
 from jupyterhub_gpu.ledger import GPULedger
 from jupyterhub_gpu.placement import Placement, PlacementRequest
-from jupyterhub_gpu.scheduling import QueuedRequest
+from jupyterhub_gpu.scheduling import QueuedRequest, Reservation
 from jupyterhub_gpu.spawnqueue import QueueFull, QueueTimeout, SpawnQueue, span, usage_items
 
 pytestmark = pytest.mark.unit
@@ -314,6 +314,30 @@ def test_usage_items_clip_to_the_window_and_count_open_allocations_to_now() -> N
     at = (now - timedelta(hours=1)).replace(tzinfo=timezone.utc).timestamp()
     assert [(i.user, i.gpu_hours) for i in items] == [("a", 4.0), ("b", 2.0), ("c", 4.0)]
     assert items[0].ended_at == at
+
+
+def test_only_the_server_on_reserved_gpus_is_preempted_and_fenced_gpus_are_hidden() -> None:
+    """GPU-0 is reserved for "course" now. alice's orphan (a stop that could not reach the
+    node) holds GPU-0; her new server of the same name holds GPU-1: it is not stopped.
+    bob's server on GPU-0 would be; to others than "course" GPU-0 looks taken."""
+    cluster, queue = setup(gpus=2)
+    cluster.ledger.release("owner/")
+    now = time.time()
+    queue.reservations = (
+        Reservation("r", "course", now - 60, now + 3600, gpu_uuids=frozenset({"GPU-0"})),
+    )
+    cluster.last_nodes = lambda: cluster.nodes  # type: ignore[attr-defined]
+    cluster.ledger.reserve("alice/", "n1", ["GPU-0"], "old")
+    cluster.ledger.orphan("alice/")
+    cluster.ledger.reserve("alice/", "n1", ["GPU-1"], "new")
+    assert queue.preempted("alice/", ["GPU-1"]) is None
+    cluster.ledger.release_orphan("old")
+    cluster.ledger.reserve("bob/", "n1", ["GPU-0"], "b")
+    conflict = queue.preempted("bob/", ["GPU-0"])
+    assert conflict is not None and conflict.gpu_uuids == ("GPU-0",)
+    snapshot = ClusterSnapshot(cluster.nodes, {})
+    assert queue.fenced_for("lab", snapshot) == {"GPU-0"}
+    assert queue.fenced_for("course", snapshot) == frozenset()
 
 
 @pytest.mark.parametrize(
