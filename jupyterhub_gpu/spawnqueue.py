@@ -145,6 +145,7 @@ class SpawnQueue:
         self.reservations: tuple[Reservation, ...] = ()  # from the store, see _read_store
         self._usage: UsageTotals | None = None
         self._usage_read = float("-inf")
+        self._reading: asyncio.Future[None] | None = None  # the store read in flight
         self._charge_of: dict[str, Charge] = {}  # GPU uuid -> its allocation's group and user
         self._gpus_of: dict[str, tuple[str, ...]] = {}  # allocation -> its GPUs
         self._waiters: dict[str, _Waiter] = {}
@@ -327,12 +328,20 @@ class SpawnQueue:
         worker thread every ``usage_every`` s (``force``: now). Past use: allocations of
         the last five half-lives (older ones weigh under 3 %). A store that does not
         answer leaves what was read before (one warning)."""
+        if self._reading is not None and not self._reading.done():
+            await asyncio.shield(self._reading)  # one read at a time; callers share it
+            if not force:
+                return
         recorder = self.cluster.recorder
         if recorder is None or (
             not force and time.monotonic() - self._usage_read < self.usage_every
         ):
             return
         self._usage_read = time.monotonic()
+        self._reading = asyncio.ensure_future(self._read(recorder))
+        await asyncio.shield(self._reading)
+
+    async def _read(self, recorder: Any) -> None:
         now = utcnow().replace(tzinfo=None)  # the store's times are naive UTC
         since = now - timedelta(seconds=min(5 * self.settings.half_life_s, 10 * 365 * 86400))
 

@@ -340,6 +340,37 @@ def test_only_the_server_on_reserved_gpus_is_preempted_and_fenced_gpus_are_hidde
     assert queue.fenced_for("course", snapshot) == frozenset()
 
 
+def test_callers_during_a_store_read_wait_for_it() -> None:
+    """At hub start a spawn and several polls ask at once: one read, and none of them goes
+    on without the reservations it brings."""
+
+    class SlowStore(FakeStore):
+        def reservations(self, ending_after: datetime) -> list[Any]:
+            return [Reservation("r", "course", 0.0, 9e9, gpu_uuids=frozenset({"GPU-0"}))]
+
+    class ThreadRecorder(FakeRecorder):
+        def call(self, read: Any) -> Future[Any]:
+            from concurrent.futures import ThreadPoolExecutor
+
+            pool = ThreadPoolExecutor(1)
+            return pool.submit(lambda: (time.sleep(0.2), read(self.store))[1])
+
+    async def scenario() -> None:
+        cluster, queue = setup()
+        store = SlowStore([])
+        cluster.recorder = ThreadRecorder(store)
+        seen: list[int] = []
+
+        async def caller() -> None:
+            await queue.refresh()
+            seen.append(len(queue.reservations))
+
+        await asyncio.gather(*(caller() for _ in range(3)))
+        assert seen == [1, 1, 1] and store.reads == 1
+
+    asyncio.run(scenario())
+
+
 @pytest.mark.parametrize(
     "seconds, words",
     [(4, "4 s"), (119.4, "119 s"), (150, "2 min"), (3600, "60 min"), (7200, "2 h"), (9e3, "2.5 h")],
