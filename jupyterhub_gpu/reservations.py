@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 from jupyterhub.apihandlers.base import APIHandler
 from jupyterhub.scopes import needs_scope
+from tornado import web
 from traitlets.config import Config
 
 from .scheduling import Reservation
@@ -111,26 +112,20 @@ def as_json(r: Reservation) -> dict[str, Any]:
     }
 
 
-def _cluster() -> Any:
-    from .spawner import GPUDockerSpawner
-
-    return GPUDockerSpawner._cluster
-
-
 class _Base(APIHandler):
-    def _fail(self, status: int, message: str) -> None:
-        self.set_status(status)
-        self.write(json.dumps({"status": status, "message": message}))
+    """Errors are ``web.HTTPError``: JupyterHub's APIHandler answers them as
+    ``{"status": ..., "message": ...}``."""
 
     def _ready(self) -> Any:
-        cluster = _cluster()
+        from .spawner import current_cluster
+
+        cluster = current_cluster()
         if cluster is None or cluster.recorder is None:
-            self._fail(
+            raise web.HTTPError(
                 503,
                 "Reservations need the hub's GPU cluster and its accounting database "
                 "(GPUDockerSpawner.accounting_url); start a server once, or set it.",
             )
-            return None
         return cluster
 
 
@@ -138,30 +133,28 @@ class ReservationsAPIHandler(_Base):
     @needs_scope("list:users")
     async def get(self) -> None:
         cluster = self._ready()
-        if cluster is not None:
-            await cluster.queue.reload()
-            self.write(json.dumps([as_json(r) for r in cluster.queue.reservations]))
+        await cluster.queue.reload()
+        self.write(json.dumps([as_json(r) for r in cluster.queue.reservations]))
 
     @needs_scope("admin:users")
     async def post(self) -> None:
         cluster = self._ready()
-        if cluster is None:
-            return
         try:
             new, note = parse_reservation(self.get_json_body(), uuid.uuid4().hex[:16])
         except BadReservation as e:
-            return self._fail(400, str(e))
+            raise web.HTTPError(400, str(e)) from None
         if new.start < time.time() - PAST_SLACK_S:
-            return self._fail(
-                400, "The reservation starts in the past: servers would be stopped at once "
-                "without warning. Start it now or later."
+            raise web.HTTPError(
+                400,
+                "The reservation starts in the past: servers would be stopped at once "
+                "without warning. Start it now or later.",
             )
         async with _ADDING:  # two admins at once: the second sees the first's
             await cluster.queue.reload()
             snapshot = await cluster.snapshot()
             problem = validate(new, cluster.queue.reservations, snapshot.nodes)
             if problem is not None:
-                return self._fail(400, problem)
+                raise web.HTTPError(400, problem)
             by = getattr(self.current_user, "name", "")
             await _call(cluster, lambda store: store.add_reservation(new, note, by))
             await cluster.queue.reload()
@@ -174,10 +167,8 @@ class ReservationAPIHandler(_Base):
     @needs_scope("admin:users")
     async def delete(self, rid: str) -> None:
         cluster = self._ready()
-        if cluster is None:
-            return
         if not await _call(cluster, lambda store: store.delete_reservation(rid)):
-            return self._fail(404, f"No reservation {rid!r}.")
+            raise web.HTTPError(404, f"No reservation {rid!r}.")
         await cluster.queue.reload()
         self.log.info("Reservation %s deleted by %s", rid, getattr(self.current_user, "name", ""))
         self.set_status(204)

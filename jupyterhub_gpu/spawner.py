@@ -1067,5 +1067,11 @@ class GPUDockerSpawner(DockerSpawner):
         self.clear_state()
 
 
+def current_cluster() -> Cluster | None:
+    """The hub's one :class:`Cluster` (None until a spawner has made it), for the hub API
+    extensions (dashboard/hub.py, reservations.py)."""
+    return GPUDockerSpawner._cluster
+
+
 def _options_applied_in_start(spawner: Any, user_options: dict[str, Any]) -> None:
     """``start`` validates and applies ``user_options`` strictly; this tells JupyterHub so."""

@@ -144,7 +144,7 @@ class SpawnQueue:
         self.usage_every = 300.0  # seconds between reads of past use from the accounting store
         self.reservations: tuple[Reservation, ...] = ()  # from the store, see _read_store
         self._usage: UsageTotals | None = None
-        self._usage_read = float("-inf")
+        self._store_read = float("-inf")
         self._reading: asyncio.Future[None] | None = None  # the store read in flight
         self._charge_of: dict[str, Charge] = {}  # GPU uuid -> its allocation's group and user
         self._gpus_of: dict[str, tuple[str, ...]] = {}  # allocation -> its GPUs
@@ -334,10 +334,10 @@ class SpawnQueue:
                 return
         recorder = self.cluster.recorder
         if recorder is None or (
-            not force and time.monotonic() - self._usage_read < self.usage_every
+            not force and time.monotonic() - self._store_read < self.usage_every
         ):
             return
-        self._usage_read = time.monotonic()
+        self._store_read = time.monotonic()
         self._reading = asyncio.ensure_future(self._read(recorder))
         await asyncio.shield(self._reading)
 

@@ -326,14 +326,11 @@ def _naive_ts(t: float) -> datetime:
 
 
 def _reservation_of(row: ReservationRow) -> Reservation:
-    def ts(t: datetime) -> float:
-        return t.replace(tzinfo=timezone.utc).timestamp()
-
     return Reservation(
         id=row.id,
         group=row.group,
-        start=ts(row.starts_at),
-        end=ts(row.ends_at),
+        start=row.starts_at.replace(tzinfo=timezone.utc).timestamp(),
+        end=row.ends_at.replace(tzinfo=timezone.utc).timestamp(),
         model=row.gpu_model,
         count=row.gpu_count,
         nodes=frozenset(n for n in row.nodes.split(",") if n),

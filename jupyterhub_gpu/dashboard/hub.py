@@ -29,6 +29,7 @@ from typing import Any
 
 from jupyterhub.apihandlers.base import APIHandler
 from jupyterhub.scopes import define_custom_scopes, needs_scope
+from tornado import web
 from traitlets.config import Config, LazyConfigValue
 
 from ..culler.deadlines import load_deadlines
@@ -56,10 +57,9 @@ CLUSTER_NOT_LOADED = (
 
 
 def _cluster() -> Any:
-    """The hub's one ``Cluster`` (None until a spawner has made it)."""
-    from ..spawner import GPUDockerSpawner
+    from ..spawner import current_cluster
 
-    return GPUDockerSpawner._cluster
+    return current_cluster()
 
 
 def _utc(t: datetime | None) -> datetime | None:
@@ -185,10 +185,6 @@ class _GPUAPIHandler(APIHandler):
     def initialize(self, cache: SnapshotCache) -> None:
         self.cache = cache
 
-    def _fail(self, status: int, message: str) -> None:
-        self.set_status(status)
-        self.write(json.dumps({"status": status, "message": message}))
-
 
 class ClusterAPIHandler(_GPUAPIHandler):
     """``GET /hub/api/gpu/cluster``"""
@@ -234,16 +230,15 @@ class ClusterAPIHandler(_GPUAPIHandler):
 class NodeDrainAPIHandler(_GPUAPIHandler):
     """``POST`` (drain, with a note) and ``DELETE`` (undrain) ``/hub/api/gpu/nodes/{node}/drain``"""
 
-    def _node(self, node: str) -> tuple[Any, str] | None:
+    def _node(self, node: str) -> tuple[Any, str]:
+        """The cluster and the node's known name; HTTPError (JSON, JupyterHub's) if not."""
         cluster = _cluster()
         if cluster is None:
-            self._fail(503, CLUSTER_NOT_LOADED)
-            return None
+            raise web.HTTPError(503, CLUSTER_NOT_LOADED)
         try:
             return cluster, known_node(node, {s.name for s in cluster.specs()})
         except BadInput as e:
-            self._fail(e.status, str(e))
-            return None
+            raise web.HTTPError(e.status, str(e)) from None
 
     def _who(self, body: dict[str, Any]) -> str:
         by = body.get("by")
@@ -252,17 +247,14 @@ class NodeDrainAPIHandler(_GPUAPIHandler):
 
     @needs_scope(ADMIN_SCOPE)
     async def post(self, node: str) -> None:
-        found = self._node(node)
-        if found is None:
-            return
-        cluster, name = found
+        cluster, name = self._node(node)
         body = self.get_json_body() or {}
         if not isinstance(body, dict):
-            return self._fail(400, 'Send a JSON object: {"note": "why"}.')
+            raise web.HTTPError(400, 'Send a JSON object: {"note": "why"}.')
         try:
             note = clean_note(body.get("note"))
         except BadInput as e:
-            return self._fail(e.status, str(e))
+            raise web.HTTPError(e.status, str(e)) from None
         cluster.admin_drains[name] = note
         self.cache.invalidate()
         self.log.info(
@@ -273,10 +265,7 @@ class NodeDrainAPIHandler(_GPUAPIHandler):
 
     @needs_scope(ADMIN_SCOPE)
     async def delete(self, node: str) -> None:
-        found = self._node(node)
-        if found is None:
-            return
-        cluster, name = found
+        cluster, name = self._node(node)
         was = cluster.admin_drains.pop(name, None)
         self.cache.invalidate()
         who = self._who({"by": self.get_argument("by", "")})
