@@ -66,17 +66,36 @@ install_packages() {
   command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
     || missing+=(postgresql) # accounting tests against a real PostgreSQL
   command -v prometheus >/dev/null || missing+=(prometheus) # dashboard/alert queries (test_grafana)
+  # a real registry (Distribution 2.8) that saved images are pushed to (test_save_engine)
+  command -v docker-registry >/dev/null || missing+=(docker-registry)
   if ((${#missing[@]})); then
     log "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
+  no_registry_service
   command -v docker >/dev/null || { log "no docker client after install"; exit 1; }
   if ! command -v configurable-http-proxy >/dev/null; then
     log "installing configurable-http-proxy (npm)"
     npm install -g --silent configurable-http-proxy@4 >/dev/null
   fi
+}
+
+no_registry_service() {  # Debian's docker-registry enables a system registry on :5000 (all
+  # addresses); the tests start their own on the site address, so none runs as a service
+  [[ -e /etc/systemd/system/multi-user.target.wants/docker-registry.service ]] \
+    || ls /etc/rc[2-5].d/S*docker-registry >/dev/null 2>&1 || return 0
+  log "disabling the docker-registry system service (tests start their own registries)"
+  if [[ -d /run/systemd/system ]]; then
+    systemctl disable --now docker-registry.service >/dev/null 2>&1 || true
+  else
+    deb-systemd-helper disable docker-registry.service >/dev/null 2>&1 || true
+    if [[ -x /etc/init.d/docker-registry ]]; then
+      /etc/init.d/docker-registry stop >/dev/null 2>&1 || true
+    fi
+  fi
+  update-rc.d docker-registry disable >/dev/null 2>&1 || true
 }
 
 # ---------------------------------------------------------------- network namespaces

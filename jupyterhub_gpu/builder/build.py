@@ -8,9 +8,10 @@ happens (``rm``, ``forcerm``). Progress goes to ``report`` (called on the worker
 the hub hands it to its loop with ``call_soon_threadsafe``). A failure inside the build
 or push stream, or an engine's error answer, is a :class:`BuildFailed` that says which
 package failed; before it is raised, what the save made on the node is removed (the
-tagged image, and the install stage's images by their build-id label), so a failed save
-leaves nothing. A node that can't be reached raises what docker-py raises (the caller's
-``Cluster.run`` marks the node down).
+tagged image, and the install stage's images and containers by their build-id label), so
+a failed save leaves nothing; a save that succeeds leaves only its image. A node that
+can't be reached raises what docker-py raises (the caller's ``Cluster.run`` marks the
+node down).
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import IO, Any
 
-from docker.errors import APIError
+from docker.errors import APIError, NotFound
 from requests.exceptions import ReadTimeout
 
 from .model import BuildFailed, PipRequirement, Progress
@@ -155,9 +157,30 @@ def added_bytes(client: Any, image: str, base: str) -> int:
     return max(0, size - int(client.inspect_image(base).get("Size") or 0))
 
 
+def remove_stage(client: Any, build_id: str) -> None:
+    """Remove the install stage of build ``build_id`` from the node: its containers (left
+    only when a build was cut off) and its images, found by their build-id label.
+
+    Not with the engine's image prune: an engine runs one prune at a time and answers
+    any other with 409 "a prune operation is already running" (another save finishing on
+    the same node, an admin's prune), which would leave the stage behind. Removing the
+    stage's last image removes its untagged parents with it, so only leaves are removed."""
+    label = {"label": f"{BUILD_ID_LABEL}={build_id}"}
+    for container in client.containers(all=True, filters=label):
+        with suppress(NotFound):
+            client.remove_container(container["Id"], force=True)
+    images = client.images(all=True, filters=label)
+    parents = {image.get("ParentId") for image in images}
+    for image in images:
+        if image["Id"] in parents:
+            continue
+        with suppress(NotFound):  # gone with another leaf's parents
+            client.remove_image(image["Id"], force=True)
+
+
 def discard(client: Any, reference: str | None, build_id: str) -> None:
     """Remove what a save made on the node: the image (when given) and the install
-    stage's images (dangling, labelled with ``build_id``). Best effort: logs failures."""
+    stage (:func:`remove_stage`). Best effort: logs failures."""
     if reference:
         try:
             client.remove_image(reference, force=True)
@@ -167,9 +190,9 @@ def discard(client: Any, reference: str | None, build_id: str) -> None:
         except Exception as e:  # the node went away; the hub's clean-up is not this
             log.warning("Could not remove %s after a failed save: %s", reference, e)
     try:
-        client.prune_images(filters={"dangling": True, "label": f"{BUILD_ID_LABEL}={build_id}"})
+        remove_stage(client, build_id)
     except Exception as e:
-        log.warning("Could not prune the install stage of build %s: %s", build_id, e)
+        log.warning("Could not remove the install stage of build %s: %s", build_id, e)
 
 
 def build_and_push(

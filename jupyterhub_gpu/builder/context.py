@@ -17,6 +17,7 @@ from typing import IO
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
+from .limits import size_text
 from .model import FetchFailed
 from .recipe import CONTEXT_WHEELS
 
@@ -67,8 +68,9 @@ def build_context(dockerfile: str, wheels: Iterable[Path], limit: int | None = N
                 total += size
                 if limit is not None and total > limit:
                     raise FetchFailed(
-                        f"Your packages take more than {limit // 2**20} MiB as wheels, more "
-                        "than a saved image may add; remove some and try again."
+                        f"Your packages take more than {size_text(limit)} as wheels, more "
+                        "than a saved image may add; remove some and save again. Nothing "
+                        "was saved."
                     )
                 with path.open("rb") as f:
                     tar.addfile(_info(f"{CONTEXT_WHEELS}/{name}", size), f)

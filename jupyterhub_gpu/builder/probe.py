@@ -14,7 +14,10 @@ import contextlib
 import json
 from typing import Any
 
+from docker.errors import APIError, ImageNotFound
+
 from .model import BuildFailed, InvalidPackage, Target
+from .stream import clean
 from .validate import pip_name, pip_version
 
 PROBE = (
@@ -101,20 +104,30 @@ def probe_target(
         pids_limit=64,
         tmpfs={"/tmp": "size=16m"},
     )
-    container = client.create_container(
-        base,
-        command=["-c", PROBE],
-        entrypoint=[python_path],
-        user=PROBE_USER,
-        network_disabled=True,
-        host_config=host,
-        labels={"io.jupyterhub-gpu.probe": "1"},
-    )
+    try:
+        container = client.create_container(
+            base,
+            command=["-c", PROBE],
+            entrypoint=[python_path],
+            user=PROBE_USER,
+            network_disabled=True,
+            host_config=host,
+            labels={"io.jupyterhub-gpu.probe": "1"},
+        )
+    except ImageNotFound:
+        raise _fail(base, "it is not on the node") from None
+    except APIError as e:  # the engine's answer (an unreachable node raises requests' errors)
+        raise _fail(base, f"the node's engine refused it: {clean(str(e.explanation))}") from None
     cid = container["Id"]
     try:
-        client.start(cid)
+        try:
+            client.start(cid)
+        except APIError:  # the runtime could not exec it: no such file, not executable
+            raise _fail(base, f"{python_path} could not be started in it") from None
         status = client.wait(cid, timeout=timeout)
         output = client.logs(cid, stdout=True, stderr=False)[:OUTPUT_MAX]
+    except BuildFailed:
+        raise
     except Exception as e:  # requests' ReadTimeout or the engine's APIError
         raise _fail(base, type(e).__name__) from None
     finally:

@@ -152,12 +152,14 @@ def _stop(line: str) -> str:
 
 
 class PushLog:
-    """A push, one message at a time: bytes per layer, and the digest at the end."""
+    """A push, one message at a time: bytes per layer, and the digest at the end. Each
+    percent is shown once (a real engine sends one message per chunk and layer)."""
 
     def __init__(self) -> None:
         self.layers: dict[str, tuple[int, int]] = {}  # id -> (done bytes, total bytes)
         self.digest = ""
         self.size: int | None = None
+        self.shown: int | None = None  # the percent last shown: each is shown once
 
     def add(self, message: Message) -> Progress | None:
         if isinstance(message.aux.get("Digest"), str):
@@ -181,6 +183,9 @@ class PushLog:
             return None
         self.layers[message.layer] = (done, total)
         percent = self.percent
+        if percent == self.shown:  # a real push repeats its figures many times over
+            return None
+        self.shown = percent
         return Progress("push", f"Pushing: {percent if percent is not None else 0}%", percent)
 
     @property

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from docker.errors import APIError
+from docker.errors import APIError, ImageNotFound
 from requests.exceptions import ReadTimeout
 
 from jupyterhub_gpu.builder import build as build_mod
@@ -82,12 +82,19 @@ PUSH_OK = [
 
 
 class FakeEngine:
-    """An ``APIClient`` stand-in: replays streams, records calls, raises when told."""
+    """An ``APIClient`` stand-in: replays streams, records calls, raises when told.
+
+    A build leaves its install stage as the real engine does: a chain of untagged images
+    labelled with the build id (``stage``: id -> parent id); removing one removes its
+    untagged parents that have no other child. ``left_containers`` are containers of the
+    stage that a build cut off would leave."""
 
     def __init__(self, build: Any = BUILD_OK, push: Any = PUSH_OK) -> None:
         self.build_events, self.push_events = build, push
         self.calls: list[tuple[str, Any]] = []
-        self.images = {BASE: 1000}
+        self.tagged = {BASE: 1000}
+        self.stage: dict[str, str] = {}
+        self.left_containers: list[str] = []
 
     def _replay(self, events: Any) -> Iterator[dict[str, Any]]:
         if isinstance(events, Exception):
@@ -101,8 +108,9 @@ class FakeEngine:
         self.calls.append(("build", kw))
         if isinstance(self.build_events, Exception):
             raise self.build_events
+        self.stage = {"stage-1": "base-id", "stage-2": "stage-1", "stage-3": "stage-2"}
         if any("aux" in e for e in self.build_events if isinstance(e, dict)):
-            self.images[kw["tag"]] = 1000 + 5000
+            self.tagged[kw["tag"]] = 1000 + 5000
         return self._replay(self.build_events)
 
     def push(self, repository: str, **kw: Any) -> Iterator[dict[str, Any]]:
@@ -110,14 +118,34 @@ class FakeEngine:
         return self._replay(self.push_events)
 
     def inspect_image(self, image: str) -> dict[str, Any]:
-        return {"Size": self.images[image], "Config": {"User": "1000:100", "Env": ["TOKEN=x"]}}
+        return {"Size": self.tagged[image], "Config": {"User": "1000:100", "Env": ["TOKEN=x"]}}
+
+    def images(self, all: bool = False, filters: dict[str, Any] | None = None) -> list[Any]:
+        self.calls.append(("images", filters))
+        assert all and filters == {"label": f"io.jupyterhub-gpu.build-id={BID}"}
+        return [{"Id": i, "ParentId": parent} for i, parent in self.stage.items()]
+
+    def containers(self, all: bool = False, filters: dict[str, Any] | None = None) -> list[Any]:
+        self.calls.append(("containers", filters))
+        assert all and filters == {"label": f"io.jupyterhub-gpu.build-id={BID}"}
+        return [{"Id": c} for c in self.left_containers]
+
+    def remove_container(self, container: str, force: bool = False) -> None:
+        self.calls.append(("remove_container", container))
+        self.left_containers.remove(container)
 
     def remove_image(self, image: str, force: bool = False) -> None:
         self.calls.append(("remove_image", image))
-        self.images.pop(image, None)
+        if image in self.stage:
+            if image in self.stage.values():
+                raise APIError("409", explanation="image has dependent child images")
+            while image in self.stage and image not in self.stage.values():
+                image = self.stage.pop(image)
+        else:
+            self.tagged.pop(image, None)
 
     def prune_images(self, filters: dict[str, Any]) -> None:
-        self.calls.append(("prune_images", filters))
+        raise APIError("409", explanation="a prune operation is already running")
 
     def names(self) -> list[str]:
         return [name for name, _ in self.calls]
@@ -241,7 +269,7 @@ def test_a_failing_step_names_the_package(lines: list[str], error: str, expected
 def test_push_progress_by_bytes_and_the_digest() -> None:
     log = PushLog()
     shown = [log.add(parse_message(e)) for e in PUSH_OK]
-    assert [p.percent for p in shown if p] == [25, 25, 100, 100]
+    assert [p.percent for p in shown if p] == [25, 100]  # each percent once
     assert (log.digest, log.size) == (DIGEST, 1234)
     text_only = PushLog()
     text_only.add(parse_message(PUSH_OK[-2]))
@@ -264,11 +292,13 @@ def test_a_save_builds_without_network_then_pushes() -> None:
     assert "buildargs" not in kw or not kw["buildargs"]
     repo, push_kw = engine.calls[1][1]
     assert repo == REF.rsplit(":", 1)[0] and push_kw["tag"] == "20261124-153000-012345"
-    assert engine.names() == ["build", "push", "prune_images"]  # only the install stage goes
-    assert engine.calls[2][1] == {"dangling": True, "label": f"io.jupyterhub-gpu.build-id={BID}"}
+    # only the install stage goes, by its last image (which takes its parents along)
+    assert engine.names() == ["build", "push", "containers", "images", "remove_image"]
+    assert engine.calls[-1] == ("remove_image", "stage-3")
+    assert engine.stage == {}
     assert events[0] == Progress("build", "Building the image", 0)
     assert events[-1] == Progress("done", "Saved", 100)
-    assert REF in engine.images
+    assert REF in engine.tagged
 
 
 @pytest.mark.parametrize(
@@ -308,11 +338,9 @@ def test_a_failed_save_says_why_and_leaves_nothing(
     engine = FakeEngine(build, push)
     with pytest.raises(BuildFailed, match=match):
         save(engine)
-    assert REF not in engine.images
-    assert (
-        ("remove_image", REF) in engine.calls if removed else "remove_image" not in engine.names()
-    )
-    assert engine.names()[-1] == "prune_images"
+    assert REF not in engine.tagged
+    assert (("remove_image", REF) in engine.calls) is removed
+    assert engine.stage == {}
 
 
 def test_a_size_over_the_limit_is_refused_before_the_push() -> None:
@@ -323,7 +351,8 @@ def test_a_size_over_the_limit_is_refused_before_the_push() -> None:
     ):
         save(engine, lambda added: check_added_size([], "alice", added, limits))
     assert "push" not in engine.names()
-    assert REF not in engine.images
+    assert REF not in engine.tagged
+    assert engine.stage == {}
 
 
 def test_a_build_that_runs_too_long_is_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -333,12 +362,21 @@ def test_a_build_that_runs_too_long_is_stopped(monkeypatch: pytest.MonkeyPatch) 
         save(FakeEngine())
 
 
+def test_discard_removes_a_stage_cut_off_with_its_containers() -> None:
+    engine = FakeEngine()
+    engine.stage = {"stage-1": "base-id", "stage-2": "stage-1"}
+    engine.left_containers = ["run-1"]
+    discard(engine, None, BID)
+    assert engine.stage == {} and engine.left_containers == []
+    assert ("remove_image", "stage-1") not in engine.calls  # a parent goes with its child
+
+
 def test_discard_is_best_effort() -> None:
     class Broken(FakeEngine):
         def remove_image(self, image: str, force: bool = False) -> None:
             raise APIError("conflict", explanation="image is being used")
 
-        def prune_images(self, filters: dict[str, Any]) -> None:
+        def containers(self, all: bool = False, filters: dict[str, Any] | None = None) -> Any:
             raise ConnectionError("node gone")
 
     discard(Broken(), REF, BID)  # logs, never raises
@@ -442,6 +480,24 @@ def test_the_probe_runs_the_base_locked_down_and_removes_it() -> None:
     assert failed.removed
 
 
+def test_an_engine_refusing_the_probe_is_a_save_error() -> None:
+    class Missing(ProbeEngine):
+        def create_container(self, image: str, **kw: Any) -> dict[str, str]:
+            raise ImageNotFound("404", explanation=f"No such image: {image}")
+
+    with pytest.raises(BuildFailed, match=r"could not be examined \(it is not on the node\)"):
+        probe_target(Missing(), BASE)
+
+    class NoPython(ProbeEngine):
+        def start(self, cid: str) -> None:
+            raise APIError("400", explanation='exec: "/opt/venv/bin/python": no such file')
+
+    engine = NoPython()
+    with pytest.raises(BuildFailed, match="/opt/venv/bin/python could not be started in it"):
+        probe_target(engine, BASE)
+    assert engine.removed
+
+
 def test_base_user_reads_only_the_user() -> None:
     assert base_user(FakeEngine(), BASE) == "1000:100"
 
@@ -473,5 +529,7 @@ def test_the_context_refuses_non_wheels_and_too_much(tmp_path: Path) -> None:
         build_context("FROM x\n", [odd])
     big = tmp_path / "big-1.0-py3-none-any.whl"
     big.write_bytes(b"x" * 3 * 2**20)
-    with pytest.raises(FetchFailed, match="more than 2 MiB"):
+    with pytest.raises(FetchFailed, match=r"more than 2\.0 MiB as wheels"):
         build_context("FROM x\n", [big], limit=2 * 2**20)
+    with pytest.raises(FetchFailed, match=r"more than 100 KiB as wheels.* Nothing was saved\.$"):
+        build_context("FROM x\n", [big], limit=100 * 2**10)  # not "more than 0 MiB"
