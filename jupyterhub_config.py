@@ -117,8 +117,14 @@ c.GPUDockerSpawner.cull_deadlines_file = "/srv/jupyterhub/cull-deadlines.json"
 from jupyterhub_gpu.config import check_config  # noqa: E402
 from jupyterhub_gpu.dashboard.hub import configure as add_dashboard  # noqa: E402
 
+from jupyterhub_gpu.myimages import configure as add_my_images  # noqa: E402
 from jupyterhub_gpu.reservations import configure as add_reservations  # noqa: E402
 
 add_dashboard(c, show_names=True)  # False: users see only their own names (privacy)
 add_reservations(c)  # GPU reservations: jupyterhub-gpu reserve (docs/scheduling.md)
+# users save their environments as images (docs/my-images.md); saving is on with a registry
+add_my_images(c)
+c.SavedImages.registry = "registry.lab.example:5000"  # every node's engine pushes and pulls here
+c.SavedImages.index_url = "https://pypi.org/simple"  # or the site's mirror
+c.SavedImages.max_images = 5
 check_config(c)

@@ -218,17 +218,22 @@ class Cluster:
     def client(self, node: str) -> docker.APIClient:
         client = self._clients.get(node)
         if client is None:
-            spec = self.spec(node)
-            tls: Any = False
-            if spec.tls:
-                tls = docker.tls.TLSConfig(
-                    client_cert=(spec.tls["client_cert"], spec.tls["client_key"]),
-                    ca_cert=spec.tls["ca_cert"],
-                    verify=True,
-                )
-            client = node_client(spec, self.settings.docker_timeout, tls)
+            client = self.new_client(node, self.settings.docker_timeout)
             self._clients[node] = client
         return client
+
+    def new_client(self, node: str, timeout: float) -> docker.APIClient:
+        """A Docker client of its own for ``node`` (a long build or push must not hold
+        the node's shared client or its threads); the caller closes it."""
+        spec = self.spec(node)
+        tls: Any = False
+        if spec.tls:
+            tls = docker.tls.TLSConfig(
+                client_cert=(spec.tls["client_cert"], spec.tls["client_key"]),
+                ca_cert=spec.tls["ca_cert"],
+                verify=True,
+            )
+        return node_client(spec, timeout, tls)
 
     def executor(self, node: str) -> ThreadPoolExecutor:
         pool = self._executors.get(node)

@@ -50,6 +50,7 @@ CHECKED_SECTIONS: dict[str, str] = {
     "AgentClient": "jupyterhub_gpu.inventory.client:AgentClient",
     "GPUIdleCuller": "jupyterhub_gpu.culler.service:GPUIdleCuller",
     "GPUAgent": "jupyterhub_gpu.agent.app:GPUAgent",
+    "SavedImages": "jupyterhub_gpu.myimages.settings:SavedImages",
 }
 
 #: Traits of DockerSpawner/Spawner that GPUDockerSpawner sets itself: a site's value is
@@ -173,9 +174,12 @@ QUEUE_WAIT = 3600.0  # GPUDockerSpawner.max_queue_wait's default
 def _move_spawn_limit(config: Any, section: str, logger: logging.Logger) -> None:
     """With the GPU queue on, JupyterHub's ``concurrent_spawn_limit`` would count spawns
     that merely wait for GPUs (and refuse others while GPUs are busy): the limit moves to
-    ``GPUDockerSpawner.concurrent_start_limit``, which counts servers being created."""
+    ``GPUDockerSpawner.concurrent_start_limit``, which counts servers being created. The
+    queue is on when ``max_queue_wait`` or any group's (``queue_policy``) is above 0."""
     hub, s = config.get("JupyterHub", {}), _section(config, section)
-    if float(s.get("max_queue_wait", QUEUE_WAIT)) <= 0:
+    _, policies = queue_settings(s.get("queue_policy"), f"{section}.queue_policy")
+    waits = [g.max_queue_wait_s for g in (policies.default, *policies.groups.values())]
+    if float(s.get("max_queue_wait", QUEUE_WAIT)) <= 0 and not any(w for w in waits if w):
         return
     limit = int(hub.get("concurrent_spawn_limit", JUPYTERHUB_SPAWN_LIMIT))
     if limit <= 0:

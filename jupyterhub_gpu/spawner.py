@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import time
 from collections.abc import AsyncIterator
@@ -37,7 +38,7 @@ from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode, default, vali
 
 from . import homes
 from .accounting.metrics import SPAWN_DECISIONS
-from .accounting.records import AllocationRecord, EndReason, charge_group, stop_reason
+from .accounting.records import AllocationRecord, EndReason, chargeable_groups, stop_reason
 from .allocation import ALLOCATION_LABEL, SEAL_LABEL, Allocation, new_allocation_id, seal_key
 from .auth.identity import Identity, ensure_home, identity_required, map_home, resolve_identity
 from .catalog import Catalog, default_catalog_path, load_catalog
@@ -63,13 +64,15 @@ from .form.quota import GPUQuotaExceeded, UserQuota, holdings_of, quota_refusal
 from .inventory.model import ClusterSnapshot
 from .ledger import GPULedger
 from .mounts import dataset_binds, parse_group_mounts
+from .myimages.entries import Unlisted, is_saved_slug, saved_entries, with_saved
+from .myimages.service import my_images
 from .names import CONTAINER_NAME, PATH, check_name_lengths
 from .nodes import NodeSpec, default_node, parse_nodes
 from .placement import availability, place
 from .placement.model import NoFit, Placement, PlacementRequest
 from .progress import describe_gpus
 from .pull import ImageUnavailable, pull
-from .scheduling import QueuedRequest, never_fits, queue_settings
+from .scheduling import QueuedRequest, Refuse, Wait, never_fits, queue_settings
 from .spawnqueue import MustQueue, QueueFull, QueueRefused, QueueTimeout
 from .spawnqueue import span as _span
 from .usernet import bridge_name_problem
@@ -150,7 +153,9 @@ class GPUDockerSpawner(DockerSpawner):
         (docs/scheduling.md). 0: no queue, such a spawn is refused at once. A request
         that can never fit (more GPUs than any node has) is refused at once either way.
         The wait does not count against ``start_timeout``: the hub's bound on a start is
-        raised by this much, and ``start_timeout`` bounds what follows the queue.""",
+        raised by this much, and ``start_timeout`` bounds what follows the queue. A group
+        may have its own (``queue_policy``'s ``groups.NAME.max_queue_wait``): the group a
+        spawn is charged to decides; this is the default.""",
     )
     queue_policy = Dict(
         config=True,
@@ -158,9 +163,11 @@ class GPUDockerSpawner(DockerSpawner):
         share's ``half_life_hours`` and ``model_weights``, the priority ``weights``,
         ``max_age_hours``, ``backfill``, and per group (``groups``, ``default_group``)
         ``priority``, ``shares``, ``max_gpus`` (and ``max_gpus_per_model``) held by the
-        group's servers together, ``user_max_gpus`` (and per model) per user; per-user
-        caps in ``users``. A request over a cap waits; one over the absolute cap is
-        refused with the number. An unknown key is an error at start-up.""",
+        group's servers together, ``user_max_gpus`` (and per model) per user, and
+        ``max_queue_wait`` (seconds; 0: never wait); per-user caps in ``users``;
+        ``reservation_notice_hours`` (24): how far ahead users hear of reservations. A
+        request over a cap waits; one over the absolute cap is refused with the number.
+        An unknown key is an error at start-up.""",
     )
     concurrent_start_limit = Int(
         0,
@@ -345,6 +352,9 @@ class GPUDockerSpawner(DockerSpawner):
         self._charge_group = ""  # the allocation's, kept in state for metrics after restarts
         self._gpu_model = ""
         self._start_budget: float | None = None  # the configured start_timeout
+        # why the hub itself ended the last server (a reservation took its GPUs), for the
+        # spawn form until the next start; kept in state across the stop and hub restarts
+        self._ended_note = ""
 
     # ------------------------------------------------------------------ state
     node_name = Unicode("")
@@ -370,6 +380,8 @@ class GPUDockerSpawner(DockerSpawner):
                 state["server_url"] = f"http://{address}:{self.host_port}{self.server.base_url}"
         if self.api_token:  # the only token the culler may send this server (culler/access.py)
             state["server_token"] = self.api_token
+        if self._ended_note:
+            state["ended_note"] = self._ended_note
         return state
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -377,6 +389,7 @@ class GPUDockerSpawner(DockerSpawner):
         # a restarted hub forgets api_token: restored, state keeps it, and stop revokes it
         if isinstance(state.get("server_token"), str) and state["server_token"]:
             self.api_token = state["server_token"]
+        self._ended_note = str(state.get("ended_note") or "")
         self.node_name = state.get("node", "")
         self.gpu_uuids = list(state.get("gpu_uuids", []))
         self.host_port = int(state.get("host_port") or 0)
@@ -555,13 +568,48 @@ class GPUDockerSpawner(DockerSpawner):
         notes = notes_for(load_notes(self.cull_notes_file), self.user.name, since=since)
         return any(n.server == self.name for n in notes)
 
+    async def _user_catalog(
+        self, ident: Identity, wanted: Any = None
+    ) -> tuple[Catalog, tuple[Unlisted, ...]]:
+        """The catalog with the saved images ``ident`` may start ("My images",
+        myimages/), and those they see but can't start. Without the database the catalog
+        alone, unless ``wanted`` (the spawn's image option) is a saved image: then the
+        user is told why it can't start now."""
+        catalog = self.catalog
+        if self.cluster.recorder is None:
+            return catalog, ()
+        try:
+            images = await my_images(self.cluster, self.config, self.log).images()
+        except UserFacingError:
+            if is_saved_slug(wanted):
+                raise
+            return catalog, ()
+        entries, unlisted = saved_entries(catalog, images, ident.username, ident.groups)
+        return with_saved(catalog, entries), unlisted
+
     async def _render_options_form(self) -> str:
         snapshot = await self.cluster.snapshot()
         free = {a.model: a.free for a in availability(snapshot)}
         previous = self.orm_spawner.user_options if self.orm_spawner else None
-        bounds = await self._bounds()
-        notes = self._cull_notes()
-        return spawn_form_html(self.catalog, snapshot, bounds, previous, free, notes=notes)
+        ident = await self.identity()
+        bounds = resolve_bounds(self.policy, ident.groups)
+        catalog, unlisted = await self._user_catalog(ident)
+        notes = [*self._cull_notes(), *([self._ended_note] if self._ended_note else [])]
+        charge_groups = self._charge_groups(ident)
+        with contextlib.suppress(Exception):  # the reservations, if not read yet
+            await self.cluster.queue.refresh()
+        reserved = self.cluster.queue.reserved_for_others(charge_groups, snapshot.nodes)
+        return spawn_form_html(
+            catalog,
+            snapshot,
+            bounds,
+            previous,
+            free,
+            notes=notes,
+            unlisted=unlisted,
+            charge_groups=charge_groups,
+            reserved=reserved,
+        )
 
     # ------------------------------------------------------------------ placement
     def _decide_and_reserve(
@@ -579,7 +627,9 @@ class GPUDockerSpawner(DockerSpawner):
             self.log.info("%s: refused, %s", self.holder, refusal)
             raise GPUQuotaExceeded(refusal)
         snapshot = replace(snapshot, allocations=self.ledger.allocations())
-        queue = self.max_queue_wait > 0
+        queue = self._max_wait(group) > 0  # 0: this group never waits (refused at once)
+        if request.gpu_count:  # queue_policy's quotas, as the queue checks a queued spawn
+            request = self._within_quotas(snapshot, request, group, queue)
         if request.gpu_count == 0:
             decision: Placement | NoFit = Placement(self._least_busy_node(snapshot), ())
         elif queue and len(self.cluster.queue):
@@ -598,6 +648,24 @@ class GPUDockerSpawner(DockerSpawner):
                 raise MustQueue(decision.reason)
             raise SpawnException(decision.reason, reason="no_capacity", status_code=503)
         return self._reserve(decision)
+
+    def _within_quotas(
+        self, snapshot: ClusterSnapshot, request: PlacementRequest, group: str, queue: bool
+    ) -> PlacementRequest:
+        """``queue_policy``'s group and user quotas for a spawn about to be placed at once:
+        over an absolute cap it is refused with the number; over a cap now it queues (a
+        group that never waits is refused, told when to start again); within them, the
+        request narrowed to the models with room."""
+        item = QueuedRequest(self.holder, self.user.name, group, request, time.time())
+        verdict = self.cluster.queue.admit(item, snapshot)
+        if isinstance(verdict, Refuse):
+            raise SpawnException(verdict.reason, reason="gpu_quota", status_code=403)
+        if isinstance(verdict, Wait):
+            if queue:
+                raise MustQueue(verdict.reason)
+            later = verdict.reason.replace(": it waits in the queue until", ": start it again when")
+            raise SpawnException(later, reason="gpu_quota", status_code=429)
+        return verdict.request
 
     def _take(self, decision: Placement) -> bool:
         """Reserve what the queue decided for this spawn (False: taken meanwhile)."""
@@ -781,10 +849,15 @@ class GPUDockerSpawner(DockerSpawner):
             ident = await self.identity()
             bounds = resolve_bounds(self.policy, ident.groups)
             models = gpu_model_availability(snapshot)
+            catalog, _ = await self._user_catalog(ident, (self.user_options or {}).get("image"))
             options = validate_options(
-                self.user_options, catalog=self.catalog, bounds=bounds, models=models
+                self.user_options,
+                catalog=catalog,
+                bounds=bounds,
+                models=models,
+                charge_groups=self._charge_groups(ident),
             )
-            entry = resolve_entry(self.catalog, options)
+            entry = resolve_entry(catalog, options)
             names = {g.model for n in snapshot.nodes for g in n.inventory.gpus}
             request = placement_request(options, entry, bounds, names)
         except UserFacingError as e:
@@ -812,6 +885,7 @@ class GPUDockerSpawner(DockerSpawner):
         self._events_changed = asyncio.Event()
         self._start_done = False
         self._forget_placement()  # the hub cleared the state; be sure nothing is left held
+        self._ended_note = ""  # the form showed why the last server ended; it starts again
         try:
             check_name_lengths(self._derived_names, self.user.name, self.name, self.escape)
             with contextlib.suppress(Exception):  # reservations known before placing
@@ -822,10 +896,10 @@ class GPUDockerSpawner(DockerSpawner):
             quota = resolve_bounds(self.policy, ident.groups).quota
             try:
                 try:
-                    group = self._group_of(ident)
+                    group = self._group_of(ident, options.charge_group)
                     decision = self._decide_and_reserve(snapshot, request, quota, group)
                 except MustQueue as e:
-                    decision = await self._wait_in_line(ident, request, quota, e.reason)
+                    decision = await self._wait_in_line(request, quota, e.reason, group)
             except (UserFacingError, SpawnException) as e:
                 SPAWN_DECISIONS.labels("refused", getattr(e, "reason", None) or "other").inc()
                 raise
@@ -834,6 +908,7 @@ class GPUDockerSpawner(DockerSpawner):
             await self.cluster.recorded()  # the record exists before the container does
             self._event(30, self._describe(snapshot, decision))
             self.log.info("%s: %s", self.holder, self._describe(snapshot, decision))
+            self._warn_of_reservations(snapshot)
             ip_port = await self._create(ident, options)
             self.ledger.allocation_started(self.allocation_id)
             self._event(90, "Waiting for the server to answer")
@@ -869,9 +944,10 @@ class GPUDockerSpawner(DockerSpawner):
             self._events_changed.set()
 
     async def _wait_in_line(
-        self, ident: Identity, request: PlacementRequest, quota: UserQuota, why: str
+        self, request: PlacementRequest, quota: UserQuota, why: str, group: str
     ) -> Placement:
-        """Wait in the GPU queue (spawnqueue.py); the progress page follows its news. When
+        """Wait in the GPU queue (spawnqueue.py), charged to ``group`` and for as long as
+        that group may wait (:meth:`_max_wait`); the progress page follows its news. When
         its turn comes, the user's GPU cap is checked again (their other servers may have
         taken GPUs meanwhile): over it, the spawn keeps waiting."""
 
@@ -881,19 +957,19 @@ class GPUDockerSpawner(DockerSpawner):
                 return False
             return self._take(decision)
 
-        group = self._group_of(ident)
         item = QueuedRequest(self.holder, self.user.name, group, request, time.time())
-        wait = _span(self.max_queue_wait)
+        limit = self._max_wait(group)
+        wait = _span(limit)
         self._event(20, f"{why} Your server waits in line for GPUs (up to {wait}).")
         try:
             return await self.cluster.queue.wait(
-                item, take, lambda words: self._event(20, words), self.max_queue_wait, quota.limit
+                item, take, lambda words: self._event(20, words), limit, quota.limit
             )
         except QueueFull as e:
             raise SpawnException(str(e), reason="queue_full", status_code=429) from None
         except QueueTimeout as e:
             raise SpawnException(
-                f"No GPU freed up for your server within {_span(self.max_queue_wait)} "
+                f"No GPU freed up for your server within {wait} "
                 f"({e.where or 'in line'}). Start again later, or ask for fewer or other GPUs.",
                 reason="queue_timeout",
                 status_code=503,
@@ -929,14 +1005,35 @@ class GPUDockerSpawner(DockerSpawner):
         return await super().start()
 
     def run_pre_spawn_hook(self) -> Any:
-        """JupyterHub bounds ``start`` by ``start_timeout``, read right after this hook: a
-        wait in the GPU queue must not count, so the bound grows by ``max_queue_wait``
-        (``_create`` keeps the configured one for what follows the queue)."""
+        """JupyterHub bounds ``start`` by ``start_timeout``, read right after this hook (it
+        awaits what the hook returns): a wait in the GPU queue must not count, so the bound
+        grows by the wait of the group the spawn is charged to (:meth:`_spawn_wait`;
+        ``_create`` keeps the configured one for what follows the queue)."""
+        return self._extend_start_timeout()
+
+    async def _extend_start_timeout(self) -> None:
         hub = cast(Any, self)  # start_timeout: JupyterHub's Integer trait
         if self._start_budget is None:
             self._start_budget = float(hub.start_timeout)
-        hub.start_timeout = int(self._start_budget + self.max_queue_wait)
-        return super().run_pre_spawn_hook()
+        hub.start_timeout = int(self._start_budget + await self._spawn_wait())
+        result = super().run_pre_spawn_hook()
+        if inspect.isawaitable(result):
+            await result
+
+    async def _spawn_wait(self) -> float:
+        """How long this spawn may wait in the GPU queue: the ``max_queue_wait`` of the
+        group it is charged to (``user_options``' charge group if the user may charge it,
+        else their default; ``start`` refuses a bad choice). If the user's groups can't be
+        read here, the longest any group may wait (``start`` then says what is wrong)."""
+        try:
+            ident = await self.identity()
+        except Exception:
+            policies = self.cluster.queue.policies
+            waits = [p.max_queue_wait_s for p in (policies.default, *policies.groups.values())]
+            return max([self.max_queue_wait, *(w for w in waits if w is not None)])
+        chosen = (self.user_options or {}).get("charge_group")
+        group = self._group_of(ident, chosen.strip() if isinstance(chosen, str) else None)
+        return self._max_wait(group)
 
     def _describe(self, snapshot: ClusterSnapshot, decision: Placement) -> str:
         node = next(n for n in snapshot.nodes if n.name == decision.node)
@@ -953,7 +1050,7 @@ class GPUDockerSpawner(DockerSpawner):
         node = next(n for n in snapshot.nodes if n.name == decision.node)
         models = [g.model for g in map(node.inventory.gpu, decision.gpu_uuids) if g]
         self._gpu_model = models[0] if models else ""
-        self._charge_group = self._group_of(ident)
+        self._charge_group = self._group_of(ident, options.charge_group)
         return AllocationRecord(
             id=self.allocation_id,
             user=self.user.name,
@@ -1007,11 +1104,46 @@ class GPUDockerSpawner(DockerSpawner):
             self._forget_placement(EndReason.MISSED if missed else EndReason.DIED)
         return status
 
-    def _group_of(self, ident: Identity) -> str:
-        """The group this user's servers are charged to (accounting, queue, reservations):
-        the first of their groups the site configures (group_bounds, queue_policy)."""
+    def _charge_groups(self, ident: Identity) -> tuple[str, ...]:
+        """The groups this user may charge a server to, the default first: their groups
+        the site configures (group_bounds, queue_policy.groups); else their first group."""
         configured = [*self.policy.group_bounds, *self.cluster.queue.policies.groups]
-        return charge_group(ident.groups, configured)
+        return chargeable_groups(ident.groups, configured)
+
+    def _group_of(self, ident: Identity, chosen: str | None = None) -> str:
+        """The group a server is charged to (accounting record, queue item, quotas,
+        reservations, the wait): ``chosen`` (the validated ``charge_group`` option) if the
+        user may charge it, else the first group they may charge ("" in no group)."""
+        allowed = self._charge_groups(ident)
+        if chosen in allowed:
+            return str(chosen)
+        return allowed[0] if allowed else ""
+
+    def _max_wait(self, group: str) -> float:
+        """Seconds a spawn charged to ``group`` may wait in the GPU queue: the group's own
+        ``queue_policy`` ``max_queue_wait`` (``default_group``'s for a group not listed),
+        else ``max_queue_wait``. 0: it never waits (nothing free: refused at once)."""
+        own = self.cluster.queue.policies.group(group).max_queue_wait_s
+        return self.max_queue_wait if own is None else own
+
+    def _warn_of_reservations(self, snapshot: ClusterSnapshot) -> None:
+        """Tell the spawn page when a reservation of another group will take this server's
+        GPUs within ``queue_policy``'s ``reservation_notice_hours``: it will be stopped
+        then (once: a queued start may have been told already). Never fails the spawn."""
+        if not self.gpu_uuids:
+            return
+        queue = self.cluster.queue
+        try:
+            found = queue.upcoming(self.holder, self.gpu_uuids, snapshot.nodes)
+        except Exception:
+            self.log.exception("%s: upcoming reservations could not be checked", self.holder)
+            return
+        told = {e["message"] for e in self._events}
+        for conflict in found:
+            words = conflict.notice(time.time(), queue.settings.timezone)
+            if words not in told:
+                told.add(words)
+                self._event(30, words)
 
     async def _preempted(self) -> bool:
         """Stop this server if a reservation of another group began on its GPUs (the
@@ -1040,6 +1172,8 @@ class GPUDockerSpawner(DockerSpawner):
             return False
         self.ledger.end_allocation(allocation, EndReason.PREEMPTED)
         self._forget_placement()
+        tz = self.cluster.queue.settings.timezone
+        self._ended_note = conflict.stopped_note(self.name, time.time(), tz)  # for the form
         return True
 
     async def stop(self, now: bool = False) -> None:

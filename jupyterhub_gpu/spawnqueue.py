@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
@@ -41,9 +41,10 @@ from .accounting.records import AllocationEvent, EventKind, utcnow
 from .accounting.report import Interval
 from .accounting.store import AccountingUnavailable
 from .culler.deadlines import load_deadlines
-from .inventory.model import ClusterSnapshot
+from .inventory.model import ClusterSnapshot, NodeState
 from .placement import Placement
 from .scheduling import (
+    Allowed,
     Charge,
     ClusterState,
     Conflict,
@@ -52,18 +53,24 @@ from .scheduling import (
     Position,
     QueuedRequest,
     Quota,
+    Refuse,
     Release,
     Reservation,
     SchedulerSettings,
     UsageItem,
     UsageTotals,
+    Wait,
     advance,
     assign,
+    check_quota,
     conflicts,
     decayed_usage,
     estimates,
     fenced,
+    gpu_models,
+    holdings_of,
     positions,
+    reserved_lines,
     schedule,
 )
 
@@ -306,6 +313,15 @@ class SpawnQueue:
         assigned = assign(self.reservations, snapshot, self._charges(), now)  # active ones
         return fenced(self.reservations, assigned, group)
 
+    def admit(self, item: QueuedRequest, snapshot: ClusterSnapshot) -> Allowed | Wait | Refuse:
+        """The quotas of ``queue_policy`` for a spawn placed outside the queue (what
+        :func:`~.scheduling.schedule` checks for a queued one): Refuse (over an absolute
+        cap: never), Wait (over a cap now: it must queue) or Allowed with the request
+        narrowed to the models with room. Holdings are the live holds' charges. No I/O."""
+        models = gpu_models(snapshot)
+        holdings = holdings_of(self._charges(), models)
+        return check_quota(item, holdings, self.policies, frozenset(models.values()))
+
     def preempted(
         self, holder: str, gpus: Iterable[str], now: float | None = None
     ) -> Conflict | None:
@@ -321,6 +337,49 @@ class SpawnQueue:
         return next(
             (c for c in found if c.holder == holder and c.stop_now and mine & set(c.gpu_uuids)),
             None,
+        )
+
+    def upcoming(
+        self,
+        holder: str,
+        gpus: Iterable[str],
+        nodes: Sequence[NodeState],
+        now: float | None = None,
+    ) -> list[Conflict]:
+        """The reservations of other groups that will take ``holder``'s ``gpus`` (its
+        server on ``nodes``) within ``settings.reservation_notice_s``: the server will be
+        stopped at their start (``Conflict.notice`` says so). No I/O: the ledger's live
+        holds and their charges; a model-and-count reservation's GPUs as :func:`assign`
+        would choose them at its start with today's holds."""
+        if not self.reservations:
+            return []
+        t = time.time() if now is None else now
+        mine = set(gpus)
+        snapshot = ClusterSnapshot(tuple(nodes), self.cluster.ledger.charged())
+        horizon = self.settings.reservation_notice_s
+        found = conflicts(self.reservations, snapshot, self._charges(), t, horizon)
+        return [
+            c for c in found if c.holder == holder and not c.stop_now and mine & set(c.gpu_uuids)
+        ]
+
+    def reserved_for_others(
+        self, groups: Collection[str], nodes: Sequence[NodeState], now: float | None = None
+    ) -> list[str]:
+        """For the spawn form of a user who may charge ``groups``: one line per reservation
+        of another group active now or starting within ``settings.reservation_notice_s``
+        (:func:`~.scheduling.reservations.reserved_lines`)."""
+        if not self.reservations:
+            return []
+        t = time.time() if now is None else now
+        snapshot = ClusterSnapshot(tuple(nodes), self.cluster.ledger.charged())
+        return reserved_lines(
+            self.reservations,
+            snapshot,
+            self._charges(),
+            groups,
+            t,
+            self.settings.reservation_notice_s,
+            self.settings.timezone,
         )
 
     async def _read_store(self, force: bool = False) -> None:

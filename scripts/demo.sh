@@ -21,10 +21,25 @@ touch .demo/homes-are-ldap
 ldap_env=$(scripts/ldap-server.sh start --dir .demo/ldap --ldif scripts/ldap/demo.ldif)
 eval "$ldap_env"
 export LDAP_HOST LDAP_PORT
+# "My images": a registry the node reaches, and a folder of wheels (the site's package
+# mirror: containers here have no route out) mounted read-only in every server at /srv/wheels
+registry_env=$(scripts/registry.sh start --dir .demo/registry) || registry_env=""
+eval "$registry_env"
+mkdir -p .demo/wheels
+if [[ -n ${ADDR:-} ]]; then
+  export JHGPU_DEMO_REGISTRY=$ADDR
+  if ! ls .demo/wheels/*.whl >/dev/null 2>&1; then  # best effort: needs the internet once
+    timeout 120 .venv/bin/pip download -q --only-binary :all: --no-deps -d .demo/wheels \
+      six==1.17.0 einops==0.8.0 idna==3.10 >/dev/null 2>&1 \
+      || echo "[demo] no wheels fetched for My images (offline?): put some in .demo/wheels"
+  fi
+fi
 cat <<EOF
 [demo] open http://127.0.0.1:8000 and log in with the demo LDAP (public passwords):
 [demo]   alice / alice-gpu, bob / bob-gpu, carol / carol-gpu (admin)
 [demo]   dave / dave-gpu (no uidNumber) and erin / erin-gpu (not in gpu-users) are refused
 [demo] slapd: $LDAP_URL (pid $LDAP_PID; stop it with scripts/ldap-server.sh stop)
+[demo] My images: registry ${ADDR:-(none: saving off)}; in a server, pip install --user
+[demo]   --no-index --find-links /srv/wheels einops, then save it on the My images page
 EOF
 exec .venv/bin/jupyterhub -f scripts/demo/jupyterhub_config.py

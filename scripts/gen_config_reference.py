@@ -18,6 +18,7 @@ from jupyterhub_gpu.auth.ldap import GPULDAPAuthenticator
 from jupyterhub_gpu.culler.service import GPUIdleCuller
 from jupyterhub_gpu.dashboard.service import GPUDashboard
 from jupyterhub_gpu.inventory.client import AgentClient
+from jupyterhub_gpu.myimages.settings import SavedImages
 from jupyterhub_gpu.spawner import GPUDockerSpawner
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "config-reference.md"
@@ -28,6 +29,7 @@ CLASSES: list[type[HasTraits]] = [
     GPUIdleCuller,
     GPUDashboard,
     GPUAgent,
+    SavedImages,
 ]
 
 

@@ -11,6 +11,7 @@ import yaml
 from tests.ldap_fixture import ldap_server  # noqa: F401
 from tests.support.agent import AgentProcess
 from tests.support.cluster import REPO, TEST_IMAGE, Engine, cluster_up, remove_hub_containers
+from tests.support.distribution import Distribution
 from tests.support.hub import Hub
 
 CATALOG = REPO / "scripts" / "demo" / "catalog.yaml"
@@ -25,6 +26,15 @@ def engines() -> list[Engine]:
 @pytest.fixture
 def engine(engines: list[Engine]) -> Engine:
     return engines[0]
+
+
+@pytest.fixture(scope="session")
+def real_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Distribution]:
+    """A real registry (Debian's docker-registry) on the site address, which the nodes'
+    engines push to and pull from: ``.address`` is ``host:port``; ``.tags(repo)`` and
+    ``.catalog()`` read its API. Its storage is a folder of the session."""
+    with Distribution(tmp_path_factory.mktemp("real-registry")) as registry:
+        yield registry
 
 
 def gpu_inventory(

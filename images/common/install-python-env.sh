@@ -3,7 +3,8 @@
 #   1. python3 with venv, from the distribution, only when the base lacks it (the
 #      nvidia/cuda images have no Python; the CI base, Debian + python3-venv, has it),
 #      plus APT_PACKAGES (e.g. libnss-wrapper) when set;
-#   2. a virtual environment at $VENV (default /opt/venv), readable by every uid;
+#   2. a virtual environment at $VENV (default /opt/venv), readable by every uid, in
+#      which `pip install --user` works (users' packages go to ~/.local);
 #   3. jupyterhub==$JUPYTERHUB_VERSION and $JUPYTER_PIP (JupyterLab);
 #   4. $FRAMEWORK_PIP (may be empty: a fast, framework-less test image), with
 #      $FRAMEWORK_INDEX_URL as an extra index and $FRAMEWORK_PIP_FLAGS, after
@@ -44,7 +45,10 @@ if [ -n "${PIP_CA_BUNDLE:-}" ]; then
 fi
 export PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_PROGRESS_BAR=off
 
-python3 -m venv "$VENV"
+# --system-site-packages: what makes `pip install --user` work for users (pip refuses it
+# in a venv that hides the system's site-packages, and Python then skips ~/.local): their
+# additions land in their home, where "save my environment" reads them (docs/my-images.md)
+python3 -m venv --system-site-packages "$VENV"
 pip="$VENV/bin/python -m pip"
 # shellcheck disable=SC2086
 $pip install "jupyterhub==${JUPYTERHUB_VERSION:?JUPYTERHUB_VERSION is required}" ${JUPYTER_PIP:-}

@@ -75,11 +75,20 @@ class AllocationEvent:
 
 
 def charge_group(groups: Iterable[str], configured: Iterable[str]) -> str:
-    """The group an allocation is charged to: the first (by name) of the user's groups
-    that the site configures (``group_bounds``), else the first of the user's groups, else
-    "" (a user in no group)."""
+    """The group an allocation is charged to by default: the first (by name) of the user's
+    groups that the site configures (``group_bounds``), else the first of the user's
+    groups, else "" (a user in no group)."""
+    mine = chargeable_groups(groups, configured)
+    return mine[0] if mine else ""
+
+
+def chargeable_groups(groups: Iterable[str], configured: Iterable[str]) -> tuple[str, ...]:
+    """The groups a user may charge a server to (Slurm's accounts), the default first:
+    their groups that the site configures (``group_bounds``, ``queue_policy.groups``), by
+    name; a user in none of those has one choice, their first group (none in no group)."""
     mine, known = sorted(set(groups)), set(configured)
-    return next((g for g in mine if g in known), mine[0] if mine else "")
+    chosen = tuple(g for g in mine if g in known)
+    return chosen or tuple(mine[:1])
 
 
 def stop_reason(never_answered: bool, culled: bool) -> EndReason:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import DateTime, Float, Index, Integer, String, Text
+from sqlalchemy import BigInteger, DateTime, Float, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -70,3 +70,26 @@ class ReservationRow(Base):
     created_by: Mapped[str] = mapped_column(String(255), default="")
     created_at: Mapped[datetime] = mapped_column(DateTime)
 
+
+
+class SavedImageRow(Base):
+    """An image a user saved (``builder.model.SavedImage``, docs/my-images.md): where it
+    is in the registry (``reference``, ``digest``), the catalog entry it was built on, its
+    packages (newline separated), what it adds to its base, and the one group it is
+    shared with (``NULL``: private). One name per owner."""
+
+    __tablename__ = "jhgpu_saved_images"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(255))
+    name: Mapped[str] = mapped_column(String(64))
+    base_slug: Mapped[str] = mapped_column(String(255))
+    base_image: Mapped[str] = mapped_column(Text)
+    reference: Mapped[str] = mapped_column(Text)
+    digest: Mapped[str] = mapped_column(String(128), default="")
+    packages: Mapped[str] = mapped_column(Text, default="")
+    size_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    shared_with: Mapped[str | None] = mapped_column(String(255), nullable=True)
+
+    __table_args__ = (UniqueConstraint("owner", "name", name="uq_jhgpu_saved_images_owner_name"),)

@@ -18,11 +18,12 @@ from sqlalchemy import Engine, create_engine, event, inspect, or_, select, updat
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from ..builder.model import SavedImage
 from ..errors import GPUHubError
 from ..scheduling.model import Reservation
 from .records import AllocationRecord, EndReason
 from .report import Interval
-from .schema import AllocationRow, ReservationRow
+from .schema import AllocationRow, ReservationRow, SavedImageRow
 from .usage import Usage
 
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -276,6 +277,68 @@ class AccountingStore:
             s.delete(row)
             return True
 
+    # ------------------------------------------------------------------ saved images
+    def saved_images(self) -> list[SavedImage]:
+        """Every saved image, by owner and name (a site has tens to thousands)."""
+        q = select(SavedImageRow).order_by(SavedImageRow.owner, SavedImageRow.name)
+        with self.session() as s:
+            return [_saved_of(row) for row in s.scalars(q)]
+
+    def add_saved_image(self, image: SavedImage, image_id: str) -> bool:
+        """Record a saved image; False (nothing written) when its owner already has one
+        of that name. The hub runs one save per user at a time; the unique constraint
+        keeps two hubs on one database from both writing one."""
+        with self.session() as s:
+            taken = select(SavedImageRow.id).where(
+                SavedImageRow.owner == image.owner, SavedImageRow.name == image.name
+            )
+            if s.execute(taken).first() is not None:
+                return False
+            s.add(
+                SavedImageRow(
+                    id=image_id,
+                    owner=image.owner,
+                    name=image.name,
+                    base_slug=image.base_slug,
+                    base_image=image.base_image,
+                    reference=image.reference,
+                    digest=image.digest,
+                    packages="\n".join(image.packages),
+                    size_bytes=image.size_bytes,
+                    created_at=naive_utc(image.created),
+                    shared_with=image.shared_with,
+                )
+            )
+        return True
+
+    def share_saved_image(self, owner: str, name: str, group: str | None) -> SavedImage | None:
+        """Share ``owner``'s image ``name`` with ``group`` (``None``: make it private);
+        the image as it is now, or ``None`` when there is none of that name."""
+        with self.session() as s:
+            row = s.scalars(
+                select(SavedImageRow).where(
+                    SavedImageRow.owner == owner, SavedImageRow.name == name
+                )
+            ).first()
+            if row is None:
+                return None
+            row.shared_with = group
+            return _saved_of(row)
+
+    def delete_saved_image(self, owner: str, name: str) -> SavedImage | None:
+        """Forget ``owner``'s image ``name``; what it was, or ``None`` if there was none."""
+        with self.session() as s:
+            row = s.scalars(
+                select(SavedImageRow).where(
+                    SavedImageRow.owner == owner, SavedImageRow.name == name
+                )
+            ).first()
+            if row is None:
+                return None
+            image = _saved_of(row)
+            s.delete(row)
+            return image
+
     def known(self, column: str, value: str) -> bool:
         """Whether any allocation has ``value`` in ``column`` (``user`` or ``group``)."""
         col = {"user": AllocationRow.user, "group": AllocationRow.group}[column]
@@ -337,3 +400,18 @@ def _reservation_of(row: ReservationRow) -> Reservation:
         gpu_uuids=frozenset(u for u in row.gpu_uuids.split(",") if u),
     )
 
+
+
+def _saved_of(row: SavedImageRow) -> SavedImage:
+    return SavedImage(
+        owner=row.owner,
+        name=row.name,
+        base_slug=row.base_slug,
+        base_image=row.base_image,
+        reference=row.reference,
+        packages=tuple(p for p in row.packages.split("\n") if p),
+        size_bytes=row.size_bytes,
+        created=row.created_at.replace(tzinfo=timezone.utc),
+        digest=row.digest,
+        shared_with=row.shared_with,
+    )

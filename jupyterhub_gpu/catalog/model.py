@@ -92,6 +92,7 @@ class CatalogEntry:
     groups: frozenset[str] = frozenset()
     build: BuildSpec | None = None
     custom: bool = False
+    saved_from: str = ""  # a user's saved image (myimages/): the catalog slug it was built on
 
     @property
     def cpu_only(self) -> bool:
@@ -103,6 +104,12 @@ class CatalogEntry:
         if self.custom:
             return "custom image"
         return f"CUDA {self.cuda_version}" if self.cuda_version else "CPU only"
+
+    @property
+    def policy_slug(self) -> str:
+        """The slug the admin's ``allowed_images`` patterns are matched against: a saved
+        image is allowed where its base entry is."""
+        return self.saved_from or self.slug
 
     def allowed_for(self, groups: Collection[str]) -> bool:
         """Whether a member of ``groups`` may use this image (no groups: everyone)."""

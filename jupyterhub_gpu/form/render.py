@@ -38,6 +38,7 @@ class ImageChoice:
     disabled: bool
     reason: str
     models: tuple[str, ...]
+    saved: bool = False  # a saved image: listed under "My images"
 
 
 @functools.cache
@@ -55,7 +56,9 @@ def _environment() -> jinja2.Environment:
 
 def visible_entries(catalog: Catalog, bounds: UserBounds) -> tuple[CatalogEntry, ...]:
     """The catalog entries this user may choose (entry groups and group bounds)."""
-    return tuple(e for e in catalog.for_groups(bounds.groups) if bounds.image_allowed(e.slug))
+    return tuple(
+        e for e in catalog.for_groups(bounds.groups) if bounds.image_allowed(e.policy_slug)
+    )
 
 
 def _facts(entry: CatalogEntry, info: ImageAvailability) -> str:
@@ -89,6 +92,7 @@ def _image_choices(
                 disabled=not info.runnable,
                 reason=info.reason,
                 models=tuple(m for m in allowed_models if m in info.models),
+                saved=bool(e.saved_from),
             )
         )
     return choices
@@ -131,6 +135,17 @@ def initial_choices(
     }
 
 
+def initial_charge_group(
+    charge_groups: Sequence[str], previous: Mapping[str, Any] | None
+) -> str | None:
+    """The charge group the form preselects: the previous one if the user may still
+    charge it, else the default (the first), None without a group to charge."""
+    chosen = (previous or {}).get("charge_group")
+    if chosen in charge_groups:
+        return str(chosen)
+    return charge_groups[0] if charge_groups else None
+
+
 def render_form(
     catalog_view: Sequence[CatalogEntry],
     availability: Mapping[str, ImageAvailability],
@@ -139,6 +154,9 @@ def render_form(
     *,
     models: Sequence[ModelAvailability] = (),
     notes: Sequence[str] = (),
+    charge_groups: Sequence[str] = (),
+    reserved: Sequence[str] = (),
+    unlisted: Sequence[Any] = (),
 ) -> str:
     """The form's HTML (inserted into JupyterHub's ``spawn.html``).
 
@@ -148,7 +166,14 @@ def render_form(
     (models the user's groups may not use are left out here); ``previous_choices``:
     the server's last ``user_options``, preselected where still valid; ``notes``:
     sentences for the user, oldest first (e.g. why the culler stopped the server,
-    ``CullNote.message()``): the newest is shown above the form, dismissable.
+    ``CullNote.message()``): the newest is shown above the form, dismissable;
+    ``charge_groups``: the groups the user may charge, the default first (a select only
+    when there are two or more: with one there is nothing to choose); ``reserved``:
+    lines on GPUs reserved for other groups now or soon
+    (:func:`~jupyterhub_gpu.scheduling.reservations.reserved_lines`), shown as a notice;
+    ``unlisted``: saved images the user sees but can't start (``slug``, ``display_name``,
+    ``reason``: :class:`~jupyterhub_gpu.myimages.entries.Unlisted`), shown disabled under
+    "My images" with the reason. Saved images (``saved_from``) are listed there too.
     """
     allowed = [m for m in models if bounds.model_allowed(m.model)]
     images = _image_choices(catalog_view, availability, [m.model for m in allowed])
@@ -171,6 +196,10 @@ def render_form(
             choice=choice,
             any_model=ANY_MODEL,
             notice=notes[-1] if notes else "",
+            charge_groups=list(charge_groups) if len(charge_groups) > 1 else [],
+            charge_group=initial_charge_group(charge_groups, previous_choices),
+            reserved=list(reserved),
+            unlisted=list(unlisted),
         )
     )
 
@@ -183,11 +212,25 @@ def spawn_form_html(
     free_counts: Mapping[str, int] | None = None,
     *,
     notes: Sequence[str] = (),
+    charge_groups: Sequence[str] = (),
+    reserved: Sequence[str] = (),
+    unlisted: Sequence[Any] = (),
 ) -> str:
     """Everything in one call: the user's images, their availability on ``snapshot``'s
     nodes, per-model free counts (``free_counts`` from placement, if given) and the form,
-    with the newest of ``notes`` above it (see :func:`render_form`)."""
+    with the newest of ``notes`` above it, the charge group select and the notice of
+    reserved GPUs (see :func:`render_form`)."""
     view = visible_entries(catalog, bounds)
     availability = catalog_availability(view, snapshot.nodes)
     models = gpu_model_availability(snapshot, free_counts)
-    return render_form(view, availability, bounds, previous_choices, models=models, notes=notes)
+    return render_form(
+        view,
+        availability,
+        bounds,
+        previous_choices,
+        models=models,
+        notes=notes,
+        charge_groups=charge_groups,
+        reserved=reserved,
+        unlisted=unlisted,
+    )

@@ -2,9 +2,12 @@
 
 Every spawn goes through :func:`validate_options`; anything it does not like raises
 :class:`~jupyterhub_gpu.errors.InvalidRequest` (HTTP 400) with one sentence for the
-user, before anything is started or reserved. Only six options exist (see
+user, before anything is started or reserved. Only seven options exist (see
 :data:`OPTION_FIELDS`); environment variables, mounts, users, commands and image
-references are refused by name, everything else as unknown.
+references are refused by name, everything else as unknown. ``charge_group`` chooses
+which of the user's chargeable groups pays (Slurm's account): not a privilege, since
+only a group the user may charge is accepted (any other ``group*`` key is still refused
+as a privilege, and ``group`` or ``account`` are told to use ``charge_group``).
 
 Form data (``dict[str, list[str]]`` from tornado) first goes through
 :func:`options_from_form`, which only converts types; the REST API's JSON goes to
@@ -27,7 +30,15 @@ from ..placement.model import PlacementRequest
 from .availability import ModelAvailability, short_model_name
 from .resources import UserBounds
 
-OPTION_FIELDS = ("image", "gpu_count", "gpu_model", "min_gpu_memory_gib", "cpu", "mem_gib")
+OPTION_FIELDS = (
+    "image",
+    "gpu_count",
+    "gpu_model",
+    "min_gpu_memory_gib",
+    "cpu",
+    "mem_gib",
+    "charge_group",
+)
 ANY_MODEL = "any"
 
 _INT_RE = re.compile(r"^[+-]?[0-9]{1,9}$")
@@ -85,6 +96,9 @@ _ALIASES = {
     "memory": "mem_gib",
     "mem_limit": "mem_gib",
     "cpu_limit": "cpu",
+    # told the real name rather than refused as a privilege ("group*" keys are, below)
+    "group": "charge_group",
+    "account": "charge_group",
 }
 
 
@@ -94,7 +108,9 @@ class SpawnOptions:
 
     ``image`` is a catalog slug (or, with ``custom_image``, a reference an admin pattern
     allowed). ``gpu_model`` is the probe's full model name, ``None`` for any. With
-    ``gpu_count == 0`` the model is ``None`` and the memory floor 0.
+    ``gpu_count == 0`` the model is ``None`` and the memory floor 0. ``charge_group`` is
+    the group the server is charged to (the user's choice, else the first they may
+    charge; ``None`` for a user with no group to charge).
     """
 
     image: str
@@ -104,10 +120,11 @@ class SpawnOptions:
     cpu: float
     mem_gib: float
     custom_image: bool = False
+    charge_group: str | None = None
 
     def as_user_options(self) -> dict[str, Any]:
         """JSON-able ``user_options``; :func:`validate_options` accepts it unchanged."""
-        return {
+        options: dict[str, Any] = {
             "image": self.image,
             "gpu_count": self.gpu_count,
             "gpu_model": self.gpu_model or ANY_MODEL,
@@ -115,6 +132,9 @@ class SpawnOptions:
             "cpu": self.cpu,
             "mem_gib": self.mem_gib,
         }
+        if self.charge_group is not None:
+            options["charge_group"] = self.charge_group
+        return options
 
 
 def _sentence(text: str) -> InvalidRequest:
@@ -220,7 +240,7 @@ def _single(raw: Mapping[str, Any], key: str) -> Any:
 def _check_image(value: Any, catalog: Catalog, bounds: UserBounds) -> CatalogEntry:
     if value is None:
         for candidate in catalog.for_groups(bounds.groups):
-            if bounds.image_allowed(candidate.slug):
+            if bounds.image_allowed(candidate.policy_slug):
                 return candidate
         raise _sentence("no image in the catalog is available to your groups; ask an admin")
     if not isinstance(value, str):
@@ -229,7 +249,7 @@ def _check_image(value: Any, catalog: Catalog, bounds: UserBounds) -> CatalogEnt
         )
     entry = catalog.get(value)
     if entry is not None:
-        if not (entry.allowed_for(bounds.groups) and bounds.image_allowed(entry.slug)):
+        if not (entry.allowed_for(bounds.groups) and bounds.image_allowed(entry.policy_slug)):
             raise _sentence(
                 f"the image {_show(value)} is not available to your groups; choose another image"
             )
@@ -336,6 +356,37 @@ def _check_bounded(
     return number
 
 
+def _either(names: Sequence[str]) -> str:
+    """``'a'``, ``'a' or 'b'``, ``'a', 'b' or 'c'``."""
+    quoted = [repr(n) for n in names]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+
+
+def _check_charge_group(value: Any, bounds: UserBounds, charge_groups: Sequence[str]) -> str | None:
+    """The group the server is charged to: ``value`` if the user may charge it, the first
+    of ``charge_groups`` (the default) when it is missing."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return charge_groups[0] if charge_groups else None
+    if not isinstance(value, str):
+        example = f" such as {charge_groups[0]!r}" if charge_groups else ""
+        raise _sentence(f"the charge group must be a group name{example}, got {_show(value)}")
+    name = value.strip()
+    if name in charge_groups:
+        return name
+    if not charge_groups:
+        raise _sentence(
+            f"you have no group to charge, so you can't choose {_show(name)}; "
+            "leave the charge group out"
+        )
+    choose = f"choose {_either(charge_groups)}"
+    if name not in bounds.groups:
+        raise _sentence(f"you are not a member of group {_show(name)}; {choose}")
+    raise _sentence(
+        f"servers can't be charged to group {_show(name)} (the site sets no GPU policy for "
+        f"it); {choose}"
+    )
+
+
 # ---------------------------------------------------------------- entry points
 
 
@@ -345,12 +396,15 @@ def validate_options(
     catalog: Catalog,
     bounds: UserBounds,
     models: Sequence[ModelAvailability],
+    charge_groups: Sequence[str] = (),
 ) -> SpawnOptions:
     """Validate raw spawn options (form or API) for one user; raise ``InvalidRequest``.
 
     ``bounds`` comes from :func:`~jupyterhub_gpu.form.resources.resolve_bounds` (it
     carries the user's groups); ``models`` are the GPU models in the cluster (from
-    :func:`~jupyterhub_gpu.form.availability.gpu_model_availability`). Missing options
+    :func:`~jupyterhub_gpu.form.availability.gpu_model_availability`);
+    ``charge_groups`` the groups the user may charge, the default first
+    (:func:`~jupyterhub_gpu.accounting.records.chargeable_groups`). Missing options
     take the user's defaults; ``{}`` (an API spawn without options) is valid.
     """
     if raw is None:
@@ -373,6 +427,7 @@ def validate_options(
         "memory in GiB",
         "GiB of memory",
     )
+    charged = _check_charge_group(_single(raw, "charge_group"), bounds, charge_groups)
     return SpawnOptions(
         image=entry.image if entry.custom else entry.slug,
         gpu_count=count,
@@ -381,6 +436,7 @@ def validate_options(
         cpu=cpu,
         mem_gib=mem,
         custom_image=entry.custom,
+        charge_group=charged,
     )
 
 

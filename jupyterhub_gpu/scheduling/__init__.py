@@ -33,7 +33,7 @@ from .model import (
 )
 from .queue import Decision, PlaceFn, Position, Refused, Start, Waiting, positions, schedule
 from .quota import Allowed, Holdings, Refuse, Wait, check_quota, gpu_models, holdings_of, never_fits
-from .reservations import Conflict, assign, conflicts, fenced, validate
+from .reservations import Conflict, assign, conflicts, fenced, reserved_lines, validate
 from .settings import queue_settings
 
 __all__ = [
@@ -77,6 +77,7 @@ __all__ = [
     "positions",
     "prioritise",
     "queue_settings",
+    "reserved_lines",
     "schedule",
     "user_standings",
     "validate",

@@ -61,12 +61,16 @@ class GroupPolicy:
     ``priority`` (>= 0) is the admin priority, normalised by the highest of any group;
     ``shares`` (>= 0) its part of the cluster for fair share (default equal for all);
     ``quota`` caps the group's servers together, ``user_quota`` each of its users.
+    ``max_queue_wait_s`` is how long the hub lets the group's spawns wait in the queue (0:
+    never, refused at once; None: the hub's default, ``GPUDockerSpawner.max_queue_wait``);
+    :func:`~.queue.schedule` does not read it.
     """
 
     priority: float = 0.0
     shares: float = 1.0
     quota: Quota = Quota()
     user_quota: Quota = Quota()
+    max_queue_wait_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -161,6 +165,7 @@ class SchedulerSettings:
     backfill_claims: int = 0  # blocked requests (highest first) that claim a node
     claim_after_s: float = 4 * 3600.0  # a blocked request claims only once it waited this long
     reservation_lookahead_s: float = 3600.0  # avoid GPUs reserved this soon, if possible
+    reservation_notice_s: float = 86400.0  # tell users of reservations starting this soon
     timezone: tzinfo = UTC  # of the clock times in messages
 
     def __post_init__(self) -> None:

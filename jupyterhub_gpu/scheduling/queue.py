@@ -195,7 +195,7 @@ class _Pass:
             hit = tuple(u for u in placement.gpu_uuids if u in uuids)
             if hit and r.group != item.group:
                 conflict = Conflict(r, STARTED + item.id, hit, False)
-                return conflict.sentence(self.state.now, self.settings.timezone)
+                return conflict.notice(self.state.now, self.settings.timezone)
         return None
 
 

@@ -17,17 +17,19 @@ Rules:
   may be placed on its GPUs; to everyone else they look taken.
 - **Conflicts** (:func:`conflicts`): servers of other groups on GPUs of a reservation that
   starts within a horizon are warned; those on GPUs of an active one are to be stopped.
+- **Notice** (:func:`reserved_lines`): what the spawn form tells a user of the GPUs other
+  groups have reserved now or soon.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import tzinfo
 
 from ..inventory.model import GPU, ClusterSnapshot, NodeState
 from .model import Charge, Reservation
-from .words import UTC, clock, gpus, listing, moment, of_model
+from .words import UTC, clock, gpus, listing, moment, of_model, zone
 
 
 def explicit_gpus(reservation: Reservation, nodes: Sequence[NodeState]) -> tuple[str, ...]:
@@ -235,6 +237,31 @@ class Conflict:
             f"{clock(r.start, now, tz)}. Save your work before then."
         )
 
+    def notice(self, now: float, tz: tzinfo = UTC) -> str:
+        """For the spawn page of a server placed on GPUs reserved soon: "These GPUs are
+        reserved for group ml-lab from 14:00 to 18:00 UTC: your server will be stopped at
+        14:00. Save your work before then." """
+        r = self.reservation
+        these = "This GPU is" if len(self.gpu_uuids) == 1 else "These GPUs are"
+        start = clock(r.start, now, tz)
+        until = f"{clock(r.end, now, tz)} {zone(r.end, tz)}".strip()
+        return (
+            f"{these} reserved for group {r.group} from {start} to {until}: your server "
+            f"will be stopped at {start}. Save your work before then."
+        )
+
+    def stopped_note(self, server: str, at: float, tz: tzinfo = UTC) -> str:
+        """For the spawn form after the stop (as the culler's notes): "Your server 'big'
+        was stopped at 2026-11-24 14:00 UTC: its GPU is reserved for group ml-lab until
+        2026-11-24 18:00 UTC." """
+        which = f"Your server '{server}'" if server else "Your server"
+        what = "its GPU is" if len(self.gpu_uuids) == 1 else "its GPUs are"
+        r = self.reservation
+        return (
+            f"{which} was stopped at {moment(at, tz)}: {what} reserved for group {r.group} "
+            f"until {moment(r.end, tz)}."
+        )
+
 
 def _held_by_others(
     r: Reservation, uuids: Sequence[str], snapshot: ClusterSnapshot,
@@ -270,4 +297,51 @@ def conflicts(
         elif now < r.start <= now + horizon_s:
             later = assign(reservations, snapshot, charges, r.start)
             out += _held_by_others(r, later[r.id], snapshot, charges, False)
+    return out
+
+
+def _what(r: Reservation, snapshot: ClusterSnapshot, assigned: Sequence[str], active: bool) -> str:
+    """What ``r`` keeps, in words: its model and count (and where, as things stand) or
+    its nodes and GPUs."""
+    if not r.explicit:
+        taken = set(assigned)
+        on = sorted({n.name for n in snapshot.nodes for g in n.inventory.gpus if g.uuid in taken})
+        where = f" ({'on' if active else 'likely on'} {listing(on)})" if on else ""
+        return f"{of_model(r.count, r.model or 'GPU')}{where}"
+    parts = [f"all GPUs of {n}" for n in sorted(r.nodes)]
+    for n in snapshot.nodes:
+        if n.name in r.nodes:
+            continue
+        mine = sorted(g.index for g in n.inventory.gpus if g.uuid in r.gpu_uuids)
+        if mine:
+            noun = "GPU" if len(mine) == 1 else "GPUs"
+            parts.append(f"{noun} {listing([str(i) for i in mine])} of {n.name}")
+    return listing(parts) if parts else gpus(len(r.gpu_uuids))
+
+
+def reserved_lines(
+    reservations: Sequence[Reservation],
+    snapshot: ClusterSnapshot,
+    charges: Mapping[str, Charge],
+    groups: Collection[str],
+    now: float,
+    horizon_s: float,
+    tz: tzinfo = UTC,
+) -> list[str]:
+    """For a user who charges one of ``groups``: the reservations of other groups active
+    now or starting within ``horizon_s``, one line each in start order: "2 x NVIDIA
+    A100-SXM4-40GB (likely on gpu-c) for group course, 14:00 to 18:00 UTC", "all GPUs of
+    gpu-a for group ml-lab, now until 18:00 UTC". Where a model-and-count reservation
+    lands is :func:`assign`'s choice with today's allocations (it may move)."""
+    out = []
+    now_assigned = assign(reservations, snapshot, charges, now)
+    for r in sorted(reservations, key=lambda r: (r.start, r.id)):
+        if r.group in groups or not (r.active(now) or now < r.start <= now + horizon_s):
+            continue
+        active = r.active(now)
+        at_start = now_assigned if active else assign(reservations, snapshot, charges, r.start)
+        assigned = at_start[r.id]
+        end = f"{clock(r.end, now, tz)} {zone(r.end, tz)}".strip()
+        window = f"now until {end}" if active else f"{clock(r.start, now, tz)} to {end}"
+        out.append(f"{_what(r, snapshot, assigned, active)} for group {r.group}, {window}")
     return out

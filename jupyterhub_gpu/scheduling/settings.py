@@ -8,10 +8,12 @@
         "weights": {"fairshare": 1.0, "user_fairshare": 0.1, "admin": 1.0, "age": 1.0},
         "max_age_hours": 1,              # the age term saturates here (> 0; inf: never)
         "backfill": True,
+        "reservation_notice_hours": 24,  # users hear of reservations this soon (>= 0)
         "groups": {
             "ml-lab": {"priority": 10, "shares": 2, "max_gpus": 8,
                        "max_gpus_per_model": {"NVIDIA A100-SXM4-40GB": 2},
-                       "user_max_gpus": 4, "user_max_gpus_per_model": {}},
+                       "user_max_gpus": 4, "user_max_gpus_per_model": {},
+                       "max_queue_wait": 7200},  # s; 0: never wait (refused at once)
         },
         "default_group": {...},          # same keys as a group: groups not listed
         "users": {"alice": {"max_gpus": 2, "max_gpus_per_model": {}}},
@@ -43,6 +45,7 @@ TOP_KEYS = (
     "half_life_hours",
     "max_age_hours",
     "model_weights",
+    "reservation_notice_hours",
     "users",
     "weights",
 )
@@ -55,6 +58,7 @@ WEIGHT_KEYS = {
 GROUP_KEYS = (
     "max_gpus",
     "max_gpus_per_model",
+    "max_queue_wait",
     "priority",
     "shares",
     "user_max_gpus",
@@ -71,10 +75,12 @@ def queue_settings(
     Keys (all optional; see the module docstring and docs/scheduling.md, "Settings"):
     ``half_life_hours`` (> 0), ``model_weights`` ({model: weight >= 0}), ``weights``
     ({fairshare, user_fairshare, admin, age}: >= 0), ``max_age_hours`` (> 0, inf allowed),
-    ``backfill`` (bool), ``groups`` ({name: group}), ``default_group`` (group) and
-    ``users`` ({name: {max_gpus, max_gpus_per_model}}). A group takes ``priority`` and
-    ``shares`` (numbers >= 0), ``max_gpus`` and ``user_max_gpus`` (int >= 0, or None: no
-    cap), ``max_gpus_per_model`` and ``user_max_gpus_per_model`` ({model: int >= 0}).
+    ``backfill`` (bool), ``reservation_notice_hours`` (>= 0), ``groups`` ({name:
+    group}), ``default_group`` (group) and ``users`` ({name: {max_gpus,
+    max_gpus_per_model}}). A group takes ``priority`` and ``shares`` (numbers >= 0),
+    ``max_gpus`` and ``user_max_gpus`` (int >= 0, or None: no cap),
+    ``max_gpus_per_model`` and ``user_max_gpus_per_model`` ({model: int >= 0}) and
+    ``max_queue_wait`` (seconds >= 0, 0: never wait; missing: the spawner's default).
     The other :class:`SchedulerSettings` fields keep their defaults. ``None`` or ``{}``
     gives ``(SchedulerSettings(), Policies())``. Raises :class:`ConfigError` naming the
     entry (``where.groups.ml-lab.shares: ...``) and what is expected.
@@ -93,6 +99,9 @@ def queue_settings(
         weights = _mapping(top["weights"], f"{where}.weights", tuple(sorted(WEIGHT_KEYS)))
         for key, value in weights.items():
             values[WEIGHT_KEYS[key]] = _number(value, f"{where}.weights.{key}")
+    if "reservation_notice_hours" in top:
+        hours = _number(top["reservation_notice_hours"], f"{where}.reservation_notice_hours")
+        values["reservation_notice_s"] = 3600.0 * hours
     if "backfill" in top:
         if not isinstance(top["backfill"], bool):
             raise ConfigError(f"{where}.backfill: expected true or false, got {top['backfill']!r}")
@@ -181,6 +190,9 @@ def _group(raw: Any, where: str) -> GroupPolicy:
             "user_max_gpus",
             "user_max_gpus_per_model",
         ),
+        max_queue_wait_s=_number(group["max_queue_wait"], f"{where}.max_queue_wait")
+        if "max_queue_wait" in group
+        else None,
     )
 
 

@@ -56,6 +56,11 @@ def clock(at: float, now: float, tz: tzinfo = UTC) -> str:
     return when.strftime("%a %d %b %H:%M")
 
 
+def zone(at: float, tz: tzinfo = UTC) -> str:
+    """``UTC``, ``CET``: the name of ``tz`` at ``at``, to follow a :func:`clock` time."""
+    return datetime.fromtimestamp(at, tz).strftime("%Z")
+
+
 def moment(at: float, tz: tzinfo = UTC) -> str:
     """``2026-11-24 14:00 UTC``: a full wall-clock time, for reservations."""
     return datetime.fromtimestamp(at, tz).strftime("%Y-%m-%d %H:%M %Z").strip()

@@ -180,8 +180,20 @@ c.Spawner.http_timeout = 120
 from jupyterhub_gpu.config import check_config  # noqa: E402
 from jupyterhub_gpu.dashboard.hub import configure as add_dashboard  # noqa: E402
 
+from jupyterhub_gpu.myimages import configure as add_my_images  # noqa: E402
 from jupyterhub_gpu.reservations import configure as add_reservations  # noqa: E402
 
 add_dashboard(c)
 add_reservations(c)  # admins reserve GPUs: jupyterhub-gpu reserve (docs/scheduling.md)
+add_my_images(c)  # "My images"; saving is on when the demo has a registry (below)
+if os.environ.get("JHGPU_DEMO_REGISTRY"):
+    c.SavedImages.registry = os.environ["JHGPU_DEMO_REGISTRY"]
+    c.SavedImages.registry_url = "http://" + os.environ["JHGPU_DEMO_REGISTRY"]
+    c.SavedImages.no_index = True  # containers and builds here have no route out
+    c.SavedImages.find_links = [str(DEMO / "wheels")]
+    # the same wheels, read-only in every server (users pip install --user from there)
+    (DEMO / "wheels").mkdir(exist_ok=True)
+    c.GPUDockerSpawner.group_mounts = {
+        "gpu-users": [{"source": str(DEMO / "wheels"), "target": "/srv/wheels"}]
+    }
 check_config(c)

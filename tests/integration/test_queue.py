@@ -2,7 +2,9 @@
 queues spawns instead of refusing them; the progress stream says where each stands;
 freed GPUs go to the first in line, those behind move up; a cancelled spawn leaves the
 queue at once and never gets a GPU; a request that can never fit is still refused at
-once; a wait that runs out ends with a message that says where it stood.
+once; a wait that runs out ends with a message that says where it stood; freed GPUs go
+by fair share (the group with less past use first), a group quota makes a spawn wait and
+one over the group's absolute maximum is refused with the number.
 """
 
 from __future__ import annotations
@@ -16,7 +18,11 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import select
 
+from jupyterhub_gpu.accounting.records import AllocationRecord, EndReason
+from jupyterhub_gpu.accounting.schema import AllocationRow
+from jupyterhub_gpu.accounting.store import AccountingStore
 from jupyterhub_gpu.culler.deadlines import save_deadlines
 from jupyterhub_gpu.culler.idleness import Deadline
 from tests.integration.test_multinode import (  # noqa: F401  (fixtures: agents, cluster)
@@ -26,6 +32,7 @@ from tests.integration.test_multinode import (  # noqa: F401  (fixtures: agents,
     create_users,
     servers,
     spawn_ready,
+    spawn_refused,
     start_hub,
     wait_all_ready,
     wait_until,
@@ -194,3 +201,89 @@ def test_a_hub_restart_ends_waiting_spawns_without_a_hang(hub: Hub) -> None:
     assert sorted(holders(hub)) == ["alice", "bob"]
     assert hub.spawn("carol", ON_A100).status_code == 202
     told(hub, "carol", "1st in line")
+
+
+def test_freed_gpus_go_by_fair_share_and_group_quotas_wait_or_refuse(
+    make_hub: Callable[..., Hub],
+    engines: list[Engine],
+    cluster: dict,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Five users of two groups. heavy (h1, h2, h3; at most 2 GPUs at once) used 10
+    GPU-hours yesterday, light (l1; l2, in both groups, charges light) nothing. With both
+    A100s held by heavy, h3 asks for one: it waits for its group's quota (h4 asking for 3,
+    more than heavy may ever hold, is refused at once with the number; l3 charging a group
+    she is not in, at once too). l1 and l2 come after h3 and still go first: each freed
+    A100 goes to light, h3 gets one only when nobody of a lighter group waits. l2's record
+    is charged to the group she chose."""
+    url = f"sqlite:///{tmp_path / 'accounting.sqlite'}"
+    store = AccountingStore(url)
+    store.upgrade()
+    yesterday = datetime.now(timezone.utc) - timedelta(hours=30)
+    store.open(
+        AllocationRecord("past-heavy", "h0", "", "heavy", "node-a", ("GPU-p0", "GPU-p1"),
+                         A100[0], "demo-cuda11", "11.8", started_at=yesterday)
+    )  # fmt: skip
+    assert store.close("past-heavy", yesterday + timedelta(hours=5), EndReason.STOPPED)
+    extra = QUEUE.format(wait=300) + (
+        f"c.GPUDockerSpawner.accounting_url = {url!r}\n"
+        'c.GPUDockerSpawner.queue_policy = {"groups": {"heavy": {"max_gpus": 2}, "light": {}}}\n'
+        "c.JupyterHub.load_roles = c.JupyterHub.load_roles + [\n"
+        '    {"name": "group-maker", "scopes": ["admin:groups"], "services": ["tester"]}]\n'
+    )
+    hub = start_hub(make_hub, engines, cluster, extra)
+    create_users(hub, ["h1", "h2", "h3", "h4", "l1", "l2", "l3"])
+    heavy, light = ["h1", "h2", "h3", "h4", "l2", "l3"], ["l1", "l2", "l3"]
+    for group, members in (("heavy", heavy), ("light", light)):
+        r = hub.api("POST", f"/groups/{group}", json={"users": members})
+        assert r.status_code == 201, r.text
+    for user in ("h1", "h2"):
+        spawn_ready(hub, user, ON_A100)
+
+    # (the refusals are other users': JupyterHub 6.1 does not stream the progress of a
+    # user's spawn that follows a refused one)
+    # over heavy's absolute maximum: refused at once, with the number
+    spawn_refused(
+        hub, "h4", {**ON_A100, "gpu_model": "any", "gpu_count": 3},
+        "Group heavy may hold at most 2 GPUs at once, and this server asks for 3",
+        "Ask for 2 or fewer",
+    )  # fmt: skip
+    # a charge group the user is not in: refused, naming the ones she may choose
+    spawn_refused(
+        hub, "l3", {**ON_A100, "charge_group": "ops"},
+        "You are not a member of group 'ops'; choose 'heavy' or 'light'",
+    )  # fmt: skip
+    # within the maximum but over the quota now: h3 waits, first in the queue
+    assert hub.spawn("h3", ON_A100).status_code == 202
+    quota_wait = "Group heavy holds 2 of 2 GPUs allowed at once, and this server asks for 1"
+    wait_until(
+        lambda: any(m.startswith(quota_wait) for m in progress(hub, "h3")), 30, "h3's quota wait"
+    )
+    for user, options in (("l1", ON_A100), ("l2", {**ON_A100, "charge_group": "light"})):
+        assert hub.spawn(user, options).status_code == 202
+        told(hub, user, "")
+    assert all(servers(hub)[u]["pending"] == "spawn" for u in ("h3", "l1", "l2"))
+    told(hub, "l1", "1st in line for an NVIDIA A100")
+    told(hub, "l2", "2nd in line for an NVIDIA A100-SXM4-80GB (group light)")
+    h3 = told(hub, "h3", "3rd in line for an NVIDIA A100-SXM4-80GB (group heavy)")
+    assert "your group's share: 0.50, its recent use: 1.00" in h3, h3
+
+    # h1 stops: heavy may start one again, yet the A100 goes to light's l1
+    (h1_gpu,) = holders(hub)["h1"]
+    assert hub.stop_server("h1").status_code in (202, 204)
+    assert wait_all_ready(hub, ["l1"])["l1"]["gpu_uuids"] == [h1_gpu]
+    told(hub, "l2", "1st in line")
+    told(hub, "h3", "2nd in line")
+    # h2 stops: l2 (charged to light) before h3
+    assert hub.stop_server("h2").status_code in (202, 204)
+    l2 = wait_all_ready(hub, ["l2"])["l2"]
+    assert l2["charge_group"] == "light" and servers(hub)["h3"]["pending"] == "spawn"
+    # l1 stops: nobody lighter waits, h3 gets its A100
+    assert hub.stop_server("l1").status_code in (202, 204)
+    assert wait_all_ready(hub, ["h3"])["h3"]["gpu_uuids"] == [h1_gpu]
+    assert sorted(holders(hub)) == ["h3", "l2"]
+    with store.session() as s:
+        charged = {row.user: row.group for row in s.scalars(select(AllocationRow))}
+    store.engine.dispose()
+    assert charged == {"h0": "heavy", "h1": "heavy", "h2": "heavy", "l1": "light",
+                       "l2": "light", "h3": "heavy"}  # fmt: skip

@@ -18,6 +18,7 @@ from jupyterhub_gpu.accounting.records import (
     EndReason,
     EventKind,
     charge_group,
+    chargeable_groups,
 )
 from jupyterhub_gpu.accounting.report import (
     Interval,
@@ -166,6 +167,23 @@ def test_bad_report_queries_say_what_to_change(query: ReportQuery, says: str) ->
 )
 def test_the_charge_group(groups: tuple, configured: tuple, expected: str) -> None:
     assert charge_group(groups, configured) == expected
+
+
+@pytest.mark.parametrize(
+    ("groups", "configured", "expected"),
+    [
+        (("zeta", "ml", "admins"), ("ml",), ("ml",)),  # only the configured ones
+        (("zeta", "ml", "cv"), ("cv", "ml", "other"), ("cv", "ml")),  # by name: cv first
+        (("zeta", "beta"), (), ("beta",)),  # none configured: the first group, alone
+        (("zeta", "beta"), ("other",), ("beta",)),
+        ((), ("ml",), ()),  # in no group: nothing to choose
+        (("ml", "ml"), ("ml",), ("ml",)),
+    ],
+)
+def test_the_groups_a_user_may_charge(groups: tuple, configured: tuple, expected: tuple) -> None:
+    """What the spawn form offers; the default (charge_group) is always the first."""
+    assert chargeable_groups(groups, configured) == expected
+    assert charge_group(groups, configured) == (expected[0] if expected else "")
 
 
 def test_why_a_stop_ends_an_allocation() -> None:

@@ -396,6 +396,12 @@ def test_named_servers_get_a_default_limit_and_an_explicit_one_is_kept(
         ({("JupyterHub", "concurrent_spawn_limit"): 20}, 0, 20),
         ({("JupyterHub", "concurrent_spawn_limit"): 0}, 0, None),  # no limit: none made
         ({("GPUDockerSpawner", "max_queue_wait"): 0}, None, None),  # no queue: untouched
+        ({("GPUDockerSpawner", "max_queue_wait"): 0,  # off, but on for one group
+          ("GPUDockerSpawner", "queue_policy"): {"groups": {"ml": {"max_queue_wait": 60}}}},
+         0, 100),
+        ({("GPUDockerSpawner", "max_queue_wait"): 0,  # off for every group too
+          ("GPUDockerSpawner", "queue_policy"): {"default_group": {"max_queue_wait": 0}}},
+         None, None),
         (
             {("JupyterHub", "concurrent_spawn_limit"): 20,
              ("GPUDockerSpawner", "concurrent_start_limit"): 5},

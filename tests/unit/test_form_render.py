@@ -314,3 +314,54 @@ def test_the_newest_note_is_shown_above_the_form(
         spawn_form_html(catalog, snapshot, bounds, notes=[]),
     ):
         assert "jhgpu-notice" not in plain and "alert-dismissible" not in plain
+
+
+@pytest.mark.parametrize(
+    ("groups", "previous", "shown", "chosen"),
+    [
+        ((), None, None, None),  # in no group: nothing to choose
+        (("ml-lab",), {"charge_group": "ml-lab"}, None, None),  # one: no select either
+        (("ml-lab", "vision"), None, ["ml-lab", "vision"], "ml-lab"),  # the default first
+        (("ml-lab", "vision"), {"charge_group": "vision"}, ["ml-lab", "vision"], "vision"),
+        (("ml-lab", "vision"), {"charge_group": "gone"}, ["ml-lab", "vision"], "ml-lab"),
+        (("a", "b", "c"), {"charge_group": 3}, ["a", "b", "c"], "a"),
+    ],
+)
+def test_the_charge_group_select_is_there_only_with_a_choice(
+    catalog: Catalog,
+    snapshot: ClusterSnapshot,
+    bounds: UserBounds,
+    groups: tuple[str, ...],
+    previous: dict[str, Any] | None,
+    shown: list[str] | None,
+    chosen: str | None,
+) -> None:
+    """A user with two or more chargeable groups picks one (the previous choice if still
+    allowed, else the default); with one or none there is no field (the default applies)."""
+    html = spawn_form_html(catalog, snapshot, bounds, previous, charge_groups=groups)
+    p = parse(html)
+    if shown is None:
+        assert "charge_group" not in p.selects and "jhgpu-charge-group" not in html
+        return
+    assert [o["value"] for o in p.selects["charge_group"]] == shown
+    assert selected(p, "charge_group") == chosen
+    assert [o["text"] for o in p.selects["charge_group"]] == shown
+
+
+def test_reserved_gpus_are_a_notice_before_the_form(
+    catalog: Catalog, snapshot: ClusterSnapshot, bounds: UserBounds
+) -> None:
+    """Reservations of other groups that affect the user: one escaped line each, in a
+    warning above the first field; nothing without any."""
+    lines = [
+        "2 x NVIDIA A100-SXM4-80GB (likely on gpu-c) for group course, 14:00 to 18:00 UTC",
+        f"all GPUs of gpu-a for group {HOSTILE}, now until 18:00 UTC",
+    ]
+    html = spawn_form_html(catalog, snapshot, bounds, reserved=lines)
+    box = re.search(r'<div id="jhgpu-reserved"[^>]*>(.*?)</div>', html, re.S)
+    assert box is not None
+    items = [html_unescape(i.strip()) for i in re.findall(r"<li>(.*?)</li>", box[1], re.S)]
+    assert items == lines
+    assert "<script>alert" not in html
+    assert html.index('id="jhgpu-reserved"') < html.index('id="jhgpu-image"')
+    assert "jhgpu-reserved" not in spawn_form_html(catalog, snapshot, bounds)

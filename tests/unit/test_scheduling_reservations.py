@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+from zoneinfo import ZoneInfo
+
 import pytest
 
-from jupyterhub_gpu.scheduling import Charge, Reservation, assign, conflicts, fenced, validate
+from jupyterhub_gpu.scheduling import (
+    Charge,
+    Conflict,
+    Reservation,
+    assign,
+    conflicts,
+    fenced,
+    reserved_lines,
+    validate,
+)
 from tests.unit.test_scheduling import HOUR, NOW, RTX3090, TITANX, lab, node, snap
 
 pytestmark = pytest.mark.unit
@@ -147,3 +159,70 @@ def test_conflicts_warn_before_and_stop_at_the_start() -> None:
         "Its GPU is reserved for group g2 from 13:00 to 15:00: this server will be stopped "
         "at 13:00. Save your work before then."
     )
+
+
+def test_the_spawn_page_notice_and_the_note_after_the_stop() -> None:
+    """What a server placed on soon-reserved GPUs is told, and why it ended (the form)."""
+    one = Conflict(gpu_res("soon", [A[0]], NOW + HOUR, group="g2"), "ann/", (A[0],), False)
+    assert one.notice(NOW) == (
+        "This GPU is reserved for group g2 from 13:00 to 15:00 UTC: your server will be "
+        "stopped at 13:00. Save your work before then."
+    )
+    paris = ZoneInfo("Europe/Paris")
+    assert "from 14:00 to 16:00 CET: your server will be stopped at 14:00." in one.notice(
+        NOW, paris
+    )
+    tomorrow = gpu_res("t", A[:2], NOW + 20 * HOUR, group="g2")
+    two = Conflict(tomorrow, "ann/", (A[0], A[1]), False)
+    assert two.notice(NOW) == (
+        "These GPUs are reserved for group g2 from Wed 25 Nov 08:00 to Wed 25 Nov 10:00 UTC: "
+        "your server will be stopped at Wed 25 Nov 08:00. Save your work before then."
+    )
+    at = datetime(2026, 11, 24, 13, 0, 30, tzinfo=timezone.utc).timestamp()
+    assert one.stopped_note("big", at) == (
+        "Your server 'big' was stopped at 2026-11-24 13:00 UTC: its GPU is reserved for "
+        "group g2 until 2026-11-24 15:00 UTC."
+    )
+    assert two.stopped_note("", at).startswith("Your server was stopped at 2026-11-24 13:00")
+    assert "its GPUs are reserved for group g2 until 2026-11-25 10:00 UTC." in two.stopped_note(
+        "", at
+    )
+
+
+@pytest.mark.parametrize(
+    "case, reservation, horizon_h, line",
+    [
+        ("a model and count, soon", model_res("m", 2, NOW + HOUR, group="g2"), 24,
+         f"2 x {RTX3090} (likely on a) for group g2, 13:00 to 15:00 UTC"),
+        ("a model and count, now", model_res("m", 1, NOW - HOUR, group="g2"), 24,
+         f"1 x {RTX3090} (on a) for group g2, now until 13:00 UTC"),
+        ("a whole node, now", gpu_res("n", [], NOW - HOUR, group="g3", nodes=frozenset({"b"})),
+         24, "all GPUs of b for group g3, now until 13:00 UTC"),
+        ("one GPU", gpu_res("g", [A[3]], NOW + 2 * HOUR, group="g2"), 24,
+         "GPU 3 of a for group g2, 14:00 to 16:00 UTC"),
+        ("GPUs and a node", gpu_res("x", A[:2], NOW + HOUR, group="g2", nodes=frozenset({"b"})),
+         24, "all GPUs of b and GPUs 0 and 1 of a for group g2, 13:00 to 15:00 UTC"),
+        ("tomorrow, within the horizon", gpu_res("t", [A[0]], NOW + 20 * HOUR, group="g2"), 24,
+         "GPU 0 of a for group g2, Wed 25 Nov 08:00 to Wed 25 Nov 10:00 UTC"),
+        ("past the horizon", gpu_res("far", [A[0]], NOW + 30 * HOUR, group="g2"), 24, None),
+        ("the horizon is a setting", gpu_res("far", [A[0]], NOW + 30 * HOUR, group="g2"), 48,
+         "GPU 0 of a for group g2, Wed 25 Nov 18:00 to Wed 25 Nov 20:00 UTC"),
+        ("over already", gpu_res("old", [A[0]], NOW - 3 * HOUR, group="g2"), 24, None),
+        ("the user's own group", gpu_res("own", [A[0]], NOW + HOUR, group="g1"), 24, None),
+        ("another group the user may charge", gpu_res("o", [A[0]], NOW, group="g4"), 24, None),
+    ],
+)  # fmt: skip
+def test_the_form_lists_other_groups_reservations_now_and_soon(
+    case: str, reservation: Reservation, horizon_h: float, line: str | None
+) -> None:
+    """For a user who may charge g1 or g4: the reservations that keep GPUs from them."""
+    held = {A[0]: "ann/", A[1]: "ann/"}  # a model-and-count one prefers the free A[2], A[3]
+    got = reserved_lines([reservation], snap(lab(), held), {}, {"g1", "g4"}, NOW, horizon_h * HOUR)
+    assert got == ([line] if line else []), case
+
+
+def test_the_form_lists_reservations_in_start_order() -> None:
+    later = gpu_res("later", [A[1]], NOW + 3 * HOUR, group="g2")
+    now = gpu_res("now", [B[0]], NOW - HOUR, group="g3")
+    got = reserved_lines([later, now], snap(lab()), {}, {"g1"}, NOW, 24 * HOUR)
+    assert [line.split(" for group ")[1][:2] for line in got] == ["g3", "g2"]

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.unit
 WHERE = "GPUDockerSpawner.queue_policy"
 A100 = "NVIDIA A100-SXM4-40GB"
 TITAN = "NVIDIA GeForce GTX TITAN X"
+QW = f"{WHERE}.groups.ml-lab.max_queue_wait"
 
 FULL: dict[str, Any] = {
     "half_life_hours": 168,
@@ -28,6 +29,7 @@ FULL: dict[str, Any] = {
     "weights": {"fairshare": 2.0, "user_fairshare": 0.2, "admin": 0.5, "age": 0},
     "max_age_hours": 2,
     "backfill": False,
+    "reservation_notice_hours": 12,
     "groups": {
         "ml-lab": {
             "priority": 10,
@@ -36,6 +38,7 @@ FULL: dict[str, Any] = {
             "max_gpus_per_model": {A100: 2},
             "user_max_gpus": 4,
             "user_max_gpus_per_model": {A100: 1, TITAN: 0},
+            "max_queue_wait": 600,
         },
         "vision": {"shares": 0.5},
     },
@@ -55,6 +58,7 @@ def test_full_example_maps_to_the_dataclasses() -> None:
         weight_age=0.0,
         max_age_s=7200.0,
         backfill=False,
+        reservation_notice_s=12 * 3600.0,
     )
     assert policies == Policies(
         groups={
@@ -63,6 +67,7 @@ def test_full_example_maps_to_the_dataclasses() -> None:
                 shares=2.0,
                 quota=Quota(8, {A100: 2}),
                 user_quota=Quota(4, {A100: 1, TITAN: 0}),
+                max_queue_wait_s=600.0,
             ),
             "vision": GroupPolicy(shares=0.5),
         },
@@ -84,6 +89,8 @@ def test_nothing_gives_the_defaults(raw: dict[str, Any] | None) -> None:
         ({"max_age_hours": math.inf}, SchedulerSettings(max_age_s=math.inf)),
         ({"half_life_hours": 0.5}, SchedulerSettings(half_life_s=1800.0)),
         ({"backfill": True}, SchedulerSettings()),
+        ({"reservation_notice_hours": 2}, SchedulerSettings(reservation_notice_s=7200.0)),
+        ({"reservation_notice_hours": 0}, SchedulerSettings(reservation_notice_s=0.0)),
     ],
 )
 def test_partial_settings_keep_the_other_defaults(
@@ -158,7 +165,48 @@ BAD: list[tuple[Any, str, str]] = [
         f"{WHERE}.users.alice.max_gpus_per_model.{A100}",
         "whole number of GPUs",
     ),
+    ({"groups": {"ml-lab": {"max_queue_wait": -1}}}, QW, ">= 0"),
+    ({"groups": {"ml-lab": {"max_queue_wait": "1h"}}}, QW, ">= 0"),
+    ({"groups": {"ml-lab": {"max_queue_wait": True}}}, QW, ">= 0"),
+    ({"groups": {"ml-lab": {"max_queue_wait": math.inf}}}, QW, "finite number >= 0"),
+    ({"groups": {"ml-lab": {"max_queue_wait": None}}}, QW, ">= 0"),
+    (
+        {"default_group": {"max_wait": 60}},
+        f"{WHERE}.default_group.max_wait",
+        "unknown key; known: max_gpus, max_gpus_per_model, max_queue_wait",
+    ),
+    ({"users": {"bob": {"max_queue_wait": 60}}}, f"{WHERE}.users.bob.max_queue_wait", "unknown"),
+    ({"max_queue_wait": 60}, f"{WHERE}.max_queue_wait", "unknown key"),  # per group only
+    ({"reservation_notice_hours": -1}, f"{WHERE}.reservation_notice_hours", "finite number >= 0"),
+    ({"reservation_notice_hours": "24"}, f"{WHERE}.reservation_notice_hours", ">= 0"),
 ]
+
+
+@pytest.mark.parametrize(
+    ("groups", "default_group", "waits"),
+    [
+        ({}, {}, {"ml-lab": None, "other": None}),  # the spawner's max_queue_wait for all
+        ({"ml-lab": {"max_queue_wait": 7200}}, {}, {"ml-lab": 7200.0, "other": None}),
+        ({"ml-lab": {"max_queue_wait": 0}}, {}, {"ml-lab": 0.0, "other": None}),  # never wait
+        ({"ml-lab": {}}, {"max_queue_wait": 60}, {"ml-lab": None, "other": 60.0}),
+        (
+            {"ml-lab": {"max_queue_wait": 0.5}},
+            {"max_queue_wait": 0},
+            {"ml-lab": 0.5, "other": 0.0},
+        ),
+    ],
+)
+def test_a_group_may_have_its_own_queue_wait(
+    groups: dict[str, Any], default_group: dict[str, Any], waits: dict[str, float | None]
+) -> None:
+    """``max_queue_wait`` per group (seconds; 0: refused at once), ``default_group``'s for
+    the groups not listed; missing: None, the spawner's trait applies."""
+    raw: dict[str, Any] = {"groups": groups}
+    if default_group:
+        raw["default_group"] = default_group
+    settings, policies = queue_settings(raw)
+    assert settings == SchedulerSettings()
+    assert {g: policies.group(g).max_queue_wait_s for g in waits} == waits
 
 
 @pytest.mark.parametrize(("raw", "path", "expected"), BAD)

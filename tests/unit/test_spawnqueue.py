@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from jupyterhub_gpu.accounting.records import EndReason
+from jupyterhub_gpu.accounting.records import AllocationRecord, EndReason
 from jupyterhub_gpu.accounting.report import Interval
 from jupyterhub_gpu.culler.deadlines import save_deadlines
 from jupyterhub_gpu.culler.idleness import Deadline
@@ -377,3 +377,70 @@ def test_callers_during_a_store_read_wait_for_it() -> None:
 )
 def test_span(seconds: float, words: str) -> None:
     assert span(seconds) == words
+
+
+def _open(cluster: FakeCluster, holder: str, group: str, gpus: list[str]) -> None:
+    """A server of ``holder`` charged to ``group`` on ``gpus``, as the spawner opens it."""
+    user, server = holder.split("/", 1)
+    allocation = f"alloc-{user}-{server}"
+    cluster.ledger.reserve(holder, "n1", gpus, allocation)
+    cluster.ledger.open_allocation(
+        AllocationRecord(allocation, user, server, group, "n1", tuple(gpus), RTX, "img", "")
+    )
+
+
+@pytest.mark.parametrize(
+    "case, reservation, warned",
+    [
+        ("another group's, in 2 h, on its GPU", ("course", 2, ["GPU-0"]), True),
+        ("its own group's", ("lab", 2, ["GPU-0"]), False),
+        ("on another GPU", ("course", 2, ["GPU-1"]), False),
+        ("past the 24 h notice", ("course", 30, ["GPU-0"]), False),
+        ("active already (a stop, not a warning)", ("course", -1, ["GPU-0"]), False),
+    ],
+)
+def test_a_new_server_hears_of_a_reservation_that_will_take_its_gpus(
+    case: str, reservation: tuple[str, float, list[str]], warned: bool
+) -> None:
+    cluster, queue = setup(gpus=2)
+    cluster.ledger.release("owner/")
+    group, in_hours, gpus = reservation
+    now = time.time()
+    start = now + in_hours * 3600
+    queue.reservations = (Reservation("r", group, start, start + 7200, gpu_uuids=frozenset(gpus)),)
+    _open(cluster, "alice/", "lab", ["GPU-0"])
+    found = queue.upcoming("alice/", ["GPU-0"], cluster.nodes, now)
+    assert [(c.reservation.id, c.gpu_uuids) for c in found] == (
+        [("r", ("GPU-0",))] if warned else []
+    ), case
+    if warned:
+        assert "your server will be stopped at" in found[0].notice(now)
+
+
+def test_a_model_reservation_warns_only_when_it_would_take_the_server_s_gpu() -> None:
+    """A reservation of 1 x RTX 3090 prefers a free GPU: while one is free, alice's server
+    is not warned; once both are held, it would take one (the first by index)."""
+    cluster, queue = setup(gpus=2)
+    cluster.ledger.release("owner/")
+    now = time.time()
+    queue.reservations = (Reservation("m", "course", now + 3600, now + 7200, model=RTX, count=1),)
+    _open(cluster, "alice/", "lab", ["GPU-0"])
+    assert queue.upcoming("alice/", ["GPU-0"], cluster.nodes, now) == []
+    _open(cluster, "bob/", "lab", ["GPU-1"])
+    assert [c.holder for c in queue.upcoming("alice/", ["GPU-0"], cluster.nodes, now)] == ["alice/"]
+    assert queue.upcoming("bob/", ["GPU-1"], cluster.nodes, now) == []
+
+
+def test_the_form_lists_reservations_of_groups_the_user_may_not_charge() -> None:
+    cluster, queue = setup(gpus=2)
+    now = datetime(2026, 11, 24, 12, tzinfo=timezone.utc).timestamp()
+    queue.reservations = (
+        Reservation("a", "course", now + 3600, now + 7200, gpu_uuids=frozenset({"GPU-1"})),
+        Reservation("b", "lab", now + 3600, now + 7200, gpu_uuids=frozenset({"GPU-0"})),
+    )
+    assert queue.reserved_for_others(["lab"], cluster.nodes, now) == [
+        "GPU 1 of n1 for group course, 13:00 to 14:00 UTC"
+    ]
+    assert len(queue.reserved_for_others([], cluster.nodes, now)) == 2
+    queue.reservations = ()
+    assert queue.reserved_for_others(["lab"], cluster.nodes, now) == []

@@ -216,7 +216,12 @@ TAMPERED: list[tuple[str, Any, str]] = [
     ("api", {"cpu": "1e309"}, "The CPU count must be a number from 0.5 to 4"),
     ("api", {"cpu": 64}, "You may use at most 4 CPUs per server; you asked for 64"),
     ("api", {"cpu": 0}, "CPU count must be a number from 0.5 to 4; got 0"),
-    ("api", {"foo": 1}, "Unknown option 'foo'; the allowed options are image, gpu_count, gpu_model, min_gpu_memory_gib, cpu and mem_gib"),
+    ("api", {"foo": 1}, "Unknown option 'foo'; the allowed options are image, gpu_count, gpu_model, min_gpu_memory_gib, cpu, mem_gib and charge_group"),
+    ("api", {"group": "ml-lab"}, "Unknown option 'group'; use 'charge_group' instead"),
+    ("form", {"account": ["ml-lab"]}, "Unknown option 'account'; use 'charge_group' instead"),
+    ("api", {"groups": ["wheel"]}, "Choosing the user or privileges ('groups') is not allowed"),
+    ("api", {"group_id": 0}, "Choosing the user or privileges ('group_id') is not allowed"),
+    ("api", {"charge_group": "ml-lab"}, "You have no group to charge, so you can't choose 'ml-lab'"),
     ("form", {"image_file": [b"x"]}, "Image references ('image_file') are not accepted"),
     ("api", {"environment": {"LD_PRELOAD": "/tmp/x.so"}}, "Setting environment variables ('environment') is not allowed"),
     ("api", {"env": {"NVIDIA_VISIBLE_DEVICES": "all"}}, "Setting environment variables ('env') is not allowed"),
@@ -256,6 +261,68 @@ def test_tampered_options_are_refused_with_one_sentence(
 
 def test_the_table_is_big_enough() -> None:
     assert len(TAMPERED) >= 20
+
+
+# ---------------------------------------------------------------- the charge group
+
+LAB = ("ml-lab", "vision")  # the groups the user may charge, the default first
+CHARGE: list[tuple[str, Any, str | None, str]] = [
+    # (how it arrives, the charge_group value (None: left out), the group charged, or
+    # the sentence that refuses it)
+    ("api", None, "ml-lab", ""),  # previous user_options without the key: the default
+    ("api", "vision", "vision", ""),
+    ("api", " vision ", "vision", ""),
+    ("api", "", "ml-lab", ""),
+    ("form", ["vision"], "vision", ""),
+    ("form", [""], "ml-lab", ""),  # an empty field: the default
+    ("api", "ops", None, "You are not a member of group 'ops'; choose 'ml-lab' or 'vision'."),
+    ("api", "users", None, "Servers can't be charged to group 'users' (the site sets no GPU policy for it); choose 'ml-lab' or 'vision'."),
+    ("api", "ML-LAB", None, "You are not a member of group 'ML-LAB'; choose 'ml-lab' or 'vision'."),
+    ("api", 42, None, "The charge group must be a group name such as 'ml-lab', got 42."),
+    ("api", ["ml-lab"], None, "The option 'charge_group' must be a single value, got ['ml-lab']."),
+    ("form", ["ml-lab", "vision"], None, "The option 'charge_group' must be a single value"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("via", "value", "charged", "refused"), CHARGE)
+def test_the_charge_group_is_one_the_user_may_charge(
+    via: str,
+    value: Any,
+    charged: str | None,
+    refused: str,
+    catalog: Catalog,
+    policy: ResourcePolicy,
+    models: Any,
+) -> None:
+    """A user in ml-lab, vision and users (not configured) may charge ml-lab or vision;
+    a group they are not in, or one the site does not configure, is refused naming both."""
+    bounds = resolve_bounds(policy, ["ml-lab", "vision", "users"])
+    raw: dict[str, Any] = {"gpu_count": 1} if value is None else {"charge_group": value}
+    if via == "form":
+        raw = options_from_form(raw)
+    if refused:
+        with pytest.raises(InvalidRequest) as info:
+            validate_options(raw, catalog=catalog, bounds=bounds, models=models, charge_groups=LAB)
+        assert refused in str(info.value) and info.value.status_code == 400
+        return
+    opts = validate_options(raw, catalog=catalog, bounds=bounds, models=models, charge_groups=LAB)
+    assert opts.charge_group == charged
+    assert opts.as_user_options()["charge_group"] == charged
+    again = validate_options(
+        opts.as_user_options(), catalog=catalog, bounds=bounds, models=models, charge_groups=LAB
+    )
+    assert again == opts
+
+
+def test_a_user_with_nothing_to_choose_keeps_the_old_options(
+    catalog: Catalog, bounds: UserBounds, models: Any
+) -> None:
+    """No chargeable group (the default of validate_options): nothing is recorded, and
+    user_options stay what they were (no charge_group key)."""
+    opts = check({"gpu_count": 1}, catalog, bounds, models)
+    assert opts.charge_group is None and "charge_group" not in opts.as_user_options()
+    one = validate_options({}, catalog=catalog, bounds=bounds, models=models, charge_groups=["ml"])
+    assert one.charge_group == "ml"
 
 
 def test_smuggled_keys_win_over_valid_ones(

@@ -1,0 +1,300 @@
+"""The hub's side of saved images (an edge): saves running in the background with their
+progress, the records in the accounting database, sharing and deleting.
+
+One :class:`MyImages` per hub process (:func:`my_images`), on the spawner's
+:class:`~jupyterhub_gpu.cluster.Cluster`. A save runs the builder's blocking
+:func:`~jupyterhub_gpu.builder.save.save_environment` in a thread pool of its own
+(``SavedImages.concurrent_saves``), with a Docker client of its own for the node that
+runs the server (the base image is there). A user has at most one save running. Nothing
+is half-saved: the builder leaves nothing on a failure, and an image pushed but not
+recorded (the database refused it) is deleted from the registry again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..accounting.store import AccountingStore, AccountingUnavailable
+from ..builder.limits import check_new_save
+from ..builder.model import LimitReached, Progress, SavedImage, SaveError
+from ..builder.save import SaveRequest, save_environment
+from ..builder.validate import image_name
+from .registry import delete_image
+from .settings import SavedImages
+
+T = TypeVar("T")
+
+
+class SavingOff(SaveError):
+    status_code = 503
+    reason = "saving_off"
+
+
+class SaveBusy(SaveError):
+    status_code = 409
+    reason = "save_running"
+
+
+class NotYourGroup(SaveError):
+    status_code = 400
+    reason = "not_your_group"
+
+
+class NotFound(SaveError):
+    status_code = 404
+    reason = "not_found"
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    """What a save needs to know of the running server it saves (from its spawner)."""
+
+    owner: str
+    server: str
+    node: str
+    image: str  # the reference the server runs
+    base_slug: str  # the catalog entry it stands on
+    home: Path | None
+
+
+@dataclass
+class SaveJob:
+    """One save, as the user follows it (``GET .../images/save``)."""
+
+    id: str
+    owner: str
+    name: str
+    server: str
+    node: str
+    started: float
+    state: str = "running"  # "running", "saved", "failed"
+    message: str = ""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    image: SavedImage | None = None
+    finished: float | None = None
+
+    def add(self, progress: Progress) -> None:
+        event: dict[str, Any] = {"phase": progress.phase, "message": progress.message}
+        if progress.percent is not None:
+            event["percent"] = progress.percent
+        if self.events and self.events[-1] == event:
+            return  # the engine repeats itself (a push's layers each say "100%")
+        self.events.append(event)
+        del self.events[:-200]  # the newest 200 lines are what a user reads
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "server": self.server,
+            "node": self.node,
+            "state": self.state,
+            "message": self.message,
+            "events": list(self.events),
+            "elapsed_s": round((self.finished or time.time()) - self.started, 1),
+            "image": image_json(self.image) if self.image else None,
+        }
+
+
+def image_json(image: SavedImage) -> dict[str, Any]:
+    return {
+        "owner": image.owner,
+        "name": image.name,
+        "base": image.base_slug,
+        "base_image": image.base_image,
+        "reference": image.reference,
+        "digest": image.digest,
+        "packages": list(image.packages),
+        "size_bytes": image.size_bytes,
+        "created": image.created.isoformat(),
+        "shared_with": image.shared_with,
+    }
+
+
+class MyImages:
+    def __init__(self, cluster: Any, settings: SavedImages, log: logging.Logger) -> None:
+        self.cluster = cluster
+        self.settings = settings
+        self.log = log
+        self._pool = ThreadPoolExecutor(
+            max(1, settings.concurrent_saves), thread_name_prefix="jhgpu-save"
+        )
+        self._jobs: dict[str, SaveJob] = {}  # owner -> their latest save
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ records
+    async def _store(self, fn: Callable[[AccountingStore], T]) -> T:
+        recorder = self.cluster.recorder
+        if recorder is None:
+            raise SavingOff(
+                "Saved images need the accounting database (GPUDockerSpawner.accounting_url); "
+                "tell your admin."
+            )
+        try:
+            return await asyncio.wrap_future(recorder.call(fn))
+        except AccountingUnavailable as e:
+            self.log.warning("Saved images: %s", e)
+            raise SaveError(
+                "The hub's database for saved images does not answer; try again in a "
+                "minute, or tell your admin."
+            ) from None
+
+    async def images(self) -> list[SavedImage]:
+        """Every saved image of the hub."""
+        return await self._store(lambda store: store.saved_images())
+
+    def job(self, owner: str) -> SaveJob | None:
+        return self._jobs.get(owner)
+
+    # ------------------------------------------------------------------ save
+    async def start(self, server: ServerFacts, name: str) -> SaveJob:
+        """Check what can be checked at once (saving on, the name, no other save of this
+        user running, the limits) and start the save in the background."""
+        if not self.settings.enabled:
+            raise SavingOff(
+                "Saving environments is not set up on this hub (SavedImages.registry); "
+                "ask your admin."
+            )
+        name = image_name(name)
+        running = self._jobs.get(server.owner)
+        if running is not None and running.state == "running":
+            raise SaveBusy(
+                f"Your save of {running.name!r} is still running; wait until it ends, "
+                "then save again."
+            )
+        if server.home is None:
+            raise SaveError(
+                "This hub has no shared home folders (GPUDockerSpawner.home_template), so "
+                "it can't read what you installed; tell your admin."
+            )
+        existing = await self.images()
+        settings = self.settings.save_settings()
+        check_new_save(existing, server.owner, name, settings.limits)
+        job = SaveJob(
+            uuid.uuid4().hex[:16], server.owner, name, server.server, server.node, time.time()
+        )
+        job.add(Progress("start", f"Saving server {server.server or '(default)'} as {name!r}"))
+        self._jobs[server.owner] = job
+        task = asyncio.ensure_future(self._run(job, server, existing))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return job
+
+    async def _run(self, job: SaveJob, server: ServerFacts, existing: list[SavedImage]) -> None:
+        loop = asyncio.get_running_loop()
+        settings = self.settings.save_settings()
+        assert server.home is not None
+        request = SaveRequest(
+            owner=server.owner,
+            name=job.name,
+            base_slug=server.base_slug,
+            base_image=server.image,
+            home=server.home,
+        )
+
+        def report(progress: Progress) -> None:
+            loop.call_soon_threadsafe(job.add, progress)
+
+        def blocking() -> SavedImage:
+            client = self.cluster.new_client(server.node, settings.build.idle_timeout_s)
+            try:
+                return save_environment(client, request, settings, existing, report)
+            finally:
+                client.close()
+
+        try:
+            image = await loop.run_in_executor(self._pool, blocking)
+            await self._record(image)
+        except SaveError as e:
+            self._end(job, "failed", str(e))
+            self.log.info("Save %s of %s failed: %s", job.name, job.owner, e)
+            return
+        except Exception:
+            self.log.exception("Save %s of %s failed", job.name, job.owner)
+            self._end(
+                job,
+                "failed",
+                f"The save failed on node {server.node} for a reason the hub did not expect; "
+                "nothing was saved. Try again; if it fails again, tell your admin.",
+            )
+            return
+        job.image = image
+        self._end(job, "saved", f"Saved as {image.name!r}: start it under My images in the form.")
+        self.log.info("%s saved %s (%s, %d bytes)", job.owner, image.name, image.reference,
+                      image.size_bytes)  # fmt: skip
+
+    async def _record(self, image: SavedImage) -> None:
+        """Record a pushed image; if the database refuses, take it out of the registry."""
+        try:
+            added = await self._store(
+                lambda store: store.add_saved_image(image, uuid.uuid4().hex)
+            )
+        except SaveError:
+            await self._delete_pushed(image)
+            raise
+        if not added:
+            await self._delete_pushed(image)
+            raise LimitReached(
+                f"You already have a saved image named {image.name!r}; delete it first or "
+                "choose another name. Nothing was saved."
+            )
+
+    async def _delete_pushed(self, image: SavedImage) -> None:
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                None, delete_image, self.settings.registry_url, image
+            )
+        except SaveError as e:
+            self.log.warning("Pushed image %s not recorded and not deleted: %s",
+                             image.reference, e)  # fmt: skip
+
+    @staticmethod
+    def _end(job: SaveJob, state: str, message: str) -> None:
+        job.state, job.message, job.finished = state, message, time.time()
+        job.add(Progress("done" if state == "saved" else "failed", message))
+
+    # ------------------------------------------------------------------ share, delete
+    async def share(
+        self, owner: str, name: str, group: str | None, owner_groups: Collection[str]
+    ) -> SavedImage:
+        if group is not None and group not in owner_groups:
+            mine = ", ".join(sorted(owner_groups)) or "none"
+            raise NotYourGroup(
+                f"You can share an image only with one of your groups ({mine}), "
+                f"not {group!r}."
+            )
+        shared = await self._store(lambda store: store.share_saved_image(owner, name, group))
+        if shared is None:
+            raise NotFound(f"You have no saved image named {name!r}.")
+        return shared
+
+    async def delete(self, owner: str, name: str) -> None:
+        """Delete from the registry first, then the record (a registry that fails keeps
+        the record, so the user can try again)."""
+        found = [i for i in await self.images() if i.owner == owner and i.name == name]
+        if not found:
+            raise NotFound(f"You have no saved image named {name!r}.")
+        await asyncio.get_running_loop().run_in_executor(
+            None, delete_image, self.settings.registry_url, found[0]
+        )
+        await self._store(lambda store: store.delete_saved_image(owner, name))
+        self.log.info("%s deleted saved image %s (%s)", owner, name, found[0].reference)
+
+
+_SERVICE: MyImages | None = None
+
+
+def my_images(cluster: Any, config: Any, log: logging.Logger) -> MyImages:
+    """The hub's one :class:`MyImages`, made from ``config`` (``c.SavedImages.*``)."""
+    global _SERVICE
+    if _SERVICE is None or _SERVICE.cluster is not cluster:
+        _SERVICE = MyImages(cluster, SavedImages(config=config, log=log), log)
+    return _SERVICE

@@ -1,0 +1,241 @@
+"""Saving one's environment as an image, through a real hub (issue 14; docs/my-images.md).
+
+Real engines (node-a, node-b, one declared GPU each), a real registry (Debian's
+``docker-registry`` on the site address), a real hub with real single-user servers.
+alice ``pip install --user``s a package in her running server, saves it under a name
+through the hub API (as herself), removes the package from her home, and starts her saved
+image on the other node (the first still holds the only GPU of its node): the package
+imports from the image. Also: bob can't see or start her private image; a group share is
+visible to the group only; a save of a package the site's index lacks fails naming it;
+the per-user count limit refuses one more save with the numbers; a delete removes the
+image from the registry.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import gpu_inventory
+from tests.support.browser import chromium_page, hub_login, screenshot
+from tests.support.cluster import Engine
+from tests.support.distribution import Distribution
+from tests.support.hub import TOKEN_ROLE_CONFIG, Hub
+from tests.support.wheels import module_name, package_wheel
+
+pytestmark = [pytest.mark.integration, pytest.mark.browser]
+
+RTX = ("NVIDIA GeForce RTX 3090", 24576, "8.6")
+PACKAGE, MISSING = "jhgpu-saved-probe", "jhgpu-not-on-index"
+ON_GPU = {"image": "demo-cuda12", "gpu_count": 1, "cpu": 0.5, "mem_gib": 1}
+
+
+def extra_config(registry: Distribution, index: Path, max_images: int) -> str:
+    return f"""
+c.JupyterHub.allow_named_servers = True
+from jupyterhub_gpu.myimages import configure as add_my_images
+add_my_images(c)
+c.SavedImages.registry = {registry.address!r}
+c.SavedImages.registry_url = "http://" + {registry.address!r}
+c.SavedImages.namespace = "saved-test"
+c.SavedImages.no_index = True
+c.SavedImages.find_links = [{str(index)!r}]
+c.SavedImages.max_images = {max_images}
+c.JupyterHub.load_roles = c.JupyterHub.load_roles + [
+    {{"name": "group-maker", "scopes": ["admin:groups"], "services": ["tester"]}}
+]
+""" + TOKEN_ROLE_CONFIG
+
+
+class As:
+    """The hub's API with one user's own token (the scopes a user really has)."""
+
+    def __init__(self, hub: Hub, user: str) -> None:
+        self.hub, self.user = hub, user
+        self.token = hub.user_token(user)
+
+    def __call__(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        headers = {"Authorization": f"token {self.token}"}
+        return httpx.request(method, f"{self.hub.url}/hub/api{path}", headers=headers,
+                             timeout=60, **kw)  # fmt: skip
+
+    def images(self, of: str | None = None) -> dict[str, Any]:
+        r = self("GET", f"/gpu/users/{of or self.user}/images")
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+    def save(self, name: str, server: str = "", timeout: float = 240) -> dict[str, Any]:
+        """Start a save and follow it to its end (the page polls the same endpoint)."""
+        r = self("POST", f"/gpu/users/{self.user}/images", json={"server": server, "name": name})
+        assert r.status_code == 202, r.text
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            job = self("GET", f"/gpu/users/{self.user}/save").json()
+            if job["state"] != "running":
+                return dict(job)
+            time.sleep(0.5)
+        raise TimeoutError(f"save {name} still running after {timeout}s")
+
+
+def save_in_the_browser(hub: Hub, user: str, server: str, name: str) -> dict[str, Any]:
+    """What a person does: log in, follow "My images" in the navigation bar, choose the
+    server, type the name, press Save, watch the progress to its end. The save as the
+    API then reports it."""
+    with chromium_page(timeout_s=60) as page:
+        hub_login(page, hub.url, user, "any password")
+        page.goto(f"{hub.url}/hub/home")
+        page.click("#jhgpu-my-images-link")
+        page.wait_for_selector("#jhgpu-save-form:not(.d-none)")
+        page.select_option("#jhgpu-save-server", server)
+        page.fill("#jhgpu-save-name", name)
+        page.click("#jhgpu-save-button")
+        page.wait_for_selector("#jhgpu-save-status:not(.d-none)")
+        screenshot(page, "my-images-1-saving")
+        page.wait_for_function(
+            "() => !document.querySelector('#jhgpu-save-bar')"
+            ".classList.contains('progress-bar-animated')",
+            timeout=240_000,
+        )
+        message = page.inner_text("#jhgpu-save-message")
+        if message.startswith("Saved as"):
+            page.wait_for_selector(f"#jhgpu-images tr[data-image='saved:{user}/{name}']")
+        screenshot(page, "my-images-2-saved")
+    r = httpx.get(f"{hub.url}/hub/api/gpu/users/{user}/save",
+                  headers={"Authorization": f"token {hub.token}"}, timeout=30)  # fmt: skip
+    job = dict(r.json())
+    assert job["message"] == message, (job["message"], message)  # the page shows the result
+    return job
+
+
+def engine_of(engines: list[Engine], node: str) -> Engine:
+    return next(e for e in engines if e.name == node)
+
+
+def in_server(engines: list[Engine], state: dict[str, Any], *argv: str) -> tuple[int, str]:
+    """Run ``argv`` in a server's container as the container's user (the server's)."""
+    with engine_of(engines, state["node"]).client() as client:
+        result = client.containers.get(state["object_id"]).exec_run(list(argv))
+    return result.exit_code, result.output.decode(errors="replace")
+
+
+def test_save_my_environment_and_start_it_on_another_node(
+    make_hub: Callable[..., Hub], engines: list[Engine], real_registry: Distribution,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    node_a, node_b = engines[0], engines[1]
+    index = tmp_path / "site-index"  # the site's package mirror, as the hub sees it
+    index.mkdir()
+    package_wheel(index, PACKAGE, "1.2.0", 64 * 1024)
+    hub = make_hub(
+        [node_a, node_b],
+        [gpu_inventory(node_a.name, "a1a1a1a1", [RTX]),
+         gpu_inventory(node_b.name, "b2b2b2b2", [RTX])],
+        extra_config(real_registry, index, max_images=1),
+    )  # fmt: skip
+    for name in ("alice", "bob", "carol"):
+        assert hub.create_user(name).status_code == 201
+    alice, bob, carol = As(hub, "alice"), As(hub, "bob"), As(hub, "carol")
+    assert hub.api("POST", "/groups/lab", json={"users": ["alice", "bob"]}).status_code == 201
+
+    # alice's server "work", the only GPU of its node; she installs into her home
+    assert hub.spawn("alice", ON_GPU, server="work").status_code in (201, 202)
+    work = hub.wait_ready("alice", "work")["state"]
+    home = tmp_path / "homes" / "alice"
+    wheels = home / "wheels"
+    wheels.mkdir()
+    package_wheel(wheels, PACKAGE, "1.2.0", 64 * 1024)
+    package_wheel(wheels, MISSING, "0.1.0", 1024)
+    code, out = in_server(engines, work, "python", "-m", "pip", "install", "--user",
+                          "--no-index", "--find-links", "/home/alice/wheels", MISSING)  # fmt: skip
+    assert code == 0, out
+
+    # 1. a package the site's index lacks: the save fails and names it; nothing is kept
+    failed = alice.save("broken", "work")
+    assert failed["state"] == "failed", failed
+    assert f"{MISSING}==0.1.0" in failed["message"], failed["message"]
+    assert alice.images()["images"] == []
+    assert real_registry.tags("saved-test/u-alice/broken") == []
+
+    # 2. the package the index has: saved, pushed, recorded
+    # (pip in a venv won't uninstall from ~/.local: "outside environment"; remove by hand)
+    site = home / ".local" / "lib" / "python3.11" / "site-packages"
+    for path in site.glob(f"{module_name(MISSING)}*"):
+        shutil.rmtree(path)
+    code, out = in_server(engines, work, "python", "-m", "pip", "install", "--user",
+                          "--no-index", "--find-links", "/home/alice/wheels", PACKAGE)  # fmt: skip
+    assert code == 0, out
+    saved = save_in_the_browser(hub, "alice", "work", "env1")
+    assert saved["state"] == "saved", (saved["message"], saved["events"][-8:])
+    image = saved["image"]
+    assert image["packages"] == [f"pip:{PACKAGE}==1.2.0"], image
+    assert image["base"] == "demo-cuda12" and image["shared_with"] is None
+    repo = "saved-test/u-alice/env1"
+    assert real_registry.tags(repo) == [image["reference"].rsplit(":", 1)[1]]
+    percents = [e["percent"] for e in saved["events"] if "percent" in e]
+    assert percents, saved["events"]  # the build/push reported how far it was
+
+    # 3. the count limit: one more save is refused at once, with the numbers
+    r = alice("POST", "/gpu/users/alice/images", json={"server": "work", "name": "env2"})
+    assert r.status_code == 403, r.text
+    assert "You have 1 saved images, the most this hub allows is 1" in r.json()["message"]
+
+    # 4. the package leaves her home; "My image" starts on the other node and has it
+    shutil.rmtree(home / ".local")
+    code, _ = in_server(engines, work, "python", "-c", f"import {module_name(PACKAGE)}")
+    assert code != 0  # gone from the home: what follows comes from the image
+    other = node_b if work["node"] == node_a.name else node_a
+    with other.client() as client:
+        assert not client.images.list(name=f"{real_registry.address}/{repo}")
+    with httpx.Client(base_url=hub.url, timeout=60, follow_redirects=True) as browser:
+        login = browser.get("/hub/login")
+        xsrf = re.search(r'name="_xsrf" value="([^"]+)"', login.text)
+        assert xsrf, login.text
+        data = {"username": "alice", "password": "any", "_xsrf": xsrf[1]}
+        assert browser.post("/hub/login", data=data).status_code == 200
+        form = browser.get("/hub/spawn/alice/mine").text
+        page = browser.get("/hub/my-images").text
+    assert 'label="My images"' in form and 'value="saved:alice/env1"' in form, form[-3000:]
+    assert 'id="jhgpu-my-images"' in page and 'id="jhgpu-my-images-link"' in page
+    r = alice("POST", "/users/alice/servers/mine", json={**ON_GPU, "image": "saved:alice/env1"})
+    assert r.status_code in (201, 202), r.text
+    mine = hub.wait_ready("alice", "mine", timeout=180)["state"]
+    assert mine["node"] == other.name  # the first node's only GPU is held by "work"
+    probe = f"import {module_name(PACKAGE)} as m; print(m.__file__, m.VERSION)"
+    code, out = in_server(engines, mine, "python", "-c", probe)
+    assert code == 0, out
+    assert out.split()[0].startswith("/opt/venv/") and out.split()[1] == "1.2.0", out
+    code, out = in_server(engines, mine, "id", "-u")
+    assert out.strip() != "0"  # runs as alice, never root
+    code, out = in_server(engines, mine, "sh", "-c", "echo $NVIDIA_VISIBLE_DEVICES")
+    prefix = "a1a1a1a1" if other is node_a else "b2b2b2b2"
+    assert out.strip() == f"GPU-{prefix}0000-0000-4000-8000-000000000000", out
+
+    # 5. bob neither sees nor starts alice's private image
+    assert bob.images()["images"] == []
+    assert bob("GET", "/gpu/users/alice/images").status_code in (403, 404)
+    r = bob("POST", "/users/bob/server", json={**ON_GPU, "gpu_count": 0,
+                                               "image": "saved:alice/env1"})  # fmt: skip
+    assert r.status_code == 400 and "not in the image catalog" in r.json()["message"], r.text
+    assert bob("DELETE", "/gpu/users/alice/images/env1").status_code in (403, 404)
+
+    # 6. shared with lab: bob (lab) sees it, carol does not; not with a group not hers
+    r = alice("PATCH", "/gpu/users/alice/images/env1", json={"shared_with": "admins"})
+    assert r.status_code == 400 and "only with one of your groups (lab)" in r.json()["message"]
+    r = alice("PATCH", "/gpu/users/alice/images/env1", json={"shared_with": "lab"})
+    assert r.status_code == 200 and r.json()["shared_with"] == "lab", r.text
+    assert [i["image"] for i in bob.images()["images"]] == ["saved:alice/env1"]
+    assert carol.images()["images"] == []
+
+    # 7. deleted: gone from the registry and from everyone's list
+    hub.stop_server("alice", "mine")
+    hub.stop_server("alice", "work")
+    assert alice("DELETE", "/gpu/users/alice/images/env1").status_code == 204
+    assert real_registry.tags(repo) == []
+    assert alice.images()["images"] == [] and bob.images()["images"] == []

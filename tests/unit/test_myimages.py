@@ -1,0 +1,363 @@
+"""Saved images in the hub: the spawn-form entries (pure), their records in the store,
+the settings, and the save service's bookkeeping with the build replaced (the build
+itself meets real engines and a real registry in tests/integration/test_save_engine.py
+and tests/integration/test_my_images.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Future
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyterhub_gpu.accounting.store import AccountingStore
+from jupyterhub_gpu.builder.model import InvalidPackage, LimitReached, Progress, SavedImage
+from jupyterhub_gpu.catalog.loader import parse_catalog
+from jupyterhub_gpu.catalog.model import Catalog
+from jupyterhub_gpu.form import resolve_bounds
+from jupyterhub_gpu.form.render import spawn_form_html
+from jupyterhub_gpu.form.resources import policy_from_config
+from jupyterhub_gpu.form.validation import validate_options
+from jupyterhub_gpu.inventory.model import ClusterSnapshot
+from jupyterhub_gpu.myimages import entries, service
+from jupyterhub_gpu.myimages.service import MyImages, SaveBusy, SavingOff, ServerFacts
+from jupyterhub_gpu.myimages.settings import SavedImages
+
+pytestmark = pytest.mark.unit
+
+T0 = datetime(2026, 11, 24, 9, 30, tzinfo=timezone.utc)
+
+
+def _catalog() -> Catalog:
+    def image(slug: str, cuda: str | None, **extra: Any) -> dict[str, Any]:
+        return {"slug": slug, "display_name": slug.upper(), "framework": "pytorch",
+                "framework_version": "2.3.1", "cuda_version": cuda,
+                "image": f"jupyterhub-gpu/{slug}:1", **extra}  # fmt: skip
+
+    return parse_catalog(
+        {"images": [image("torch-cu121", "12.1", compute_capabilities={"min": "7.0"}),
+                    image("secret-cu124", "12.4", groups=["secret-lab"]),
+                    image("python-cpu", None)]},
+        "test.yaml",
+    )  # fmt: skip
+
+
+def _saved(owner: str, name: str, base: str = "torch-cu121", shared: str | None = None,
+           size: int = 3 * 2**20) -> SavedImage:  # fmt: skip
+    return SavedImage(
+        owner=owner, name=name, base_slug=base, base_image=f"jupyterhub-gpu/{base}:1",
+        reference=f"10.250.0.1:5000/jhgpu/u-{owner}/{name}:20261124-093000-ab",
+        packages=("pip:einops==0.8.0", "pip:six==1.17.0"), size_bytes=size, created=T0,
+        digest="sha256:" + "a" * 64, shared_with=shared,
+    )  # fmt: skip
+
+
+# ------------------------------------------------------------------ entries (pure)
+def test_a_saved_image_keeps_every_rule_of_its_base() -> None:
+    catalog = _catalog()
+    made, unlisted = entries.saved_entries(catalog, [_saved("alice", "env1")], "alice", ["lab"])
+    assert unlisted == ()
+    (entry,) = made
+    base = catalog.get("torch-cu121")
+    assert base is not None
+    assert entry.slug == "saved:alice/env1"
+    assert entry.image == "10.250.0.1:5000/jhgpu/u-alice/env1:20261124-093000-ab@sha256:" + "a" * 64
+    assert (entry.cuda_version, entry.min_driver, entry.min_compute_capability) == (
+        base.cuda_version, base.min_driver, base.min_compute_capability)  # fmt: skip
+    assert entry.groups == base.groups and entry.saved_from == "torch-cu121"
+    assert "einops" in entry.description and "3.0 MiB" in entry.description
+
+
+@pytest.mark.parametrize(
+    "user, groups, expected",
+    [
+        ("alice", [], ["saved:alice/env1", "saved:alice/private"]),  # the owner sees all hers
+        ("bob", ["lab"], ["saved:alice/env1"]),  # shared with lab: bob is in lab
+        ("bob", ["other"], []),  # not in lab: nothing
+        ("carol", [], []),
+    ],
+)
+def test_who_sees_which_saved_image(user: str, groups: list[str], expected: list[str]) -> None:
+    images = [_saved("alice", "env1", shared="lab"), _saved("alice", "private")]
+    made, _ = entries.saved_entries(_catalog(), images, user, groups)
+    assert [e.slug for e in made] == expected
+
+
+def test_an_image_whose_base_left_the_catalog_is_listed_with_the_reason() -> None:
+    made, unlisted = entries.saved_entries(
+        _catalog(), [_saved("alice", "old", base="tf-cu110")], "alice", []
+    )
+    assert made == ()
+    (u,) = unlisted
+    assert u.slug == "saved:alice/old"
+    assert "'tf-cu110' is no longer in the catalog" in u.reason and "delete" in u.reason
+
+
+def test_an_image_on_a_group_only_base_is_not_startable_by_others() -> None:
+    shared = _saved("alice", "s", base="secret-cu124", shared="lab")
+    made, unlisted = entries.saved_entries(_catalog(), [shared], "bob", ["lab"])
+    assert made == () and "not available to your groups" in unlisted[0].reason
+
+
+def test_validation_accepts_a_visible_saved_image_and_refuses_another_users() -> None:
+    catalog = _catalog()
+    policy = policy_from_config({"max_gpus": 2}, {})
+    images = [_saved("alice", "env1"), _saved("bob", "bobs")]
+    made, _ = entries.saved_entries(catalog, images, "alice", [])
+    mine = entries.with_saved(catalog, made)
+    bounds = resolve_bounds(policy, [])
+    options = validate_options(
+        {"image": "saved:alice/env1", "gpu_count": 0}, catalog=mine, bounds=bounds, models=()
+    )
+    assert options.image == "saved:alice/env1"
+    with pytest.raises(Exception, match="not in the image catalog"):
+        validate_options({"image": "saved:bob/bobs"}, catalog=mine, bounds=bounds, models=())
+
+
+def test_allowed_images_patterns_apply_to_a_saved_images_base() -> None:
+    catalog = _catalog()
+    made, _ = entries.saved_entries(catalog, [_saved("alice", "env1")], "alice", [])
+    policy = policy_from_config({"max_gpus": 2, "allowed_images": ["python-*"]}, {})
+    with pytest.raises(Exception, match="not available to your groups"):
+        validate_options(
+            {"image": "saved:alice/env1"},
+            catalog=entries.with_saved(catalog, made),
+            bounds=resolve_bounds(policy, []),
+            models=(),
+        )
+
+
+def test_the_form_lists_my_images_apart_with_unstartable_ones_disabled() -> None:
+    catalog = _catalog()
+    made, unlisted = entries.saved_entries(
+        catalog, [_saved("alice", "env1"), _saved("alice", "old", base="gone")], "alice", []
+    )
+    html = spawn_form_html(
+        entries.with_saved(catalog, made),
+        ClusterSnapshot(()),
+        resolve_bounds(policy_from_config({"max_gpus": 2}, {}), []),
+        unlisted=unlisted,
+    )
+    group = html[html.index('<optgroup label="My images"'):]
+    group = group[: group.index("</optgroup>")]
+    assert 'value="saved:alice/env1"' in group
+    assert 'value="saved:alice/old" disabled' in group and "no longer in the catalog" in group
+    assert 'value="torch-cu121"' not in group
+
+
+def test_base_of_a_saved_image_is_its_catalog_entry() -> None:
+    catalog = _catalog()
+    made, _ = entries.saved_entries(catalog, [_saved("alice", "env1")], "alice", [])
+    full = entries.with_saved(catalog, made)
+    base = entries.base_of(full, "saved:alice/env1")
+    assert base is not None and base.slug == "torch-cu121"
+    assert entries.base_of(full, "nope") is None
+
+
+# ------------------------------------------------------------------ store
+def test_saved_images_are_stored_shared_and_deleted(tmp_path: Path) -> None:
+    store = AccountingStore(f"sqlite:///{tmp_path / 'a.sqlite'}")
+    store.upgrade()
+    image = _saved("alice", "env1")
+    assert store.add_saved_image(image, "id1") is True
+    assert store.add_saved_image(_saved("alice", "env1", size=1), "id2") is False  # one name
+    assert store.saved_images() == [image]
+    shared = store.share_saved_image("alice", "env1", "lab")
+    assert shared is not None and shared.shared_with == "lab"
+    assert store.saved_images()[0].shared_with == "lab"
+    assert store.share_saved_image("alice", "nope", "lab") is None
+    assert store.delete_saved_image("bob", "env1") is None  # another owner's name
+    gone = store.delete_saved_image("alice", "env1")
+    assert gone is not None and gone.digest == image.digest
+    assert store.saved_images() == []
+
+
+# ------------------------------------------------------------------ settings
+def test_settings_turn_into_the_builders_data() -> None:
+    s = SavedImages(registry="10.250.0.1:5000/", max_images=0, max_image_gib=1.5,
+                    no_index=True, find_links=["/srv/wheels"])  # fmt: skip
+    assert s.registry == "10.250.0.1:5000" and s.registry_url == "https://10.250.0.1:5000"
+    built = s.save_settings()
+    assert built.limits.max_images is None and built.limits.max_image_bytes == int(1.5 * 2**30)
+    assert built.index.no_index and built.index.find_links == ("/srv/wheels",)
+    with pytest.raises(Exception, match="host\\[:port\\]"):
+        SavedImages(registry="http://x y")
+    assert not SavedImages().enabled
+
+
+# ------------------------------------------------------------------ the service
+class _Recorder:
+    def __init__(self, store: AccountingStore) -> None:
+        self.store = store
+
+    def call(self, fn: Any) -> Future[Any]:
+        f: Future[Any] = Future()
+        try:
+            f.set_result(fn(self.store))
+        except Exception as e:
+            f.set_exception(e)
+        return f
+
+
+class _Client:
+    closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _Cluster:
+    def __init__(self, store: AccountingStore) -> None:
+        self.recorder = _Recorder(store)
+        self.clients: list[_Client] = []
+
+    def new_client(self, node: str, timeout: float) -> _Client:
+        self.clients.append(_Client())
+        return self.clients[-1]
+
+
+FACTS = ServerFacts("alice", "", "node-a", "jupyterhub-gpu/torch-cu121:1", "torch-cu121",
+                    Path("/homes/alice"))  # fmt: skip
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> AccountingStore:
+    s = AccountingStore(f"sqlite:///{tmp_path / 'a.sqlite'}")
+    s.upgrade()
+    return s
+
+
+def _service(store: AccountingStore, **settings: Any) -> MyImages:
+    import logging
+
+    config = {"registry": "10.250.0.1:5000", "registry_url": "http://10.250.0.1:5000", **settings}
+    return MyImages(_Cluster(store), SavedImages(**config), logging.getLogger("test"))
+
+
+async def _finish(svc: MyImages) -> None:
+    while svc._tasks:
+        await asyncio.gather(*list(svc._tasks))
+
+
+async def test_a_save_reports_progress_and_is_recorded(
+    store: AccountingStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[Any] = []
+
+    def fake_save(client: Any, request: Any, settings: Any, existing: Any, report: Any) -> Any:
+        seen.append(request)
+        report(Progress("build", "Step 1/3", 40))
+        return _saved(request.owner, request.name)
+
+    monkeypatch.setattr(service, "save_environment", fake_save)
+    svc = _service(store)
+    job = await svc.start(FACTS, "env1")
+    assert job.state == "running"
+    await _finish(svc)
+    assert job.state == "saved", job.message
+    assert any(e.get("percent") == 40 for e in job.events)
+    assert seen[0].base_slug == "torch-cu121" and seen[0].home == Path("/homes/alice")
+    assert [i.name for i in store.saved_images()] == ["env1"]
+    assert all(c.closed for c in svc.cluster.clients)  # the node client is closed
+
+
+async def test_a_failed_save_says_why_and_records_nothing(
+    store: AccountingStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fake_save(*args: Any) -> Any:
+        raise InvalidPackage("Package 'nosuch==1.0' was not found as a wheel.")
+
+    monkeypatch.setattr(service, "save_environment", fake_save)
+    svc = _service(store)
+    job = await svc.start(FACTS, "env1")
+    await _finish(svc)
+    assert job.state == "failed" and "nosuch==1.0" in job.message
+    assert store.saved_images() == []
+
+
+async def test_an_unexpected_failure_is_told_without_its_details(
+    store: AccountingStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fake_save(*args: Any) -> Any:
+        raise RuntimeError("token=SECRET in a traceback")
+
+    monkeypatch.setattr(service, "save_environment", fake_save)
+    svc = _service(store)
+    job = await svc.start(FACTS, "env1")
+    await _finish(svc)
+    assert job.state == "failed" and "SECRET" not in job.message and "node-a" in job.message
+
+
+async def test_refusals_come_at_once_with_the_number(
+    store: AccountingStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def slow_save(client: Any, request: Any, *args: Any) -> Any:
+        asyncio.run_coroutine_threadsafe(release.wait(), loop).result(10)
+        return _saved(request.owner, request.name)
+
+    monkeypatch.setattr(service, "save_environment", slow_save)
+    store.add_saved_image(_saved("alice", "old"), "x")
+    svc = _service(store, max_images=2)
+    with pytest.raises(InvalidPackage, match="image name"):
+        await svc.start(FACTS, "Bad Name")
+    with pytest.raises(LimitReached, match="already have a saved image named 'old'"):
+        await svc.start(FACTS, "old")
+    await svc.start(FACTS, "env1")
+    with pytest.raises(SaveBusy, match="still running"):
+        await svc.start(FACTS, "env2")
+    release.set()
+    await _finish(svc)
+    most = "You have 2 saved images, the most this hub allows is 2"
+    with pytest.raises(LimitReached, match=most):
+        await svc.start(FACTS, "env3")
+    with pytest.raises(SavingOff, match="not set up"):
+        await _service(store, registry="").start(FACTS, "env4")
+
+
+async def test_a_pushed_image_the_database_refuses_is_deleted_again(
+    store: AccountingStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deleted: list[str] = []
+
+    def fake_save(client: Any, request: Any, *args: Any) -> Any:
+        store.add_saved_image(_saved("alice", request.name), "raced")  # another hub, meanwhile
+        return _saved(request.owner, request.name, size=7)
+
+    monkeypatch.setattr(service, "save_environment", fake_save)
+    monkeypatch.setattr(service, "delete_image", lambda url, image: deleted.append(image.reference))
+    svc = _service(store)
+    job = await svc.start(FACTS, "env1")
+    await _finish(svc)
+    assert job.state == "failed" and "already have a saved image" in job.message
+    assert len(deleted) == 1
+
+
+async def test_share_only_with_ones_own_groups_and_delete_registry_first(
+    store: AccountingStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.add_saved_image(_saved("alice", "env1"), "x")
+    svc = _service(store)
+    with pytest.raises(Exception, match="only with one of your groups \\(lab\\), not 'admins'"):
+        await svc.share("alice", "env1", "admins", ["lab"])
+    assert (await svc.share("alice", "env1", "lab", ["lab"])).shared_with == "lab"
+
+    def registry_down(url: str, image: Any) -> None:
+        from jupyterhub_gpu.myimages.registry import RegistryError
+
+        raise RegistryError("The registry did not answer; nothing was deleted.")
+
+    monkeypatch.setattr(service, "delete_image", registry_down)
+    with pytest.raises(Exception, match="nothing was deleted"):
+        await svc.delete("alice", "env1")
+    assert [i.name for i in store.saved_images()] == ["env1"]  # kept: try again
+    monkeypatch.setattr(service, "delete_image", lambda url, image: None)
+    with pytest.raises(Exception, match="no saved image named 'env1'"):
+        await svc.delete("bob", "env1")
+    await svc.delete("alice", "env1")
+    assert store.saved_images() == []
