@@ -7,7 +7,7 @@ version table of its own so it can live in JupyterHub's own database too.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -284,16 +284,20 @@ class AccountingStore:
         with self.session() as s:
             return [_saved_of(row) for row in s.scalars(q)]
 
-    def add_saved_image(self, image: SavedImage, image_id: str) -> bool:
-        """Record a saved image; False (nothing written) when its owner already has one
-        of that name. The hub runs one save per user at a time; the unique constraint
-        keeps two hubs on one database from both writing one."""
+    def add_saved_image(
+        self,
+        image: SavedImage,
+        image_id: str,
+        check: Callable[[list[SavedImage]], None] | None = None,
+    ) -> None:
+        """Record a saved image. ``check`` sees the owner's images as stored, in the
+        same transaction, and raises to refuse (a name taken, a limit reached: its
+        exception goes to the caller, nothing is written). The unique constraint on
+        (owner, name) is the last word between two hubs on one database."""
         with self.session() as s:
-            taken = select(SavedImageRow.id).where(
-                SavedImageRow.owner == image.owner, SavedImageRow.name == image.name
-            )
-            if s.execute(taken).first() is not None:
-                return False
+            mine = select(SavedImageRow).where(SavedImageRow.owner == image.owner)
+            if check is not None:
+                check([_saved_of(row) for row in s.scalars(mine)])
             s.add(
                 SavedImageRow(
                     id=image_id,
@@ -309,7 +313,6 @@ class AccountingStore:
                     shared_with=image.shared_with,
                 )
             )
-        return True
 
     def share_saved_image(self, owner: str, name: str, group: str | None) -> SavedImage | None:
         """Share ``owner``'s image ``name`` with ``group`` (``None``: make it private);

@@ -34,6 +34,7 @@ from traitlets.config import Config, LazyConfigValue
 
 from ..culler.deadlines import load_deadlines
 from ..inventory.model import ClusterSnapshot
+from ..myimages.entries import is_saved_slug
 from .inputs import BadInput, clean_note, known_node
 from .payload import ServerInfo, build_payload, queue_entries, reservation_entry
 
@@ -94,6 +95,9 @@ def server_info(user: str, name: str, spawner: Any, images: _Images) -> ServerIn
     # spawn's raw options may be anything, of any size)
     validated = bool(getattr(spawner, "node_name", "")) and isinstance(slug, str)
     slug = slug[:200] if validated and isinstance(slug, str) else ""
+    name_shown = images.name(spawner, slug)
+    if is_saved_slug(slug):  # its name and owner are the owner's (private unless shared)
+        slug, name_shown = "saved-image", "a saved image (My images)"
     orm = getattr(spawner, "orm_spawner", None)
     return ServerInfo(
         user=user,
@@ -101,7 +105,7 @@ def server_info(user: str, name: str, spawner: Any, images: _Images) -> ServerIn
         node=str(getattr(spawner, "node_name", "") or ""),
         gpu_uuids=tuple(str(u) for u in getattr(spawner, "gpu_uuids", ()) or ()),
         image=slug,
-        image_name=images.name(spawner, slug),
+        image_name=name_shown,
         started=_utc(getattr(orm, "started", None)),
         last_activity=_utc(getattr(orm, "last_activity", None)),
         ready=bool(spawner.ready),

@@ -56,6 +56,20 @@ class _Base(APIHandler):
             raise web.HTTPError(400, "Send a JSON object.")
         return body
 
+    async def _running_image(self, spawner: Any) -> str:
+        """The image the server's container was created from (the container says; the
+        spawner's ``image`` is only known in the hub that started it)."""
+        try:
+            info = await spawner.docker("inspect_container", spawner.object_id)
+        except Exception:
+            self.log.warning("Could not inspect %s's container for a save", spawner._log_name)
+            raise web.HTTPError(
+                503,
+                f"Node {spawner.node_name} did not answer about your server; try again in a "
+                "minute.",
+            ) from None
+        return str((info.get("Config") or {}).get("Image") or spawner.image)
+
     @staticmethod
     def _fail(e: UserFacingError) -> web.HTTPError:
         return web.HTTPError(e.status_code, str(e))
@@ -110,24 +124,27 @@ class ImagesAPIHandler(_Base):
                 "what you need, then save.",
             )
         try:
+            images = await service.images()
             catalog = with_saved(
-                running.catalog,
-                saved_entries(running.catalog, await service.images(), user.name, ident.groups)[0],
+                running.catalog, saved_entries(running.catalog, images, user.name, ident.groups)[0]
             )
-            base = base_of(catalog, str((running.user_options or {}).get("image", "")))
+            chosen = str((running.user_options or {}).get("image", ""))
+            base = base_of(catalog, chosen)
             if base is None:
                 raise web.HTTPError(
                     409,
                     "The image your server runs is no longer in the catalog, so it can't be "
                     "saved; start a server from the catalog.",
                 )
+            parent = next((i for i in images if f"saved:{i.owner}/{i.name}" == chosen), None)
             facts = ServerFacts(
                 owner=user.name,
                 server=server,
                 node=running.node_name,
-                image=str(running.image),
+                image=await self._running_image(running),
                 base_slug=base.slug,
                 home=running._home_path(ident),
+                parent_bytes=parent.size_bytes if parent else 0,
             )
             job = await service.start(facts, body.get("name"))  # type: ignore[arg-type]
         except UserFacingError as e:

@@ -18,13 +18,13 @@ import time
 import uuid
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ..accounting.store import AccountingStore, AccountingUnavailable
-from ..builder.limits import check_new_save
-from ..builder.model import LimitReached, Progress, SavedImage, SaveError
+from ..builder.limits import Limits, check_added_size, check_new_save
+from ..builder.model import Progress, SavedImage, SaveError
 from ..builder.save import SaveRequest, save_environment
 from ..builder.validate import image_name
 from .registry import delete_image
@@ -41,6 +41,11 @@ class SavingOff(SaveError):
 class SaveBusy(SaveError):
     status_code = 409
     reason = "save_running"
+
+
+class StoreDown(SaveError):
+    status_code = 503
+    reason = "database"
 
 
 class NotYourGroup(SaveError):
@@ -63,11 +68,12 @@ class ServerFacts:
     image: str  # the reference the server runs
     base_slug: str  # the catalog entry it stands on
     home: Path | None
+    parent_bytes: int = 0  # a saved image's own size, when the server runs one
 
 
 @dataclass
 class SaveJob:
-    """One save, as the user follows it (``GET .../images/save``)."""
+    """One save, as the user follows it (``GET /hub/api/gpu/users/{user}/save``)."""
 
     id: str
     owner: str
@@ -128,6 +134,7 @@ class MyImages:
             max(1, settings.concurrent_saves), thread_name_prefix="jhgpu-save"
         )
         self._jobs: dict[str, SaveJob] = {}  # owner -> their latest save
+        self._starting: set[str] = set()  # owners whose save is being checked
         self._tasks: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ records
@@ -142,7 +149,7 @@ class MyImages:
             return await asyncio.wrap_future(recorder.call(fn))
         except AccountingUnavailable as e:
             self.log.warning("Saved images: %s", e)
-            raise SaveError(
+            raise StoreDown(
                 "The hub's database for saved images does not answer; try again in a "
                 "minute, or tell your admin."
             ) from None
@@ -165,24 +172,32 @@ class MyImages:
             )
         name = image_name(name)
         running = self._jobs.get(server.owner)
-        if running is not None and running.state == "running":
+        if server.owner in self._starting or (running is not None and running.state == "running"):
+            what = f"of {running.name!r} " if running and running.state == "running" else ""
             raise SaveBusy(
-                f"Your save of {running.name!r} is still running; wait until it ends, "
-                "then save again."
+                f"Your save {what}is still running; wait until it ends, then save again."
             )
         if server.home is None:
             raise SaveError(
                 "This hub has no shared home folders (GPUDockerSpawner.home_template), so "
                 "it can't read what you installed; tell your admin."
             )
-        existing = await self.images()
-        settings = self.settings.save_settings()
-        check_new_save(existing, server.owner, name, settings.limits)
-        job = SaveJob(
-            uuid.uuid4().hex[:16], server.owner, name, server.server, server.node, time.time()
-        )
-        job.add(Progress("start", f"Saving server {server.server or '(default)'} as {name!r}"))
-        self._jobs[server.owner] = job
+        self._starting.add(server.owner)  # claimed before the first await: one at a time
+        try:
+            existing = await self.images()
+            limits = self.settings.save_settings().limits
+            check_new_save(existing, server.owner, name, limits)
+            check_added_size(existing, server.owner, server.parent_bytes, limits)
+            job = SaveJob(
+                uuid.uuid4().hex[:16], server.owner, name, server.server, server.node,
+                time.time(),
+            )  # fmt: skip
+            job.add(
+                Progress("start", f"Saving server {server.server or '(default)'} as {name!r}")
+            )
+            self._jobs[server.owner] = job
+        finally:
+            self._starting.discard(server.owner)
         task = asyncio.ensure_future(self._run(job, server, existing))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -212,7 +227,10 @@ class MyImages:
 
         try:
             image = await loop.run_in_executor(self._pool, blocking)
-            await self._record(image)
+            # built on a saved image: it holds that image's layers too (they stay in the
+            # registry while this one uses them), so it counts them
+            image = replace(image, size_bytes=image.size_bytes + server.parent_bytes)
+            await self._record(image, settings.limits)
         except SaveError as e:
             self._end(job, "failed", str(e))
             self.log.info("Save %s of %s failed: %s", job.name, job.owner, e)
@@ -231,21 +249,23 @@ class MyImages:
         self.log.info("%s saved %s (%s, %d bytes)", job.owner, image.name, image.reference,
                       image.size_bytes)  # fmt: skip
 
-    async def _record(self, image: SavedImage) -> None:
-        """Record a pushed image; if the database refuses, take it out of the registry."""
-        try:
-            added = await self._store(
-                lambda store: store.add_saved_image(image, uuid.uuid4().hex)
+    async def _record(self, image: SavedImage, limits: Limits) -> None:
+        """Record a pushed image, checking the name and the limits again in the same
+        transaction (another hub on the database may have saved meanwhile); if the
+        database refuses, take it out of the registry."""
+
+        def add(store: AccountingStore) -> None:
+            store.add_saved_image(
+                image,
+                uuid.uuid4().hex,
+                check=lambda mine: _check_record(mine, image, limits),
             )
+
+        try:
+            await self._store(add)
         except SaveError:
             await self._delete_pushed(image)
             raise
-        if not added:
-            await self._delete_pushed(image)
-            raise LimitReached(
-                f"You already have a saved image named {image.name!r}; delete it first or "
-                "choose another name. Nothing was saved."
-            )
 
     async def _delete_pushed(self, image: SavedImage) -> None:
         try:
@@ -287,6 +307,12 @@ class MyImages:
         )
         await self._store(lambda store: store.delete_saved_image(owner, name))
         self.log.info("%s deleted saved image %s (%s)", owner, name, found[0].reference)
+
+
+def _check_record(mine: list[SavedImage], image: SavedImage, limits: Limits) -> None:
+    """The owner's images as the database has them now, before ``image`` is added."""
+    check_new_save(mine, image.owner, image.name, limits)
+    check_added_size(mine, image.owner, image.size_bytes, limits)
 
 
 _SERVICE: MyImages | None = None

@@ -122,11 +122,22 @@ class SavedImages(LoggingConfigurable):
             raise ValueError(f"SavedImages.registry must be host[:port], got {value!r}")
         return value
 
-    @validate("max_images", "concurrent_saves")
+    @validate("max_images")
     def _not_negative(self, proposal: Any) -> int:
         if int(proposal["value"]) < 0:
-            raise ValueError(f"SavedImages.{proposal['trait'].name} must be 0 or more")
+            raise ValueError("SavedImages.max_images must be 0 (no limit) or more")
         return int(proposal["value"])
+
+    @validate("concurrent_saves")
+    def _at_least_one(self, proposal: Any) -> int:
+        if int(proposal["value"]) < 1:
+            raise ValueError("SavedImages.concurrent_saves must be 1 or more")
+        return int(proposal["value"])
+
+    @property
+    def prefix(self) -> str:
+        """Where saved images live: ``<registry>/<namespace>/``."""
+        return f"{self.registry}/{self.namespace.strip('/')}/"
 
     @property
     def enabled(self) -> bool:

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from jupyterhub_gpu.accounting.store import AccountingStore
+from jupyterhub_gpu.accounting.store import AccountingStore, AccountingUnavailable
+from jupyterhub_gpu.builder.limits import Limits, check_new_save
 from jupyterhub_gpu.builder.model import InvalidPackage, LimitReached, Progress, SavedImage
 from jupyterhub_gpu.catalog.loader import parse_catalog
 from jupyterhub_gpu.catalog.model import Catalog
@@ -162,8 +163,13 @@ def test_saved_images_are_stored_shared_and_deleted(tmp_path: Path) -> None:
     store = AccountingStore(f"sqlite:///{tmp_path / 'a.sqlite'}")
     store.upgrade()
     image = _saved("alice", "env1")
-    assert store.add_saved_image(image, "id1") is True
-    assert store.add_saved_image(_saved("alice", "env1", size=1), "id2") is False  # one name
+    store.add_saved_image(image, "id1")
+    limits = Limits(max_images=5)
+    with pytest.raises(LimitReached, match="already have a saved image named 'env1'"):
+        store.add_saved_image(_saved("alice", "env1", size=1), "id2",
+                              check=lambda mine: check_new_save(mine, "alice", "env1", limits))
+    with pytest.raises(AccountingUnavailable):  # unchecked: the unique constraint says no
+        store.add_saved_image(_saved("alice", "env1", size=1), "id3")
     assert store.saved_images() == [image]
     shared = store.share_saved_image("alice", "env1", "lab")
     assert shared is not None and shared.shared_with == "lab"
@@ -320,6 +326,57 @@ async def test_refusals_come_at_once_with_the_number(
         await _service(store, registry="").start(FACTS, "env4")
 
 
+async def test_parallel_saves_of_one_user_start_one(
+    store: AccountingStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fake_save(client: Any, request: Any, *args: Any) -> Any:
+        return _saved(request.owner, request.name)
+
+    monkeypatch.setattr(service, "save_environment", fake_save)
+    svc = _service(store, max_images=2)
+    results = await asyncio.gather(
+        *(svc.start(FACTS, f"env{i}") for i in range(10)), return_exceptions=True
+    )
+    started = [r for r in results if not isinstance(r, BaseException)]
+    assert len(started) == 1
+    assert all(isinstance(r, SaveBusy) for r in results if isinstance(r, BaseException))
+    await _finish(svc)
+    assert len(store.saved_images()) == 1
+
+
+async def test_the_limits_are_checked_again_when_the_image_is_recorded(
+    store: AccountingStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deleted: list[str] = []
+
+    def fake_save(client: Any, request: Any, *args: Any) -> Any:
+        store.add_saved_image(_saved("alice", "other"), "x")  # another hub, meanwhile
+        return _saved(request.owner, request.name)
+
+    monkeypatch.setattr(service, "save_environment", fake_save)
+    monkeypatch.setattr(service, "delete_image", lambda url, image: deleted.append(image.name))
+    svc = _service(store, max_images=1)
+    job = await svc.start(FACTS, "env1")
+    await _finish(svc)
+    assert job.state == "failed" and "the most this hub allows is 1" in job.message
+    assert deleted == ["env1"] and [i.name for i in store.saved_images()] == ["other"]
+
+
+async def test_an_image_built_on_a_saved_image_counts_its_parent(
+    store: AccountingStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataclasses import replace
+
+    def fake_save(client: Any, request: Any, *args: Any) -> Any:
+        return _saved(request.owner, request.name, size=5)
+
+    monkeypatch.setattr(service, "save_environment", fake_save)
+    svc = _service(store)
+    job = await svc.start(replace(FACTS, parent_bytes=1000), "env1")
+    await _finish(svc)
+    assert job.state == "saved" and store.saved_images()[0].size_bytes == 1005
+
+
 async def test_a_pushed_image_the_database_refuses_is_deleted_again(
     store: AccountingStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -361,3 +418,17 @@ async def test_share_only_with_ones_own_groups_and_delete_registry_first(
         await svc.delete("bob", "env1")
     await svc.delete("alice", "env1")
     assert store.saved_images() == []
+
+
+def test_the_dashboard_never_shows_a_saved_images_name_or_owner() -> None:
+    from types import SimpleNamespace
+
+    from jupyterhub_gpu.dashboard.hub import _Images, server_info
+
+    spawner = SimpleNamespace(
+        user_options={"image": "saved:alice/secret-project"}, node_name="node-a",
+        gpu_uuids=["GPU-1"], orm_spawner=None, ready=True, pending=None, catalog=_catalog(),
+    )  # fmt: skip
+    info = server_info("alice", "", spawner, _Images())
+    assert "secret-project" not in f"{info.image} {info.image_name}"
+    assert info.image_name == "a saved image (My images)"
