@@ -45,6 +45,15 @@ from .usernet import network_options, network_problem
 
 T = TypeVar("T")
 
+#: What a call to a node raises when the node did not answer (or not as it must): the
+#: spawner's node calls catch these and never read them as "the server is gone".
+NODE_ERRORS = (
+    requests.exceptions.RequestException,
+    docker.errors.DockerException,
+    OSError,
+    asyncio.TimeoutError,
+)
+
 
 @dataclass
 class ClusterSettings:

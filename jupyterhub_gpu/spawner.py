@@ -1,8 +1,10 @@
 """GPUDockerSpawner: DockerSpawner that places each server on a node and GPUs.
 
 Thin by design: the decisions live in pure modules (``placement``, ``form``,
-``catalog``, ``auth.identity``, ``homes``); the I/O of the nodes lives in ``cluster``.
-This class wires them into DockerSpawner's hooks:
+``catalog``, ``auth.identity``, ``homes``); the I/O of the nodes lives in ``cluster``;
+whether a spawn gets GPUs now, waits in the GPU queue or is refused (quotas, charge
+groups, reservations) lives in ``admission`` (:class:`QueueingSpawnerMixin`). This class
+keeps the container's life cycle and wires them into DockerSpawner's hooks:
 
 - ``options_form``: the form with the catalog and what is free now;
 - ``start``: identity, strict validation, the home, then placement and reservation (no
@@ -19,33 +21,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import os
-import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
 import docker
-from docker.errors import APIError, DockerException
+from docker.errors import APIError
 from dockerspawner import DockerSpawner
 from jupyterhub.spawner import SpawnException
-from requests.exceptions import RequestException
 from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode, default, validate
 
 from . import homes
 from .accounting.metrics import SPAWN_DECISIONS
-from .accounting.records import AllocationRecord, EndReason, chargeable_groups, stop_reason
+from .accounting.records import AllocationRecord, EndReason, stop_reason
+from .admission import QueueingSpawnerMixin
 from .allocation import ALLOCATION_LABEL, SEAL_LABEL, Allocation, new_allocation_id, seal_key
 from .auth.identity import Identity, ensure_home, identity_required, map_home, resolve_identity
 from .catalog import Catalog, default_catalog_path, load_catalog
-from .cluster import LABEL, Cluster, ClusterSettings
+from .cluster import LABEL, NODE_ERRORS, Cluster, ClusterSettings
 from .containers import device_requests, gpu_env, published_port
 from .culler.notes import load_notes, notes_for
-from .errors import ConfigError, UserFacingError
+from .errors import ConfigError, InvalidRequest, UserFacingError
 from .form import (
     ResourcePolicy,
     SpawnOptions,
@@ -60,31 +59,33 @@ from .form import (
     spawn_form_html,
     validate_options,
 )
-from .form.quota import GPUQuotaExceeded, UserQuota, holdings_of, quota_refusal
 from .inventory.model import ClusterSnapshot
 from .ledger import GPULedger
 from .mounts import dataset_binds, parse_group_mounts
-from .myimages.entries import Unlisted, is_saved_slug, saved_entries, with_saved
+from .myimages.entries import (
+    Unlisted,
+    is_saved_reference,
+    is_saved_slug,
+    saved_entries,
+    with_saved,
+)
 from .myimages.service import my_images
 from .names import CONTAINER_NAME, PATH, check_name_lengths
 from .nodes import NodeSpec, default_node, parse_nodes
-from .placement import availability, place
-from .placement.model import NoFit, Placement, PlacementRequest
+from .placement import availability
+from .placement.model import Placement, PlacementRequest
 from .progress import describe_gpus
 from .pull import ImageUnavailable, pull
-from .scheduling import QueuedRequest, Refuse, Wait, never_fits, queue_settings
-from .spawnqueue import MustQueue, QueueFull, QueueRefused, QueueTimeout
-from .spawnqueue import span as _span
+from .scheduling import queue_settings
+from .spawnqueue import MustQueue
 from .usernet import bridge_name_problem
-
-_NODE_ERRORS = (RequestException, DockerException, OSError, asyncio.TimeoutError)
 
 
 def _spawn_error(e: UserFacingError) -> SpawnException:
     return SpawnException(str(e), reason=e.reason, status_code=e.status_code)
 
 
-class GPUDockerSpawner(DockerSpawner):
+class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
     """A DockerSpawner that gives each server exactly the GPUs it was placed on."""
 
     _cluster: ClassVar[Cluster | None] = None
@@ -145,30 +146,7 @@ class GPUDockerSpawner(DockerSpawner):
         ``~/.pgpass`` or the URL). The schema is created and migrated by the hub. "" records
         nothing.""",
     )
-    max_queue_wait = Float(
-        3600.0,
-        config=True,
-        help="""Seconds a spawn that finds no GPU free waits in the GPU queue, its
-        progress page saying where it stands, before it gives up with a message
-        (docs/scheduling.md). 0: no queue, such a spawn is refused at once. A request
-        that can never fit (more GPUs than any node has) is refused at once either way.
-        The wait does not count against ``start_timeout``: the hub's bound on a start is
-        raised by this much, and ``start_timeout`` bounds what follows the queue. A group
-        may have its own (``queue_policy``'s ``groups.NAME.max_queue_wait``): the group a
-        spawn is charged to decides; this is the default.""",
-    )
-    queue_policy = Dict(
-        config=True,
-        help="""The GPU queue's order and quotas (docs/scheduling.md, "Settings"): fair
-        share's ``half_life_hours`` and ``model_weights``, the priority ``weights``,
-        ``max_age_hours``, ``backfill``, and per group (``groups``, ``default_group``)
-        ``priority``, ``shares``, ``max_gpus`` (and ``max_gpus_per_model``) held by the
-        group's servers together, ``user_max_gpus`` (and per model) per user, and
-        ``max_queue_wait`` (seconds; 0: never wait); per-user caps in ``users``;
-        ``reservation_notice_hours`` (24): how far ahead users hear of reservations. A
-        request over a cap waits; one over the absolute cap is refused with the number.
-        An unknown key is an error at start-up.""",
-    )
+    # max_queue_wait and queue_policy: QueueingSpawnerMixin's (admission.py)
     concurrent_start_limit = Int(
         0,
         config=True,
@@ -351,7 +329,6 @@ class GPUDockerSpawner(DockerSpawner):
         self._cuda = ""  # the chosen catalog entry's CUDA version
         self._charge_group = ""  # the allocation's, kept in state for metrics after restarts
         self._gpu_model = ""
-        self._start_budget: float | None = None  # the configured start_timeout
         # why the hub itself ended the last server (a reservation took its GPUs), for the
         # spawn form until the next start; kept in state across the stop and hub restarts
         self._ended_note = ""
@@ -587,6 +564,16 @@ class GPUDockerSpawner(DockerSpawner):
         entries, unlisted = saved_entries(catalog, images, ident.username, ident.groups)
         return with_saved(catalog, entries), unlisted
 
+    def _not_a_saved_image(self, reference: str) -> None:
+        """A saved image is started by its name (``saved:owner/name``), which checks who
+        may: never by its registry reference through an admin's image patterns."""
+        saved = my_images(self.cluster, self.config, self.log).settings
+        if saved.enabled and is_saved_reference(reference, saved.prefix):
+            raise InvalidRequest(
+                "Saved images are started by their name under My images "
+                "(image 'saved:OWNER/NAME'), not by their registry reference."
+            )
+
     async def _render_options_form(self) -> str:
         snapshot = await self.cluster.snapshot()
         free = {a.model: a.free for a in availability(snapshot)}
@@ -612,71 +599,9 @@ class GPUDockerSpawner(DockerSpawner):
         )
 
     # ------------------------------------------------------------------ placement
-    def _decide_and_reserve(
-        self,
-        snapshot: ClusterSnapshot,
-        request: PlacementRequest,
-        quota: UserQuota | None = None,
-        group: str = "",
-    ) -> Placement:
-        """Decide and take the GPUs with no await in between: concurrent spawns can't collide,
-        nor can two spawns of one user both pass their ``max_gpus_per_user``."""
-        held = holdings_of(self.ledger.charged(), self.user.name, exclude=self.holder)
-        refusal = quota_refusal(held, request.gpu_count, quota or UserQuota(None))
-        if refusal:
-            self.log.info("%s: refused, %s", self.holder, refusal)
-            raise GPUQuotaExceeded(refusal)
-        snapshot = replace(snapshot, allocations=self.ledger.allocations())
-        queue = self._max_wait(group) > 0  # 0: this group never waits (refused at once)
-        if request.gpu_count:  # queue_policy's quotas, as the queue checks a queued spawn
-            request = self._within_quotas(snapshot, request, group, queue)
-        if request.gpu_count == 0:
-            decision: Placement | NoFit = Placement(self._least_busy_node(snapshot), ())
-        elif queue and len(self.cluster.queue):
-            raise MustQueue("Others are waiting for GPUs before you.")
-        elif queue and self.cluster.queue.fencing():
-            raise MustQueue("Some GPUs are reserved for a group now or soon.")
-        else:  # without a queue, reserved GPUs of other groups look taken
-            hidden = self.cluster.queue.fenced_for(group, snapshot)
-            decision = place(snapshot, request) if not hidden else place(
-                replace(snapshot, allocations={**dict.fromkeys(hidden, "reserved"),
-                                               **snapshot.allocations}),
-                request,
-            )  # fmt: skip
-        if isinstance(decision, NoFit):
-            if queue and never_fits(snapshot, request) is None:
-                raise MustQueue(decision.reason)
-            raise SpawnException(decision.reason, reason="no_capacity", status_code=503)
-        return self._reserve(decision)
-
-    def _within_quotas(
-        self, snapshot: ClusterSnapshot, request: PlacementRequest, group: str, queue: bool
-    ) -> PlacementRequest:
-        """``queue_policy``'s group and user quotas for a spawn about to be placed at once:
-        over an absolute cap it is refused with the number; over a cap now it queues (a
-        group that never waits is refused, told when to start again); within them, the
-        request narrowed to the models with room."""
-        item = QueuedRequest(self.holder, self.user.name, group, request, time.time())
-        verdict = self.cluster.queue.admit(item, snapshot)
-        if isinstance(verdict, Refuse):
-            raise SpawnException(verdict.reason, reason="gpu_quota", status_code=403)
-        if isinstance(verdict, Wait):
-            if queue:
-                raise MustQueue(verdict.reason)
-            later = verdict.reason.replace(": it waits in the queue until", ": start it again when")
-            raise SpawnException(later, reason="gpu_quota", status_code=429)
-        return verdict.request
-
-    def _take(self, decision: Placement) -> bool:
-        """Reserve what the queue decided for this spawn (False: taken meanwhile)."""
-        try:
-            self._reserve(decision)
-        except KeyError as e:
-            self.log.warning("%s: queued start not taken: %s", self.holder, e)
-            return False
-        return True
-
     def _reserve(self, decision: Placement) -> Placement:
+        """Write what admission decided into the ledger and this spawner's state, with no
+        ``await``: called right after the decision (``_decide_and_reserve``, ``_take``)."""
         allocation = new_allocation_id()
         self.ledger.reserve(self.holder, decision.node, decision.gpu_uuids, allocation)
         self.cluster.pending.add(self.holder)
@@ -685,17 +610,6 @@ class GPUDockerSpawner(DockerSpawner):
         self.allocation_id = allocation
         self.ledger.place_server(self.holder, decision.node, self.allocation_id)
         return decision
-
-    def _least_busy_node(self, snapshot: ClusterSnapshot) -> str:
-        names = [n.name for n in snapshot.nodes if n.schedulable and n.reachable]
-        if not names:
-            raise SpawnException(
-                "No node can take a new server right now (all drained or unreachable). "
-                "Try again in a few minutes or ask an admin.",
-                reason="no_capacity",
-                status_code=503,
-            )
-        return min(names, key=lambda n: (self.ledger.servers_on(n), n))
 
     # ------------------------------------------------------------------ container
     def get_env(self) -> dict[str, str]:
@@ -858,6 +772,8 @@ class GPUDockerSpawner(DockerSpawner):
                 charge_groups=self._charge_groups(ident),
             )
             entry = resolve_entry(catalog, options)
+            if entry.custom:
+                self._not_a_saved_image(entry.image)
             names = {g.model for n in snapshot.nodes for g in n.inventory.gpus}
             request = placement_request(options, entry, bounds, names)
         except UserFacingError as e:
@@ -926,7 +842,7 @@ class GPUDockerSpawner(DockerSpawner):
                 reason="node_error",
                 status_code=503,
             ) from None
-        except _NODE_ERRORS as e:
+        except NODE_ERRORS as e:
             node = self.node_name
             await self._undo()
             raise SpawnException(
@@ -942,40 +858,6 @@ class GPUDockerSpawner(DockerSpawner):
             self.cluster.pending.discard(self.holder)
             self._start_done = True
             self._events_changed.set()
-
-    async def _wait_in_line(
-        self, request: PlacementRequest, quota: UserQuota, why: str, group: str
-    ) -> Placement:
-        """Wait in the GPU queue (spawnqueue.py), charged to ``group`` and for as long as
-        that group may wait (:meth:`_max_wait`); the progress page follows its news. When
-        its turn comes, the user's GPU cap is checked again (their other servers may have
-        taken GPUs meanwhile): over it, the spawn keeps waiting."""
-
-        def take(decision: Placement) -> bool:
-            held = holdings_of(self.ledger.charged(), self.user.name, exclude=self.holder)
-            if quota_refusal(held, request.gpu_count, quota):
-                return False
-            return self._take(decision)
-
-        item = QueuedRequest(self.holder, self.user.name, group, request, time.time())
-        limit = self._max_wait(group)
-        wait = _span(limit)
-        self._event(20, f"{why} Your server waits in line for GPUs (up to {wait}).")
-        try:
-            return await self.cluster.queue.wait(
-                item, take, lambda words: self._event(20, words), limit, quota.limit
-            )
-        except QueueFull as e:
-            raise SpawnException(str(e), reason="queue_full", status_code=429) from None
-        except QueueTimeout as e:
-            raise SpawnException(
-                f"No GPU freed up for your server within {wait} "
-                f"({e.where or 'in line'}). Start again later, or ask for fewer or other GPUs.",
-                reason="queue_timeout",
-                status_code=503,
-            ) from None
-        except QueueRefused as e:
-            raise SpawnException(str(e), reason="never_fits", status_code=503) from None
 
     async def _create(self, ident: Identity, options: SpawnOptions) -> tuple[str, int]:
         """Create and start the container within the configured ``start_timeout``."""
@@ -1003,37 +885,6 @@ class GPUDockerSpawner(DockerSpawner):
     async def _prepare_and_start(self, ident: Identity, options: SpawnOptions) -> tuple[str, int]:
         await self._prepare(ident, options)
         return await super().start()
-
-    def run_pre_spawn_hook(self) -> Any:
-        """JupyterHub bounds ``start`` by ``start_timeout``, read right after this hook (it
-        awaits what the hook returns): a wait in the GPU queue must not count, so the bound
-        grows by the wait of the group the spawn is charged to (:meth:`_spawn_wait`;
-        ``_create`` keeps the configured one for what follows the queue)."""
-        return self._extend_start_timeout()
-
-    async def _extend_start_timeout(self) -> None:
-        hub = cast(Any, self)  # start_timeout: JupyterHub's Integer trait
-        if self._start_budget is None:
-            self._start_budget = float(hub.start_timeout)
-        hub.start_timeout = int(self._start_budget + await self._spawn_wait())
-        result = super().run_pre_spawn_hook()
-        if inspect.isawaitable(result):
-            await result
-
-    async def _spawn_wait(self) -> float:
-        """How long this spawn may wait in the GPU queue: the ``max_queue_wait`` of the
-        group it is charged to (``user_options``' charge group if the user may charge it,
-        else their default; ``start`` refuses a bad choice). If the user's groups can't be
-        read here, the longest any group may wait (``start`` then says what is wrong)."""
-        try:
-            ident = await self.identity()
-        except Exception:
-            policies = self.cluster.queue.policies
-            waits = [p.max_queue_wait_s for p in (policies.default, *policies.groups.values())]
-            return max([self.max_queue_wait, *(w for w in waits if w is not None)])
-        chosen = (self.user_options or {}).get("charge_group")
-        group = self._group_of(ident, chosen.strip() if isinstance(chosen, str) else None)
-        return self._max_wait(group)
 
     def _describe(self, snapshot: ClusterSnapshot, decision: Placement) -> str:
         node = next(n for n in snapshot.nodes if n.name == decision.node)
@@ -1077,7 +928,7 @@ class GPUDockerSpawner(DockerSpawner):
         except APIError as e:
             if e.status_code != 404:
                 self.log.warning("Could not remove container %s: %s", self.container_name, e)
-        except _NODE_ERRORS as e:
+        except NODE_ERRORS as e:
             self.log.warning("Node %s unreachable while cleaning up: %s", self.node_name, e)
         self.object_id = ""
 
@@ -1093,7 +944,7 @@ class GPUDockerSpawner(DockerSpawner):
             return 0
         try:
             status = await super().poll()
-        except _NODE_ERRORS as e:
+        except NODE_ERRORS as e:
             self.log.warning(
                 "Node %s unreachable while polling %s: %s", self.node_name, self.holder, e
             )
@@ -1103,78 +954,6 @@ class GPUDockerSpawner(DockerSpawner):
         if status is not None:
             self._forget_placement(EndReason.MISSED if missed else EndReason.DIED)
         return status
-
-    def _charge_groups(self, ident: Identity) -> tuple[str, ...]:
-        """The groups this user may charge a server to, the default first: their groups
-        the site configures (group_bounds, queue_policy.groups); else their first group."""
-        configured = [*self.policy.group_bounds, *self.cluster.queue.policies.groups]
-        return chargeable_groups(ident.groups, configured)
-
-    def _group_of(self, ident: Identity, chosen: str | None = None) -> str:
-        """The group a server is charged to (accounting record, queue item, quotas,
-        reservations, the wait): ``chosen`` (the validated ``charge_group`` option) if the
-        user may charge it, else the first group they may charge ("" in no group)."""
-        allowed = self._charge_groups(ident)
-        if chosen in allowed:
-            return str(chosen)
-        return allowed[0] if allowed else ""
-
-    def _max_wait(self, group: str) -> float:
-        """Seconds a spawn charged to ``group`` may wait in the GPU queue: the group's own
-        ``queue_policy`` ``max_queue_wait`` (``default_group``'s for a group not listed),
-        else ``max_queue_wait``. 0: it never waits (nothing free: refused at once)."""
-        own = self.cluster.queue.policies.group(group).max_queue_wait_s
-        return self.max_queue_wait if own is None else own
-
-    def _warn_of_reservations(self, snapshot: ClusterSnapshot) -> None:
-        """Tell the spawn page when a reservation of another group will take this server's
-        GPUs within ``queue_policy``'s ``reservation_notice_hours``: it will be stopped
-        then (once: a queued start may have been told already). Never fails the spawn."""
-        if not self.gpu_uuids:
-            return
-        queue = self.cluster.queue
-        try:
-            found = queue.upcoming(self.holder, self.gpu_uuids, snapshot.nodes)
-        except Exception:
-            self.log.exception("%s: upcoming reservations could not be checked", self.holder)
-            return
-        told = {e["message"] for e in self._events}
-        for conflict in found:
-            words = conflict.notice(time.time(), queue.settings.timezone)
-            if words not in told:
-                told.add(words)
-                self._event(30, words)
-
-    async def _preempted(self) -> bool:
-        """Stop this server if a reservation of another group began on its GPUs (the
-        container goes here: the hub then sees the server gone and cleans up). Never
-        raises: a poll that fails would read as a dead server."""
-        try:
-            await self.cluster.queue.refresh()
-            conflict = self.cluster.queue.preempted(self.holder, self.gpu_uuids)
-        except Exception:
-            self.log.exception("%s: reservations could not be checked; kept", self.holder)
-            return False
-        if conflict is None:
-            return False
-        self.log.warning(
-            "Stopping %s: reservation %s of group %s began on its GPUs %s",
-            self.holder,
-            conflict.reservation.id,
-            conflict.reservation.group,
-            ", ".join(conflict.gpu_uuids),
-        )
-        allocation = self.allocation_id  # DockerSpawner.stop clears the state
-        try:
-            await super().stop(now=True)
-        except _NODE_ERRORS as e:
-            self.log.warning("%s not stopped, node unreachable: %s", self.holder, e)
-            return False
-        self.ledger.end_allocation(allocation, EndReason.PREEMPTED)
-        self._forget_placement()
-        tz = self.cluster.queue.settings.timezone
-        self._ended_note = conflict.stopped_note(self.name, time.time(), tz)  # for the form
-        return True
 
     async def stop(self, now: bool = False) -> None:
         if self.object_id and self.node_name:
@@ -1187,7 +966,7 @@ class GPUDockerSpawner(DockerSpawner):
                 self.ledger.end_allocation(
                     allocation, stop_reason(never_answered, self._culled_just_now())
                 )
-            except _NODE_ERRORS as e:
+            except NODE_ERRORS as e:
                 # The container may still run: keep its GPUs held (as an orphan) until
                 # reconciliation sees the node again and finds the container gone.
                 self.log.warning(

@@ -33,9 +33,16 @@ CLASSES: list[type[HasTraits]] = [
 ]
 
 
+def ours(cls: type[HasTraits], name: str) -> bool:
+    """Whether trait ``name`` is defined by ``cls`` or by a class of this package it
+    extends (GPUDockerSpawner's QueueingSpawnerMixin), not by an upstream base."""
+    mine = [c for c in cls.__mro__ if c.__module__.partition(".")[0] == "jupyterhub_gpu"]
+    return any(name in c.__dict__ for c in mine)
+
+
 def section(cls: type[HasTraits]) -> str:
     lines = [f"## {cls.__name__}", "", inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0], ""]
-    own = {k: t for k, t in cls.class_traits(config=True).items() if k in cls.__dict__}
+    own = {k: t for k, t in cls.class_traits(config=True).items() if ours(cls, k)}
     for name, trait in sorted(own.items()):
         default = trait.default_value_repr()
         lines += [

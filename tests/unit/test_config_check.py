@@ -273,14 +273,23 @@ def _self_assignments(tree: ast.AST) -> dict[str, list[ast.expr]]:
 
 
 def test_the_override_lists_match_what_the_spawner_sets() -> None:
-    """Every DockerSpawner/Spawner setting that spawner.py assigns is in OVERRIDDEN_TRAITS
-    (and nothing else is), and the extra_host_config/extra_create_kwargs keys it replaces
-    are the ones listed: a new override in the spawner fails here until it is warned about."""
+    """Every DockerSpawner/Spawner setting that spawner.py (or the mixin it extends,
+    admission.py) assigns is in OVERRIDDEN_TRAITS (and nothing else is), and the
+    extra_host_config/extra_create_kwargs keys it replaces are the ones listed: a new
+    override in the spawner fails here until it is warned about."""
     module = ast.parse((REPO / "jupyterhub_gpu" / "spawner.py").read_text())
     (cls,) = [
         n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "GPUDockerSpawner"
     ]
+    mixin_module = ast.parse((REPO / "jupyterhub_gpu" / "admission.py").read_text())
+    (mixin,) = [
+        n
+        for n in mixin_module.body
+        if isinstance(n, ast.ClassDef) and n.name == "QueueingSpawnerMixin"
+    ]
     assigned = _self_assignments(cls)
+    for attr, values in _self_assignments(mixin).items():
+        assigned.setdefault(attr, []).extend(values)
     inherited = set(DockerSpawner.class_traits(config=True))
     merged = {"extra_host_config", "extra_create_kwargs"}  # ours win key by key: listed below
     methods = {n.name for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
