@@ -179,7 +179,6 @@ c.Spawner.http_timeout = 120
 # the cluster dashboard at /services/gpu-dashboard/ (docs/dashboard.md)
 from jupyterhub_gpu.config import check_config  # noqa: E402
 from jupyterhub_gpu.dashboard.hub import configure as add_dashboard  # noqa: E402
-
 from jupyterhub_gpu.myimages import configure as add_my_images  # noqa: E402
 from jupyterhub_gpu.reservations import configure as add_reservations  # noqa: E402
 

@@ -432,3 +432,18 @@ def test_the_dashboard_never_shows_a_saved_images_name_or_owner() -> None:
     info = server_info("alice", "", spawner, _Images())
     assert "secret-project" not in f"{info.image} {info.image_name}"
     assert info.image_name == "a saved image (My images)"
+
+
+@pytest.mark.parametrize(
+    "reference, saved",
+    [
+        ("10.250.0.1:5000/jupyterhub-gpu/saved/u-alice/env:1", True),
+        ("10.250.0.1:5000/JupyterHub-GPU/saved/u-alice/env@sha256:" + "a" * 64, True),
+        ("10.250.0.1:5000/jupyterhub-gpu/other/x:1", False),
+        ("registry.example.org/lab/torch:1", False),
+    ],
+)
+def test_a_saved_image_is_never_started_by_its_reference(reference: str, saved: bool) -> None:
+    prefix = SavedImages(registry="10.250.0.1:5000").prefix
+    assert prefix == "10.250.0.1:5000/jupyterhub-gpu/saved/"
+    assert entries.is_saved_reference(reference, prefix) is saved
