@@ -318,11 +318,7 @@ class AccountingStore:
         """Share ``owner``'s image ``name`` with ``group`` (``None``: make it private);
         the image as it is now, or ``None`` when there is none of that name."""
         with self.session() as s:
-            row = s.scalars(
-                select(SavedImageRow).where(
-                    SavedImageRow.owner == owner, SavedImageRow.name == name
-                )
-            ).first()
+            row = _saved_row(s, owner, name)
             if row is None:
                 return None
             row.shared_with = group
@@ -331,11 +327,7 @@ class AccountingStore:
     def delete_saved_image(self, owner: str, name: str) -> SavedImage | None:
         """Forget ``owner``'s image ``name``; what it was, or ``None`` if there was none."""
         with self.session() as s:
-            row = s.scalars(
-                select(SavedImageRow).where(
-                    SavedImageRow.owner == owner, SavedImageRow.name == name
-                )
-            ).first()
+            row = _saved_row(s, owner, name)
             if row is None:
                 return None
             image = _saved_of(row)
@@ -403,6 +395,11 @@ def _reservation_of(row: ReservationRow) -> Reservation:
         gpu_uuids=frozenset(u for u in row.gpu_uuids.split(",") if u),
     )
 
+
+
+def _saved_row(s: Session, owner: str, name: str) -> SavedImageRow | None:
+    q = select(SavedImageRow).where(SavedImageRow.owner == owner, SavedImageRow.name == name)
+    return s.scalars(q).first()
 
 
 def _saved_of(row: SavedImageRow) -> SavedImage:
