@@ -179,13 +179,25 @@ async def _call(cluster: Any, fn: Any) -> Any:
 
 
 def configure(c: Config) -> None:
-    """Add the reservations API to a hub's configuration (``jupyterhub_config.py``)."""
-    handlers = list(c.JupyterHub.extra_handlers) if "extra_handlers" in c.JupyterHub else []
-    c.JupyterHub.extra_handlers = [
+    """Add the reservations API to a hub's configuration (``jupyterhub_config.py``), and
+    the notices of running servers whose GPUs a reservation will take (:mod:`.notices`,
+    shown above every hub page)."""
+    from .dashboard.hub import HUB_TEMPLATES
+    from .notices import HANDLERS as NOTICES
+
+    hub = c.JupyterHub
+    handlers = list(hub.extra_handlers) if "extra_handlers" in hub else []
+    hub.extra_handlers = [
         *handlers,
         (r"/api/gpu/reservations", ReservationsAPIHandler),
         (r"/api/gpu/reservations/([0-9a-f]{1,64})", ReservationAPIHandler),
+        *NOTICES,
     ]
+    paths = [str(p) for p in (hub.template_paths if "template_paths" in hub else [])]
+    if str(HUB_TEMPLATES) not in paths:
+        hub.template_paths = [str(HUB_TEMPLATES), *paths]
+    variables = dict(hub.template_vars) if "template_vars" in hub else {}
+    hub.template_vars = {**variables, "jhgpu_notices": True}
 
 
 # ---------------------------------------------------------------------- the command

@@ -237,6 +237,20 @@ class Conflict:
             f"{clock(r.start, now, tz)}. Save your work before then."
         )
 
+    def running_notice(self, server: str, now: float, tz: tzinfo = UTC) -> str:
+        """For the owner of a running server (the hub's pages): "Your server 'big' is on
+        GPUs reserved for group ml-lab from 14:00 to 18:00 UTC: it will be stopped at
+        14:00. Save your work before then." """
+        r = self.reservation
+        name = f"server '{server}'" if server else "default server"
+        what = "a GPU" if len(self.gpu_uuids) == 1 else "GPUs"
+        start = clock(r.start, now, tz)
+        until = f"{clock(r.end, now, tz)} {zone(r.end, tz)}".strip()
+        return (
+            f"Your {name} is on {what} reserved for group {r.group} from {start} to "
+            f"{until}: it will be stopped at {start}. Save your work before then."
+        )
+
     def notice(self, now: float, tz: tzinfo = UTC) -> str:
         """For the spawn page of a server placed on GPUs reserved soon: "These GPUs are
         reserved for group ml-lab from 14:00 to 18:00 UTC: your server will be stopped at

@@ -3,11 +3,13 @@
 that can't be honoured is refused when made, with the reason; alice's server (no group)
 on an A100 is stopped when the reservation begins and its record ends "preempted"; bob
 (no group) waits instead of getting a reserved A100; cathy (group course) gets one at
-once; deleting the reservation lets bob in.
+once; deleting the reservation lets bob in. A server that runs when a reservation of
+another group is made for its GPUs is told on every hub page before it starts.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
@@ -17,6 +19,7 @@ from sqlalchemy import select
 from jupyterhub_gpu.accounting.schema import AllocationRow
 from jupyterhub_gpu.accounting.store import AccountingStore
 from jupyterhub_gpu.reservations import command
+from jupyterhub_gpu.scheduling.words import clock
 from tests.integration.test_multinode import (  # noqa: F401  (fixtures: agents, cluster)
     A100,
     UUIDS,
@@ -30,6 +33,7 @@ from tests.integration.test_multinode import (  # noqa: F401  (fixtures: agents,
     wait_until,
 )
 from tests.integration.test_queue import progress
+from tests.support.browser import chromium_page, hub_login
 from tests.support.cluster import Engine
 from tests.support.hub import TOKEN_ROLE_CONFIG, Hub
 
@@ -121,3 +125,36 @@ def test_a_reservation_keeps_its_gpus_for_its_group(
     states = wait_all_ready(hub, ["bob"])
     assert states["bob"]["node"] == "node-c"
     assert set(states["bob"]["gpu_uuids"]) | set(cathy["gpu_uuids"]) == set(UUIDS["node-c"])
+
+
+@pytest.mark.browser
+def test_a_running_server_is_told_before_a_reservation_takes_its_gpus(hub: Hub) -> None:
+    alice = spawn_ready(hub, "alice", ON_A100)
+    assert alice["node"] == "node-c"
+    create_users(hub, ["bob"])
+    alice_token, bob_token = hub.user_token("alice"), hub.user_token("bob")
+    mine = {"Authorization": f"token {alice_token}"}
+    assert hub.api("GET", "/gpu/users/alice/notices", headers=mine).json() == []
+    now = datetime.now(timezone.utc)
+    start, end = now + timedelta(minutes=30), now + timedelta(hours=2)
+    window = {"group": "course", "start": iso(start), "end": iso(end), "nodes": ["node-c"]}
+    r = hub.api("POST", "/gpu/reservations", json=window)
+    assert r.status_code == 201, r.text
+
+    (notice,) = hub.api("GET", "/gpu/users/alice/notices", headers=mine).json()
+    at, until = clock(start.timestamp(), time.time()), clock(end.timestamp(), time.time())
+    assert notice["server"] == "" and notice["message"] == (
+        f"Your default server is on a GPU reserved for group course from {at} to {until} "
+        f"UTC: it will be stopped at {at}. Save your work before then."
+    ), notice
+    r = hub.api("GET", "/gpu/users/alice/notices", headers={"Authorization": f"token {bob_token}"})
+    assert r.status_code in (403, 404), r.text  # bob reads only his own
+    assert hub.api("GET", "/gpu/users/bob/notices",
+                   headers={"Authorization": f"token {bob_token}"}).json() == []  # fmt: skip
+
+    with chromium_page() as page:  # what alice sees on the hub's home page
+        hub_login(page, hub.url, "alice", "any password")
+        page.goto(f"{hub.url}/hub/home")
+        shown = page.wait_for_selector("#jhgpu-notices .jhgpu-notice")
+        assert shown is not None and shown.inner_text() == notice["message"]
+    assert hub.server("alice") is not None  # told, not stopped: the window is ahead

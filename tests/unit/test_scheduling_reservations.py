@@ -226,3 +226,16 @@ def test_the_form_lists_reservations_in_start_order() -> None:
     now = gpu_res("now", [B[0]], NOW - HOUR, group="g3")
     got = reserved_lines([later, now], snap(lab()), {}, {"g1"}, NOW, 24 * HOUR)
     assert [line.split(" for group ")[1][:2] for line in got] == ["g3", "g2"]
+
+
+def test_a_running_server_is_told_in_its_owners_words() -> None:
+    from jupyterhub_gpu.scheduling.reservations import Conflict
+
+    r = Reservation("r1", "course", NOW + 1800, NOW + 7200, nodes=frozenset({"a"}))
+    one = Conflict(r, "alice/big", ("GPU-1",), stop_now=False)
+    two = Conflict(r, "alice/", ("GPU-1", "GPU-2"), stop_now=False)
+    assert one.running_notice("big", NOW) == (
+        "Your server 'big' is on a GPU reserved for group course from 12:30 to 14:00 UTC: "
+        "it will be stopped at 12:30. Save your work before then."
+    )
+    assert two.running_notice("", NOW).startswith("Your default server is on GPUs reserved")
