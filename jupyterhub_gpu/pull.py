@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from docker.errors import APIError
 
@@ -40,6 +40,7 @@ async def pull(
     timeout: float,
     report: Callable[[int, str], None],
     log: logging.Logger,
+    auth_config: Mapping[str, str] | None = None,
 ) -> None:
     """Pull ``image`` on ``node``; ``report(percent, message)`` runs on the event loop.
 
@@ -49,7 +50,10 @@ async def pull(
 
     def work() -> None:  # in the node's thread pool
         nonlocal shown
-        for event in cluster.client(node).pull(image, stream=True, decode=True):
+        stream = cluster.client(node).pull(
+            image, stream=True, decode=True, auth_config=dict(auth_config or {}) or None
+        )
+        for event in stream:
             error = pull_error(event)
             if error:
                 raise _StreamError(error)

@@ -721,6 +721,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             self.pull_timeout,
             lambda pct, message: self._event(40 + pct // 4, message),
             self.log,
+            my_images(self.cluster, self.config, self.log).settings.auth_config(image),
         )
 
     async def get_command(self) -> list[str]:

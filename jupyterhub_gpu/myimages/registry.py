@@ -35,12 +35,18 @@ def repository_and_tag(reference: str) -> tuple[str, str]:
     return name.split("/", 1)[1], tag
 
 
-def delete_image(registry_url: str, image: SavedImage, timeout: float = 30.0) -> None:
-    """Remove ``image`` from the registry; an image already gone is not an error."""
+def delete_image(
+    registry_url: str,
+    image: SavedImage,
+    timeout: float = 30.0,
+    auth: tuple[str, str] | None = None,
+) -> None:
+    """Remove ``image`` from the registry (with ``auth``, basic authentication); an image
+    already gone is not an error."""
     repo, tag = repository_and_tag(image.reference)
     base = f"{registry_url.rstrip('/')}/v2/{repo}/manifests"
     try:
-        with httpx.Client(timeout=timeout, trust_env=False) as http:
+        with httpx.Client(timeout=timeout, trust_env=False, auth=auth) as http:
             digest = image.digest
             if not digest:
                 head = http.head(f"{base}/{tag}", headers={"Accept": MANIFESTS})
@@ -56,6 +62,11 @@ def delete_image(registry_url: str, image: SavedImage, timeout: float = 30.0) ->
         ) from None
     if answer.status_code in (200, 202, 404):
         return
+    if answer.status_code in (401, 403):
+        raise RegistryError(
+            "The registry refused the hub's credentials; nothing was deleted. Tell your "
+            "admin (SavedImages.registry_username / registry_password)."
+        )
     if answer.status_code == 405:
         raise RegistryError(
             "The registry does not allow deleting images; nothing was deleted. Tell your "

@@ -270,11 +270,14 @@ class MyImages:
     async def _delete_pushed(self, image: SavedImage) -> None:
         try:
             await asyncio.get_running_loop().run_in_executor(
-                None, delete_image, self.settings.registry_url, image
+                None, self._delete, image
             )
         except SaveError as e:
             self.log.warning("Pushed image %s not recorded and not deleted: %s",
                              image.reference, e)  # fmt: skip
+
+    def _delete(self, image: SavedImage) -> None:
+        delete_image(self.settings.registry_url, image, auth=self.settings.credentials)
 
     @staticmethod
     def _end(job: SaveJob, state: str, message: str) -> None:
@@ -303,7 +306,7 @@ class MyImages:
         if not found:
             raise NotFound(f"You have no saved image named {name!r}.")
         await asyncio.get_running_loop().run_in_executor(
-            None, delete_image, self.settings.registry_url, found[0]
+            None, self._delete, found[0]
         )
         await self._store(lambda store: store.delete_saved_image(owner, name))
         self.log.info("%s deleted saved image %s (%s)", owner, name, found[0].reference)

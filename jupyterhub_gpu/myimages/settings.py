@@ -46,6 +46,20 @@ class SavedImages(LoggingConfigurable):
         the registry needs ``storage.delete.enabled``). Default: ``https://`` + registry.""",
     ).tag(config=True)
 
+    registry_username = Unicode(
+        "",
+        help="""The user the hub and the nodes' engines log in to the registry as (pushes
+        from the node that saves, pulls of saved images on any node, deletes from the
+        hub). Empty: the registry asks for no credentials.""",
+    ).tag(config=True)
+
+    registry_password = Unicode(
+        "",
+        help="""That user's password or token (e.g. from an environment variable in
+        ``jupyterhub_config.py``). Sent to the nodes' engines with each push and pull of a
+        saved image and to the registry; never logged or shown.""",
+    ).tag(config=True)
+
     namespace = Unicode(
         "jupyterhub-gpu/saved",
         help="Repository prefix under the registry; each user's images go under "
@@ -139,9 +153,30 @@ class SavedImages(LoggingConfigurable):
         """Where saved images live: ``<registry>/<namespace>/``."""
         return f"{self.registry}/{self.namespace.strip('/')}/"
 
+    @validate("registry_password")
+    def _needs_user(self, proposal: Any) -> str:
+        if proposal["value"] and not self.registry_username:
+            raise ValueError("SavedImages.registry_password needs SavedImages.registry_username")
+        return str(proposal["value"])
+
     @property
     def enabled(self) -> bool:
         return bool(self.registry)
+
+    @property
+    def credentials(self) -> tuple[str, str] | None:
+        """(user, password) for the registry's HTTP API, or None."""
+        if not self.registry_username:
+            return None
+        return self.registry_username, self.registry_password
+
+    def auth_config(self, image: str = "") -> dict[str, str] | None:
+        """What a node's engine needs to push or pull ``image`` (any saved image when
+        empty): the credentials, only for images under this registry's namespace."""
+        if self.credentials is None or (image and not image.startswith(self.prefix)):
+            return None
+        user, password = self.credentials
+        return {"username": user, "password": password, "serveraddress": self.registry}
 
     def save_settings(self) -> SaveSettings:
         """The builder's settings (raises nothing; an empty registry means saving is off
@@ -162,6 +197,7 @@ class SavedImages(LoggingConfigurable):
                 build_timeout_s=self.build_timeout,
                 push_timeout_s=self.push_timeout,
                 memory_bytes=_limit_bytes(self.build_memory_gib),
+                auth_config=self.auth_config(),
             ),
             limits=Limits(
                 max_images=self.max_images or None,

@@ -14,9 +14,10 @@ image from the registry.
 from __future__ import annotations
 
 import re
+import secrets
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,21 @@ PACKAGE, MISSING = "jhgpu-saved-probe", "jhgpu-not-on-index"
 ON_GPU = {"image": "demo-cuda12", "gpu_count": 1, "cpu": 0.5, "mem_gib": 1}
 
 
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Distribution]:
+    """A real registry that asks for credentials, as a site's would: pushes (node-a),
+    pulls (node-b) and deletes (the hub) all log in."""
+    password = secrets.token_urlsafe(16)
+    with Distribution(tmp_path_factory.mktemp("auth-registry"), credentials=("hub", password)) as r:
+        yield r
+
+
 def extra_config(registry: Distribution, index: Path, max_images: int) -> str:
+    assert registry.credentials is not None
+    user, password = registry.credentials
     return f"""
+c.SavedImages.registry_username = {user!r}
+c.SavedImages.registry_password = {password!r}
 c.JupyterHub.allow_named_servers = True
 from jupyterhub_gpu.myimages import configure as add_my_images
 add_my_images(c)
@@ -126,7 +140,7 @@ def in_server(engines: list[Engine], state: dict[str, Any], *argv: str) -> tuple
 
 
 def test_save_my_environment_and_start_it_on_another_node(
-    make_hub: Callable[..., Hub], engines: list[Engine], real_registry: Distribution,
+    make_hub: Callable[..., Hub], engines: list[Engine], registry: Distribution,
     tmp_path: Path,
 ) -> None:  # fmt: skip
     node_a, node_b = engines[0], engines[1]
@@ -137,7 +151,7 @@ def test_save_my_environment_and_start_it_on_another_node(
         [node_a, node_b],
         [gpu_inventory(node_a.name, "a1a1a1a1", [RTX]),
          gpu_inventory(node_b.name, "b2b2b2b2", [RTX])],
-        extra_config(real_registry, index, max_images=1),
+        extra_config(registry, index, max_images=1),
     )  # fmt: skip
     for name in ("alice", "bob", "carol"):
         assert hub.create_user(name).status_code == 201
@@ -161,7 +175,11 @@ def test_save_my_environment_and_start_it_on_another_node(
     assert failed["state"] == "failed", failed
     assert f"{MISSING}==0.1.0" in failed["message"], failed["message"]
     assert alice.images()["images"] == []
-    assert real_registry.tags("saved-test/u-alice/broken") == []
+    assert registry.tags("saved-test/u-alice/broken") == []
+
+    # the registry really asks for credentials: without them, nothing
+    anonymous = httpx.get(f"{registry.url}/v2/_catalog", timeout=10)
+    assert anonymous.status_code == 401, anonymous.text
 
     # 2. the package the index has: saved, pushed, recorded
     # (pip in a venv won't uninstall from ~/.local: "outside environment"; remove by hand)
@@ -177,7 +195,7 @@ def test_save_my_environment_and_start_it_on_another_node(
     assert image["packages"] == [f"pip:{PACKAGE}==1.2.0"], image
     assert image["base"] == "demo-cuda12" and image["shared_with"] is None
     repo = "saved-test/u-alice/env1"
-    assert real_registry.tags(repo) == [image["reference"].rsplit(":", 1)[1]]
+    assert registry.tags(repo) == [image["reference"].rsplit(":", 1)[1]]
     percents = [e["percent"] for e in saved["events"] if "percent" in e]
     assert percents, saved["events"]  # the build/push reported how far it was
 
@@ -192,7 +210,7 @@ def test_save_my_environment_and_start_it_on_another_node(
     assert code != 0  # gone from the home: what follows comes from the image
     other = node_b if work["node"] == node_a.name else node_a
     with other.client() as client:
-        assert not client.images.list(name=f"{real_registry.address}/{repo}")
+        assert not client.images.list(name=f"{registry.address}/{repo}")
     with httpx.Client(base_url=hub.url, timeout=60, follow_redirects=True) as browser:
         login = browser.get("/hub/login")
         xsrf = re.search(r'name="_xsrf" value="([^"]+)"', login.text)
@@ -237,5 +255,5 @@ def test_save_my_environment_and_start_it_on_another_node(
     hub.stop_server("alice", "mine")
     hub.stop_server("alice", "work")
     assert alice("DELETE", "/gpu/users/alice/images/env1").status_code == 204
-    assert real_registry.tags(repo) == []
+    assert registry.tags(repo) == []
     assert alice.images()["images"] == [] and bob.images()["images"] == []

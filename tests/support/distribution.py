@@ -87,6 +87,18 @@ def kill_stale(folder: Path = PIDS) -> list[int]:
     return killed
 
 
+def _bcrypt(password: str) -> str:
+    """A bcrypt hash for the registry's htpasswd file (the C library's, through Python's
+    ``crypt``: no bcrypt package is installed)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import crypt
+
+        return crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH))
+
+
 @dataclass
 class Distribution:
     workdir: Path
@@ -94,6 +106,8 @@ class Distribution:
     port: int = 0
     binary: str = field(default_factory=lambda: shutil.which("docker-registry") or REGISTRY_BINARY)
     proc: subprocess.Popen[bytes] | None = None
+    #: (user, password): the registry then asks for them (htpasswd, bcrypt), for every call
+    credentials: tuple[str, str] | None = None
 
     @property
     def address(self) -> str:
@@ -134,6 +148,10 @@ class Distribution:
                 "headers": {"X-Content-Type-Options": ["nosniff"]},
             },
         }
+        if self.credentials is not None:
+            htpasswd = self.workdir / "htpasswd"
+            htpasswd.write_text(f"{self.credentials[0]}:{_bcrypt(self.credentials[1])}\n")
+            config["auth"] = {"htpasswd": {"realm": "jupyterhub-gpu-test", "path": str(htpasswd)}}
         path = self.workdir / "config.yml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         return path
@@ -170,7 +188,8 @@ class Distribution:
                     f"docker-registry exited with {self.proc.returncode}:\n{self.log_tail()}"
                 )
             try:
-                if httpx.get(f"{self.url}/v2/", timeout=1).status_code == 200:
+                answer = httpx.get(f"{self.url}/v2/", auth=self.credentials, timeout=1)
+                if answer.status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
@@ -209,7 +228,7 @@ class Distribution:
     # ------------------------------------------------------------------ HTTP API v2
     def _get(self, path: str, **headers: str) -> httpx.Response | None:
         """``GET /v2/<path>``: the answer, or ``None`` for the registry's "unknown"."""
-        r = httpx.get(f"{self.url}/v2/{path}", headers=headers, timeout=30)
+        r = httpx.get(f"{self.url}/v2/{path}", headers=headers, auth=self.credentials, timeout=30)
         if r.status_code == 404:
             codes = {e.get("code") for e in r.json().get("errors", [])}
             if codes & set(_NOT_FOUND):
@@ -244,7 +263,9 @@ class Distribution:
         digest = self.manifest_digest(repository, reference)
         if digest is None:
             return False
-        r = httpx.delete(f"{self.url}/v2/{repository}/manifests/{digest}", timeout=30)
+        r = httpx.delete(
+            f"{self.url}/v2/{repository}/manifests/{digest}", auth=self.credentials, timeout=30
+        )
         if r.status_code != 202:
             raise RegistryError(f"DELETE {repository}@{digest}: HTTP {r.status_code}: {r.text}")
         return True

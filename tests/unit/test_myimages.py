@@ -354,7 +354,8 @@ async def test_the_limits_are_checked_again_when_the_image_is_recorded(
         return _saved(request.owner, request.name)
 
     monkeypatch.setattr(service, "save_environment", fake_save)
-    monkeypatch.setattr(service, "delete_image", lambda url, image: deleted.append(image.name))
+    monkeypatch.setattr(service, "delete_image",
+                        lambda url, image, **kw: deleted.append(image.name))  # fmt: skip
     svc = _service(store, max_images=1)
     job = await svc.start(FACTS, "env1")
     await _finish(svc)
@@ -387,7 +388,8 @@ async def test_a_pushed_image_the_database_refuses_is_deleted_again(
         return _saved(request.owner, request.name, size=7)
 
     monkeypatch.setattr(service, "save_environment", fake_save)
-    monkeypatch.setattr(service, "delete_image", lambda url, image: deleted.append(image.reference))
+    monkeypatch.setattr(service, "delete_image",
+                        lambda url, image, **kw: deleted.append(image.reference))  # fmt: skip
     svc = _service(store)
     job = await svc.start(FACTS, "env1")
     await _finish(svc)
@@ -404,7 +406,7 @@ async def test_share_only_with_ones_own_groups_and_delete_registry_first(
         await svc.share("alice", "env1", "admins", ["lab"])
     assert (await svc.share("alice", "env1", "lab", ["lab"])).shared_with == "lab"
 
-    def registry_down(url: str, image: Any) -> None:
+    def registry_down(url: str, image: Any, **kw: Any) -> None:
         from jupyterhub_gpu.myimages.registry import RegistryError
 
         raise RegistryError("The registry did not answer; nothing was deleted.")
@@ -413,7 +415,7 @@ async def test_share_only_with_ones_own_groups_and_delete_registry_first(
     with pytest.raises(Exception, match="nothing was deleted"):
         await svc.delete("alice", "env1")
     assert [i.name for i in store.saved_images()] == ["env1"]  # kept: try again
-    monkeypatch.setattr(service, "delete_image", lambda url, image: None)
+    monkeypatch.setattr(service, "delete_image", lambda url, image, **kw: None)
     with pytest.raises(Exception, match="no saved image named 'env1'"):
         await svc.delete("bob", "env1")
     await svc.delete("alice", "env1")
@@ -447,3 +449,16 @@ def test_a_saved_image_is_never_started_by_its_reference(reference: str, saved: 
     prefix = SavedImages(registry="10.250.0.1:5000").prefix
     assert prefix == "10.250.0.1:5000/jupyterhub-gpu/saved/"
     assert entries.is_saved_reference(reference, prefix) is saved
+
+
+def test_registry_credentials_go_to_saved_images_only() -> None:
+    s = SavedImages(registry="10.250.0.1:5000", registry_username="hub", registry_password="pw")
+    saved = s.prefix + "u-alice/env:1"
+    assert s.auth_config(saved) == {"username": "hub", "password": "pw",
+                                    "serveraddress": "10.250.0.1:5000"}  # fmt: skip
+    assert s.auth_config("docker.io/library/python:3.11") is None  # never to another registry
+    assert s.save_settings().build.auth_config == s.auth_config(saved)
+    assert s.credentials == ("hub", "pw")
+    assert SavedImages(registry="r:5000").auth_config(saved) is None
+    with pytest.raises(Exception, match=r"needs SavedImages\.registry_username"):
+        SavedImages(registry_password="pw")
