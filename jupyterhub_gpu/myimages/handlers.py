@@ -1,7 +1,8 @@
 """Saved images through the hub: the REST API and the "My images" page (an edge).
 
     GET    /hub/api/gpu/users/{user}/images          images {user} may start, and saving's state
-    POST   /hub/api/gpu/users/{user}/images          {"server": "", "name": "my-env"}: save (202)
+    POST   /hub/api/gpu/users/{user}/images          {"server": "", "name": "my-env",
+                                                      "conda_envs": [...]}: save (202)
     GET    /hub/api/gpu/users/{user}/save            the latest save: state and progress lines
     PATCH  /hub/api/gpu/users/{user}/images/{name}   {"shared_with": "group" or null}
     DELETE /hub/api/gpu/users/{user}/images/{name}   delete (registry and record) (204)
@@ -15,6 +16,8 @@ Added to a hub's configuration by :func:`~jupyterhub_gpu.myimages.configure`.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import re
 from typing import Any
@@ -24,11 +27,13 @@ from jupyterhub.handlers.base import BaseHandler
 from jupyterhub.scopes import needs_scope
 from tornado import web
 
+from ..builder.records import list_conda_envs
 from ..errors import UserFacingError
 from .entries import base_of, saved_entries, visible, with_saved
 from .service import MyImages, ServerFacts, image_json, my_images
 
 NAME = r"[a-z0-9][a-z0-9._-]{0,63}"
+MAX_CONDA_ENVS = 20
 _SERVER_RE = re.compile(r"^[^/]{0,255}$")
 
 
@@ -78,13 +83,19 @@ class _Base(APIHandler):
 class ImagesAPIHandler(_Base):
     @needs_scope("read:servers")
     async def get(self, user_name: str) -> None:
-        user, _spawner, service, ident = await self._context(user_name)
+        user, spawner, service, ident = await self._context(user_name)
         try:
             images = visible(await service.images(), user.name, ident.groups)
         except UserFacingError as e:
             raise self._fail(e) from None
         limits = service.settings
         job = service.job(user.name)
+        home = spawner._home_path(ident)
+        envs: tuple[str, ...] = ()
+        if home is not None and service.settings.enabled:
+            loop = asyncio.get_running_loop()
+            with contextlib.suppress(OSError):  # no home yet: no environment to offer
+                envs = await loop.run_in_executor(None, list_conda_envs, home)
         self.write(
             json.dumps(
                 {
@@ -93,6 +104,7 @@ class ImagesAPIHandler(_Base):
                         {**image_json(i), "image": f"saved:{i.owner}/{i.name}"} for i in images
                     ],
                     "groups": sorted(ident.groups),
+                    "conda_envs": list(envs),
                     "limits": {
                         "max_images": limits.max_images or None,
                         "max_image_gib": limits.max_image_gib or None,
@@ -110,9 +122,22 @@ class ImagesAPIHandler(_Base):
     async def post(self, user_name: str) -> None:
         user, _spawner, service, ident = await self._context(user_name)
         body = self._json_object()
-        unknown = sorted(set(body) - {"server", "name"})
+        unknown = sorted(set(body) - {"server", "name", "conda_envs"})
         if unknown:
-            raise web.HTTPError(400, f"Unknown field {unknown[0]!r}; send 'name' and 'server'.")
+            raise web.HTTPError(
+                400, f"Unknown field {unknown[0]!r}; send 'name', 'server' and 'conda_envs'."
+            )
+        envs = body.get("conda_envs", [])
+        if (
+            not isinstance(envs, list)
+            or len(envs) > MAX_CONDA_ENVS
+            or not all(isinstance(e, str) and 0 < len(e) <= 255 for e in envs)
+        ):
+            raise web.HTTPError(
+                400,
+                f"'conda_envs' must be a list of at most {MAX_CONDA_ENVS} environment names "
+                "from your home, as My images lists them.",
+            )
         server = body.get("server", "")
         if not isinstance(server, str) or not _SERVER_RE.match(server):
             raise web.HTTPError(400, "'server' must be the name of one of your servers.")
@@ -145,6 +170,7 @@ class ImagesAPIHandler(_Base):
                 base_slug=base.slug,
                 home=running._home_path(ident),
                 parent_bytes=parent.size_bytes if parent else 0,
+                conda_envs=tuple(envs),
             )
             job = await service.start(facts, body.get("name"))  # type: ignore[arg-type]
         except UserFacingError as e:

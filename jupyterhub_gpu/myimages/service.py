@@ -69,6 +69,7 @@ class ServerFacts:
     base_slug: str  # the catalog entry it stands on
     home: Path | None
     parent_bytes: int = 0  # a saved image's own size, when the server runs one
+    conda_envs: tuple[str, ...] = ()  # the home's conda environments to save too
 
 
 @dataclass
@@ -213,6 +214,7 @@ class MyImages:
             base_slug=server.base_slug,
             base_image=server.image,
             home=server.home,
+            conda_envs=server.conda_envs,
         )
 
         def report(progress: Progress) -> None:

@@ -260,10 +260,13 @@ async def test_a_save_reports_progress_and_is_recorded(
 
     monkeypatch.setattr(service, "save_environment", fake_save)
     svc = _service(store)
-    job = await svc.start(FACTS, "env1")
+    from dataclasses import replace
+
+    job = await svc.start(replace(FACTS, conda_envs=("miniconda3/envs/torch",)), "env1")
     assert job.state == "running"
     await _finish(svc)
     assert job.state == "saved", job.message
+    assert seen[0].conda_envs == ("miniconda3/envs/torch",)  # the environments chosen
     assert any(e.get("percent") == 40 for e in job.events)
     assert seen[0].base_slug == "torch-cu121" and seen[0].home == Path("/homes/alice")
     assert [i.name for i in store.saved_images()] == ["env1"]
