@@ -13,11 +13,12 @@ recorded (the database refused it) is deleted from the registry again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Collection
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -131,9 +132,9 @@ class MyImages:
         self.cluster = cluster
         self.settings = settings
         self.log = log
-        self._pool = ThreadPoolExecutor(
-            max(1, settings.concurrent_saves), thread_name_prefix="jhgpu-save"
-        )
+        # saves at once; each runs in a daemon thread, so a hub that stops does not
+        # wait for a build of up to build_timeout (the save is lost, docs/my-images.md)
+        self._slots = asyncio.Semaphore(max(1, settings.concurrent_saves))
         self._jobs: dict[str, SaveJob] = {}  # owner -> their latest save
         self._starting: set[str] = set()  # owners whose save is being checked
         self._tasks: set[asyncio.Task[None]] = set()
@@ -228,7 +229,8 @@ class MyImages:
                 client.close()
 
         try:
-            image = await loop.run_in_executor(self._pool, blocking)
+            async with self._slots:
+                image = await in_daemon_thread(blocking)
             # built on a saved image: it holds that image's layers too (they stay in the
             # registry while this one uses them), so it counts them
             image = replace(image, size_bytes=image.size_bytes + server.parent_bytes)
@@ -312,6 +314,29 @@ class MyImages:
         )
         await self._store(lambda store: store.delete_saved_image(owner, name))
         self.log.info("%s deleted saved image %s (%s)", owner, name, found[0].reference)
+
+
+async def in_daemon_thread(fn: Callable[[], T]) -> T:
+    """``fn()`` in a daemon thread of its own (an executor's threads are joined when the
+    interpreter exits: a stopping hub would wait for the build)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if not done.done():
+            done.set_result(value) if ok else done.set_exception(value)
+
+    def run() -> None:
+        try:
+            value: Any = fn()
+            ok = True
+        except BaseException as e:  # handed to the awaiting side
+            value, ok = e, False
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+            loop.call_soon_threadsafe(settle, ok, value)
+
+    threading.Thread(target=run, name="jhgpu-save", daemon=True).start()
+    return await done
 
 
 def _check_record(mine: list[SavedImage], image: SavedImage, limits: Limits) -> None:

@@ -465,3 +465,40 @@ def test_registry_credentials_go_to_saved_images_only() -> None:
     assert SavedImages(registry="r:5000").auth_config(saved) is None
     with pytest.raises(Exception, match=r"needs SavedImages\.registry_username"):
         SavedImages(registry_password="pw")
+
+
+async def test_saves_run_in_daemon_threads_at_most_concurrent_saves_at_once(
+    store: AccountingStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+    from dataclasses import replace
+
+    running, most, daemon = 0, 0, []
+    lock = threading.Lock()
+    loop = asyncio.get_running_loop()
+    release = asyncio.Event()
+
+    def fake_save(client: Any, request: Any, *args: Any) -> Any:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        daemon.append(threading.current_thread().daemon)  # a stopping hub won't wait
+        asyncio.run_coroutine_threadsafe(release.wait(), loop).result(10)
+        with lock:
+            running -= 1
+        return _saved(request.owner, request.name)
+
+    monkeypatch.setattr(service, "save_environment", fake_save)
+    svc = _service(store, concurrent_saves=1)
+    for user in ("alice", "bob", "carol"):
+        await svc.start(replace(FACTS, owner=user), "env")
+    while not daemon:  # the first save runs ...
+        await asyncio.sleep(0.01)
+    for _ in range(50):  # ... and the loop turns: the others wait for its slot
+        await asyncio.sleep(0)
+    assert len(daemon) == 1 and svc._slots.locked()
+    release.set()
+    await _finish(svc)
+    assert most == 1 and daemon == [True, True, True]
+    assert sorted(i.owner for i in store.saved_images()) == ["alice", "bob", "carol"]
