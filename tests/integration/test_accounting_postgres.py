@@ -17,7 +17,7 @@ from sqlalchemy import inspect, text
 
 from jupyterhub_gpu.accounting.records import AllocationRecord, EndReason
 from jupyterhub_gpu.accounting.report import ReportQuery, report
-from jupyterhub_gpu.accounting.store import AccountingStore, AccountingUnavailable
+from jupyterhub_gpu.accounting.store import MIGRATIONS, AccountingStore, AccountingUnavailable
 from tests.support.pg_fixture import fresh_postgres_database, postgres_url  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -74,6 +74,18 @@ def tables(store: AccountingStore) -> set[str]:
     return set(inspect(store.engine).get_table_names())
 
 
+def newest_migration() -> str:
+    """The head of the migrations folder (what an upgraded database must be at)."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    head = ScriptDirectory.from_config(config).get_current_head()
+    assert head is not None
+    return head
+
+
 def test_upgrade_twice_is_idempotent(db_url: str) -> None:
     first = AccountingStore(db_url)
     try:
@@ -85,10 +97,10 @@ def test_upgrade_twice_is_idempotent(db_url: str) -> None:
     second = AccountingStore(db_url)  # a restarted hub
     try:
         second.upgrade()
-        assert {TABLE, "jhgpu_alembic_version"} <= tables(second)
+        assert {TABLE, "jhgpu_alembic_version", "jhgpu_saved_images"} <= tables(second)
         with second.engine.connect() as c:
             versions = c.execute(text("SELECT version_num FROM jhgpu_alembic_version")).all()
-        assert [v for (v,) in versions] == ["0002"]
+        assert [v for (v,) in versions] == [newest_migration()]  # one row: the head
         assert second.open_allocations() == {"a1": "node-a"}  # the data survived
     finally:
         second.engine.dispose()

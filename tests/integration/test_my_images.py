@@ -210,6 +210,7 @@ def test_save_my_environment_and_start_it_on_another_node(
     # other node (its GPU model is asked for) and has it
     hub.stop_server("alice", "work")
     shutil.rmtree(home / ".local")
+    shutil.rmtree(home / "wheels")
     assert not list(home.rglob(f"{module_name(PACKAGE)}*"))  # what follows is the image's
     other, model = (node_b, TITAN[0]) if work["node"] == node_a.name else (node_a, RTX[0])
     with other.client() as client:
