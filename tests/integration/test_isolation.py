@@ -350,7 +350,9 @@ def test_squatted_ports_do_not_catch_the_next_users_server(
         out = alice.exec_run(["cat", log + ".ready"]).output.decode().strip()
         return int(out) if out.isdigit() else 0
 
-    assert wait_for(bound, 60, "alice's listeners") == 800
+    # nearly all 800: a port her own server's outgoing connections hold at that moment
+    # (the range is also her namespace's ephemeral range) can't be bound (CI saw 799)
+    assert wait_for(bound, 60, "alice's listeners") >= 780
     start_server(hub, "bob")
     token = hub.user_token("bob")
     r = httpx.get(
