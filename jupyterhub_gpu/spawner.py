@@ -48,7 +48,6 @@ from .errors import ConfigError, InvalidRequest, UserFacingError
 from .form import (
     ResourcePolicy,
     SpawnOptions,
-    UserBounds,
     gpu_model_availability,
     options_from_form,
     placement_request,
@@ -516,9 +515,6 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         if not (auth_state and "uid" in auth_state):
             self.log.info("%s has no uid in auth_state: runs as %s", self.user.name, ident.uid)
         return ident
-
-    async def _bounds(self) -> UserBounds:
-        return resolve_bounds(self.policy, (await self.identity()).groups)
 
     def _cull_notes(self) -> list[str]:
         """Why the culler stopped this server, if it did and the server has not run since.

@@ -48,7 +48,7 @@ class BuildSettings:
     auth_config: Mapping[str, str] | None = None
 
 
-def _split(reference: str) -> tuple[str, str]:
+def split_reference(reference: str) -> tuple[str, str]:
     """``registry/repo:tag`` -> (``registry/repo``, ``tag``)."""
     repo, _, tag = reference.rpartition(":")
     if not repo or "/" in tag:
@@ -119,7 +119,7 @@ def build_image(
 
 def push_image(client: Any, reference: str, report: Report, settings: BuildSettings) -> str:
     """Push ``reference`` to its registry; the manifest's digest, or :class:`BuildFailed`."""
-    repo, tag = _split(reference)
+    repo, tag = split_reference(reference)
     push = PushLog()
     failed: list[str] = []
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import httpx
 
+from ..builder.build import split_reference
 from ..builder.model import SavedImage, SaveError
 
 MANIFESTS = ", ".join(
@@ -28,10 +29,9 @@ class RegistryError(SaveError):
 
 
 def repository_and_tag(reference: str) -> tuple[str, str]:
-    """``host:5000/ns/u-alice/env:tag`` -> (``ns/u-alice/env``, ``tag``)."""
-    name, _, tag = reference.rpartition(":")
-    if "/" in tag or not name:
-        raise ValueError(f"not a tagged reference: {reference!r}")
+    """``host:5000/ns/u-alice/env:tag`` -> (``ns/u-alice/env``, ``tag``): the path the
+    registry's API names (the builder's parser, without the registry host)."""
+    name, tag = split_reference(reference)
     return name.split("/", 1)[1], tag
 
 
