@@ -55,7 +55,7 @@ from jupyterhub_gpu.inventory.model import ClusterSnapshot, NodeState
 from jupyterhub_gpu.placement import NoFit, Placement, PlacementRequest
 from jupyterhub_gpu.placement.explain import explain
 from jupyterhub_gpu.placement.index import ClassSlots, index_for
-from jupyterhub_gpu.placement.policy import best_slot, choose_devices, fair_share
+from jupyterhub_gpu.placement.policy import ClassOption, best_slot, choose_devices, fair_share
 from jupyterhub_gpu.placement.view import View, check_request
 
 WINDOW = 500  # arrivals in the recent-demand history
@@ -186,11 +186,11 @@ def fs_spread(snapshot: ClusterSnapshot, request: PlacementRequest) -> Placement
     check_request(request)
     view = View(snapshot)
     count = request.gpu_count
-    options: list[tuple[int, int, int]] = []  # (spread slot, class free, class GPUs)
+    options: list[ClassOption] = []  # the spread slot of each class
     for group in view.index.candidates(request):
         slot, free = best_slot(view, group, count)
         if slot >= 0:
-            options.append((spread_slot(view, [group], count), free, group.gpus))
+            options.append(ClassOption(spread_slot(view, [group], count), free, group.gpus))
     if not options:
         return NoFit(explain(view, request))
     slot = fair_share(options, count)

@@ -12,11 +12,15 @@ The rules, in order:
 2. **Best fit across classes, with a fair share.** A class is ``(memory_mib, compute
    capability)``, ordered by memory, then capability. The request goes to the smallest
    class that, after the placement, still has at least its *fair share* of free GPUs:
-   ``floor(class GPUs x free fraction over all classes that fit the request)``. If none
-   has, to the smallest class that fits. So big cards stay for big requests, and a small
-   class is not drained for requests that could go elsewhere while the people who can
-   only use that class (an old image, a pinned model) find none. A request that fits
-   one class only simply gets it.
+   ``ceil(class GPUs x free fraction over all classes that fit the request)``, so a
+   class with any room keeps at least one GPU while other classes have room too. Among
+   those classes, one where the request fits on a node already in use goes before one
+   where it would break up a whole free node of ``KEEP_WHOLE_GPUS`` (4) or more GPUs:
+   whole big nodes stay for multi-GPU servers. If no class keeps its share, the smallest
+   class that fits. So big cards stay for big requests, and a small class is not
+   drained for requests that could go elsewhere while the people who can only use that
+   class (an old image, a pinned model) find none. A request that fits one class only
+   simply gets it.
 3. **Packing within the class.** The node whose free GPUs of that model would be fewest
    after the placement wins (a perfect fit first, whole free nodes last), keeping whole
    nodes for multi-GPU requests: fragmentation, as in Weng et al., USENIX ATC '23.
@@ -29,6 +33,9 @@ The rules, in order:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import NamedTuple
+
 from ..inventory.model import ClusterSnapshot
 from .explain import explain
 from .index import ClassSlots, Device
@@ -37,6 +44,18 @@ from .view import View, check_request
 
 _NO_SLOT = -1
 _TOPOLOGY_LOOKS = 64  # equally packed nodes examined for a shared topology group
+KEEP_WHOLE_GPUS = 4  # whole free nodes (of one model) this big are kept for multi-GPU servers
+
+
+class ClassOption(NamedTuple):
+    """One class that can hold the request now: its packed-tightest slot, the class's
+    free GPUs and GPUs, and whether that slot is a whole free node ``place`` would
+    rather keep whole."""
+
+    slot: int
+    free: int
+    gpus: int
+    breaks_whole: bool = False
 
 
 def place(snapshot: ClusterSnapshot, request: PlacementRequest) -> Placement | NoFit:
@@ -44,28 +63,30 @@ def place(snapshot: ClusterSnapshot, request: PlacementRequest) -> Placement | N
     check_request(request)
     view = View(snapshot)
     count = request.gpu_count
-    options: list[tuple[int, int, int]] = []  # (best slot, class free, class GPUs)
+    options: list[ClassOption] = []
+    size = view.index.slot_size
     for group in view.index.candidates(request):
         slot, free = best_slot(view, group, count)
         if slot != _NO_SLOT:
-            options.append((slot, free, group.gpus))
+            whole = view.free(slot) == size[slot] and size[slot] >= max(KEEP_WHOLE_GPUS, count + 1)
+            options.append(ClassOption(slot, free, group.gpus, whole))
     if not options:
         return NoFit(explain(view, request))
     slot = fair_share(options, count)
     return view.placement(slot, choose_devices(view.free_devices(slot), count))
 
 
-def fair_share(options: list[tuple[int, int, int]], count: int) -> int:
-    """The slot of the smallest class left with its fair share of free GPUs, else the first.
+def fair_share(options: Sequence[ClassOption], count: int) -> int:
+    """The slot of the smallest class left with its fair share of free GPUs (one that
+    breaks no whole node first), else the first.
 
-    ``options`` are ``(slot, free GPUs, GPUs)`` per class that fits, smallest class first.
+    ``options`` come one per class that fits, smallest class first.
     """
-    free_after = sum(o[1] for o in options) - count
-    gpus = sum(o[2] for o in options)
-    for slot, class_free, class_gpus in options:
-        if class_free - count >= free_after * class_gpus // gpus:
-            return slot
-    return options[0][0]
+    free_after = sum(o.free for o in options) - count
+    gpus = sum(o.gpus for o in options)
+    keeping = [o for o in options if o.free - count >= -(-free_after * o.gpus // gpus)]
+    intact = [o for o in keeping if not o.breaks_whole]
+    return (intact or keeping or options)[0].slot
 
 
 def best_slot(view: View, group: ClassSlots, count: int) -> tuple[int, int]:

@@ -322,6 +322,33 @@ def test_fair_share_spills_to_the_next_class_but_pinned_requests_get_the_last_gp
     assert placed(best_fit(snap([small, large], busy), PlacementRequest(1))).node == "small"
 
 
+@pytest.mark.parametrize(
+    ("small_gpus", "count", "expected"),
+    [
+        (4, 1, "m1"),  # a whole 4-GPU node is kept: the 3090 node in use takes it
+        (2, 1, "s1"),  # a 2-GPU node is not "big": plain best fit across classes
+        (4, 4, "s1"),  # a request as big as the node takes the whole node
+    ],
+)
+def test_requests_that_fit_a_node_in_use_keep_big_whole_nodes(
+    small_gpus: int, count: int, expected: str
+) -> None:
+    """2080 Ti < 3090 < A100. The 2080 Ti node is whole and free, the 3090 node has one
+    server, the A100s are nearly full: both smaller classes keep their fair share."""
+    nodes = [
+        uniform("s1", small_gpus, RTX2080TI, 11, cc=(7, 5)),
+        uniform("m1", 4, RTX3090, 24),
+        uniform("a1", 4, A100, 80, cc=(8, 0)),
+        uniform("a2", 4, A100, 80, cc=(8, 0)),
+    ]
+    busy = ["GPU-m1-0", "GPU-a1-0", "GPU-a1-1", "GPU-a1-2"] + [f"GPU-a2-{i}" for i in range(4)]
+    if count > 3:
+        busy.remove("GPU-m1-0")  # the 4-GPU request: the 3090 node is whole as well
+    got = placed(place(snap(nodes, busy), PlacementRequest(count)))
+    assert got.node == expected
+    assert placed(best_fit(snap(nodes, busy), PlacementRequest(count))).node == "s1"
+
+
 def test_fair_share_order_in_a_small_lab() -> None:
     """The trade-off documented in docs/placement.md, pinned down."""
     nodes = (
@@ -329,7 +356,7 @@ def test_fair_share_order_in_a_small_lab() -> None:
         uniform("r", 3, RTX3090, 24),
         uniform("a", 2, A100, 80, cc=(8, 0)),
     )
-    for policy, expected in ((place, "trtratra"), (best_fit, "tttrrraa")):
+    for policy, expected in ((place, "ttratrra"), (best_fit, "tttrrraa")):
         alloc: dict[str, str] = {}
         order = ""
         for _ in range(8):
