@@ -118,9 +118,10 @@ class QueueingSpawnerMixin(_SpawnerBase):
         ``priority``, ``shares``, ``max_gpus`` (and ``max_gpus_per_model``) held by the
         group's servers together, ``user_max_gpus`` (and per model) per user, and
         ``max_queue_wait`` (seconds; 0: never wait); per-user caps in ``users``;
-        ``reservation_notice_hours`` (24): how far ahead users hear of reservations. A
-        request over a cap waits; one over the absolute cap is refused with the number.
-        An unknown key is an error at start-up.""",
+        ``reservation_notice_hours`` (24): how far ahead users hear of reservations;
+        ``timezone`` (an IANA name, default ``"UTC"``): the zone of the clock times in
+        users' and admins' messages. A request over a cap waits; one over the absolute
+        cap is refused with the number. An unknown key is an error at start-up.""",
     )
 
     # ------------------------------------------------------------------ placement

@@ -9,6 +9,7 @@
         "max_age_hours": 1,              # the age term saturates here (> 0; inf: never)
         "backfill": True,
         "reservation_notice_hours": 24,  # users hear of reservations this soon (>= 0)
+        "timezone": "Europe/Paris",      # IANA name: clock times in messages (default UTC)
         "groups": {
             "ml-lab": {"priority": 10, "shares": 2, "max_gpus": 8,
                        "max_gpus_per_model": {"NVIDIA A100-SXM4-40GB": 2},
@@ -30,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..errors import ConfigError
 from .model import GroupPolicy, Policies, Quota, SchedulerSettings
@@ -46,6 +48,7 @@ TOP_KEYS = (
     "max_age_hours",
     "model_weights",
     "reservation_notice_hours",
+    "timezone",
     "users",
     "weights",
 )
@@ -75,7 +78,9 @@ def queue_settings(
     Keys (all optional; see the module docstring and docs/scheduling.md, "Settings"):
     ``half_life_hours`` (> 0), ``model_weights`` ({model: weight >= 0}), ``weights``
     ({fairshare, user_fairshare, admin, age}: >= 0), ``max_age_hours`` (> 0, inf allowed),
-    ``backfill`` (bool), ``reservation_notice_hours`` (>= 0), ``groups`` ({name:
+    ``backfill`` (bool), ``reservation_notice_hours`` (>= 0), ``timezone`` (an IANA
+    name such as ``"Europe/Paris"``: the zone of clock times in users' and admins'
+    messages; default UTC), ``groups`` ({name:
     group}), ``default_group`` (group) and ``users`` ({name: {max_gpus,
     max_gpus_per_model}}). A group takes ``priority`` and ``shares`` (numbers >= 0),
     ``max_gpus`` and ``user_max_gpus`` (int >= 0, or None: no cap),
@@ -102,6 +107,8 @@ def queue_settings(
     if "reservation_notice_hours" in top:
         hours = _number(top["reservation_notice_hours"], f"{where}.reservation_notice_hours")
         values["reservation_notice_s"] = 3600.0 * hours
+    if "timezone" in top:
+        values["timezone"] = _zone(top["timezone"], f"{where}.timezone")
     if "backfill" in top:
         if not isinstance(top["backfill"], bool):
             raise ConfigError(f"{where}.backfill: expected true or false, got {top['backfill']!r}")
@@ -155,6 +162,18 @@ def _number(raw: Any, where: str, positive: bool = False, inf: bool = False) -> 
     ):
         raise ConfigError(f"{where}: {expected}, got {raw!r}")
     return float(raw)
+
+
+def _zone(raw: Any, where: str) -> ZoneInfo:
+    """An IANA time zone by name (``Europe/Paris``, ``UTC``), from the system's tz database
+    or the ``tzdata`` package."""
+    hint = "use an IANA name such as 'Europe/Paris', 'America/New_York' or 'UTC'"
+    if not isinstance(raw, str) or not raw.strip():
+        raise ConfigError(f"{where}: expected a time zone name; {hint}; got {raw!r}")
+    try:
+        return ZoneInfo(raw.strip())
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(f"{where}: unknown time zone {raw!r}; {hint}") from None
 
 
 def _count(raw: Any, where: str) -> int:

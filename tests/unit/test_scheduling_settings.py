@@ -221,3 +221,24 @@ def test_bad_input_names_the_entry_and_what_is_expected(raw: Any, path: str, exp
 def test_where_prefixes_every_path() -> None:
     with pytest.raises(ConfigError, match=r"^c\.queue\.users\.bob\.max_gpus: "):
         queue_settings({"users": {"bob": {"max_gpus": -3}}}, where="c.queue")
+
+
+def test_timezone_names_the_zone_of_clock_times() -> None:
+    from zoneinfo import ZoneInfo
+
+    from jupyterhub_gpu.scheduling.words import clock, zone
+
+    settings, _ = queue_settings({"timezone": "Europe/Paris"})
+    assert settings.timezone == ZoneInfo("Europe/Paris")
+    winter = 1796112000.0  # 2026-12-01 08:00 UTC
+    assert clock(winter, winter, settings.timezone) == "09:00"
+    assert zone(winter, settings.timezone) == "CET"
+    assert queue_settings({"timezone": " UTC "})[0].timezone == ZoneInfo("UTC")
+
+
+@pytest.mark.parametrize("raw", ["Europe/Pari", "", 1, "../etc/passwd", None])
+def test_an_unknown_timezone_is_refused_with_a_hint(raw: object) -> None:
+    with pytest.raises(ConfigError) as e:
+        queue_settings({"timezone": raw})
+    assert str(e.value).startswith(f"{WHERE}.timezone: ")
+    assert "Europe/Paris" in str(e.value)
