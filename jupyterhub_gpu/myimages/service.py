@@ -13,7 +13,7 @@ recorded (the database refused it) is deleted from the registry again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import concurrent.futures
 import logging
 import threading
 import time
@@ -319,24 +319,16 @@ class MyImages:
 async def in_daemon_thread(fn: Callable[[], T]) -> T:
     """``fn()`` in a daemon thread of its own (an executor's threads are joined when the
     interpreter exits: a stopping hub would wait for the build)."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[T] = loop.create_future()
-
-    def settle(ok: bool, value: Any) -> None:
-        if not done.done():
-            done.set_result(value) if ok else done.set_exception(value)
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
 
     def run() -> None:
         try:
-            value: Any = fn()
-            ok = True
+            future.set_result(fn())
         except BaseException as e:  # handed to the awaiting side
-            value, ok = e, False
-        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
-            loop.call_soon_threadsafe(settle, ok, value)
+            future.set_exception(e)
 
     threading.Thread(target=run, name="jhgpu-save", daemon=True).start()
-    return await done
+    return await asyncio.wrap_future(future)
 
 
 def _check_record(mine: list[SavedImage], image: SavedImage, limits: Limits) -> None:

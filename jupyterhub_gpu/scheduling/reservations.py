@@ -29,7 +29,7 @@ from datetime import tzinfo
 
 from ..inventory.model import GPU, ClusterSnapshot, NodeState
 from .model import Charge, Reservation
-from .words import UTC, clock, gpus, listing, moment, of_model, zone
+from .words import UTC, clock, gpus, listing, moment, of_model, zoned_clock
 
 
 def explicit_gpus(reservation: Reservation, nodes: Sequence[NodeState]) -> tuple[str, ...]:
@@ -241,28 +241,29 @@ class Conflict:
         """For the owner of a running server (the hub's pages): "Your server 'big' is on
         GPUs reserved for group ml-lab from 14:00 to 18:00 UTC: it will be stopped at
         14:00. Save your work before then." """
-        r = self.reservation
         name = f"server '{server}'" if server else "default server"
         what = "a GPU" if len(self.gpu_uuids) == 1 else "GPUs"
-        start = clock(r.start, now, tz)
-        until = f"{clock(r.end, now, tz)} {zone(r.end, tz)}".strip()
+        start, until = self._window(now, tz)
         return (
-            f"Your {name} is on {what} reserved for group {r.group} from {start} to "
-            f"{until}: it will be stopped at {start}. Save your work before then."
+            f"Your {name} is on {what} reserved for group {self.reservation.group} from "
+            f"{start} to {until}: it will be stopped at {start}. Save your work before then."
         )
 
     def notice(self, now: float, tz: tzinfo = UTC) -> str:
         """For the spawn page of a server placed on GPUs reserved soon: "These GPUs are
         reserved for group ml-lab from 14:00 to 18:00 UTC: your server will be stopped at
         14:00. Save your work before then." """
-        r = self.reservation
         these = "This GPU is" if len(self.gpu_uuids) == 1 else "These GPUs are"
-        start = clock(r.start, now, tz)
-        until = f"{clock(r.end, now, tz)} {zone(r.end, tz)}".strip()
+        start, until = self._window(now, tz)
         return (
-            f"{these} reserved for group {r.group} from {start} to {until}: your server "
-            f"will be stopped at {start}. Save your work before then."
+            f"{these} reserved for group {self.reservation.group} from {start} to {until}: "
+            f"your server will be stopped at {start}. Save your work before then."
         )
+
+    def _window(self, now: float, tz: tzinfo) -> tuple[str, str]:
+        """The reservation's start ("14:00") and end with its zone ("18:00 UTC")."""
+        r = self.reservation
+        return clock(r.start, now, tz), zoned_clock(r.end, now, tz)
 
     def stopped_note(self, server: str, at: float, tz: tzinfo = UTC) -> str:
         """For the spawn form after the stop (as the culler's notes): "Your server 'big'
@@ -355,7 +356,7 @@ def reserved_lines(
         active = r.active(now)
         at_start = now_assigned if active else assign(reservations, snapshot, charges, r.start)
         assigned = at_start[r.id]
-        end = f"{clock(r.end, now, tz)} {zone(r.end, tz)}".strip()
+        end = zoned_clock(r.end, now, tz)
         window = f"now until {end}" if active else f"{clock(r.start, now, tz)} to {end}"
         out.append(f"{_what(r, snapshot, assigned, active)} for group {r.group}, {window}")
     return out

@@ -61,6 +61,11 @@ def zone(at: float, tz: tzinfo = UTC) -> str:
     return datetime.fromtimestamp(at, tz).strftime("%Z")
 
 
+def zoned_clock(at: float, now: float, tz: tzinfo = UTC) -> str:
+    """``14:20 UTC``, ``Tue 25 Nov 14:20 CET``: :func:`clock` with the zone's name."""
+    return f"{clock(at, now, tz)} {zone(at, tz)}".strip()
+
+
 def moment(at: float, tz: tzinfo = UTC) -> str:
     """``2026-11-24 14:00 UTC``: a full wall-clock time, for reservations."""
     return datetime.fromtimestamp(at, tz).strftime("%Y-%m-%d %H:%M %Z").strip()
