@@ -19,7 +19,7 @@ c.JupyterHub.hub_bind_url = "http://0.0.0.0:8081"
 c.JupyterHub.hub_connect_ip = "<HUB_IP_REACHABLE_FROM_NODES>"
 
 # --- login: the lab's LDAP (see docs/auth.md; OAuth/OIDC is documented there too) ---
-c.JupyterHub.authenticator_class = "jupyterhub_gpu.auth.ldap.GPULDAPAuthenticator"
+c.JupyterHub.authenticator_class = "jupyterhub_gpu.hub.auth.ldap.GPULDAPAuthenticator"
 c.LDAPAuthenticator.server_address = "<ldap.example.org>"
 c.LDAPAuthenticator.server_port = 636
 c.LDAPAuthenticator.tls_strategy = "on_connect"
@@ -87,7 +87,7 @@ c.JupyterHub.services = [
         "command": [
             sys.executable,
             "-m",
-            "jupyterhub_gpu.culler",
+            "jupyterhub_gpu.services.culler",
             "--config=/etc/jupyterhub/culler_config.py",
         ],
         "environment": {
@@ -114,11 +114,10 @@ c.GPUDockerSpawner.cull_deadlines_file = "/srv/jupyterhub/cull-deadlines.json"
 
 # --- refuse to start on a bad nodes/inventory/catalog/bounds setting -------------------
 # --- the cluster dashboard at /services/gpu-dashboard/ (docs/dashboard.md) ------------
-from jupyterhub_gpu.config import check_config  # noqa: E402
-from jupyterhub_gpu.dashboard.hub import configure as add_dashboard  # noqa: E402
-
-from jupyterhub_gpu.myimages import configure as add_my_images  # noqa: E402
-from jupyterhub_gpu.reservations import configure as add_reservations  # noqa: E402
+from jupyterhub_gpu.hub.config import check_config  # noqa: E402
+from jupyterhub_gpu.hub.extensions import configure_dashboard as add_dashboard  # noqa: E402
+from jupyterhub_gpu.hub.extensions import configure_my_images as add_my_images  # noqa: E402
+from jupyterhub_gpu.hub.extensions import configure_reservations as add_reservations  # noqa: E402
 
 add_dashboard(c, show_names=True)  # False: users see only their own names (privacy)
 add_reservations(c)  # GPU reservations: jupyterhub-gpu reserve (docs/scheduling.md)

@@ -62,10 +62,10 @@ from sqlalchemy import Table, func, insert, select, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jupyterhub_gpu.accounting.records import EndReason
-from jupyterhub_gpu.accounting.report import ReportQuery, ReportRow, report
-from jupyterhub_gpu.accounting.schema import AllocationRow
-from jupyterhub_gpu.accounting.store import AccountingStore, safe_url
+from jupyterhub_gpu.core.accounting.records import EndReason
+from jupyterhub_gpu.core.accounting.report import ReportQuery, ReportRow, report
+from jupyterhub_gpu.edges.accounting.schema import AllocationRow
+from jupyterhub_gpu.edges.accounting.store import AccountingStore, safe_url
 from tests.support.postgres import PostgresServer
 
 DEFAULT_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"

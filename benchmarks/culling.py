@@ -15,8 +15,8 @@ ends at its first cull:
   ``last_activity``, which includes kernel messages, older than the timeout);
 - ``gpu_threshold``: every GPU sample of the last ``timeout`` under the threshold (at least
   one sample in that window, as a Prometheus ``max_over_time`` rule needs);
-- ``ours``: :func:`jupyterhub_gpu.culler.idleness.judge` itself, fed by
-  :class:`~jupyterhub_gpu.culler.tracker.GpuTracker`, with the timeout as ``gpu_timeout``
+- ``ours``: :func:`jupyterhub_gpu.core.culling.idleness.judge` itself, fed by
+  :class:`~jupyterhub_gpu.core.culling.tracker.GpuTracker`, with the timeout as ``gpu_timeout``
   and every other setting at its default; ``ours_default`` is ``Policy()`` as shipped. The
   trace's memory (scaled by its publisher) is fed to the tracker as if it were MiB.
 
@@ -77,14 +77,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jupyterhub_gpu.culler.idleness import (
+from jupyterhub_gpu.core.culling.idleness import (
     KernelObservation,
     KernelsObservation,
     Policy,
     ServerObservation,
     judge,
 )
-from jupyterhub_gpu.culler.tracker import GpuTracker
+from jupyterhub_gpu.core.culling.tracker import GpuTracker
 
 DEFAULT_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 TRACE_DIR = "alibaba-genai-v2026"

@@ -10,7 +10,7 @@ in turn (a node has one model), live readings drawn at random; ``--servers`` (30
 servers of 120 users: 20 without GPU, the others holding 1 GPU (every fifth 2) while GPUs
 last; 2 nodes drained by an admin, 1 down, 2 GPUs unhealthy. Each GPU has a full history
 (``--window`` s at one sample per 5 s poll), the accounting store gives 14 days of 6,000
-allocations (as :func:`jupyterhub_gpu.accounting.store.AccountingStore.intervals` would).
+allocations (as :func:`jupyterhub_gpu.edges.accounting.store.AccountingStore.intervals` would).
 
 **What is timed** (median and max of ``--rounds`` runs, after one warm-up):
 
@@ -47,14 +47,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jupyterhub_gpu.accounting.report import Interval
-from jupyterhub_gpu.dashboard.history import History
-from jupyterhub_gpu.dashboard.payload import ServerInfo, build_payload
-from jupyterhub_gpu.dashboard.render import Page, Usage, render_live, render_page
-from jupyterhub_gpu.dashboard.usage import summarize, usage_charts
-from jupyterhub_gpu.dashboard.view import Viewer, cluster_view, redact
-from jupyterhub_gpu.inventory.model import GPU, ClusterSnapshot, NodeInventory, NodeState
-from jupyterhub_gpu.nodes import NodeSpec
+from jupyterhub_gpu.core.accounting.report import Interval
+from jupyterhub_gpu.core.dashboard.history import History
+from jupyterhub_gpu.core.dashboard.view import Viewer, cluster_view, redact
+from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.services.dashboard.render import Page, Usage, render_live, render_page
+from jupyterhub_gpu.services.dashboard.usage import summarize, usage_charts
+from jupyterhub_gpu.wire.cluster import ServerInfo, build_payload
+from jupyterhub_gpu.wire.nodes_file import NodeSpec
 
 MODELS = [
     ("NVIDIA GeForce RTX 3090", 24576, (8, 6)),

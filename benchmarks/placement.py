@@ -21,7 +21,7 @@ Two parts (see docs/placement.md for the definitions and the measured numbers):
    offered load sum(gpus x duration) / (cluster GPUs x span) is ``--load``. An
    event-driven simulation (heapq) replays it for every policy. The simulation only
    advances time and frees GPUs: which queued pods start, and where, is decided by the
-   hub's own ``jupyterhub_gpu.scheduling.schedule`` (docs/scheduling.md) with the
+   hub's own ``jupyterhub_gpu.core.scheduling.schedule`` (docs/scheduling.md) with the
    policy as its placement function. The placement policies (``ours``, ``first_fit``,
    ``random``, ``spread``, ``best_fit``) run first come first served with backfill
    (``--queue fifo``: strict head-of-line); ``fairshare`` is the product: ``place``
@@ -56,12 +56,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jupyterhub_gpu.inventory.declared import load_inventory_file
-from jupyterhub_gpu.inventory.model import GPU, ClusterSnapshot, NodeInventory, NodeState
-from jupyterhub_gpu.placement import NoFit, Placement, PlacementRequest, place
-from jupyterhub_gpu.placement.baselines import best_fit, first_fit, random_fit, spread
-from jupyterhub_gpu.placement.index import clear_cache, index_for
-from jupyterhub_gpu.scheduling import (
+from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.core.placement import NoFit, Placement, PlacementRequest, place
+from jupyterhub_gpu.core.placement.baselines import best_fit, first_fit, random_fit, spread
+from jupyterhub_gpu.core.placement.index import clear_cache, index_for
+from jupyterhub_gpu.core.scheduling import (
     ClusterState,
     QueuedRequest,
     SchedulerSettings,
@@ -70,6 +69,7 @@ from jupyterhub_gpu.scheduling import (
     advance,
     schedule,
 )
+from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
 
 Policy = Callable[[ClusterSnapshot, PlacementRequest], Placement | NoFit]
 DEFAULT_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
@@ -358,7 +358,7 @@ class Simulation:
     """Event-driven replay: arrivals join the queue, departures free GPUs.
 
     The simulation only advances time and frees GPUs; after every event, which queued
-    pods start and where is decided by ``jupyterhub_gpu.scheduling.schedule``, the
+    pods start and where is decided by ``jupyterhub_gpu.core.scheduling.schedule``, the
     hub's own queue decision, with the policy as its ``place_fn`` and the run's
     :class:`SchedulerSettings`: first come first served with plain backfill for the
     placement baselines (``SchedulerSettings.fifo``; ``--queue fifo``: strict order),

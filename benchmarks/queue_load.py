@@ -10,7 +10,7 @@ hub REST API p99 < 100 ms".
 
 Set-up: the local test cluster's engines (``node-a``..``node-c``, started or found by
 ``cluster_up``), one node agent per node (declared mode, on this machine) and one real
-JupyterHub with :class:`jupyterhub_gpu.spawner.GPUDockerSpawner`:
+JupyterHub with :class:`jupyterhub_gpu.hub.spawner.GPUDockerSpawner`:
 
 - a declared inventory of exactly ``--running`` GPUs (50) of one model spread over the
   nodes (17 + 17 + 16), so that ``--running`` one-GPU servers fill the cluster;
@@ -189,7 +189,7 @@ c.GPUIdleCuller.deadlines_file = {str(deadlines)!r}
     token = next(iter(agents.values())).token
     start = [
         "-m",
-        "jupyterhub_gpu.culler",
+        "jupyterhub_gpu.services.culler",
         f"--config={config}",
         "--log-level=DEBUG",  # its "Cull round N done" lines, counted afterwards
     ]
@@ -519,8 +519,6 @@ async def run_load(
 
 
 # ---------------------------------------------------------------------- measuring
-
-
 
 
 def pct(xs: Sequence[float], p: float) -> float:

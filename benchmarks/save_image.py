@@ -1,6 +1,6 @@
 """Save benchmark (issue 14): time to save an environment, and what the image adds.
 
-It runs the real save (``jupyterhub_gpu.builder.save.save_environment``) against a real
+It runs the real save (``jupyterhub_gpu.edges.builder.save.save_environment``) against a real
 Docker engine that has the base image and a real registry that engine can push to. With
 no arguments it uses the test cluster (``scripts/cluster.sh up``): node-a's engine, the
 test image, and a registry it starts itself (Debian's ``docker-registry`` on the site
@@ -52,12 +52,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import docker
 
-from jupyterhub_gpu.builder.build import BuildSettings
-from jupyterhub_gpu.builder.model import PipRequirement, Progress, SavedImage
-from jupyterhub_gpu.builder.probe import probe_target
-from jupyterhub_gpu.builder.save import SaveRequest, SaveSettings, save_environment
-from jupyterhub_gpu.builder.validate import pip_requirement
-from jupyterhub_gpu.builder.wheelhouse import IndexSettings, fetch_wheels
+from jupyterhub_gpu.core.saving.data import PipRequirement, Progress, SavedImage
+from jupyterhub_gpu.core.saving.validate import pip_requirement
+from jupyterhub_gpu.edges.builder.build import BuildSettings
+from jupyterhub_gpu.edges.builder.probe import probe_target
+from jupyterhub_gpu.edges.builder.save import SaveRequest, SaveSettings, save_environment
+from jupyterhub_gpu.edges.builder.wheelhouse import IndexSettings, fetch_wheels
 from tests.support.cluster import TEST_IMAGE
 from tests.support.cluster import engines as cluster_engines
 from tests.support.distribution import Distribution

@@ -12,7 +12,7 @@ after a 202 the hub's progress event stream says when it is ready, then one GET 
 Set-up: the local test cluster's first engine (``node-a``, started by ``cluster_up(1)``) and
 two real JupyterHub processes side by side, each with its own workdir, port and database:
 
-- ``gpu``: :class:`jupyterhub_gpu.spawner.GPUDockerSpawner` with a declared inventory of
+- ``gpu``: :class:`jupyterhub_gpu.hub.spawner.GPUDockerSpawner` with a declared inventory of
   16 GPUs on ``node-a`` (enough for every concurrent server to get 1 GPU);
 - ``stock``: ``dockerspawner.DockerSpawner`` as it comes, configured for the same bridged
   network: ``network_name`` = the user network (ICC off), ``use_internal_ip=False`` and
@@ -63,7 +63,7 @@ import docker  # noqa: E402
 import httpx  # noqa: E402
 import yaml  # noqa: E402
 
-from jupyterhub_gpu.usernet import network_options  # noqa: E402
+from jupyterhub_gpu.core.usernet import network_options  # noqa: E402
 from tests.support.cluster import (  # noqa: E402
     TEST_IMAGE,
     USER_NETWORK,
@@ -240,8 +240,6 @@ c.GPUDockerSpawner.hub_id = {hub.hub_id!r}
 
 class SpawnFailed(RuntimeError):
     pass
-
-
 
 
 @dataclass

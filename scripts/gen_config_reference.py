@@ -13,13 +13,13 @@ from pathlib import Path
 
 from traitlets import HasTraits
 
-from jupyterhub_gpu.agent.app import GPUAgent
-from jupyterhub_gpu.auth.ldap import GPULDAPAuthenticator
-from jupyterhub_gpu.culler.service import GPUIdleCuller
-from jupyterhub_gpu.dashboard.service import GPUDashboard
-from jupyterhub_gpu.inventory.client import AgentClient
-from jupyterhub_gpu.myimages.settings import SavedImages
-from jupyterhub_gpu.spawner import GPUDockerSpawner
+from jupyterhub_gpu.edges.agents import AgentClient
+from jupyterhub_gpu.hub.auth.ldap import GPULDAPAuthenticator
+from jupyterhub_gpu.hub.saved_images import SavedImages
+from jupyterhub_gpu.hub.spawner import GPUDockerSpawner
+from jupyterhub_gpu.services.agent.app import GPUAgent
+from jupyterhub_gpu.services.culler.app import GPUIdleCuller
+from jupyterhub_gpu.services.dashboard.app import GPUDashboard
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "config-reference.md"
 CLASSES: list[type[HasTraits]] = [

@@ -10,7 +10,7 @@ Example (``jupyterhub_config.py``)::
     }]
 """
 
-from jupyterhub_gpu.culler.service import main
+from jupyterhub_gpu.services.culler.app import main
 
 if __name__ == "__main__":
     main()

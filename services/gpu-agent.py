@@ -8,7 +8,7 @@ Example (``agent.token`` holds this node's own token, printed on the hub by
         services/gpu-agent.py --ip 10.0.0.12 --port 9450 --probe nvml
 """
 
-from jupyterhub_gpu.agent.app import main
+from jupyterhub_gpu.services.agent.app import main
 
 if __name__ == "__main__":
     main()

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The jupyterhub-gpu cluster dashboard, run by the hub as a managed service (see
-docs/dashboard.md). ``jupyterhub_gpu.dashboard.hub.configure(c)`` sets it up with
-``python -m jupyterhub_gpu.dashboard``; this script is the same entry point for sites
+docs/dashboard.md). ``jupyterhub_gpu.hub.api.cluster.configure(c)`` sets it up with
+``python -m jupyterhub_gpu.services.dashboard``; this script is the same entry point for sites
 that start services from a path::
 
     c.JupyterHub.services = [{
@@ -12,7 +12,7 @@ that start services from a path::
     }]
 """
 
-from jupyterhub_gpu.dashboard.service import main
+from jupyterhub_gpu.services.dashboard.app import main
 
 if __name__ == "__main__":
     main()

@@ -1,2 +1,2 @@
-"""The node agent: reads a GPU host's inventory through a probe and serves it to the hub
-(JSON) and to Prometheus (metrics). See :mod:`.app` and ``docs/agent.md``."""
+"""Old path, kept for existing configurations; the code is in
+:mod:`jupyterhub_gpu.services.agent`."""

@@ -1,6 +1,6 @@
-"""``python -m jupyterhub_gpu.agent``: run the node agent."""
+"""Old path, kept for existing configurations; the code is in
+:mod:`jupyterhub_gpu.services.agent`."""
 
-from .app import main
+from jupyterhub_gpu.services.agent.app import main
 
-if __name__ == "__main__":
-    main()
+main()

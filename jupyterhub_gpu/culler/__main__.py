@@ -1,3 +1,6 @@
-from .service import main
+"""Old path, kept for existing configurations; the code is in
+:mod:`jupyterhub_gpu.services.culler`."""
+
+from jupyterhub_gpu.services.culler.app import main
 
 main()

@@ -16,7 +16,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from jupyterhub_gpu.inventory.tokens import node_token
+from jupyterhub_gpu.core.tokens import node_token
 
 c = get_config()  # type: ignore[name-defined]  # noqa: F821
 
@@ -56,7 +56,7 @@ if not os.environ.get("JUPYTERHUB_CRYPT_KEY"):
 
 # login: the demo LDAP directory (DEMO ONLY: plain LDAP on loopback, public passwords)
 SUFFIX = "dc=example,dc=org"
-c.JupyterHub.authenticator_class = "jupyterhub_gpu.auth.ldap.GPULDAPAuthenticator"
+c.JupyterHub.authenticator_class = "jupyterhub_gpu.hub.auth.ldap.GPULDAPAuthenticator"
 ldap = c.GPULDAPAuthenticator
 ldap.server_address = os.environ.get("LDAP_HOST", "127.0.0.1")
 ldap.server_port = int(os.environ.get("LDAP_PORT", "3890"))
@@ -124,7 +124,7 @@ c.JupyterHub.services = [
             "--net=/var/run/netns/jhgpu-node-a",
             sys.executable,
             "-m",
-            "jupyterhub_gpu.agent",
+            "jupyterhub_gpu.services.agent",
             "--probe=declared",
             f"--inventory={HERE / 'inventory.yaml'}",
             "--node=node-a",
@@ -139,7 +139,7 @@ c.JupyterHub.services = [
         "command": [
             sys.executable,
             "-m",
-            "jupyterhub_gpu.culler",
+            "jupyterhub_gpu.services.culler",
             f"--config={HERE / 'culler_config.py'}",
         ],
         "environment": culler_env,
@@ -150,7 +150,7 @@ c.JupyterHub.services = [
         "command": [
             sys.executable,
             "-m",
-            "jupyterhub_gpu.accounting.service",
+            "jupyterhub_gpu.services.usage.app",
             f"--db={ACCOUNTING_URL}",
         ],
     },
@@ -166,7 +166,7 @@ c.JupyterHub.load_roles = [
             "delete:servers",
         ],
         "services": ["gpu-culler"],
-    }
+    },
 ]
 # users read why the culler stopped their server in the spawn form
 c.GPUDockerSpawner.cull_notes_file = str(DEMO / "cull-notes.json")
@@ -177,10 +177,10 @@ c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120
 
 # the cluster dashboard at /services/gpu-dashboard/ (docs/dashboard.md)
-from jupyterhub_gpu.config import check_config  # noqa: E402
-from jupyterhub_gpu.dashboard.hub import configure as add_dashboard  # noqa: E402
-from jupyterhub_gpu.myimages import configure as add_my_images  # noqa: E402
-from jupyterhub_gpu.reservations import configure as add_reservations  # noqa: E402
+from jupyterhub_gpu.hub.config import check_config  # noqa: E402
+from jupyterhub_gpu.hub.extensions import configure_dashboard as add_dashboard  # noqa: E402
+from jupyterhub_gpu.hub.extensions import configure_my_images as add_my_images  # noqa: E402
+from jupyterhub_gpu.hub.extensions import configure_reservations as add_reservations  # noqa: E402
 
 add_dashboard(c)
 add_reservations(c)  # admins reserve GPUs: jupyterhub-gpu reserve (docs/scheduling.md)

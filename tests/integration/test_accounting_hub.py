@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from jupyterhub_gpu.accounting.cli import run as report_command
-from jupyterhub_gpu.accounting.schema import AllocationRow
-from jupyterhub_gpu.accounting.store import AccountingStore
+from jupyterhub_gpu.cli.report import run as report_command
+from jupyterhub_gpu.edges.accounting.schema import AllocationRow
+from jupyterhub_gpu.edges.accounting.store import AccountingStore
 from tests.integration.test_multinode import (  # noqa: F401  (fixtures: agents, cluster)
     A100,
     DEBUG_LOG,

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect, text
 
-from jupyterhub_gpu.accounting.records import AllocationRecord, EndReason
-from jupyterhub_gpu.accounting.report import ReportQuery, report
-from jupyterhub_gpu.accounting.store import MIGRATIONS, AccountingStore, AccountingUnavailable
+from jupyterhub_gpu.core.accounting.records import AllocationRecord, EndReason
+from jupyterhub_gpu.core.accounting.report import ReportQuery, report
+from jupyterhub_gpu.edges.accounting.store import MIGRATIONS, AccountingStore, AccountingUnavailable
 from tests.support.pg_fixture import fresh_postgres_database, postgres_url  # noqa: F401
 
 pytestmark = pytest.mark.integration

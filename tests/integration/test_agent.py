@@ -18,9 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from jupyterhub_gpu.inventory.client import AgentClient, AgentEndpoint, Unreachable
-from jupyterhub_gpu.inventory.model import NodeInventory
-from jupyterhub_gpu.inventory.wire import inventory_from_json
+from jupyterhub_gpu.core.inventory import NodeInventory
+from jupyterhub_gpu.edges.agents import AgentClient, AgentEndpoint, Unreachable
+from jupyterhub_gpu.wire.agent import inventory_from_json
 from tests.support.hub import free_port
 
 pytestmark = pytest.mark.integration

@@ -37,7 +37,7 @@ FILE = "written-in-browser.txt"
 
 def ldap_extra(ldap: LDAPServer) -> str:
     return f"""
-c.JupyterHub.authenticator_class = "jupyterhub_gpu.auth.ldap.GPULDAPAuthenticator"
+c.JupyterHub.authenticator_class = "jupyterhub_gpu.hub.auth.ldap.GPULDAPAuthenticator"
 c.Authenticator.allow_all = False
 c.CryptKeeper.keys = [bytes.fromhex({secrets.token_hex(32)!r})]
 c.GPULDAPAuthenticator.server_address = {ldap.host!r}

@@ -40,10 +40,10 @@ from sqlalchemy import select
 from tornado.httpclient import HTTPRequest
 from tornado.websocket import websocket_connect
 
-from jupyterhub_gpu.accounting.schema import AllocationRow
-from jupyterhub_gpu.accounting.store import AccountingStore
-from jupyterhub_gpu.culler.client import parse_time
-from jupyterhub_gpu.culler.notes import load_notes, notes_for
+from jupyterhub_gpu.edges.accounting.schema import AllocationRow
+from jupyterhub_gpu.edges.accounting.store import AccountingStore
+from jupyterhub_gpu.services.culler.client import parse_time
+from jupyterhub_gpu.wire.cull_notes import load_notes, notes_for
 from tests.conftest import gpu_inventory
 from tests.support.agent import AgentProcess
 from tests.support.cluster import REPO, Engine
@@ -99,7 +99,7 @@ c.GPUIdleCuller.state_file = {str(work / "state.json")!r}
 {settings}
 """
     )
-    start = ["-m", "jupyterhub_gpu.culler", *args]
+    start = ["-m", "jupyterhub_gpu.services.culler", *args]
     if entry == "script":
         start = [str(REPO / "services" / "culler.py"), *args]
     token = next(iter(agents.values())).token if agents else ""

@@ -95,7 +95,7 @@ c.Spawner.http_timeout = 180
 c.Spawner.start_timeout = 180
 c.JupyterHub.services.append({{
     "name": "gpu-culler",
-    "command": [sys.executable, "-m", "jupyterhub_gpu.culler", "--config={settings}",
+    "command": [sys.executable, "-m", "jupyterhub_gpu.services.culler", "--config={settings}",
                 "--log-level=DEBUG", "--GPUIdleCuller.proxy_url=" + c.JupyterHub.bind_url],
 }})
 c.JupyterHub.load_roles.append(

@@ -93,7 +93,7 @@ def dashboard_extra(work: Path) -> str:
 c.GPUDockerSpawner.catalog_file = {str(work / "catalog.yaml")!r}
 c.Authenticator.admin_users = {{"root"}}
 c.JupyterHub.allow_named_servers = True
-from jupyterhub_gpu.dashboard.hub import configure
+from jupyterhub_gpu.hub.extensions import configure_dashboard as configure
 configure(c, url="http://127.0.0.1:{free_port()}", config_file={str(settings)!r},
           snapshot_max_age={POLL})
 """

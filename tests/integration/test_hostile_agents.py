@@ -33,14 +33,14 @@ from tornado.iostream import StreamClosedError
 from tornado.netutil import bind_sockets
 from traitlets.config import Config
 
-from jupyterhub_gpu.cluster import Cluster, ClusterSettings
-from jupyterhub_gpu.inventory.client import AgentEndpoint, Unreachable
-from jupyterhub_gpu.inventory.declared import load_inventory_file
-from jupyterhub_gpu.inventory.model import ClusterSnapshot, NodeInventory
-from jupyterhub_gpu.inventory.tokens import node_token
-from jupyterhub_gpu.inventory.wire import inventory_to_json
-from jupyterhub_gpu.placement import PlacementRequest, place
-from jupyterhub_gpu.placement.model import NoFit, Placement
+from jupyterhub_gpu.core.inventory import ClusterSnapshot, NodeInventory
+from jupyterhub_gpu.core.placement import PlacementRequest, place
+from jupyterhub_gpu.core.placement.request import NoFit, Placement
+from jupyterhub_gpu.core.tokens import node_token
+from jupyterhub_gpu.edges.agents import AgentEndpoint, Unreachable
+from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings
+from jupyterhub_gpu.wire.agent import inventory_to_json
+from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
 
 pytestmark = pytest.mark.integration
 

@@ -31,7 +31,7 @@ import docker
 import httpx
 import pytest
 
-from jupyterhub_gpu.accounting.store import AccountingStore
+from jupyterhub_gpu.edges.accounting.store import AccountingStore
 from tests.integration.test_multinode import (  # noqa: F401  (fixtures: agents, cluster)
     CUDA11,
     DEBUG_LOG,

@@ -185,7 +185,7 @@ def agent_on_node(node: Engine, tmp_path: Path) -> Iterator[int]:
     inv = tmp_path / "agent-inventory.yaml"
     inv.write_text(json.dumps({"nodes": [gpu_inventory(node.name, "a9e47a9e", [RTX])]}))
     cmd = node.nsenter(
-        sys.executable, "-m", "jupyterhub_gpu.agent", "--probe=declared",
+        sys.executable, "-m", "jupyterhub_gpu.services.agent", "--probe=declared",
         f"--inventory={inv}", f"--node={node.name}", "--ip=0.0.0.0", f"--port={port}",
     )  # fmt: skip
     env = {"JUPYTERHUB_GPU_AGENT_TOKEN": secrets.token_hex(16), "PATH": "/usr/bin:/bin"}

@@ -20,9 +20,9 @@ import pytest
 from ldapauthenticator import LDAPAuthenticator
 from tornado import web
 
-from jupyterhub_gpu.auth.identity import identity_from_auth_state, map_home
-from jupyterhub_gpu.auth.ldap import UNAVAILABLE_MESSAGE, GPULDAPAuthenticator
+from jupyterhub_gpu.core.identity import identity_from_auth_state, map_home
 from jupyterhub_gpu.errors import UnsafePath
+from jupyterhub_gpu.hub.auth.ldap import UNAVAILABLE_MESSAGE, GPULDAPAuthenticator
 from tests.ldap_fixture import DEMO_PASSWORDS, LDAPServer, free_port, hash_password
 from tests.support.hub import Hub
 
@@ -316,7 +316,7 @@ def ldap_hub(directory: LDAPServer, tmp_path: Path) -> Iterator[Hub]:
     hub.extra_config = f"""
 import sys
 sys.path.insert(0, {str(REPO)!r})
-c.JupyterHub.authenticator_class = "jupyterhub_gpu.auth.ldap.GPULDAPAuthenticator"
+c.JupyterHub.authenticator_class = "jupyterhub_gpu.hub.auth.ldap.GPULDAPAuthenticator"
 c.Authenticator.allow_all = False
 c.CryptKeeper.keys = [bytes.fromhex({secrets.token_hex(32)!r})]
 c.GPULDAPAuthenticator.server_address = {directory.host!r}

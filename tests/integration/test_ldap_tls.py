@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from tornado import web
 
-from jupyterhub_gpu.auth.ldap import UNAVAILABLE_MESSAGE, GPULDAPAuthenticator
+from jupyterhub_gpu.hub.auth.ldap import UNAVAILABLE_MESSAGE, GPULDAPAuthenticator
 from tests.ldap_fixture import DEMO_PASSWORDS, LDAPServer, start_ldap_server
 from tests.support.pki import issue, openssl
 

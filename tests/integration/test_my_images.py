@@ -52,11 +52,12 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Distribution]
 def extra_config(registry: Distribution, index: Path, max_images: int) -> str:
     assert registry.credentials is not None
     user, password = registry.credentials
-    return f"""
+    return (
+        f"""
 c.SavedImages.registry_username = {user!r}
 c.SavedImages.registry_password = {password!r}
 c.JupyterHub.allow_named_servers = True
-from jupyterhub_gpu.myimages import configure as add_my_images
+from jupyterhub_gpu.hub.extensions import configure_my_images as add_my_images
 add_my_images(c)
 c.SavedImages.registry = {registry.address!r}
 c.SavedImages.registry_url = "http://" + {registry.address!r}
@@ -67,7 +68,9 @@ c.SavedImages.max_images = {max_images}
 c.JupyterHub.load_roles = c.JupyterHub.load_roles + [
     {{"name": "group-maker", "scopes": ["admin:groups"], "services": ["tester"]}}
 ]
-""" + TOKEN_ROLE_CONFIG
+"""
+        + TOKEN_ROLE_CONFIG
+    )
 
 
 class As:

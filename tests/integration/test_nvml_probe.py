@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
+from jupyterhub_gpu.core.inventory import parse_version
+from jupyterhub_gpu.edges.probe import make_probe
 from jupyterhub_gpu.errors import ProbeError
-from jupyterhub_gpu.inventory.model import parse_version
-from jupyterhub_gpu.inventory.probe import make_probe
-from jupyterhub_gpu.inventory.wire import inventory_from_json, inventory_to_json
+from jupyterhub_gpu.wire.agent import inventory_from_json, inventory_to_json
 
 pytestmark = pytest.mark.gpu
 
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(scope="module")
 def probe() -> Any:
     try:
-        from jupyterhub_gpu.inventory.nvml import NVMLProbe
+        from jupyterhub_gpu.edges.nvml import NVMLProbe
     except ImportError as e:
         pytest.skip(f"nvidia-ml-py is not installed ({e})")
     try:

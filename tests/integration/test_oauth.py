@@ -2,7 +2,7 @@
 
 The hub runs ``GenericOAuthenticator`` with the configuration of docs/auth.md (URLs taken
 from the provider's discovery document), ``JUPYTERHUB_CRYPT_KEY`` for auth_state, the
-identity hooks of :mod:`jupyterhub_gpu.auth.oauth`, and ``GPUDockerSpawner`` with
+identity hooks of :mod:`jupyterhub_gpu.hub.auth.oauth`, and ``GPUDockerSpawner`` with
 ``require_identity = True``. A person's login is driven with httpx: the hub's login page,
 its redirect to the provider, the provider's sign-in form, the code back to the hub.
 """
@@ -78,7 +78,7 @@ def oauth_config(provider: OIDCProvider, extra: str = "") -> str:
     d = httpx.get(f"{provider.issuer}/.well-known/openid-configuration", timeout=10).json()
     secret = provider.clients[CLIENT_ID].client_secret
     return f"""
-from jupyterhub_gpu.auth.oauth import make_identity_hook, make_reconcile_hook
+from jupyterhub_gpu.hub.auth.oauth import make_identity_hook, make_reconcile_hook
 
 c.JupyterHub.authenticator_class = "generic-oauth"
 c.Authenticator.allow_all = False                 # the test hub's default is True

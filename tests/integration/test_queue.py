@@ -20,11 +20,11 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from jupyterhub_gpu.accounting.records import AllocationRecord, EndReason
-from jupyterhub_gpu.accounting.schema import AllocationRow
-from jupyterhub_gpu.accounting.store import AccountingStore
-from jupyterhub_gpu.culler.deadlines import save_deadlines
-from jupyterhub_gpu.culler.idleness import Deadline
+from jupyterhub_gpu.core.accounting.records import AllocationRecord, EndReason
+from jupyterhub_gpu.core.culling.idleness import Deadline
+from jupyterhub_gpu.edges.accounting.schema import AllocationRow
+from jupyterhub_gpu.edges.accounting.store import AccountingStore
+from jupyterhub_gpu.wire.deadlines import save_deadlines
 from tests.integration.test_multinode import (  # noqa: F401  (fixtures: agents, cluster)
     A100,
     agents,

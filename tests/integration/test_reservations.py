@@ -16,10 +16,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import select
 
-from jupyterhub_gpu.accounting.schema import AllocationRow
-from jupyterhub_gpu.accounting.store import AccountingStore
-from jupyterhub_gpu.reservations import command
-from jupyterhub_gpu.scheduling.words import clock
+from jupyterhub_gpu.cli.reserve import main as command
+from jupyterhub_gpu.core.words import clock
+from jupyterhub_gpu.edges.accounting.schema import AllocationRow
+from jupyterhub_gpu.edges.accounting.store import AccountingStore
 from tests.integration.test_multinode import (  # noqa: F401  (fixtures: agents, cluster)
     A100,
     UUIDS,
@@ -40,16 +40,19 @@ from tests.support.hub import TOKEN_ROLE_CONFIG, Hub
 pytestmark = pytest.mark.integration
 
 ON_A100 = {"image": "demo-cuda11", "gpu_count": 1, "gpu_model": A100[0], "cpu": 0.5, "mem_gib": 1}
-EXTRA = """
+EXTRA = (
+    """
 c.GPUDockerSpawner.max_queue_wait = 300
 c.GPUDockerSpawner.queue_policy = {"groups": {"course": {}}}
 c.JupyterHub.tornado_settings = {"slow_spawn_timeout": 1}
-from jupyterhub_gpu.reservations import configure as add_reservations
+from jupyterhub_gpu.hub.extensions import configure_reservations as add_reservations
 add_reservations(c)
 c.JupyterHub.load_roles = c.JupyterHub.load_roles + [
     {"name": "group-maker", "scopes": ["admin:groups"], "services": ["tester"]}
 ]
-""" + TOKEN_ROLE_CONFIG
+"""
+    + TOKEN_ROLE_CONFIG
+)
 
 
 def iso(t: datetime) -> str:

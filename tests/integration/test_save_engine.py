@@ -29,9 +29,7 @@ import docker
 import pytest
 from docker.errors import APIError, NotFound
 
-from jupyterhub_gpu.builder import save as save_module
-from jupyterhub_gpu.builder.limits import Limits
-from jupyterhub_gpu.builder.model import (
+from jupyterhub_gpu.core.saving.data import (
     BuildFailed,
     FetchFailed,
     LimitReached,
@@ -39,9 +37,11 @@ from jupyterhub_gpu.builder.model import (
     SavedImage,
     SaveError,
 )
-from jupyterhub_gpu.builder.recipe import BUILD_ID_LABEL, LABEL, STAGING, WHEELHOUSE
-from jupyterhub_gpu.builder.save import SaveRequest, SaveSettings, save_environment
-from jupyterhub_gpu.builder.wheelhouse import IndexSettings
+from jupyterhub_gpu.core.saving.limits import Limits
+from jupyterhub_gpu.core.saving.recipe import BUILD_ID_LABEL, LABEL, STAGING, WHEELHOUSE
+from jupyterhub_gpu.edges.builder import save as save_module
+from jupyterhub_gpu.edges.builder.save import SaveRequest, SaveSettings, save_environment
+from jupyterhub_gpu.edges.builder.wheelhouse import IndexSettings
 from tests.support.cluster import SITE_ADDRESS, TEST_IMAGE, Engine
 from tests.support.distribution import Distribution, free_port_on
 from tests.support.wheels import make_wheel, module_name, package_wheel

@@ -215,7 +215,7 @@ def test_hub_refuses_to_start_on_a_bad_catalog(tmp_path: Path) -> None:
     hub.extra_config = f"""
 c.JupyterHub.spawner_class = "gpudocker"
 c.GPUDockerSpawner.catalog_file = {str(bad)!r}
-from jupyterhub_gpu.config import check_config
+from jupyterhub_gpu.hub.config import check_config
 check_config(c)
 """
     with pytest.raises(RuntimeError) as e:

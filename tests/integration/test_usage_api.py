@@ -17,8 +17,8 @@ from datetime import datetime, timedelta, timezone
 import httpx
 import pytest
 
-from jupyterhub_gpu.accounting.records import AllocationRecord, EndReason
-from jupyterhub_gpu.accounting.store import AccountingStore
+from jupyterhub_gpu.core.accounting.records import AllocationRecord, EndReason
+from jupyterhub_gpu.edges.accounting.store import AccountingStore
 from tests.support.hub import TOKEN_ROLE_CONFIG, Hub, free_port
 
 pytestmark = pytest.mark.integration
@@ -53,7 +53,7 @@ import sys
 c.JupyterHub.services.append({{
     "name": "gpu-accounting",
     "url": "http://127.0.0.1:{port}",
-    "command": [{sys.executable!r}, "-m", "jupyterhub_gpu.accounting.service", "--db", {db!r}],
+    "command": [{sys.executable!r}, "-m", "jupyterhub_gpu.services.usage.app", "--db", {db!r}],
 }})
 c.Authenticator.admin_users = {{"carol"}}
 c.JupyterHub.load_roles.append(
@@ -135,15 +135,13 @@ def test_bad_input_gets_a_sentence(hub: Hub, params: dict[str, str], says: str) 
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_the_service_stops_on_a_signal_even_inherited_ignored(
-    db: str, sig: signal.Signals
-) -> None:
+def test_the_service_stops_on_a_signal_even_inherited_ignored(db: str, sig: signal.Signals) -> None:
     """A hub started in the background hands SIGINT to its services ignored; the hub's
     shutdown then waited 30 s for a service that did not stop (measured on the demo)."""
     port = free_port()
     env = {**os.environ, "JUPYTERHUB_SERVICE_URL": f"http://127.0.0.1:{port}"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterhub_gpu.accounting.service", "--db", db],
+        [sys.executable, "-m", "jupyterhub_gpu.services.usage.app", "--db", db],
         env=env,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from jupyterhub_gpu.inventory.tokens import node_token
+from jupyterhub_gpu.core.tokens import node_token
 from tests.support.hub import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,7 +66,7 @@ class AgentProcess:
             args += [f"--certfile={self.tls[1]}", f"--keyfile={self.tls[2]}"]
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "jupyterhub_gpu.agent", *args],
+                [sys.executable, "-m", "jupyterhub_gpu.services.agent", *args],
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,

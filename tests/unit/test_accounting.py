@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyterhub_gpu.accounting.recorder import Recorder, close_missed
-from jupyterhub_gpu.accounting.records import (
+from jupyterhub_gpu.core.accounting.records import (
     AllocationEvent,
     AllocationRecord,
     EndReason,
@@ -20,16 +19,17 @@ from jupyterhub_gpu.accounting.records import (
     charge_group,
     chargeable_groups,
 )
-from jupyterhub_gpu.accounting.report import (
+from jupyterhub_gpu.core.accounting.report import (
     Interval,
     ReportError,
     ReportQuery,
     report,
     validate_query,
 )
-from jupyterhub_gpu.accounting.store import AccountingStore, AccountingUnavailable, safe_url
-from jupyterhub_gpu.accounting.usage import GPUSample, Usage, fold
-from jupyterhub_gpu.ledger import GPULedger
+from jupyterhub_gpu.core.accounting.usage import GPUSample, Usage, fold
+from jupyterhub_gpu.edges.accounting.store import AccountingStore, AccountingUnavailable, safe_url
+from jupyterhub_gpu.hub.ledger import GPULedger
+from jupyterhub_gpu.hub.recorder import Recorder, close_missed
 
 pytestmark = pytest.mark.unit
 
@@ -187,7 +187,7 @@ def test_the_groups_a_user_may_charge(groups: tuple, configured: tuple, expected
 
 
 def test_why_a_stop_ends_an_allocation() -> None:
-    from jupyterhub_gpu.accounting.records import stop_reason
+    from jupyterhub_gpu.core.accounting.records import stop_reason
 
     assert stop_reason(never_answered=True, culled=False) is EndReason.FAILED
     assert stop_reason(never_answered=True, culled=True) is EndReason.FAILED
@@ -256,7 +256,7 @@ def test_a_restarted_hub_continues_an_allocations_usage(tmp_path: Path) -> None:
     never from zero (which would overwrite a week of training with a few seconds)."""
     import asyncio
 
-    from jupyterhub_gpu.cluster import Cluster, ClusterSettings
+    from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings
     from tests.unit.test_quota import _snapshot
 
     url = f"sqlite:///{tmp_path / 'acc.sqlite'}"
@@ -310,7 +310,7 @@ def test_a_bad_port_is_a_sentence_not_a_traceback() -> None:
 
 
 def test_readers_never_create_a_database(tmp_path: Path) -> None:
-    from jupyterhub_gpu.accounting.cli import run
+    from jupyterhub_gpu.cli.report import run
 
     typo = tmp_path / "typo.sqlite"
     status, text = run(["--db", f"sqlite:///{typo}"])

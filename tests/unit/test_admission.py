@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from jupyterhub_gpu.admission import charge_group, group_wait, longest_wait
-from jupyterhub_gpu.scheduling import queue_settings
+from jupyterhub_gpu.core.scheduling import queue_settings
+from jupyterhub_gpu.hub.admission import charge_group, group_wait, longest_wait
 
 pytestmark = pytest.mark.unit
 

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 from traitlets.config import Config
 
-from jupyterhub_gpu.agent.app import GPUAgent, make_ssl_context
+from jupyterhub_gpu.core.tokens import MIN_SECRET_LENGTH, node_token
+from jupyterhub_gpu.edges.agents import AgentClient, AgentEndpoint, Unreachable, agent_client
 from jupyterhub_gpu.errors import ConfigError
-from jupyterhub_gpu.inventory.client import AgentClient, AgentEndpoint, Unreachable, agent_client
-from jupyterhub_gpu.inventory.tokens import MIN_SECRET_LENGTH, node_token
-from jupyterhub_gpu.spawner import GPUDockerSpawner
+from jupyterhub_gpu.hub.spawner import GPUDockerSpawner
+from jupyterhub_gpu.services.agent.app import GPUAgent, make_ssl_context
+from tests.support.runtime import use_cluster
 
 pytestmark = pytest.mark.unit
 
@@ -130,7 +131,7 @@ def test_agent_client_settings_in_the_hub_config_reach_the_clusters_client(
 ) -> None:
     """The documented ``c.AgentClient.*`` settings are read by the client the hub uses;
     what the config leaves unset keeps the cluster's defaults."""
-    monkeypatch.setattr(GPUDockerSpawner, "_cluster", None)
+    use_cluster(monkeypatch, None)
     c = Config()
     c.GPUDockerSpawner.nodes = [
         {"name": "n1", "docker_url": "unix:///nowhere.sock", "address": "127.0.0.1"}

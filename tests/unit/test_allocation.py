@@ -13,8 +13,8 @@ from typing import Any
 import docker
 import pytest
 
-from jupyterhub_gpu.accounting.records import EndReason
-from jupyterhub_gpu.allocation import (
+from jupyterhub_gpu.core.accounting.records import EndReason
+from jupyterhub_gpu.core.allocation import (
     ALLOCATION_LABEL,
     SEAL_LABEL,
     Allocation,
@@ -24,10 +24,11 @@ from jupyterhub_gpu.allocation import (
     new_allocation_id,
     seal_key,
 )
-from jupyterhub_gpu.cluster import Cluster, ClusterSettings
-from jupyterhub_gpu.ledger import GPULedger
-from jupyterhub_gpu.placement import PlacementRequest
-from jupyterhub_gpu.spawner import GPUDockerSpawner
+from jupyterhub_gpu.core.placement import PlacementRequest
+from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings
+from jupyterhub_gpu.hub.ledger import GPULedger
+from jupyterhub_gpu.hub.spawner import GPUDockerSpawner
+from tests.support.runtime import use_cluster
 from tests.unit.test_quota import _snapshot
 
 pytestmark = pytest.mark.unit
@@ -329,7 +330,7 @@ def test_the_spawner_makes_keeps_and_seals_its_allocation(
 ) -> None:
     nodes = [{"name": "n1", "docker_url": "unix:///nowhere.sock", "address": "127.0.0.1"}]
     cluster = Cluster(ClusterSettings(nodes=nodes, seal_key=KEY), logging.getLogger("test"))
-    monkeypatch.setattr(GPUDockerSpawner, "_cluster", cluster)
+    use_cluster(monkeypatch, cluster)
     orm = SimpleNamespace(name="", server=None, user_options={}, last_activity=None)
     user = SimpleNamespace(name="alice", groups=[], settings={})
     spawner = GPUDockerSpawner(user=user, orm_spawner=orm, hub_id="default")

@@ -14,11 +14,7 @@ import pytest
 from docker.errors import APIError, ImageNotFound
 from requests.exceptions import ReadTimeout
 
-from jupyterhub_gpu.builder import build as build_mod
-from jupyterhub_gpu.builder.build import BuildSettings, build_and_push, discard
-from jupyterhub_gpu.builder.context import build_context
-from jupyterhub_gpu.builder.limits import Limits, check_added_size
-from jupyterhub_gpu.builder.model import (
+from jupyterhub_gpu.core.saving.data import (
     BuildFailed,
     FetchFailed,
     LimitReached,
@@ -26,8 +22,12 @@ from jupyterhub_gpu.builder.model import (
     Progress,
     Target,
 )
-from jupyterhub_gpu.builder.probe import PROBE, base_user, parse_probe, probe_target
-from jupyterhub_gpu.builder.stream import BuildLog, PushLog, clean, parse_message
+from jupyterhub_gpu.core.saving.limits import Limits, check_added_size
+from jupyterhub_gpu.core.saving.stream import BuildLog, PushLog, clean, parse_message
+from jupyterhub_gpu.edges.builder import build as build_mod
+from jupyterhub_gpu.edges.builder.build import BuildSettings, build_and_push, discard
+from jupyterhub_gpu.edges.builder.context import build_context
+from jupyterhub_gpu.edges.builder.probe import PROBE, base_user, parse_probe, probe_target
 
 pytestmark = pytest.mark.unit
 REF = "reg.example:5000/saved/u-alice/my-env:20261124-153000-012345"

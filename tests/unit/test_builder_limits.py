@@ -6,8 +6,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from jupyterhub_gpu.builder.limits import Limits, check_added_size, check_new_save, size_text
-from jupyterhub_gpu.builder.model import LimitReached, SavedImage
+from jupyterhub_gpu.core.saving.data import LimitReached, SavedImage
+from jupyterhub_gpu.core.saving.limits import Limits, check_added_size, check_new_save, size_text
 
 pytestmark = pytest.mark.unit
 GIB = 2**30

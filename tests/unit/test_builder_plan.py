@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jupyterhub_gpu.builder.model import (
+from jupyterhub_gpu.core.saving.data import (
     BuilderPolicy,
     CondaRecord,
     HomeRecords,
@@ -14,7 +14,7 @@ from jupyterhub_gpu.builder.model import (
     Skipped,
     Target,
 )
-from jupyterhub_gpu.builder.plan import plan_save
+from jupyterhub_gpu.core.saving.plan import plan_save
 
 pytestmark = pytest.mark.unit
 LOC = "~/.local/lib/python3.11/site-packages"

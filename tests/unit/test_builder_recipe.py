@@ -16,9 +16,9 @@ from pathlib import Path
 import pip
 import pytest
 
-from jupyterhub_gpu.builder import recipe
-from jupyterhub_gpu.builder.model import InvalidPackage, PipRequirement, Plan, Target
-from jupyterhub_gpu.builder.recipe import (
+from jupyterhub_gpu.core.saving import recipe
+from jupyterhub_gpu.core.saving.data import InvalidPackage, PipRequirement, Plan, Target
+from jupyterhub_gpu.core.saving.recipe import (
     audit_dockerfile,
     dockerfile,
     final_user,

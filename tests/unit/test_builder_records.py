@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from jupyterhub_gpu.builder import records
-from jupyterhub_gpu.builder.model import PipRecord
-from jupyterhub_gpu.builder.records import (
+from jupyterhub_gpu.core.saving.data import PipRecord
+from jupyterhub_gpu.edges.builder import home_records as records
+from jupyterhub_gpu.edges.builder.home_records import (
     direct_url_source,
     list_conda_envs,
     metadata_fields,

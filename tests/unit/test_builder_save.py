@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
-from jupyterhub_gpu.builder.limits import Limits
-from jupyterhub_gpu.builder.model import (
+from jupyterhub_gpu.core.saving.data import (
     FetchFailed,
     InvalidPackage,
     LimitReached,
     Progress,
     SavedImage,
 )
-from jupyterhub_gpu.builder.save import SaveRequest, SaveSettings, save_environment
-from jupyterhub_gpu.builder.wheelhouse import IndexSettings
+from jupyterhub_gpu.core.saving.limits import Limits
+from jupyterhub_gpu.edges.builder.save import SaveRequest, SaveSettings, save_environment
+from jupyterhub_gpu.edges.builder.wheelhouse import IndexSettings
 from tests.unit.test_builder_build import (
     BASE,
     DIGEST,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from jupyterhub_gpu.builder.model import InvalidPackage, PipRequirement
-from jupyterhub_gpu.builder.validate import (
+from jupyterhub_gpu.core.saving.data import InvalidPackage, PipRequirement
+from jupyterhub_gpu.core.saving.validate import (
     apt_names,
     image_name,
     index_url,

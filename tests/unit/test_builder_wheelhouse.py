@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from jupyterhub_gpu.builder.model import FetchFailed, PipRequirement, Target
-from jupyterhub_gpu.builder.wheelhouse import (
+from jupyterhub_gpu.core.saving.data import FetchFailed, PipRequirement, Target
+from jupyterhub_gpu.edges.builder.wheelhouse import (
     IndexSettings,
     check_wheels,
     download_argv,

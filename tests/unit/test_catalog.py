@@ -14,23 +14,21 @@ from typing import Any
 import pytest
 import yaml
 
-from jupyterhub_gpu.catalog import (
+from jupyterhub_gpu.core.catalog import (
     Catalog,
     CatalogEntry,
     catalog_availability,
     custom_entry,
-    default_catalog_path,
     entry_to_request_constraints,
     image_allowed_by_patterns,
     image_runs_on,
-    load_catalog,
     min_driver_for_cuda,
-    parse_catalog,
 )
+from jupyterhub_gpu.core.inventory import GPU, NodeInventory, NodeState
+from jupyterhub_gpu.core.placement.request import PlacementRequest
 from jupyterhub_gpu.errors import ConfigError
-from jupyterhub_gpu.inventory.declared import load_inventory_file
-from jupyterhub_gpu.inventory.model import GPU, NodeInventory, NodeState
-from jupyterhub_gpu.placement.model import PlacementRequest
+from jupyterhub_gpu.wire.catalog_file import default_catalog_path, load_catalog, parse_catalog
+from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
 
 pytestmark = pytest.mark.unit
 

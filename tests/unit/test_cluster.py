@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jupyterhub_gpu import cluster as cluster_module
-from jupyterhub_gpu.cluster import Cluster, ClusterSettings, LabelledContainer
-from jupyterhub_gpu.placement import PlacementRequest, place
-from jupyterhub_gpu.placement.index import index_for
+from jupyterhub_gpu.core.placement import PlacementRequest, place
+from jupyterhub_gpu.core.placement.index import index_for
+from jupyterhub_gpu.hub import cluster as cluster_module
+from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings, LabelledContainer
 
 pytestmark = pytest.mark.unit
 

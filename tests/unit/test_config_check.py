@@ -15,8 +15,9 @@ from jupyterhub.app import JupyterHub
 from jupyterhub.spawner import Spawner
 from traitlets.config import Config, PyFileConfigLoader
 
-from jupyterhub_gpu.agent.app import GPUAgent
-from jupyterhub_gpu.config import (
+from jupyterhub_gpu.core.tokens import node_token
+from jupyterhub_gpu.errors import ConfigError
+from jupyterhub_gpu.hub.config import (
     CHECKED_SECTIONS,
     OVERRIDDEN_CREATE_KWARGS,
     OVERRIDDEN_HOST_CONFIG,
@@ -25,9 +26,8 @@ from jupyterhub_gpu.config import (
     known_keys,
     override_warnings,
 )
-from jupyterhub_gpu.culler.service import GPUIdleCuller
-from jupyterhub_gpu.errors import ConfigError
-from jupyterhub_gpu.inventory.tokens import node_token
+from jupyterhub_gpu.services.agent.app import GPUAgent
+from jupyterhub_gpu.services.culler.app import GPUIdleCuller
 
 pytestmark = pytest.mark.unit
 REPO = Path(__file__).resolve().parents[2]
@@ -74,7 +74,7 @@ def test_demo_runs_node_a_agent_and_the_culler_as_services(
     )
     # the usage API reads the database the hub writes, and users may reach it
     usage_cmd = services["gpu-accounting"]["command"]
-    assert usage_cmd[1:3] == ["-m", "jupyterhub_gpu.accounting.service"]
+    assert usage_cmd[1:3] == ["-m", "jupyterhub_gpu.services.usage.app"]
     assert usage_cmd[3] == f"--db={c.GPUDockerSpawner.accounting_url}"
     assert str(tmp_path) in c.GPUDockerSpawner.accounting_url
     (user_role,) = [r for r in c.JupyterHub.load_roles if r["name"] == "user"]
@@ -86,7 +86,7 @@ def test_demo_runs_node_a_agent_and_the_culler_as_services(
     # inside node-a's namespace, as scripts/cluster.sh names it (netns() { echo "jhgpu-$1"; })
     assert agent_cmd[:2] == ["nsenter", "--net=/var/run/netns/jhgpu-node-a"]
     assert 'echo "jhgpu-$1"' in (REPO / "scripts" / "cluster.sh").read_text()
-    assert agent_cmd[3:5] == ["-m", "jupyterhub_gpu.agent"]
+    assert agent_cmd[3:5] == ["-m", "jupyterhub_gpu.services.agent"]
     agent = GPUAgent()
     agent.parse_command_line(agent_cmd[5:])
     nodes = yaml.safe_load(Path(agent.inventory).read_text())["nodes"]
@@ -99,7 +99,7 @@ def test_demo_runs_node_a_agent_and_the_culler_as_services(
     assert agent_token == node_token(token, "node-a") and agent_token != token
 
     culler_cmd, env = services["gpu-culler"]["command"], services["gpu-culler"]["environment"]
-    assert culler_cmd[1:3] == ["-m", "jupyterhub_gpu.culler"]
+    assert culler_cmd[1:3] == ["-m", "jupyterhub_gpu.services.culler"]
     for key, value in {**env, "JUPYTERHUB_API_TOKEN": "from-the-hub"}.items():
         monkeypatch.setenv(key, value)
     culler = GPUIdleCuller()
@@ -277,11 +277,11 @@ def test_the_override_lists_match_what_the_spawner_sets() -> None:
     admission.py) assigns is in OVERRIDDEN_TRAITS (and nothing else is), and the
     extra_host_config/extra_create_kwargs keys it replaces are the ones listed: a new
     override in the spawner fails here until it is warned about."""
-    module = ast.parse((REPO / "jupyterhub_gpu" / "spawner.py").read_text())
+    module = ast.parse((REPO / "jupyterhub_gpu" / "hub" / "spawner.py").read_text())
     (cls,) = [
         n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "GPUDockerSpawner"
     ]
-    mixin_module = ast.parse((REPO / "jupyterhub_gpu" / "admission.py").read_text())
+    mixin_module = ast.parse((REPO / "jupyterhub_gpu" / "hub" / "admission.py").read_text())
     (mixin,) = [
         n
         for n in mixin_module.body
@@ -379,7 +379,7 @@ def test_named_servers_get_a_default_limit_and_an_explicit_one_is_kept(
 ) -> None:
     from traitlets.config import Config
 
-    from jupyterhub_gpu.config import DEFAULT_NAMED_SERVER_LIMIT, check_config
+    from jupyterhub_gpu.hub.config import DEFAULT_NAMED_SERVER_LIMIT, check_config
 
     c = Config()
     c.JupyterHub.allow_named_servers = True

@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from jupyterhub_gpu.containers import device_requests, gpu_env, published_port
-from jupyterhub_gpu.errors import NodeFailure
-from jupyterhub_gpu.usernet import (
+from jupyterhub_gpu.core.containers import device_requests, gpu_env, published_port
+from jupyterhub_gpu.core.usernet import (
     bridge_name_problem,
     network_options,
     network_problem,
 )
+from jupyterhub_gpu.errors import NodeFailure
 
 pytestmark = pytest.mark.unit
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from jupyterhub_gpu.culler.access import (
+from jupyterhub_gpu.core.culling.access import (
     SERVER_TOKEN_KEY,
     ServerAccess,
     server_access,

@@ -25,15 +25,20 @@ import httpx
 import pytest
 from traitlets.config import Config
 
-from jupyterhub_gpu.culler.access import server_access
-from jupyterhub_gpu.culler.client import GpuReading, describe_failure, parse_time, read_agent
-from jupyterhub_gpu.culler.deadlines import load_deadlines
-from jupyterhub_gpu.culler.idleness import Signal
-from jupyterhub_gpu.culler.notes import load_notes, notes_for
-from jupyterhub_gpu.culler.service import GPUIdleCuller
+from jupyterhub_gpu.core.culling.access import server_access
+from jupyterhub_gpu.core.culling.idleness import Signal
+from jupyterhub_gpu.core.tokens import node_token
 from jupyterhub_gpu.errors import ConfigError, ProbeError
-from jupyterhub_gpu.inventory.tokens import node_token
-from jupyterhub_gpu.inventory.wire import DEFAULT_MAX_BODY_SIZE
+from jupyterhub_gpu.services.culler.app import GPUIdleCuller
+from jupyterhub_gpu.services.culler.client import (
+    GpuReading,
+    describe_failure,
+    parse_time,
+    read_agent,
+)
+from jupyterhub_gpu.wire.agent import DEFAULT_MAX_BODY_SIZE
+from jupyterhub_gpu.wire.cull_notes import load_notes, notes_for
+from jupyterhub_gpu.wire.deadlines import load_deadlines
 
 pytestmark = pytest.mark.unit
 
@@ -671,7 +676,7 @@ def test_the_hubs_stop_signals_end_the_process_even_if_ignored(
     env = {**os.environ, "JUPYTERHUB_API_TOKEN": "t", "JUPYTERHUB_API_URL": "http://127.0.0.1:9/"}
     state = tmp_path / "state.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterhub_gpu.culler", "--interval=3600",
+        [sys.executable, "-m", "jupyterhub_gpu.services.culler", "--interval=3600",
          f"--GPUIdleCuller.state_file={state}"],
         env=env, stderr=subprocess.PIPE, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),

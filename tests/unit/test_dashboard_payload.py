@@ -15,28 +15,28 @@ import pytest
 from jupyterhub.app import JupyterHub
 from traitlets.config import Config
 
-from jupyterhub_gpu.dashboard.history import History
-from jupyterhub_gpu.dashboard.hub import (
+from jupyterhub_gpu.core.dashboard.history import History
+from jupyterhub_gpu.core.dashboard.view import Viewer, cluster_view
+from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.hub.api.cluster import (
     ADMIN_SCOPE,
-    HUB_TEMPLATES,
     READ_SCOPE,
     ClusterAPIHandler,
     NodeDrainAPIHandler,
     SnapshotCache,
     active_servers,
-    configure,
 )
-from jupyterhub_gpu.dashboard.payload import (
+from jupyterhub_gpu.hub.extensions import HUB_TEMPLATES
+from jupyterhub_gpu.hub.extensions import configure_dashboard as configure
+from jupyterhub_gpu.hub.ledger import GPULedger
+from jupyterhub_gpu.wire.cluster import (
     GPU_STATUSES,
     ServerInfo,
     build_payload,
     gpu_status,
     queue_entries,
 )
-from jupyterhub_gpu.dashboard.view import Viewer, cluster_view
-from jupyterhub_gpu.inventory.model import GPU, ClusterSnapshot, NodeInventory, NodeState
-from jupyterhub_gpu.ledger import GPULedger
-from jupyterhub_gpu.nodes import NodeSpec
+from jupyterhub_gpu.wire.nodes_file import NodeSpec
 
 pytestmark = pytest.mark.unit
 
@@ -193,7 +193,7 @@ def test_the_hubs_queue_becomes_payload_entries_and_their_rows() -> None:
 
 def test_a_gpu_is_free_exactly_when_the_spawn_form_says_so() -> None:
     snapshot, _, _ = world()
-    from jupyterhub_gpu.form.availability import gpu_is_free
+    from jupyterhub_gpu.core.form.availability import gpu_is_free
 
     for node in snapshot.nodes:
         for g in node.inventory.gpus:
@@ -327,7 +327,7 @@ def test_configure_adds_api_service_role_and_link_and_keeps_the_sites_own() -> N
     assert dashboard["name"] == "gpu-dashboard" and dashboard["oauth_no_confirm"] is True
     assert dashboard["command"][1:] == [
         "-m",
-        "jupyterhub_gpu.dashboard",
+        "jupyterhub_gpu.services.dashboard",
         "--GPUDashboard.show_names=False",
         "--config=/etc/jupyterhub/dashboard_config.py",
     ]

@@ -23,17 +23,17 @@ from tornado.netutil import bind_unix_socket
 from tornado.web import create_signed_value
 from traitlets import Dict
 
-from jupyterhub_gpu.accounting.records import AllocationRecord, EndReason
-from jupyterhub_gpu.accounting.store import AccountingStore
-from jupyterhub_gpu.dashboard.handlers import (
+from jupyterhub_gpu.core.accounting.records import AllocationRecord, EndReason
+from jupyterhub_gpu.edges.accounting.store import AccountingStore
+from jupyterhub_gpu.errors import ConfigError
+from jupyterhub_gpu.services.dashboard.app import GPUDashboard
+from jupyterhub_gpu.services.dashboard.handlers import (
     ADMINS_ONLY,
     NO_ACCESS,
     NOT_SHOWN,
     STALE_FORM,
     make_app,
 )
-from jupyterhub_gpu.dashboard.service import GPUDashboard
-from jupyterhub_gpu.errors import ConfigError
 
 pytestmark = pytest.mark.unit
 

@@ -11,17 +11,17 @@ from typing import Any
 
 import pytest
 
-from jupyterhub_gpu.accounting.report import Interval
-from jupyterhub_gpu.dashboard.charts import bars, columns, downsample, nice_ceiling, sparkline
-from jupyterhub_gpu.dashboard.history import History
-from jupyterhub_gpu.dashboard.inputs import BadInput, clean_note, known_node, user_and_server
-from jupyterhub_gpu.dashboard.notes import messages_for, record_stop
-from jupyterhub_gpu.dashboard.payload import ServerInfo, build_payload
-from jupyterhub_gpu.dashboard.render import Page, Usage, render_live, render_page
-from jupyterhub_gpu.dashboard.usage import summarize, usage_charts
-from jupyterhub_gpu.dashboard.view import HIDDEN, Viewer, cluster_view, redact, spawn_link
-from jupyterhub_gpu.inventory.model import GPU, ClusterSnapshot, NodeInventory, NodeState
-from jupyterhub_gpu.nodes import NodeSpec
+from jupyterhub_gpu.core.accounting.report import Interval
+from jupyterhub_gpu.core.dashboard.charts import bars, columns, downsample, nice_ceiling, sparkline
+from jupyterhub_gpu.core.dashboard.history import History
+from jupyterhub_gpu.core.dashboard.inputs import BadInput, clean_note, known_node, user_and_server
+from jupyterhub_gpu.core.dashboard.view import HIDDEN, Viewer, cluster_view, redact, spawn_link
+from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.services.dashboard.notes import messages_for, record_stop
+from jupyterhub_gpu.services.dashboard.render import Page, Usage, render_live, render_page
+from jupyterhub_gpu.services.dashboard.usage import summarize, usage_charts
+from jupyterhub_gpu.wire.cluster import ServerInfo, build_payload
+from jupyterhub_gpu.wire.nodes_file import NodeSpec
 
 pytestmark = pytest.mark.unit
 

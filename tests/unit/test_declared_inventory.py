@@ -8,9 +8,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from jupyterhub_gpu.edges.probe import DeclaredProbe
 from jupyterhub_gpu.errors import ConfigError, InventoryError
-from jupyterhub_gpu.inventory.declared import dump_inventory, load_inventory_file, parse_inventory
-from jupyterhub_gpu.inventory.probe import DeclaredProbe
+from jupyterhub_gpu.wire.declared_inventory import (
+    dump_inventory,
+    load_inventory_file,
+    parse_inventory,
+)
 
 pytestmark = pytest.mark.unit
 DATA = Path(__file__).resolve().parents[1] / "data" / "cluster-hetero.yaml"

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from jupyterhub_gpu.catalog import Catalog, catalog_availability, load_catalog, parse_catalog
-from jupyterhub_gpu.form import (
+from jupyterhub_gpu.core.catalog import Catalog, catalog_availability
+from jupyterhub_gpu.core.form import (
     ModelAvailability,
     UserBounds,
     gpu_model_availability,
@@ -22,8 +22,9 @@ from jupyterhub_gpu.form import (
     spawn_form_html,
     visible_entries,
 )
-from jupyterhub_gpu.inventory.declared import load_inventory_file
-from jupyterhub_gpu.inventory.model import ClusterSnapshot, NodeState
+from jupyterhub_gpu.core.inventory import ClusterSnapshot, NodeState
+from jupyterhub_gpu.wire.catalog_file import load_catalog, parse_catalog
+from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
 
 pytestmark = pytest.mark.unit
 

@@ -6,10 +6,10 @@ from pathlib import PurePosixPath
 
 import pytest
 
+from jupyterhub_gpu.core.homes import home_host_path, safe_path_component, template_root
 from jupyterhub_gpu.errors import ConfigError, UnsafePath
-from jupyterhub_gpu.homes import home_host_path, safe_path_component, template_root
-from jupyterhub_gpu.ledger import GPULedger
-from jupyterhub_gpu.nodes import parse_nodes
+from jupyterhub_gpu.hub.ledger import GPULedger
+from jupyterhub_gpu.wire.nodes_file import parse_nodes
 
 pytestmark = pytest.mark.unit
 

@@ -9,9 +9,10 @@ import pytest
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from jupyterhub_gpu.accounting.records import AllocationRecord, EndReason
-from jupyterhub_gpu.cluster import Cluster, ClusterSettings
-from jupyterhub_gpu.spawner import GPUDockerSpawner
+from jupyterhub_gpu.core.accounting.records import AllocationRecord, EndReason
+from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings
+from jupyterhub_gpu.hub.runtime import HubRuntime
+from jupyterhub_gpu.hub.spawner import GPUDockerSpawner
 from tests.unit.test_quota import _snapshot
 
 pytestmark = pytest.mark.unit
@@ -28,6 +29,7 @@ def samples() -> dict[str, list[tuple[dict[str, str], float]]]:
 def test_gpus_allocations_and_gpu_seconds() -> None:
     nodes = [{"name": "n1", "docker_url": "unix:///nowhere.sock", "address": "127.0.0.1"}]
     cluster = Cluster(ClusterSettings(nodes=nodes), GPUDockerSpawner().log)
+    HubRuntime.of(cluster)  # as in the hub: the runtime attaches the collector
     snap = _snapshot()
     unhealthy = replace(snap.nodes[0].inventory.gpus[7], healthy=False)
     inventory = replace(

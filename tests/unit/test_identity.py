@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from tornado import web
 
-from jupyterhub_gpu.auth.identity import (
+from jupyterhub_gpu.core.identity import (
     Identity,
     IdentityError,
     ensure_home,
@@ -18,13 +18,13 @@ from jupyterhub_gpu.auth.identity import (
     map_home,
     verify_home_path,
 )
-from jupyterhub_gpu.auth.ldap import GPULDAPAuthenticator
-from jupyterhub_gpu.auth.oauth import (
+from jupyterhub_gpu.errors import ConfigError, UnsafePath
+from jupyterhub_gpu.hub.auth.ldap import GPULDAPAuthenticator
+from jupyterhub_gpu.hub.auth.oauth import (
     claims_to_identity_state,
     make_identity_hook,
     make_reconcile_hook,
 )
-from jupyterhub_gpu.errors import ConfigError, UnsafePath
 
 pytestmark = pytest.mark.unit
 

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from jupyterhub_gpu.auth.identity import (
+from jupyterhub_gpu.core.identity import (
     Identity,
     IdentityError,
     identity_required,
     resolve_identity,
 )
-from jupyterhub_gpu.spawner import GPUDockerSpawner
+from jupyterhub_gpu.hub.spawner import GPUDockerSpawner
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""The culler's pure judgement (``jupyterhub_gpu.culler``): table-driven, no I/O."""
+"""The culler's pure judgement (``jupyterhub_gpu.services.culler``): table-driven, no I/O."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from jupyterhub_gpu.culler.deadlines import load_deadlines, save_deadlines
-from jupyterhub_gpu.culler.idleness import (
+from jupyterhub_gpu.core.culling.idleness import (
     Deadline,
     GpuSummary,
     KernelObservation,
@@ -25,9 +24,10 @@ from jupyterhub_gpu.culler.idleness import (
     resolve_policy,
     validate_overrides,
 )
-from jupyterhub_gpu.culler.notes import CullNote, add_note, load_notes, notes_for, save_notes
-from jupyterhub_gpu.culler.tracker import GpuTracker
+from jupyterhub_gpu.core.culling.tracker import GpuTracker
 from jupyterhub_gpu.errors import ConfigError
+from jupyterhub_gpu.wire.cull_notes import CullNote, add_note, load_notes, notes_for, save_notes
+from jupyterhub_gpu.wire.deadlines import load_deadlines, save_deadlines
 
 pytestmark = pytest.mark.unit
 
@@ -493,9 +493,7 @@ def test_no_earliest_cull_when_nothing_bounds_it(obs: ServerObservation, policy:
 def test_deadlines_round_trip_and_what_reads_as_unknown(tmp_path: Path) -> None:
     path = tmp_path / "deadlines.json"
     save_deadlines(path, {"alice/": Deadline(NOW, "idle"), "bob/x": None})
-    assert load_deadlines(path, now=datetime.now(timezone.utc)) == {
-        "alice/": Deadline(NOW, "idle")
-    }
+    assert load_deadlines(path, now=datetime.now(timezone.utc)) == {"alice/": Deadline(NOW, "idle")}
     # a culler that stopped writing says nothing
     assert load_deadlines(path, now=datetime.now(timezone.utc) + timedelta(hours=1)) == {}
     at = "2026-01-01T12:00:00+00:00"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from jupyterhub_gpu.core.mounts import dataset_binds, parse_group_mounts
 from jupyterhub_gpu.errors import ConfigError
-from jupyterhub_gpu.mounts import dataset_binds, parse_group_mounts
 
 pytestmark = pytest.mark.unit
 

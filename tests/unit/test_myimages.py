@@ -13,19 +13,20 @@ from typing import Any
 
 import pytest
 
-from jupyterhub_gpu.accounting.store import AccountingStore, AccountingUnavailable
-from jupyterhub_gpu.builder.limits import Limits, check_new_save
-from jupyterhub_gpu.builder.model import InvalidPackage, LimitReached, Progress, SavedImage
-from jupyterhub_gpu.catalog.loader import parse_catalog
-from jupyterhub_gpu.catalog.model import Catalog
-from jupyterhub_gpu.form import resolve_bounds
-from jupyterhub_gpu.form.render import spawn_form_html
-from jupyterhub_gpu.form.resources import policy_from_config
-from jupyterhub_gpu.form.validation import validate_options
-from jupyterhub_gpu.inventory.model import ClusterSnapshot
-from jupyterhub_gpu.myimages import entries, service
-from jupyterhub_gpu.myimages.service import MyImages, SaveBusy, SavingOff, ServerFacts
-from jupyterhub_gpu.myimages.settings import SavedImages
+from jupyterhub_gpu.core.catalog.entries import Catalog
+from jupyterhub_gpu.core.form import resolve_bounds
+from jupyterhub_gpu.core.form.render import spawn_form_html
+from jupyterhub_gpu.core.form.resources import policy_from_config
+from jupyterhub_gpu.core.form.validation import validate_options
+from jupyterhub_gpu.core.inventory import ClusterSnapshot
+from jupyterhub_gpu.core.saving import entries
+from jupyterhub_gpu.core.saving.data import InvalidPackage, LimitReached, Progress, SavedImage
+from jupyterhub_gpu.core.saving.limits import Limits, check_new_save
+from jupyterhub_gpu.edges.accounting.store import AccountingStore, AccountingUnavailable
+from jupyterhub_gpu.hub import saves as service
+from jupyterhub_gpu.hub.saved_images import SavedImages
+from jupyterhub_gpu.hub.saves import MyImages, SaveBusy, SavingOff, ServerFacts
+from jupyterhub_gpu.wire.catalog_file import parse_catalog
 
 pytestmark = pytest.mark.unit
 
@@ -142,7 +143,7 @@ def test_the_form_lists_my_images_apart_with_unstartable_ones_disabled() -> None
         resolve_bounds(policy_from_config({"max_gpus": 2}, {}), []),
         unlisted=unlisted,
     )
-    group = html[html.index('<optgroup label="My images"'):]
+    group = html[html.index('<optgroup label="My images"') :]
     group = group[: group.index("</optgroup>")]
     assert 'value="saved:alice/env1"' in group
     assert 'value="saved:alice/old" disabled' in group and "no longer in the catalog" in group
@@ -166,8 +167,11 @@ def test_saved_images_are_stored_shared_and_deleted(tmp_path: Path) -> None:
     store.add_saved_image(image, "id1")
     limits = Limits(max_images=5)
     with pytest.raises(LimitReached, match="already have a saved image named 'env1'"):
-        store.add_saved_image(_saved("alice", "env1", size=1), "id2",
-                              check=lambda mine: check_new_save(mine, "alice", "env1", limits))
+        store.add_saved_image(
+            _saved("alice", "env1", size=1),
+            "id2",
+            check=lambda mine: check_new_save(mine, "alice", "env1", limits),
+        )
     with pytest.raises(AccountingUnavailable):  # unchecked: the unique constraint says no
         store.add_saved_image(_saved("alice", "env1", size=1), "id3")
     assert store.saved_images() == [image]
@@ -410,7 +414,7 @@ async def test_share_only_with_ones_own_groups_and_delete_registry_first(
     assert (await svc.share("alice", "env1", "lab", ["lab"])).shared_with == "lab"
 
     def registry_down(url: str, image: Any, **kw: Any) -> None:
-        from jupyterhub_gpu.myimages.registry import RegistryError
+        from jupyterhub_gpu.edges.builder.registry import RegistryError
 
         raise RegistryError("The registry did not answer; nothing was deleted.")
 
@@ -428,7 +432,7 @@ async def test_share_only_with_ones_own_groups_and_delete_registry_first(
 def test_the_dashboard_never_shows_a_saved_images_name_or_owner() -> None:
     from types import SimpleNamespace
 
-    from jupyterhub_gpu.dashboard.hub import _Images, server_info
+    from jupyterhub_gpu.hub.api.cluster import _Images, server_info
 
     spawner = SimpleNamespace(
         user_options={"image": "saved:alice/secret-project"}, node_name="node-a",

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from jupyterhub_gpu.names import (
+from jupyterhub_gpu.core.names import (
     CONTAINER_NAME,
     CONTAINER_NAME_MAX,
     NAME_MAX,
@@ -15,7 +15,7 @@ from jupyterhub_gpu.names import (
     check_name_lengths,
     names_fit,
 )
-from jupyterhub_gpu.spawner import GPUDockerSpawner
+from jupyterhub_gpu.hub.spawner import GPUDockerSpawner
 
 pytestmark = pytest.mark.unit
 

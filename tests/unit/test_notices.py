@@ -1,4 +1,4 @@
-"""Notices of running servers (jupyterhub_gpu/notices.py): which servers are asked about,
+"""Notices of running servers (jupyterhub_gpu/hub/api/notices.py): which servers are asked about,
 and what their owner reads (the hub's part runs for real in
 tests/integration/test_reservations.py)."""
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from jupyterhub_gpu.notices import server_notices
-from jupyterhub_gpu.scheduling import Reservation
-from jupyterhub_gpu.scheduling.reservations import Conflict
+from jupyterhub_gpu.core.scheduling import Reservation
+from jupyterhub_gpu.core.scheduling.reservations import Conflict
+from jupyterhub_gpu.hub.api.notices import server_notices
 from tests.unit.test_scheduling import NOW
 
 pytestmark = pytest.mark.unit
@@ -40,7 +40,7 @@ def test_only_active_servers_with_gpus_are_asked_and_the_soonest_comes_first() -
     user = SimpleNamespace(name="alice", spawners={
         "": _spawner(True, ["GPU-1"]), "cpu": _spawner(True, []), "old": _spawner(False, ["GPU-2"]),
     })  # fmt: skip
-    got = server_notices(user, SimpleNamespace(queue=queue), (), NOW)
+    got = server_notices(user, queue, (), NOW)
     assert queue.asked == [("alice/", ["GPU-1"])]
     assert [n["at"] for n in got] == sorted(n["at"] for n in got)
     assert got[0]["server"] == "" and "reserved for group a from 12:30" in got[0]["message"]

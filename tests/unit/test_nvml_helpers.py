@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jupyterhub_gpu.inventory.nvml import (
+from jupyterhub_gpu.edges.nvml import (
     APPLICATION_XIDS,
     container_id_from_cgroup,
     containers_of_pids,

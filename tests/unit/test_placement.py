@@ -1,4 +1,4 @@
-"""Unit tests of the pure placement decision (jupyterhub_gpu.placement)."""
+"""Unit tests of the pure placement decision (jupyterhub_gpu.core.placement)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from jupyterhub_gpu.inventory.declared import load_inventory_file
-from jupyterhub_gpu.inventory.model import GPU, ClusterSnapshot, NodeInventory, NodeState
-from jupyterhub_gpu.placement import (
+from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.core.placement import (
     ModelAvailability,
     NoFit,
     Placement,
@@ -18,8 +17,9 @@ from jupyterhub_gpu.placement import (
     availability,
     place,
 )
-from jupyterhub_gpu.placement.baselines import best_fit, first_fit, random_fit, spread
-from jupyterhub_gpu.placement.index import ClusterIndex, clear_cache
+from jupyterhub_gpu.core.placement.baselines import best_fit, first_fit, random_fit, spread
+from jupyterhub_gpu.core.placement.index import ClusterIndex, clear_cache
+from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
 
 pytestmark = pytest.mark.unit
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jupyterhub_gpu.progress import PullProgress, describe_gpus, pull_error
+from jupyterhub_gpu.core.progress import PullProgress, describe_gpus, pull_error
 
 pytestmark = pytest.mark.unit
 

@@ -7,10 +7,8 @@ from typing import Any
 
 import pytest
 
-from jupyterhub_gpu.cluster import Cluster, ClusterSettings
-from jupyterhub_gpu.errors import ConfigError
-from jupyterhub_gpu.form import policy_from_config, resolve_bounds
-from jupyterhub_gpu.form.quota import (
+from jupyterhub_gpu.core.form import policy_from_config, resolve_bounds
+from jupyterhub_gpu.core.form.user_quota import (
     GPUQuotaExceeded,
     Holdings,
     UserQuota,
@@ -18,9 +16,12 @@ from jupyterhub_gpu.form.quota import (
     holdings_of,
     quota_refusal,
 )
-from jupyterhub_gpu.inventory.model import GPU, ClusterSnapshot, NodeInventory, NodeState
-from jupyterhub_gpu.placement.model import PlacementRequest
-from jupyterhub_gpu.spawner import GPUDockerSpawner
+from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.core.placement.request import PlacementRequest
+from jupyterhub_gpu.errors import ConfigError
+from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings
+from jupyterhub_gpu.hub.spawner import GPUDockerSpawner
+from tests.support.runtime import use_cluster
 
 pytestmark = pytest.mark.unit
 
@@ -175,7 +176,7 @@ def _snapshot() -> ClusterSnapshot:
 def cluster(monkeypatch: pytest.MonkeyPatch) -> Cluster:
     nodes = [{"name": "n1", "docker_url": "unix:///nowhere.sock", "address": "127.0.0.1"}]
     c = Cluster(ClusterSettings(nodes=nodes), GPUDockerSpawner().log)
-    monkeypatch.setattr(GPUDockerSpawner, "_cluster", c)
+    use_cluster(monkeypatch, c)
     return c
 
 

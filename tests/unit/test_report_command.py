@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from jupyterhub_gpu import cli as top
-from jupyterhub_gpu.accounting.cli import run
-from jupyterhub_gpu.accounting.records import AllocationRecord, EndReason
-from jupyterhub_gpu.accounting.store import AccountingStore
-from jupyterhub_gpu.accounting.usage import GPUSample, Usage, fold
+from jupyterhub_gpu.cli.report import run
+from jupyterhub_gpu.core.accounting.records import AllocationRecord, EndReason
+from jupyterhub_gpu.core.accounting.usage import GPUSample, Usage, fold
+from jupyterhub_gpu.edges.accounting.store import AccountingStore
 
 pytestmark = pytest.mark.unit
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from jupyterhub_gpu.accounting.store import AccountingStore
-from jupyterhub_gpu.reservations import BadReservation, as_json, parse_reservation
-from jupyterhub_gpu.scheduling import Reservation
+from jupyterhub_gpu.core.scheduling import Reservation
+from jupyterhub_gpu.edges.accounting.store import AccountingStore
+from jupyterhub_gpu.hub.api.reservations import BadReservation, as_json, parse_reservation
 
 pytestmark = pytest.mark.unit
 

@@ -11,9 +11,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from jupyterhub_gpu.inventory.model import GPU, ClusterSnapshot, NodeInventory, NodeState
-from jupyterhub_gpu.placement import PlacementRequest
-from jupyterhub_gpu.scheduling import (
+from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.core.placement import PlacementRequest
+from jupyterhub_gpu.core.scheduling import (
     Allowed,
     Charge,
     ClusterState,
@@ -36,8 +36,8 @@ from jupyterhub_gpu.scheduling import (
     never_fits,
     prioritise,
 )
-from jupyterhub_gpu.scheduling.fairshare import decay
-from jupyterhub_gpu.scheduling.words import article, duration, ordinal
+from jupyterhub_gpu.core.scheduling.fairshare import decay
+from jupyterhub_gpu.core.words import article, duration, ordinal
 
 pytestmark = pytest.mark.unit
 

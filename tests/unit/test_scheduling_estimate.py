@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jupyterhub_gpu.scheduling import Release, Reservation, SchedulerSettings, estimates
+from jupyterhub_gpu.core.scheduling import Release, Reservation, SchedulerSettings, estimates
 from tests.unit.test_scheduling import HOUR, NOW, RTX3090, TITANX, lab, req, snap, state
 
 pytestmark = pytest.mark.unit

@@ -7,8 +7,8 @@ from datetime import timedelta, timezone
 
 import pytest
 
-from jupyterhub_gpu.placement.baselines import first_fit
-from jupyterhub_gpu.scheduling import (
+from jupyterhub_gpu.core.placement.baselines import first_fit
+from jupyterhub_gpu.core.scheduling import (
     Charge,
     GroupPolicy,
     Policies,

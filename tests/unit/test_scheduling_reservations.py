@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from jupyterhub_gpu.scheduling import (
+from jupyterhub_gpu.core.scheduling import (
     Charge,
     Conflict,
     Reservation,
@@ -229,7 +229,7 @@ def test_the_form_lists_reservations_in_start_order() -> None:
 
 
 def test_a_running_server_is_told_in_its_owners_words() -> None:
-    from jupyterhub_gpu.scheduling.reservations import Conflict
+    from jupyterhub_gpu.core.scheduling.reservations import Conflict
 
     r = Reservation("r1", "course", NOW + 1800, NOW + 7200, nodes=frozenset({"a"}))
     one = Conflict(r, "alice/big", ("GPU-1",), stop_now=False)

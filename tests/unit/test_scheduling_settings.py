@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from jupyterhub_gpu.errors import ConfigError
-from jupyterhub_gpu.scheduling import (
+from jupyterhub_gpu.core.scheduling import (
     GroupPolicy,
     Policies,
     Quota,
     SchedulerSettings,
     queue_settings,
 )
+from jupyterhub_gpu.errors import ConfigError
 
 pytestmark = pytest.mark.unit
 
@@ -226,7 +226,7 @@ def test_where_prefixes_every_path() -> None:
 def test_timezone_names_the_zone_of_clock_times() -> None:
     from zoneinfo import ZoneInfo
 
-    from jupyterhub_gpu.scheduling.words import clock, zone
+    from jupyterhub_gpu.core.words import clock, zone
 
     settings, _ = queue_settings({"timezone": "Europe/Paris"})
     assert settings.timezone == ZoneInfo("Europe/Paris")

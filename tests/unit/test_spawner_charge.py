@@ -17,16 +17,18 @@ import pytest
 from dockerspawner import DockerSpawner
 from jupyterhub.spawner import SpawnException
 
-from jupyterhub_gpu.accounting.records import AllocationRecord
-from jupyterhub_gpu.auth.identity import Identity
-from jupyterhub_gpu.cluster import Cluster, ClusterSettings
-from jupyterhub_gpu.form import SpawnOptions
-from jupyterhub_gpu.form.quota import UserQuota
-from jupyterhub_gpu.inventory.model import GPU, ClusterSnapshot, NodeInventory, NodeState
-from jupyterhub_gpu.placement.model import PlacementRequest
-from jupyterhub_gpu.scheduling import Reservation, queue_settings
-from jupyterhub_gpu.spawner import GPUDockerSpawner
-from jupyterhub_gpu.spawnqueue import MustQueue, QueueTimeout
+from jupyterhub_gpu.core.accounting.records import AllocationRecord
+from jupyterhub_gpu.core.form import SpawnOptions
+from jupyterhub_gpu.core.form.user_quota import UserQuota
+from jupyterhub_gpu.core.identity import Identity
+from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.core.placement.request import PlacementRequest
+from jupyterhub_gpu.core.scheduling import Reservation, queue_settings
+from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings
+from jupyterhub_gpu.hub.queue import MustQueue, QueueTimeout, SpawnQueue
+from jupyterhub_gpu.hub.runtime import runtime_of
+from jupyterhub_gpu.hub.spawner import GPUDockerSpawner
+from tests.support.runtime import queue_of, use_cluster
 
 pytestmark = pytest.mark.unit
 
@@ -54,8 +56,8 @@ POLICY = {
 def cluster(monkeypatch: pytest.MonkeyPatch) -> Cluster:
     nodes = [{"name": "n1", "docker_url": "unix:///nowhere.sock", "address": "127.0.0.1"}]
     c = Cluster(ClusterSettings(nodes=nodes), GPUDockerSpawner().log)
-    c.queue.settings, c.queue.policies = queue_settings(POLICY)
-    monkeypatch.setattr(GPUDockerSpawner, "_cluster", c)
+    q = queue_of(use_cluster(monkeypatch, c))
+    q.settings, q.policies = queue_settings(POLICY)
 
     async def snapshot() -> ClusterSnapshot:
         return ClusterSnapshot(NODES, c.ledger.allocations())
@@ -63,6 +65,11 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> Cluster:
     monkeypatch.setattr(c, "snapshot", snapshot)
     monkeypatch.setattr(c, "last_nodes", lambda: NODES)
     return c
+
+
+def queue() -> SpawnQueue:
+    """The queue of the cluster the fixture made."""
+    return queue_of(runtime_of(None))
 
 
 def spawner(
@@ -160,7 +167,7 @@ def test_each_group_waits_its_own_max_queue_wait(
 def test_without_per_group_waits_the_trait_applies(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cluster.queue.settings, cluster.queue.policies = queue_settings({"groups": {"ml-lab": {}}})
+    queue().settings, queue().policies = queue_settings({"groups": {"ml-lab": {}}})
     assert spawner(monkeypatch, max_queue_wait=900)._max_wait("ml-lab") == 900.0
 
 
@@ -229,7 +236,7 @@ def test_the_wait_in_line_uses_the_group_s_wait(
         assert item.group == "ml-lab"
         raise QueueTimeout("1st in line for an NVIDIA GeForce RTX 3090 (group ml-lab)")
 
-    monkeypatch.setattr(cluster.queue, "wait", wait)
+    monkeypatch.setattr(queue(), "wait", wait)
     s = spawner(monkeypatch)
     with pytest.raises(SpawnException) as info:
         asyncio.run(
@@ -278,7 +285,7 @@ def test_the_spawn_page_says_when_a_reservation_will_stop_the_server(
     told: bool,
 ) -> None:
     start = time.time() + in_hours * 3600
-    cluster.queue.reservations = (
+    queue().reservations = (
         Reservation("r", reserved_for, start, start + 3600, gpu_uuids=frozenset({"GPU-0"})),
     )
     s = spawner(monkeypatch)
@@ -305,7 +312,7 @@ def test_a_preempted_server_s_reason_is_in_the_next_form(
 
     monkeypatch.setattr(DockerSpawner, "stop", stop)
     now = time.time()
-    cluster.queue.reservations = (
+    queue().reservations = (
         Reservation("r", "course", now - 60, now + 3600, gpu_uuids=frozenset({"GPU-0"})),
         Reservation("s", "course", now + 7200, now + 9000, gpu_uuids=frozenset({"GPU-1"})),
     )
@@ -335,7 +342,7 @@ def test_a_user_of_the_reserving_group_sees_no_notice_and_no_select(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = time.time()
-    cluster.queue.reservations = (
+    queue().reservations = (
         Reservation("r", "course", now - 60, now + 3600, gpu_uuids=frozenset({"GPU-0"})),
     )
     html = asyncio.run(spawner(monkeypatch, groups=("course", "users"))._render_options_form())
@@ -385,7 +392,7 @@ def test_group_quotas_hold_for_a_spawn_placed_at_once(
     """With nobody waiting a spawn is placed at once, and queue_policy's quotas still
     apply: over the absolute cap it is refused with the number, over the cap now it waits
     in the queue (or, for a group that never waits, is refused)."""
-    cluster.queue.settings, cluster.queue.policies = queue_settings(
+    queue().settings, queue().policies = queue_settings(
         {
             "groups": {
                 "ml-lab": {"max_gpus": 1, "max_queue_wait": 120},

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from jupyterhub_gpu.culler.access import SERVER_TOKEN_KEY
-from jupyterhub_gpu.spawner import GPUDockerSpawner
+from jupyterhub_gpu.core.culling.access import SERVER_TOKEN_KEY
+from jupyterhub_gpu.hub.spawner import GPUDockerSpawner
 
 pytestmark = pytest.mark.unit
 

@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
-from jupyterhub_gpu.accounting.records import AllocationRecord, EndReason
-from jupyterhub_gpu.accounting.report import Interval
-from jupyterhub_gpu.culler.deadlines import save_deadlines
-from jupyterhub_gpu.culler.idleness import Deadline
-from jupyterhub_gpu.inventory.model import GPU, ClusterSnapshot, NodeInventory, NodeState
-from jupyterhub_gpu.ledger import GPULedger
-from jupyterhub_gpu.placement import Placement, PlacementRequest
-from jupyterhub_gpu.scheduling import QueuedRequest, Reservation
-from jupyterhub_gpu.spawnqueue import QueueFull, QueueTimeout, SpawnQueue, span, usage_items
+from jupyterhub_gpu.core.accounting.records import AllocationRecord, EndReason
+from jupyterhub_gpu.core.accounting.report import Interval
+from jupyterhub_gpu.core.culling.idleness import Deadline
+from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.core.placement import Placement, PlacementRequest
+from jupyterhub_gpu.core.scheduling import QueuedRequest, Reservation
+from jupyterhub_gpu.hub.ledger import GPULedger
+from jupyterhub_gpu.hub.queue import QueueFull, QueueTimeout, SpawnQueue, span, usage_items
+from jupyterhub_gpu.wire.deadlines import save_deadlines
 
 pytestmark = pytest.mark.unit
 

@@ -11,9 +11,8 @@ from typing import Any
 
 import pytest
 
-from jupyterhub_gpu.catalog import Catalog, parse_catalog
-from jupyterhub_gpu.errors import ConfigError, InvalidRequest
-from jupyterhub_gpu.form import (
+from jupyterhub_gpu.core.catalog import Catalog
+from jupyterhub_gpu.core.form import (
     ModelAvailability,
     ResourcePolicy,
     SpawnOptions,
@@ -27,8 +26,10 @@ from jupyterhub_gpu.form import (
     resource_limits,
     validate_options,
 )
-from jupyterhub_gpu.inventory.declared import load_inventory_file
-from jupyterhub_gpu.inventory.model import ClusterSnapshot, NodeState
+from jupyterhub_gpu.core.inventory import ClusterSnapshot, NodeState
+from jupyterhub_gpu.errors import ConfigError, InvalidRequest
+from jupyterhub_gpu.wire.catalog_file import parse_catalog
+from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
 
 pytestmark = pytest.mark.unit
 

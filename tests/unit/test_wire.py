@@ -10,10 +10,9 @@ from typing import Any
 
 import pytest
 
+from jupyterhub_gpu.core.inventory import GPU, NodeInventory
 from jupyterhub_gpu.errors import ProbeError
-from jupyterhub_gpu.inventory.declared import load_inventory_file
-from jupyterhub_gpu.inventory.model import GPU, NodeInventory
-from jupyterhub_gpu.inventory.wire import (
+from jupyterhub_gpu.wire.agent import (
     DEFAULT_MAX_GPUS,
     LIVE_FIELDS,
     agent_error_text,
@@ -23,6 +22,7 @@ from jupyterhub_gpu.inventory.wire import (
     parse_live_update,
     snapshot_time,
 )
+from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
 
 pytestmark = pytest.mark.unit
 

@@ -1,0 +1,2 @@
+"""Allocation records, usage aggregates and reports (pure): what the ledger announces,
+what the store keeps, and the GPU-hours a report shows."""

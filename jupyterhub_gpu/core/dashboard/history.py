@@ -1,0 +1,79 @@
+"""A short history of each GPU's utilisation, kept in the dashboard service (pure: time is
+passed in). One ring buffer per GPU; a GPU absent from the payloads for longer than the
+window is forgotten. What is drawn from a GPU's history (its sparkline, how long it has
+been idle) changes only when a reading arrives, so it is computed once per reading, not
+once per viewer and request."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+from jupyterhub_gpu.core.dashboard.charts import downsample, sparkline
+
+IDLE_BELOW = 10.0  # % utilisation, the culler's default gpu_threshold
+MIN_SPAN = 60.0  # s: a fresh history is drawn over at least this span
+
+
+class History:
+    """``(time, utilisation %)`` samples per GPU uuid, at most ``points`` each, over at
+    most ``window`` seconds."""
+
+    def __init__(self, window: float = 600.0, points: int = 120) -> None:
+        self.window = window
+        self.points = max(points, 2)
+        self._samples: dict[str, deque[tuple[float, float]]] = {}
+        self._at = 0.0  # the latest record's time
+        self._drawn: dict[str, tuple[str, float | None]] = {}
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    def record(self, payload: Mapping[str, Any], at: float) -> None:
+        """Add every GPU's utilisation now (``at``: seconds, monotonic or epoch) from a
+        payload whose node answered; a node that is down adds nothing (its readings are old)."""
+        for node in payload.get("nodes", ()):
+            if not node.get("reachable"):
+                continue
+            for gpu in node.get("gpus", ()):
+                value = gpu.get("utilization_pct")
+                if isinstance(value, int | float):
+                    buffer = self._samples.setdefault(gpu["uuid"], deque(maxlen=self.points))
+                    buffer.append((at, min(max(float(value), 0.0), 100.0)))
+        self._at = at
+        self._drawn.clear()
+        for uuid in [u for u, b in self._samples.items() if b and b[-1][0] < at - self.window]:
+            del self._samples[uuid]
+
+    def series(self, uuid: str, now: float) -> list[tuple[float, float]]:
+        """The samples of ``uuid`` within the window before ``now``, oldest first."""
+        return [s for s in self._samples.get(uuid, ()) if s[0] >= now - self.window]
+
+    def idle_for(self, uuid: str, now: float, threshold: float = IDLE_BELOW) -> float | None:
+        """How long the GPU's samples have stayed under ``threshold`` % (a lower bound: the
+        window or the samples end there); None when its latest sample is at or above it
+        or there is none."""
+        samples = self.series(uuid, now)
+        if not samples or samples[-1][1] >= threshold:
+            return None
+        since = samples[-1][0]
+        for at, value in reversed(samples):
+            if value >= threshold:
+                break
+            since = at
+        return max(now - since, 0.0)
+
+    def drawn(self, uuid: str) -> tuple[str, float | None]:
+        """``(sparkline points, idle seconds)`` of ``uuid`` as of the latest record: the
+        line spans the window once it is full, until then what there is (at least
+        :data:`MIN_SPAN`), so a fresh dashboard does not draw a dot in a corner."""
+        cached = self._drawn.get(uuid)
+        if cached is None:
+            samples = self.series(uuid, self._at)
+            span = self.window
+            if samples:
+                span = min(self.window, max(self._at - samples[0][0], MIN_SPAN))
+            cached = (sparkline(downsample(samples), self._at, span), self.idle_for(uuid, self._at))
+            self._drawn[uuid] = cached
+        return cached

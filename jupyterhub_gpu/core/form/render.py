@@ -1,0 +1,236 @@
+"""Render the spawn form (``templates/spawn_form.html``) from plain data. Pure.
+
+The spawner calls :func:`spawn_form_html` from ``options_form``; :func:`render_form`
+is the lower-level entry point when the caller already has the pieces.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from jupyterhub_gpu.core.catalog.compat import ImageAvailability, catalog_availability
+from jupyterhub_gpu.core.catalog.entries import Catalog, CatalogEntry, format_cc_range
+from jupyterhub_gpu.core.form.availability import ModelAvailability, gpu_model_availability
+from jupyterhub_gpu.core.form.resources import UserBounds
+from jupyterhub_gpu.core.form.validation import ANY_MODEL, finite_number, whole_number
+from jupyterhub_gpu.core.inventory import ClusterSnapshot
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+TEMPLATE_NAME = "spawn_form.html"
+
+
+@dataclass(frozen=True)
+class ImageChoice:
+    """One ``<option>`` of the image select."""
+
+    slug: str
+    display_name: str
+    description: str
+    cuda_label: str
+    facts: str  # "CUDA 12.1 · driver >= 525.60.13 · compute capability 5.0 to 9.0 · gpu-a, gpu-c"
+    gpu: bool
+    disabled: bool
+    reason: str
+    models: tuple[str, ...]
+    saved: bool = False  # a saved image: listed under "My images"
+
+
+@functools.cache
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["num"] = lambda x: f"{float(x):g}"
+    return env
+
+
+def visible_entries(catalog: Catalog, bounds: UserBounds) -> tuple[CatalogEntry, ...]:
+    """The catalog entries this user may choose (entry groups and group bounds)."""
+    return tuple(
+        e for e in catalog.for_groups(bounds.groups) if bounds.image_allowed(e.policy_slug)
+    )
+
+
+def _facts(entry: CatalogEntry, info: ImageAvailability) -> str:
+    parts = [entry.cuda_label]
+    if entry.min_driver:
+        parts.append(f"driver >= {entry.min_driver}")
+    if entry.min_compute_capability or entry.max_compute_capability:
+        cc = format_cc_range(entry.min_compute_capability, entry.max_compute_capability)
+        parts.append(f"compute capability {cc}")
+    if info.runnable and info.nodes:
+        parts.append("runs on " + ", ".join(info.nodes))
+    return " · ".join(parts)
+
+
+def _image_choices(
+    entries: Sequence[CatalogEntry],
+    availability: Mapping[str, ImageAvailability],
+    allowed_models: Sequence[str],
+) -> list[ImageChoice]:
+    choices = []
+    for e in entries:
+        info = availability.get(e.slug) or ImageAvailability(e.slug, False, "Availability unknown.")
+        choices.append(
+            ImageChoice(
+                slug=e.slug,
+                display_name=e.display_name,
+                description=e.description,
+                cuda_label=e.cuda_label,
+                facts=_facts(e, info),
+                gpu=not e.cpu_only,
+                disabled=not info.runnable,
+                reason=info.reason,
+                models=tuple(m for m in allowed_models if m in info.models),
+                saved=bool(e.saved_from),
+            )
+        )
+    return choices
+
+
+def _clamped(value: Any, low: float, high: float, default: float) -> float:
+    number = finite_number(value)
+    return number if number is not None and low <= number <= high else default
+
+
+def initial_choices(
+    images: Sequence[ImageChoice],
+    models: Sequence[ModelAvailability],
+    bounds: UserBounds,
+    previous: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """What the form preselects: the previous choices where still valid, else defaults."""
+    prev = dict(previous or {})
+    enabled = [i for i in images if not i.disabled]
+    image = next((i for i in enabled if i.slug == prev.get("image")), None)
+    image = image or (enabled[0] if enabled else (images[0] if images else None))
+    count = whole_number(prev.get("gpu_count"))
+    if count is None or not 0 <= count <= bounds.max_gpus:
+        count = bounds.default_gpu_count
+    if image is not None and not image.gpu:
+        count = 0
+    model = prev.get("gpu_model")
+    if not any(m.model == model and m.free for m in models):
+        model = ANY_MODEL
+    max_mem = max((m.memory_gib for m in models), default=0)
+    return {
+        "image": image.slug if image else None,
+        "gpu_count": count,
+        "gpu_model": model,
+        "min_gpu_memory_gib": _clamped(prev.get("min_gpu_memory_gib"), 0, max_mem, 0),
+        "cpu": _clamped(prev.get("cpu"), bounds.min_cpu, bounds.max_cpu, bounds.default_cpu),
+        "mem_gib": _clamped(
+            prev.get("mem_gib"), bounds.min_mem_gib, bounds.max_mem_gib, bounds.default_mem_gib
+        ),
+    }
+
+
+def initial_charge_group(
+    charge_groups: Sequence[str], previous: Mapping[str, Any] | None
+) -> str | None:
+    """The charge group the form preselects: the previous one if the user may still
+    charge it, else the default (the first), None without a group to charge."""
+    chosen = (previous or {}).get("charge_group")
+    if chosen in charge_groups:
+        return str(chosen)
+    return charge_groups[0] if charge_groups else None
+
+
+def render_form(
+    catalog_view: Sequence[CatalogEntry],
+    availability: Mapping[str, ImageAvailability],
+    bounds: UserBounds,
+    previous_choices: Mapping[str, Any] | None = None,
+    *,
+    models: Sequence[ModelAvailability] = (),
+    notes: Sequence[str] = (),
+    charge_groups: Sequence[str] = (),
+    reserved: Sequence[str] = (),
+    unlisted: Sequence[Any] = (),
+) -> str:
+    """The form's HTML (inserted into JupyterHub's ``spawn.html``).
+
+    ``catalog_view``: the entries this user may choose (:func:`visible_entries`);
+    ``availability``: from :func:`~jupyterhub_gpu.core.catalog.catalog_availability`;
+    ``models``: from :func:`~jupyterhub_gpu.core.form.availability.gpu_model_availability`
+    (models the user's groups may not use are left out here); ``previous_choices``:
+    the server's last ``user_options``, preselected where still valid; ``notes``:
+    sentences for the user, oldest first (e.g. why the culler stopped the server,
+    ``CullNote.message()``): the newest is shown above the form, dismissable;
+    ``charge_groups``: the groups the user may charge, the default first (a select only
+    when there are two or more: with one there is nothing to choose); ``reserved``:
+    lines on GPUs reserved for other groups now or soon
+    (:func:`~jupyterhub_gpu.core.scheduling.reservations.reserved_lines`), shown as a notice;
+    ``unlisted``: saved images the user sees but can't start (``slug``, ``display_name``,
+    ``reason``: :class:`~jupyterhub_gpu.core.saving.entries.Unlisted`), shown disabled under
+    "My images" with the reason. Saved images (``saved_from``) are listed there too.
+    """
+    allowed = [m for m in models if bounds.model_allowed(m.model)]
+    images = _image_choices(catalog_view, availability, [m.model for m in allowed])
+    choice = initial_choices(images, allowed, bounds, previous_choices)
+    selected = next((i for i in images if i.slug == choice["image"]), None)
+    return (
+        _environment()
+        .get_template(TEMPLATE_NAME)
+        .render(
+            images=images,
+            unavailable=[i for i in images if i.disabled],
+            selected_description=selected.description if selected else "",
+            selected_facts=selected.facts if selected else "",
+            models=allowed,
+            free_total=sum(m.free for m in allowed),
+            gpu_total=sum(m.total for m in allowed),
+            max_gpus=bounds.max_gpus,
+            max_gpu_memory_gib=max((m.memory_gib for m in allowed), default=0),
+            bounds=bounds,
+            choice=choice,
+            any_model=ANY_MODEL,
+            notice=notes[-1] if notes else "",
+            charge_groups=list(charge_groups) if len(charge_groups) > 1 else [],
+            charge_group=initial_charge_group(charge_groups, previous_choices),
+            reserved=list(reserved),
+            unlisted=list(unlisted),
+        )
+    )
+
+
+def spawn_form_html(
+    catalog: Catalog,
+    snapshot: ClusterSnapshot,
+    bounds: UserBounds,
+    previous_choices: Mapping[str, Any] | None = None,
+    free_counts: Mapping[str, int] | None = None,
+    *,
+    notes: Sequence[str] = (),
+    charge_groups: Sequence[str] = (),
+    reserved: Sequence[str] = (),
+    unlisted: Sequence[Any] = (),
+) -> str:
+    """Everything in one call: the user's images, their availability on ``snapshot``'s
+    nodes, per-model free counts (``free_counts`` from placement, if given) and the form,
+    with the newest of ``notes`` above it, the charge group select and the notice of
+    reserved GPUs (see :func:`render_form`)."""
+    view = visible_entries(catalog, bounds)
+    availability = catalog_availability(view, snapshot.nodes)
+    models = gpu_model_availability(snapshot, free_counts)
+    return render_form(
+        view,
+        availability,
+        bounds,
+        previous_choices,
+        models=models,
+        notes=notes,
+        charge_groups=charge_groups,
+        reserved=reserved,
+        unlisted=unlisted,
+    )

@@ -1,0 +1,288 @@
+"""The dashboard's side inside the hub process: a JSON API over the live cluster
+(added by :func:`jupyterhub_gpu.hub.extensions.configure_dashboard`).
+
+- ``GET  /hub/api/gpu/cluster`` (scope ``custom:gpu-cluster:read``): the payload of
+  :func:`jupyterhub_gpu.wire.cluster.build_payload` for the cluster, its servers and its drains;
+- ``POST /hub/api/gpu/nodes/{node}/drain`` ``{"note": "...", "by": "admin name"}`` and
+  ``DELETE`` of the same path (scope ``custom:gpu-cluster:admin``): an admin's drain of a
+  node (no new servers there; running ones untouched), kept in ``Cluster.admin_drains``.
+
+Registered with ``c.JupyterHub.extra_handlers`` (JupyterHub adds the hub prefix). The
+custom scopes must exist before ``needs_scope`` is applied to the handlers (at import), so
+importing this module defines them; ``configure_dashboard`` declares the same definitions in
+``c.JupyterHub.custom_scopes``, which the hub then accepts as already known.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import replace
+from datetime import datetime, timezone
+from typing import Any
+
+from jupyterhub.apihandlers.base import APIHandler
+from jupyterhub.scopes import define_custom_scopes, needs_scope
+from tornado import web
+
+from jupyterhub_gpu.core.dashboard.inputs import BadInput, clean_note, known_node
+from jupyterhub_gpu.core.inventory import ClusterSnapshot
+from jupyterhub_gpu.core.saving.entries import is_saved_slug
+from jupyterhub_gpu.hub.cluster import Cluster
+from jupyterhub_gpu.hub.runtime import runtime_of
+from jupyterhub_gpu.wire.cluster import ServerInfo, build_payload, queue_entries, reservation_entry
+from jupyterhub_gpu.wire.deadlines import load_deadlines
+
+log = logging.getLogger("jupyterhub_gpu.hub.api")  # outside a handler; the hub's otherwise
+
+READ_SCOPE = "custom:gpu-cluster:read"
+ADMIN_SCOPE = "custom:gpu-cluster:admin"
+CUSTOM_SCOPES: dict[str, dict[str, Any]] = {
+    READ_SCOPE: {
+        "description": "Read the GPU cluster: nodes, GPUs, who holds them since when, the queue."
+    },
+    ADMIN_SCOPE: {"description": "Drain and undrain GPU nodes."},
+}
+define_custom_scopes(CUSTOM_SCOPES)  # before needs_scope below checks that they exist
+
+CLUSTER_NOT_LOADED = (
+    "The hub has not read its GPU nodes yet: that happens at the first spawn form or server "
+    "start after the hub starts. Open the spawn form once, then reload."
+)
+
+
+def _utc(t: datetime | None) -> datetime | None:
+    """The hub's database keeps naive UTC datetimes."""
+    if t is None:
+        return None
+    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
+
+
+class _Images:
+    """Catalog display names, the catalog read once per request (it is a file)."""
+
+    def __init__(self) -> None:
+        self._catalog: Any = None
+        self._read = False
+
+    def name(self, spawner: Any, slug: str) -> str:
+        if not self._read:
+            self._read = True
+            with contextlib.suppress(Exception):  # another spawner class, or a bad catalog
+                self._catalog = spawner.catalog
+        entry = self._catalog.get(slug) if self._catalog is not None and slug else None
+        return str(entry.display_name) if entry is not None else slug
+
+
+def server_info(user: str, name: str, spawner: Any, images: _Images) -> ServerInfo:
+    """What the dashboard shows of one active server (any spawner class; what it lacks
+    reads as unknown)."""
+    options = spawner.user_options if isinstance(spawner.user_options, dict) else {}
+    slug = options.get("image")
+    # what the user asked for is shown only once the spawner has validated it (a pending
+    # spawn's raw options may be anything, of any size)
+    validated = bool(getattr(spawner, "node_name", "")) and isinstance(slug, str)
+    slug = slug[:200] if validated and isinstance(slug, str) else ""
+    name_shown = images.name(spawner, slug)
+    if is_saved_slug(slug):  # its name and owner are the owner's (private unless shared)
+        slug, name_shown = "saved-image", "a saved image (My images)"
+    orm = getattr(spawner, "orm_spawner", None)
+    return ServerInfo(
+        user=user,
+        server=name,
+        node=str(getattr(spawner, "node_name", "") or ""),
+        gpu_uuids=tuple(str(u) for u in getattr(spawner, "gpu_uuids", ()) or ()),
+        image=slug,
+        image_name=name_shown,
+        started=_utc(getattr(orm, "started", None)),
+        last_activity=_utc(getattr(orm, "last_activity", None)),
+        ready=bool(spawner.ready),
+        pending=spawner.pending or None,
+    )
+
+
+def active_servers(users: Iterable[Any], log: logging.Logger = log) -> list[ServerInfo]:
+    """Every active (running, starting or stopping) server of the hub's loaded users."""
+    images = _Images()
+    found = []
+    for user in list(users):
+        for name, spawner in list(user.spawners.items()):
+            try:
+                if spawner.active:
+                    found.append(server_info(user.name, name, spawner, images))
+            except Exception:  # one odd spawner never hides the cluster
+                log.exception("GPU dashboard: could not read server %s/%s", user.name, name)
+    return found
+
+
+class SnapshotCache:
+    """The cluster's snapshot, taken at most every ``max_age`` s however often the API is
+    read, one at a time; a snapshot that takes longer than ``timeout`` s (nodes that do not
+    answer) is not waited for: the last one is used and the answer says it is not fresh."""
+
+    def __init__(self, max_age: float = 5.0, timeout: float = 5.0) -> None:
+        self.max_age, self.timeout = max_age, timeout
+        self._cluster: Cluster | None = None
+        self._snapshot: ClusterSnapshot | None = None
+        self._at = float("-inf")
+        self._task: asyncio.Future[ClusterSnapshot] | None = None
+        self._failing = False
+
+    def invalidate(self) -> None:
+        self._at = float("-inf")
+
+    async def get(self, cluster: Cluster) -> tuple[ClusterSnapshot, bool, frozenset[str]]:
+        """The snapshot (with the ledger's holds now), whether it is fresh, and the
+        held GPUs whose hold is an orphan's."""
+        if cluster is not self._cluster:
+            self._cluster, self._snapshot, self._task = cluster, None, None
+            self.invalidate()
+        fresh = time.monotonic() - self._at < self.max_age
+        if not fresh:
+            if self._task is None or self._task.done():
+                self._task = asyncio.ensure_future(cluster.snapshot())
+                self._task.add_done_callback(self._keep)
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), self.timeout)
+                fresh = True
+            except asyncio.TimeoutError:
+                self._failed(f"no answer within {self.timeout:g} s")
+            except Exception as e:
+                self._failed(str(e) or type(e).__name__)
+        snapshot = self._snapshot or ClusterSnapshot(nodes=cluster.last_nodes())
+        # holds change with every spawn: always the ledger's now
+        held, charged = cluster.ledger.allocations(), cluster.ledger.charged()
+        orphans = frozenset(u for u in held if u not in charged)
+        return replace(snapshot, allocations=held), fresh, orphans
+
+    def _keep(self, task: asyncio.Future[ClusterSnapshot]) -> None:
+        """A snapshot that finished, late or not, is the one to show (and a failure is
+        read here, so it is never "never retrieved")."""
+        if task.cancelled() or task.exception() is not None:
+            return
+        self._snapshot, self._at = task.result(), time.monotonic()
+        if self._failing:
+            (self._cluster.log if self._cluster else log).info(
+                "GPU dashboard: the nodes are read again"
+            )
+            self._failing = False
+
+    def _failed(self, why: str) -> None:
+        if not self._failing:
+            (self._cluster.log if self._cluster else log).warning(
+                "GPU dashboard: reading the nodes failed or is slow (%s)", why
+            )
+        self._failing = True
+
+
+class _GPUAPIHandler(APIHandler):
+    def initialize(self, cache: SnapshotCache) -> None:
+        self.cache = cache
+
+
+class ClusterAPIHandler(_GPUAPIHandler):
+    """``GET /hub/api/gpu/cluster``"""
+
+    @needs_scope(READ_SCOPE)
+    async def get(self) -> None:
+        runtime = runtime_of(self.settings)
+        cluster, queue = runtime.cluster, runtime.queue
+        limit = self.named_server_limit_per_user
+        common = {
+            "now": datetime.now(timezone.utc),
+            "hub_prefix": self.hub.base_url,
+            "named_servers": bool(self.allow_named_servers),
+            "named_server_limit": limit if isinstance(limit, int) else 0,
+        }
+        servers = active_servers(self.users.values(), self.log)
+        if queue is not None and queue.deadlines_file:
+            deadlines = load_deadlines(queue.deadlines_file)
+            servers = [
+                replace(s, cull_at=deadlines[s.key].at) if s.key in deadlines else s
+                for s in servers
+            ]
+        if cluster is None:
+            payload = build_payload(ClusterSnapshot(nodes=()), (), servers, {}, **common)
+            payload["message"] = CLUSTER_NOT_LOADED
+        else:
+            snapshot, fresh, orphans = await self.cache.get(cluster)
+            waiting = queue_entries(queue.waiting(), queue.standings()) if queue else []
+            payload = build_payload(
+                snapshot,
+                cluster.specs(),
+                servers,
+                cluster.admin_drains,
+                fresh=fresh,
+                orphans=orphans,
+                queue=waiting,
+                reservations=[reservation_entry(r) for r in queue.reservations] if queue else [],
+                **common,
+            )
+        self.write(json.dumps(payload))
+
+
+class NodeDrainAPIHandler(_GPUAPIHandler):
+    """``POST`` (drain, with a note) and ``DELETE`` (undrain) ``/hub/api/gpu/nodes/{node}/drain``"""
+
+    def _node(self, node: str) -> tuple[Cluster, str]:
+        """The cluster and the node's known name; HTTPError (JSON, JupyterHub's) if not."""
+        cluster = runtime_of(self.settings).cluster
+        if cluster is None:
+            raise web.HTTPError(503, CLUSTER_NOT_LOADED)
+        try:
+            return cluster, known_node(node, {s.name for s in cluster.specs()})
+        except BadInput as e:
+            raise web.HTTPError(e.status, str(e)) from None
+
+    def _who(self, body: dict[str, Any]) -> str:
+        by = body.get("by")
+        actor = getattr(self.current_user, "name", "?")
+        return f"{by} (through {actor})" if isinstance(by, str) and by else str(actor)
+
+    @needs_scope(ADMIN_SCOPE)
+    async def post(self, node: str) -> None:
+        cluster, name = self._node(node)
+        body = self.get_json_body() or {}
+        if not isinstance(body, dict):
+            raise web.HTTPError(400, 'Send a JSON object: {"note": "why"}.')
+        try:
+            note = clean_note(body.get("note"))
+        except BadInput as e:
+            raise web.HTTPError(e.status, str(e)) from None
+        cluster.admin_drains[name] = note
+        self.cache.invalidate()
+        self.log.info(
+            "GPU dashboard: node %s drained by %s: %s", name, self._who(body), note or "-"
+        )
+        message = f"Node {name} is drained: it takes no new servers; running ones go on."
+        self.write(json.dumps({"node": name, "drained": True, "note": note, "message": message}))
+
+    @needs_scope(ADMIN_SCOPE)
+    async def delete(self, node: str) -> None:
+        cluster, name = self._node(node)
+        was = cluster.admin_drains.pop(name, None)
+        self.cache.invalidate()
+        who = self._who({"by": self.get_argument("by", "")})
+        self.log.info("GPU dashboard: node %s undrained by %s", name, who)
+        if any(s.name == name and s.drain for s in cluster.specs()):
+            message = f"Node {name} stays drained: the nodes file drains it (drain: true)."
+        elif was is None:
+            message = f"Node {name} was not drained by an admin; nothing changed."
+        else:
+            message = f"Node {name} takes new servers again."
+        self.write(json.dumps({"node": name, "drained": False, "message": message}))
+
+
+__all__ = [
+    "ADMIN_SCOPE",
+    "CUSTOM_SCOPES",
+    "READ_SCOPE",
+    "ClusterAPIHandler",
+    "NodeDrainAPIHandler",
+    "SnapshotCache",
+    "active_servers",
+]

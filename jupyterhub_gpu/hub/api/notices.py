@@ -1,0 +1,74 @@
+"""Notices for a user's running servers, on every hub page (an edge: the hub's API).
+
+    GET /hub/api/gpu/users/{user}/notices   [{"server": "", "at": ISO, "message": "..."}]
+
+Today one kind: a reservation of another group that will take a running server's GPUs
+within ``queue_policy``'s ``reservation_notice_hours`` ("Your server 'big' is on GPUs
+reserved for group ml-lab from 14:00 to 18:00 UTC: it will be stopped at 14:00. Save your
+work before then."). The spawn page and form say it for new servers; this says it to
+servers that were already running when the reservation was made. The hub's page
+template (``hub/templates/page.html``) shows them above every page. Scope:
+``read:servers`` (a user's own; a server's token has none). Added by
+:func:`jupyterhub_gpu.hub.extensions.configure_reservations`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from jupyterhub.apihandlers.base import APIHandler
+from jupyterhub.scopes import needs_scope
+from tornado import web
+
+from jupyterhub_gpu.core.inventory import NodeState
+from jupyterhub_gpu.hub.queue import SpawnQueue
+from jupyterhub_gpu.hub.runtime import runtime_of
+
+
+def server_notices(
+    user: Any, queue: SpawnQueue, nodes: tuple[NodeState, ...], now: float
+) -> list[dict[str, Any]]:
+    """The notices of ``user``'s active servers (their spawners' GPUs, the queue's
+    reservations; no I/O)."""
+    found: list[dict[str, Any]] = []
+    for name, spawner in sorted(user.spawners.items()):
+        gpus = list(getattr(spawner, "gpu_uuids", None) or ())
+        if not spawner.active or not gpus:
+            continue
+        holder = f"{user.name}/{name}"
+        for conflict in queue.upcoming(holder, gpus, nodes, now=now):
+            start = conflict.reservation.start
+            found.append(
+                {
+                    "server": name,
+                    "at": datetime.fromtimestamp(start, timezone.utc).isoformat(),
+                    "message": conflict.running_notice(name, now, queue.settings.timezone),
+                }
+            )
+    return sorted(found, key=lambda n: str(n["at"]))
+
+
+class NoticesAPIHandler(APIHandler):
+    @needs_scope("read:servers")
+    async def get(self, user_name: str) -> None:
+        user = self.find_user(user_name)
+        if user is None:
+            raise web.HTTPError(404, f"No user {user_name!r}.")
+        runtime = runtime_of(self.settings)
+        cluster, queue = runtime.cluster, runtime.queue
+        if cluster is None or queue is None:  # no spawner since the hub started: no server
+            self.write("[]")
+            return
+        with contextlib.suppress(Exception):  # the last reservations read serves
+            await queue.refresh()
+        nodes = cluster.last_nodes() or (await cluster.snapshot()).nodes
+        self.write(json.dumps(server_notices(user, queue, nodes, time.time())))
+
+
+HANDLERS: list[tuple[str, type]] = [
+    (r"/api/gpu/users/(?P<user_name>[^/]+)/notices", NoticesAPIHandler),
+]

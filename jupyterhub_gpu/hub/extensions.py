@@ -1,0 +1,174 @@
+"""What a site's ``jupyterhub_config.py`` calls to add the hub extensions, and the one way
+they register with the hub.
+
+Each ``configure_*`` adds its API handlers, page templates and template variables through
+:func:`register`, which also puts the process's :class:`~.runtime.HubRuntime` in
+``c.JupyterHub.tornado_settings``: JupyterHub hands that dict to every handler
+(``self.settings``) and every user object (``user.settings``, which the spawner reads), so
+handlers reach the cluster and the queue through it, never through the spawner class.
+
+Call them at the end of ``jupyterhub_config.py``, after ``c.JupyterHub.services`` and
+``load_roles`` are set::
+
+    from jupyterhub_gpu.hub.extensions import (
+        configure_dashboard, configure_my_images, configure_reservations)
+    configure_dashboard(c)
+    configure_my_images(c)
+    configure_reservations(c)
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from traitlets.config import Config, LazyConfigValue
+
+from jupyterhub_gpu.hub.runtime import SETTINGS_KEY, HubRuntime
+
+HUB_TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+def _value(section: Any, key: str, empty: Any) -> Any:
+    """The configured value of ``section.key`` (a copy), ``empty`` when unset."""
+    if key not in section:
+        return empty
+    value = section[key]
+    if isinstance(value, LazyConfigValue):
+        return value.get_value(empty)
+    return type(empty)(value)
+
+
+def register(
+    c: Config,
+    handlers: Sequence[tuple[Any, ...]] = (),
+    *,
+    template_vars: Mapping[str, Any] | None = None,
+    custom_scopes: Mapping[str, Mapping[str, Any]] | None = None,
+) -> None:
+    """Add ``handlers`` to ``c.JupyterHub.extra_handlers`` (JupyterHub adds the hub
+    prefix), our page templates to ``template_paths`` (first, once), ``template_vars``
+    and ``custom_scopes``; and the runtime to ``tornado_settings`` (once)."""
+    hub = c.JupyterHub
+    settings = _value(hub, "tornado_settings", {})
+    if SETTINGS_KEY not in settings:
+        hub.tornado_settings = {**settings, SETTINGS_KEY: HubRuntime()}
+    if custom_scopes:
+        hub.custom_scopes = {**_value(hub, "custom_scopes", {}), **custom_scopes}
+    if handlers:
+        hub.extra_handlers = [*_value(hub, "extra_handlers", []), *handlers]
+    paths = [str(p) for p in _value(hub, "template_paths", [])]
+    if str(HUB_TEMPLATES) not in paths:
+        hub.template_paths = [str(HUB_TEMPLATES), *paths]
+    if template_vars:
+        hub.template_vars = {**_value(hub, "template_vars", {}), **template_vars}
+
+
+def _grant_users(roles: list[dict[str, Any]], scope: str) -> list[dict[str, Any]]:
+    """``roles`` with ``scope`` added to the ``user`` role (which is made if missing)."""
+    out = [dict(r) for r in roles]
+    user = next((r for r in out if r.get("name") == "user"), None)
+    if user is None:
+        out.append({"name": "user", "scopes": ["self", scope]})
+    elif scope not in user.get("scopes", []):
+        user["scopes"] = [*user.get("scopes", ["self"]), scope]
+    return out
+
+
+def _dashboard_service(
+    name: str, url: str, show_names: bool, config_file: str, accounting_url: str | None
+) -> dict[str, Any]:
+    """The service's entry in ``c.JupyterHub.services`` (run by the hub, no OAuth prompt:
+    it is part of the hub). The database URL goes in the environment: a password on the
+    command line would show in ``ps``."""
+    command = [sys.executable, "-m", "jupyterhub_gpu.services.dashboard"]
+    command += [f"--GPUDashboard.show_names={show_names}"]
+    if config_file:
+        command.append(f"--config={config_file}")
+    environment = {}
+    if accounting_url is not None:  # "" too: the hub records nothing, so no charts
+        environment["JUPYTERHUB_GPU_ACCOUNTING_URL"] = accounting_url
+    return {
+        "name": name,
+        "url": url,
+        "command": command,
+        "environment": environment,
+        "oauth_no_confirm": True,
+    }
+
+
+def configure_dashboard(
+    c: Config,
+    *,
+    name: str = "gpu-dashboard",
+    url: str = "http://127.0.0.1:10103",
+    show_names: bool = True,
+    config_file: str = "",
+    accounting_url: str | None = None,
+    snapshot_max_age: float = 5.0,
+    nav_link: bool = True,
+) -> None:
+    """Add the GPU dashboard to a hub's configuration: the hub API and its custom scopes
+    (:mod:`.api.cluster`), the service (run by the hub), its role with the fewest scopes it
+    needs, every user's access to it, and the navigation bar's link.
+
+    ``show_names``: whether users who are not admins see other users' names (the privacy
+    setting, docs/dashboard.md). ``config_file``: more ``c.GPUDashboard.*`` settings.
+    ``accounting_url``: the usage database (default: ``GPUDockerSpawner.accounting_url``
+    when set, else its default); passed in the service's environment, never its command
+    line. ``snapshot_max_age``: seconds a reading of the nodes is reused by the API.
+    """
+    from jupyterhub_gpu.hub.api.cluster import (
+        ADMIN_SCOPE,
+        CUSTOM_SCOPES,
+        READ_SCOPE,
+        ClusterAPIHandler,
+        NodeDrainAPIHandler,
+        SnapshotCache,
+    )
+
+    cache = SnapshotCache(max_age=snapshot_max_age)
+    register(
+        c,
+        [
+            (r"/api/gpu/cluster", ClusterAPIHandler, {"cache": cache}),
+            (r"/api/gpu/nodes/([^/]+)/drain", NodeDrainAPIHandler, {"cache": cache}),
+        ],
+        template_vars={"jhgpu_dashboard": name} if nav_link else None,
+        custom_scopes=CUSTOM_SCOPES,
+    )
+    hub = c.JupyterHub
+    if accounting_url is None and "accounting_url" in c.GPUDockerSpawner:
+        accounting_url = str(c.GPUDockerSpawner.accounting_url)
+    service = _dashboard_service(name, url, show_names, config_file, accounting_url)
+    hub.services = [*_value(hub, "services", []), {**service, "display": not nav_link}]
+    role = {
+        "name": name,
+        "scopes": [READ_SCOPE, ADMIN_SCOPE, "delete:servers"],
+        "services": [name],
+    }
+    roles = _grant_users(_value(hub, "load_roles", []), f"access:services!service={name}")
+    hub.load_roles = [*roles, role]
+
+
+def configure_my_images(c: Config) -> None:
+    """Add saved images ("My images", docs/my-images.md): the API, the page and its link
+    in the navigation bar. Saving itself is on once ``c.SavedImages.registry`` is set."""
+    from jupyterhub_gpu.hub.api.my_images import HANDLERS
+
+    register(c, HANDLERS, template_vars={"jhgpu_my_images": True})
+
+
+def configure_reservations(c: Config) -> None:
+    """Add the reservations API (:mod:`.api.reservations`), and the notices of running
+    servers whose GPUs a reservation will take (:mod:`.api.notices`, shown above every hub
+    page)."""
+    from jupyterhub_gpu.hub.api.notices import HANDLERS as NOTICES
+    from jupyterhub_gpu.hub.api.reservations import HANDLERS as RESERVATIONS
+
+    register(c, [*RESERVATIONS, *NOTICES], template_vars={"jhgpu_notices": True})
+
+
+__all__ = ["configure_dashboard", "configure_my_images", "configure_reservations", "register"]

@@ -1,0 +1,235 @@
+"""The allocation ledger: which GPU each server holds.
+
+The source of truth is the containers themselves (their labels on every node) and the
+spawners' persisted state; this in-memory ledger is a cache rebuilt from them and kept
+in line by reconciliation. Reservations are made synchronously (no ``await`` between
+checking and taking), so concurrent spawns on the hub's event loop can't both take
+the same GPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+
+from jupyterhub_gpu.core.accounting.records import (
+    AllocationEvent,
+    AllocationRecord,
+    EndReason,
+    EventKind,
+)
+
+log = logging.getLogger(__name__)
+Listener = Callable[[AllocationEvent], None]
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A GPU (or a server's place on a node) held for one server.
+
+    ``orphaned``: the hub let go of the server while its container may still run (a stop
+    that could not reach the node, or a spawn interrupted by a crash). The hold stays, so
+    nobody else gets the GPU, but it is charged to nobody and belongs to no live server;
+    reconciliation frees it once the container is gone. Orphans are told apart by their
+    allocation id (:attr:`key`), so a user's new server of the same name never mixes
+    with the old one's leftovers.
+    """
+
+    holder: str  # "<username>/<servername>"
+    node: str
+    since: float = field(default_factory=time.monotonic)
+    allocation: str = ""  # the server's allocation id (allocation.py); "" before ids
+    orphaned: bool = False
+
+    @property
+    def key(self) -> str:
+        """What tells this orphan apart: its allocation id (the holder before ids)."""
+        return self.allocation or self.holder
+
+
+class GPULedger:
+    """GPU uuid -> :class:`Hold`. One per hub process (shared by every spawner)."""
+
+    def __init__(self) -> None:
+        self._holds: dict[str, Hold] = {}
+        self._servers: dict[str, Hold] = {}  # holder -> the node its server is placed on
+        self._orphans: dict[str, Hold] = {}  # Hold.key -> where an orphaned server was
+        self._open: dict[str, tuple[str, tuple[str, ...]]] = {}  # allocation -> node, GPUs
+        self._listeners: list[Listener] = []
+
+    # ------------------------------------------------------------------ allocation events
+    def subscribe(self, listener: Listener) -> None:
+        """Call ``listener`` with every :class:`AllocationEvent` (reserve, start, release)."""
+        self._listeners.append(listener)
+
+    def _announce(self, event: AllocationEvent) -> None:
+        for listener in self._listeners:
+            try:
+                listener(event)
+            except Exception:  # a listener never breaks a spawn
+                log.exception("Allocation listener %r failed on %s", listener, event.kind)
+
+    def open_allocation(self, record: AllocationRecord) -> None:
+        self._open[record.id] = (record.node, record.gpu_uuids)
+        self._announce(AllocationEvent(EventKind.RESERVED, record.id, record=record))
+
+    def rejoin_allocation(self, record: AllocationRecord) -> None:
+        """An allocation found again (spawner state after a restart): open, announced as
+        REJOINED (its record holds what the state kept; the store has the rest)."""
+        if record.id:
+            self._open[record.id] = (record.node, record.gpu_uuids)
+            self._announce(AllocationEvent(EventKind.REJOINED, record.id, record=record))
+
+    def allocation_started(self, allocation: str) -> None:
+        if allocation:
+            self._announce(AllocationEvent(EventKind.STARTED, allocation))
+
+    def end_allocation(self, allocation: str, reason: EndReason) -> None:
+        """Announce the end of ``allocation`` (idempotent downstream: the first end stands)."""
+        if allocation:
+            self._open.pop(allocation, None)
+            self._announce(AllocationEvent(EventKind.RELEASED, allocation, reason=reason))
+
+    def open_allocations(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """allocation id -> (node, GPU uuids) of what this hub knows as open."""
+        return dict(self._open)
+
+    def allocation_of(self, holder: str) -> str:
+        placed = self._servers.get(holder)
+        return placed.allocation if placed else ""
+
+    def allocations(self) -> dict[str, str]:
+        """uuid -> holder of every held GPU, orphans included (for placement: taken)."""
+        return {uuid: hold.holder for uuid, hold in self._holds.items()}
+
+    def charged(self) -> dict[str, str]:
+        """uuid -> holder of the GPUs live servers hold (what quotas count; no orphans)."""
+        return {uuid: h.holder for uuid, h in self._holds.items() if not h.orphaned}
+
+    def hold_of(self, uuid: str) -> Hold | None:
+        return self._holds.get(uuid)
+
+    def held_by(self, holder: str) -> list[str]:
+        """The GPUs ``holder``'s live server holds (its orphans aside)."""
+        return sorted(u for u, h in self._holds.items() if h.holder == holder and not h.orphaned)
+
+    def holders_on(
+        self, node: str, older_than: float = 0.0, taken_before: float | None = None
+    ) -> set[str]:
+        """Holders of live GPU holds or servers on ``node`` whose holds are at least
+        ``older_than`` s old (and, if given, were taken or last confirmed before
+        ``taken_before``, a monotonic time). Orphans: :meth:`orphans_on`."""
+        latest = self._latest(older_than, taken_before)
+        gpus = {
+            h.holder
+            for h in self._holds.values()
+            if h.node == node and h.since <= latest and not h.orphaned
+        }
+        servers = {
+            holder for holder, h in self._servers.items() if h.node == node and h.since <= latest
+        }
+        return gpus | servers
+
+    def orphans_on(
+        self, node: str, older_than: float = 0.0, taken_before: float | None = None
+    ) -> dict[str, Hold]:
+        """Orphans on ``node`` (key -> one of its holds) as old as :meth:`holders_on` asks."""
+        latest = self._latest(older_than, taken_before)
+        held = [*self._holds.values(), *self._orphans.values()]
+        return {h.key: h for h in held if h.orphaned and h.node == node and h.since <= latest}
+
+    @staticmethod
+    def _latest(older_than: float, taken_before: float | None) -> float:
+        now = time.monotonic()
+        return now - older_than if taken_before is None else min(now - older_than, taken_before)
+
+    def reserve(self, holder: str, node: str, uuids: Iterable[str], allocation: str = "") -> None:
+        """Take ``uuids`` for ``holder`` or raise ``KeyError`` naming a taken one; all or none.
+        An orphan is someone else, even one of the same holder."""
+        wanted = list(uuids)
+        for uuid in wanted:
+            current = self._holds.get(uuid)
+            if current is not None and (current.holder != holder or current.orphaned):
+                raise KeyError(f"GPU {uuid} is held by {current.holder}")
+        for uuid in wanted:
+            self._holds[uuid] = Hold(holder, node, allocation=allocation)
+
+    def adopt(
+        self,
+        holder: str,
+        node: str,
+        uuids: Iterable[str],
+        allocation: str = "",
+        orphaned: bool = False,
+    ) -> list[str]:
+        """Record holds found in state or labels (as orphans with ``orphaned``); returns the
+        uuids held by someone else (an orphan and a live server are two holders)."""
+        conflicts = []
+        for uuid in uuids:
+            current = self._holds.get(uuid)
+            if current is not None and (current.holder, current.orphaned) != (holder, orphaned):
+                conflicts.append(uuid)
+                continue
+            self._holds[uuid] = Hold(holder, node, allocation=allocation, orphaned=orphaned)
+        return conflicts
+
+    def held_on(self, holder: str, node: str, taken_before: float) -> list[str]:
+        """GPUs ``holder``'s live server holds on ``node``, taken before ``taken_before``."""
+        return sorted(
+            u
+            for u, h in self._holds.items()
+            if h.holder == holder and h.node == node and h.since <= taken_before and not h.orphaned
+        )
+
+    def release(self, holder: str, uuids: Iterable[str] | None = None) -> list[str]:
+        """Free what ``holder``'s live server holds (only those ``uuids`` if given); returns
+        what was freed. Its orphans stay: :meth:`release_orphan`."""
+        targets = self.held_by(holder) if uuids is None else list(uuids)
+        freed = []
+        for uuid in targets:
+            hold = self._holds.get(uuid)
+            if hold is not None and hold.holder == holder and not hold.orphaned:
+                del self._holds[uuid]
+                freed.append(uuid)
+        return freed
+
+    def orphan(self, holder: str) -> None:
+        """The hub lets go of ``holder``'s server while its container may still run: its
+        GPUs and its place on the node stay held, as an orphan (see :class:`Hold`)."""
+        placed = self._servers.pop(holder, None)
+        allocation = placed.allocation if placed is not None else ""
+        for uuid, hold in list(self._holds.items()):
+            if hold.holder == holder and not hold.orphaned:
+                self._holds[uuid] = replace(
+                    hold, orphaned=True, allocation=hold.allocation or allocation
+                )
+        if placed is not None:
+            orphan = replace(placed, orphaned=True)
+            self._orphans[orphan.key] = orphan
+
+    def release_orphan(self, key: str) -> list[str]:
+        """Free the orphan ``key`` (its container is gone); returns the GPUs freed."""
+        self._orphans.pop(key, None)
+        freed = sorted(u for u, h in self._holds.items() if h.orphaned and h.key == key)
+        for uuid in freed:
+            del self._holds[uuid]
+        return freed
+
+    # servers, with or without GPUs: where each one is placed (CPU-only ones spread by it)
+    def place_server(self, holder: str, node: str, allocation: str = "") -> None:
+        self._servers[holder] = Hold(holder, node, allocation=allocation)
+
+    def live_allocations(self) -> set[str]:
+        """The allocation ids of the servers placed (running or starting); orphans are
+        not: their server was let go of, their container is no longer anyone's."""
+        return {h.allocation for h in self._servers.values() if h.allocation}
+
+    def servers_on(self, node: str) -> int:
+        """Servers placed on ``node``, orphans included (their containers still run)."""
+        placed = [*self._servers.values(), *self._orphans.values()]
+        return sum(1 for h in placed if h.node == node)
+
+    def release_server(self, holder: str) -> None:
+        self._servers.pop(holder, None)

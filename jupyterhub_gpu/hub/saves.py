@@ -1,0 +1,341 @@
+"""The hub's side of saved images (an edge): saves running in the background with their
+progress, the records in the accounting database, sharing and deleting.
+
+One :class:`MyImages` per hub process (:func:`my_images`), on the spawner's
+:class:`~jupyterhub_gpu.hub.cluster.Cluster`. A save runs the builder's blocking
+:func:`~jupyterhub_gpu.edges.builder.save.save_environment` in a thread pool of its own
+(``SavedImages.concurrent_saves``), with a Docker client of its own for the node that
+runs the server (the base image is there). A user has at most one save running. Nothing
+is half-saved: the builder leaves nothing on a failure, and an image pushed but not
+recorded (the database refused it) is deleted from the registry again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from jupyterhub_gpu.core.saving.data import Progress, SavedImage, SaveError
+from jupyterhub_gpu.core.saving.limits import Limits, check_added_size, check_new_save
+from jupyterhub_gpu.core.saving.validate import image_name
+from jupyterhub_gpu.edges.accounting.store import AccountingStore, AccountingUnavailable
+from jupyterhub_gpu.edges.builder.registry import delete_image
+from jupyterhub_gpu.edges.builder.save import SaveRequest, save_environment
+from jupyterhub_gpu.hub.saved_images import SavedImages
+
+T = TypeVar("T")
+
+
+class SavingOff(SaveError):
+    status_code = 503
+    reason = "saving_off"
+
+
+class SaveBusy(SaveError):
+    status_code = 409
+    reason = "save_running"
+
+
+class StoreDown(SaveError):
+    status_code = 503
+    reason = "database"
+
+
+class NotYourGroup(SaveError):
+    status_code = 400
+    reason = "not_your_group"
+
+
+class NotFound(SaveError):
+    status_code = 404
+    reason = "not_found"
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    """What a save needs to know of the running server it saves (from its spawner)."""
+
+    owner: str
+    server: str
+    node: str
+    image: str  # the reference the server runs
+    base_slug: str  # the catalog entry it stands on
+    home: Path | None
+    parent_bytes: int = 0  # a saved image's own size, when the server runs one
+    conda_envs: tuple[str, ...] = ()  # the home's conda environments to save too
+
+
+@dataclass
+class SaveJob:
+    """One save, as the user follows it (``GET /hub/api/gpu/users/{user}/save``)."""
+
+    id: str
+    owner: str
+    name: str
+    server: str
+    node: str
+    started: float
+    state: str = "running"  # "running", "saved", "failed"
+    message: str = ""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    image: SavedImage | None = None
+    finished: float | None = None
+
+    def add(self, progress: Progress) -> None:
+        event: dict[str, Any] = {"phase": progress.phase, "message": progress.message}
+        if progress.percent is not None:
+            event["percent"] = progress.percent
+        if self.events and self.events[-1] == event:
+            return  # the engine repeats itself (a push's layers each say "100%")
+        self.events.append(event)
+        del self.events[:-200]  # the newest 200 lines are what a user reads
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "server": self.server,
+            "node": self.node,
+            "state": self.state,
+            "message": self.message,
+            "events": list(self.events),
+            "elapsed_s": round((self.finished or time.time()) - self.started, 1),
+            "image": image_json(self.image) if self.image else None,
+        }
+
+
+def image_json(image: SavedImage) -> dict[str, Any]:
+    return {
+        "owner": image.owner,
+        "name": image.name,
+        "base": image.base_slug,
+        "base_image": image.base_image,
+        "reference": image.reference,
+        "digest": image.digest,
+        "packages": list(image.packages),
+        "size_bytes": image.size_bytes,
+        "created": image.created.isoformat(),
+        "shared_with": image.shared_with,
+    }
+
+
+class MyImages:
+    def __init__(self, cluster: Any, settings: SavedImages, log: logging.Logger) -> None:
+        self.cluster = cluster
+        self.settings = settings
+        self.log = log
+        # saves at once; each runs in a daemon thread, so a hub that stops does not
+        # wait for a build of up to build_timeout (the save is lost, docs/my-images.md)
+        self._slots = asyncio.Semaphore(max(1, settings.concurrent_saves))
+        self._jobs: dict[str, SaveJob] = {}  # owner -> their latest save
+        self._starting: set[str] = set()  # owners whose save is being checked
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ records
+    async def _store(self, fn: Callable[[AccountingStore], T]) -> T:
+        recorder = self.cluster.recorder
+        if recorder is None:
+            raise SavingOff(
+                "Saved images need the accounting database (GPUDockerSpawner.accounting_url); "
+                "tell your admin."
+            )
+        try:
+            return await asyncio.wrap_future(recorder.call(fn))
+        except AccountingUnavailable as e:
+            self.log.warning("Saved images: %s", e)
+            raise StoreDown(
+                "The hub's database for saved images does not answer; try again in a "
+                "minute, or tell your admin."
+            ) from None
+
+    async def images(self) -> list[SavedImage]:
+        """Every saved image of the hub."""
+        return await self._store(lambda store: store.saved_images())
+
+    def job(self, owner: str) -> SaveJob | None:
+        return self._jobs.get(owner)
+
+    # ------------------------------------------------------------------ save
+    async def start(self, server: ServerFacts, name: str) -> SaveJob:
+        """Check what can be checked at once (saving on, the name, no other save of this
+        user running, the limits) and start the save in the background."""
+        if not self.settings.enabled:
+            raise SavingOff(
+                "Saving environments is not set up on this hub (SavedImages.registry); "
+                "ask your admin."
+            )
+        name = image_name(name)
+        running = self._jobs.get(server.owner)
+        if server.owner in self._starting or (running is not None and running.state == "running"):
+            what = f"of {running.name!r} " if running and running.state == "running" else ""
+            raise SaveBusy(
+                f"Your save {what}is still running; wait until it ends, then save again."
+            )
+        if server.home is None:
+            raise SaveError(
+                "This hub has no shared home folders (GPUDockerSpawner.home_template), so "
+                "it can't read what you installed; tell your admin."
+            )
+        self._starting.add(server.owner)  # claimed before the first await: one at a time
+        try:
+            existing = await self.images()
+            limits = self.settings.save_settings().limits
+            check_new_save(existing, server.owner, name, limits)
+            check_added_size(existing, server.owner, server.parent_bytes, limits)
+            job = SaveJob(
+                uuid.uuid4().hex[:16], server.owner, name, server.server, server.node,
+                time.time(),
+            )  # fmt: skip
+            job.add(Progress("start", f"Saving server {server.server or '(default)'} as {name!r}"))
+            self._jobs[server.owner] = job
+        finally:
+            self._starting.discard(server.owner)
+        task = asyncio.ensure_future(self._run(job, server, existing))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return job
+
+    async def _run(self, job: SaveJob, server: ServerFacts, existing: list[SavedImage]) -> None:
+        loop = asyncio.get_running_loop()
+        settings = self.settings.save_settings()
+        assert server.home is not None
+        request = SaveRequest(
+            owner=server.owner,
+            name=job.name,
+            base_slug=server.base_slug,
+            base_image=server.image,
+            home=server.home,
+            conda_envs=server.conda_envs,
+        )
+
+        def report(progress: Progress) -> None:
+            loop.call_soon_threadsafe(job.add, progress)
+
+        def blocking() -> SavedImage:
+            client = self.cluster.new_client(server.node, settings.build.idle_timeout_s)
+            try:
+                return save_environment(client, request, settings, existing, report)
+            finally:
+                client.close()
+
+        try:
+            async with self._slots:
+                image = await in_daemon_thread(blocking)
+            # built on a saved image: it holds that image's layers too (they stay in the
+            # registry while this one uses them), so it counts them
+            image = replace(image, size_bytes=image.size_bytes + server.parent_bytes)
+            await self._record(image, settings.limits)
+        except SaveError as e:
+            self._end(job, "failed", str(e))
+            self.log.info("Save %s of %s failed: %s", job.name, job.owner, e)
+            return
+        except Exception:
+            self.log.exception("Save %s of %s failed", job.name, job.owner)
+            self._end(
+                job,
+                "failed",
+                f"The save failed on node {server.node} for a reason the hub did not expect; "
+                "nothing was saved. Try again; if it fails again, tell your admin.",
+            )
+            return
+        job.image = image
+        self._end(job, "saved", f"Saved as {image.name!r}: start it under My images in the form.")
+        self.log.info("%s saved %s (%s, %d bytes)", job.owner, image.name, image.reference,
+                      image.size_bytes)  # fmt: skip
+
+    async def _record(self, image: SavedImage, limits: Limits) -> None:
+        """Record a pushed image, checking the name and the limits again in the same
+        transaction (another hub on the database may have saved meanwhile); if the
+        database refuses, take it out of the registry."""
+
+        def add(store: AccountingStore) -> None:
+            store.add_saved_image(
+                image,
+                uuid.uuid4().hex,
+                check=lambda mine: _check_record(mine, image, limits),
+            )
+
+        try:
+            await self._store(add)
+        except SaveError:
+            await self._delete_pushed(image)
+            raise
+
+    async def _delete_pushed(self, image: SavedImage) -> None:
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self._delete, image)
+        except SaveError as e:
+            self.log.warning("Pushed image %s not recorded and not deleted: %s",
+                             image.reference, e)  # fmt: skip
+
+    def _delete(self, image: SavedImage) -> None:
+        delete_image(self.settings.registry_url, image, auth=self.settings.credentials)
+
+    @staticmethod
+    def _end(job: SaveJob, state: str, message: str) -> None:
+        job.state, job.message, job.finished = state, message, time.time()
+        job.add(Progress("done" if state == "saved" else "failed", message))
+
+    # ------------------------------------------------------------------ share, delete
+    async def share(
+        self, owner: str, name: str, group: str | None, owner_groups: Collection[str]
+    ) -> SavedImage:
+        if group is not None and group not in owner_groups:
+            mine = ", ".join(sorted(owner_groups)) or "none"
+            raise NotYourGroup(
+                f"You can share an image only with one of your groups ({mine}), not {group!r}."
+            )
+        shared = await self._store(lambda store: store.share_saved_image(owner, name, group))
+        if shared is None:
+            raise NotFound(f"You have no saved image named {name!r}.")
+        return shared
+
+    async def delete(self, owner: str, name: str) -> None:
+        """Delete from the registry first, then the record (a registry that fails keeps
+        the record, so the user can try again)."""
+        found = [i for i in await self.images() if i.owner == owner and i.name == name]
+        if not found:
+            raise NotFound(f"You have no saved image named {name!r}.")
+        await asyncio.get_running_loop().run_in_executor(None, self._delete, found[0])
+        await self._store(lambda store: store.delete_saved_image(owner, name))
+        self.log.info("%s deleted saved image %s (%s)", owner, name, found[0].reference)
+
+
+async def in_daemon_thread(fn: Callable[[], T]) -> T:
+    """``fn()`` in a daemon thread of its own (an executor's threads are joined when the
+    interpreter exits: a stopping hub would wait for the build)."""
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn())
+        except BaseException as e:  # handed to the awaiting side
+            future.set_exception(e)
+
+    threading.Thread(target=run, name="jhgpu-save", daemon=True).start()
+    return await asyncio.wrap_future(future)
+
+
+def _check_record(mine: list[SavedImage], image: SavedImage, limits: Limits) -> None:
+    """The owner's images as the database has them now, before ``image`` is added."""
+    check_new_save(mine, image.owner, image.name, limits)
+    check_added_size(mine, image.owner, image.size_bytes, limits)
+
+
+_SERVICE: MyImages | None = None
+
+
+def my_images(cluster: Any, config: Any, log: logging.Logger) -> MyImages:
+    """The hub's one :class:`MyImages`, made from ``config`` (``c.SavedImages.*``)."""
+    global _SERVICE
+    if _SERVICE is None or _SERVICE.cluster is not cluster:
+        _SERVICE = MyImages(cluster, SavedImages(config=config, log=log), log)
+    return _SERVICE

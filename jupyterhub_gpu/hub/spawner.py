@@ -1,0 +1,1007 @@
+"""GPUDockerSpawner: DockerSpawner that places each server on a node and GPUs.
+
+Thin by design: the decisions live in pure modules (``placement``, ``form``,
+``catalog``, ``auth.identity``, ``homes``); the I/O of the nodes lives in ``cluster``;
+whether a spawn gets GPUs now, waits in the GPU queue or is refused (quotas, charge
+groups, reservations) lives in ``admission`` (:class:`QueueingSpawnerMixin`). This class
+keeps the container's life cycle and wires them into DockerSpawner's hooks:
+
+- ``options_form``: the form with the catalog and what is free now;
+- ``start``: identity, strict validation, the home, then placement and reservation (no
+  ``await`` between reading the ledger and writing it), then the container with a Docker
+  ``DeviceRequest`` listing the GPU UUIDs, labels, limits and a non-root user; any failure
+  releases the GPUs and removes what was created;
+- ``progress``: the steps of ``start`` for the hub's spawn page;
+- ``poll``/``stop``/``clear_state``: free the GPUs when the server stops, dies or fails;
+- ``get_state``/``load_state``: persist node, GPUs, port and allocation id so a restarted
+  hub re-adopts them (and reconciliation removes the sealed containers it does not).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, ClassVar, cast
+
+import docker
+from docker.errors import APIError
+from dockerspawner import DockerSpawner
+from jupyterhub.spawner import SpawnException
+from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode, default, validate
+
+from jupyterhub_gpu.core import homes
+from jupyterhub_gpu.core.accounting.records import AllocationRecord, EndReason, stop_reason
+from jupyterhub_gpu.core.allocation import (
+    ALLOCATION_LABEL,
+    SEAL_LABEL,
+    Allocation,
+    new_allocation_id,
+    seal_key,
+)
+from jupyterhub_gpu.core.catalog import Catalog
+from jupyterhub_gpu.core.containers import device_requests, gpu_env, published_port
+from jupyterhub_gpu.core.form import (
+    ResourcePolicy,
+    SpawnOptions,
+    gpu_model_availability,
+    options_from_form,
+    placement_request,
+    policy_from_config,
+    resolve_bounds,
+    resolve_entry,
+    resource_limits,
+    spawn_form_html,
+    validate_options,
+)
+from jupyterhub_gpu.core.identity import (
+    Identity,
+    ensure_home,
+    identity_required,
+    map_home,
+    resolve_identity,
+)
+from jupyterhub_gpu.core.inventory import ClusterSnapshot
+from jupyterhub_gpu.core.mounts import dataset_binds, parse_group_mounts
+from jupyterhub_gpu.core.names import CONTAINER_NAME, PATH, check_name_lengths
+from jupyterhub_gpu.core.placement import availability
+from jupyterhub_gpu.core.placement.request import Placement, PlacementRequest
+from jupyterhub_gpu.core.progress import describe_gpus
+from jupyterhub_gpu.core.saving.entries import (
+    Unlisted,
+    is_saved_reference,
+    is_saved_slug,
+    saved_entries,
+    with_saved,
+)
+from jupyterhub_gpu.core.usernet import bridge_name_problem
+from jupyterhub_gpu.errors import ConfigError, InvalidRequest, UserFacingError
+from jupyterhub_gpu.hub.admission import QueueingSpawnerMixin
+from jupyterhub_gpu.hub.cluster import LABEL, NODE_ERRORS, Cluster, ClusterSettings
+from jupyterhub_gpu.hub.ledger import GPULedger
+from jupyterhub_gpu.hub.metrics import SPAWN_DECISIONS
+from jupyterhub_gpu.hub.pull import ImageUnavailable, pull
+from jupyterhub_gpu.hub.queue import MustQueue, SpawnQueue
+from jupyterhub_gpu.hub.runtime import HubRuntime, runtime_of
+from jupyterhub_gpu.hub.saves import my_images
+from jupyterhub_gpu.wire.catalog_file import default_catalog_path, load_catalog
+from jupyterhub_gpu.wire.cull_notes import load_notes, notes_for
+from jupyterhub_gpu.wire.nodes_file import NodeSpec, default_node, parse_nodes
+
+
+def _spawn_error(e: UserFacingError) -> SpawnException:
+    return SpawnException(str(e), reason=e.reason, status_code=e.status_code)
+
+
+class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
+    """A DockerSpawner that gives each server exactly the GPUs it was placed on."""
+
+    _start_slots: ClassVar[asyncio.Semaphore | None] = None
+    _catalogs: ClassVar[dict[str, tuple[float, Catalog]]] = {}
+
+    nodes = List(
+        Dict(),
+        config=True,
+        help="""GPU nodes: a list of {name, docker_url, address[, tls, agent_url, labels, drain]}.
+
+        ``docker_url`` is ``unix:///var/run/docker.sock``, ``ssh://host`` or
+        ``tcp://host:2376`` with ``tls: {ca_cert, client_cert, client_key}``; plain
+        ``tcp://`` without TLS is refused, loopback included (a node may opt in with
+        ``insecure_plaintext_docker_api: true``, for throw-away test set-ups only).
+        ``address`` is the node's IP (or hostname) where the engine publishes each server's
+        port and the hub reaches it; servers run on ``user_network``, never on the node's
+        network. Default: the local engine (``DOCKER_HOST``) as one node named ``local``.
+        """,
+    )
+    nodes_file = Unicode(
+        "",
+        config=True,
+        help="""A YAML file with more nodes (``nodes: [...]``, same fields as ``nodes`` plus
+        ``drain: true``), re-read when it changes: add, drain or remove nodes without
+        restarting the hub. A removed node gets no new servers; running ones stay managed.
+        A node whose ``docker_url`` or ``tls`` changes is reached at the new endpoint.
+        """,
+    )
+    agent_token = Unicode(
+        config=True,
+        help="""The node agents' site secret (default: $JUPYTERHUB_GPU_AGENT_TOKEN), at least
+        16 characters. Each node's agent gets its own token derived from it,
+        HMAC-SHA256(secret, node name): ``python -m jupyterhub_gpu.services.agent --print-token
+        --node NAME --site-secret-file FILE`` (docs/agent.md); the secret stays on the hub.""",
+    )
+    probe_mode = Unicode(
+        "auto",
+        config=True,
+        help="For nodes without an agent: 'nvml', 'declared' (inventory_file) or 'auto'.",
+    )
+    inventory_file = Unicode(
+        "", config=True, help="Declared GPU inventory (YAML); one entry per node name."
+    )
+    reconcile_interval = Float(
+        30.0,
+        config=True,
+        help="""Seconds between reconciliations of the ledger with the nodes (each round
+        also samples the GPUs' utilisation for accounting).""",
+    )
+    accounting_url = Unicode(
+        "sqlite:///jupyterhub-gpu-accounting.sqlite",
+        config=True,
+        help="""The accounting database (SQLAlchemy URL): every allocation, its end and
+        its usage are recorded there (docs/accounting.md). Default: a SQLite file in the
+        hub's working directory; in production e.g.
+        ``postgresql+psycopg://jhgpu@db.example.org/jhgpu`` (the password in
+        ``~/.pgpass`` or the URL). The schema is created and migrated by the hub. "" records
+        nothing.""",
+    )
+    # max_queue_wait and queue_policy: QueueingSpawnerMixin's (admission.py)
+    concurrent_start_limit = Int(
+        0,
+        config=True,
+        help="""How many servers the hub creates at once after their GPUs are assigned (0:
+        no limit); the others wait their turn, not counted as queued for GPUs.
+        ``check_config`` moves JupyterHub's own ``concurrent_spawn_limit`` here when the
+        GPU queue is on, because JupyterHub counts every pending spawn, a spawn waiting in
+        the GPU queue included, and would refuse new ones while GPUs are simply busy.""",
+    )
+    catalog_file = Unicode(
+        "", config=True, help="The image catalog (YAML). Default: the catalog shipped in images/."
+    )
+    resource_defaults = Dict(
+        config=True,
+        help="""Site defaults and bounds: max_gpus (per server), max_gpus_per_user (held
+        at once over all of a user's servers; default None, no cap), allowed_models,
+        allowed_images, max_cpu, max_mem_gib, min_cpu, min_mem_gib, default_gpu_count,
+        default_cpu, default_mem_gib, shm_size_gib, pids_limit (see docs/spawn-form.md).""",
+    )
+    group_bounds = Dict(
+        config=True,
+        help="""Per-group bounds: {group: {max_gpus, max_gpus_per_user, allowed_models,
+        allowed_images, max_cpu, max_mem_gib}}; a user gets the most generous of their groups
+        that set a key, else the site's (resource_defaults).""",
+    )
+    group_mounts = Dict(
+        config=True,
+        help="""Read-only dataset mounts per group:
+        ``{"vision-lab": [{"source": "/mnt/datasets/imagenet", "target": "/data/imagenet"}]}``.
+        Members get every mount of their groups, always read-only.""",
+    )
+    home_template = Unicode(
+        "",
+        config=True,
+        help="""Host path of each user's home on the shared filesystem, mounted at the
+        container's home, e.g. ``/mnt/cephfs/home/{username}``. The folder before
+        ``{username}`` is the shared root no home may leave. Empty: no home mount.
+        """,
+    )
+    home_from_directory = Bool(
+        True,
+        config=True,
+        help="Map the directory's homeDirectory (e.g. /home/alice) under the shared root.",
+    )
+    home_directory_prefix = Unicode(
+        "/home", config=True, help="The prefix of homeDirectory values that maps to the root."
+    )
+    home_container_path = Unicode(
+        "/home/{username}", config=True, help="Where the home is mounted in the container."
+    )
+    require_identity = Bool(
+        None,
+        allow_none=True,
+        config=True,
+        help="""Refuse users whose auth_state has no uid/gid, with a message saying what to do.
+
+        None (default): refuse them whenever the authenticator keeps auth_state
+        (``Authenticator.enable_auth_state``), so no server silently runs as the fallback
+        uid; without auth_state everyone runs as ``default_uid:default_gid``. True/False
+        decide explicitly (False: users without a uid run as ``default_uid:default_gid``,
+        logged at info level).""",
+    )
+    supplementary_groups = List(
+        Unicode(), config=True, help="Groups whose gid is added to the container ('*': all)."
+    )
+    default_uid = Int(1000, config=True, help="uid for users without one (never 0).")
+    default_gid = Int(100, config=True, help="gid for users without one (never 0).")
+    docker_threads_per_node = Int(
+        4, config=True, help="Threads for Docker calls, per node (a slow node blocks only its own)."
+    )
+    docker_timeout = Float(
+        10.0, config=True, help="Seconds before a Docker call to a node is abandoned."
+    )
+    pull_timeout = Float(600.0, config=True, help="Seconds before an image pull is abandoned.")
+    user_network = Unicode(
+        "jupyterhub-gpu-users",
+        config=True,
+        help="""The Docker network of user servers on every node, created by the hub when
+        missing (a bridge with inter-container traffic off, on ``user_bridge``) and checked
+        when it exists: a network that lets containers reach each other is refused. Each
+        server's port is published on the node's address to a port the engine chooses.
+        Default ``jupyterhub-gpu-users``.""",
+    )
+    user_bridge = Unicode(
+        "jhgpu-users",
+        config=True,
+        help="""The Linux bridge interface of ``user_network`` on each node: the name the
+        node firewall guards (``scripts/node-firewall.sh --bridge``, docs/nodes.md).
+        1-15 characters. Default ``jhgpu-users``.""",
+    )
+    gpu_device_driver = Enum(
+        ["nvidia", "cdi"],
+        "nvidia",
+        config=True,
+        help="""How GPUs are requested from Docker. ``nvidia`` (default): a DeviceRequest of
+        driver ``nvidia`` with the GPU UUIDs (Docker >= 19.03 with the NVIDIA Container
+        Toolkit's hook). ``cdi``: a DeviceRequest of driver ``cdi`` for
+        ``nvidia.com/gpu=<UUID>`` (Docker >= 25 with CDI enabled and a CDI spec made by
+        ``nvidia-ctk cdi generate``), which does not depend on NVIDIA_VISIBLE_DEVICES.
+        Either way the spawner also sets NVIDIA_VISIBLE_DEVICES to the assigned UUIDs
+        (``void`` without GPUs), so an image's own ENV can never widen it.""",
+    )
+    hub_id = Unicode(
+        "default", config=True, help="Label value that tells this hub's containers from others'."
+    )
+    cull_notes_file = Unicode(
+        "",
+        config=True,
+        help="""The idle culler's notes file (``GPUIdleCuller.notes_file``, readable by the
+        hub): the spawn form tells the user why the culler stopped their server, and
+        accounting records such a stop as ``culled`` (with the idle GPU-hours it reclaimed)
+        rather than ``stopped``. '' = off.""",
+    )
+    cull_deadlines_file = Unicode(
+        "",
+        config=True,
+        help="""The idle culler's deadlines file (``GPUIdleCuller.deadlines_file``): when it
+        would stop each server at the earliest. The GPU queue estimates from it when GPUs
+        may free up, and the dashboard shows it. '' = no estimates from the culler.""",
+    )
+
+    @default("nodes")
+    def _default_nodes(self) -> list[dict[str, Any]]:
+        return [default_node()]
+
+    @default("agent_token")
+    def _default_agent_token(self) -> str:
+        return os.environ.get("JUPYTERHUB_GPU_AGENT_TOKEN", "")
+
+    @validate("nodes")
+    def _validate_nodes(self, proposal: Any) -> list[dict[str, Any]]:
+        parse_nodes(proposal.value)  # raises ConfigError naming the entry and field
+        return list(proposal.value)
+
+    @validate("default_uid", "default_gid")
+    def _no_root(self, proposal: Any) -> int:
+        if proposal.value == 0:
+            raise ConfigError(f"{proposal.trait.name} must not be 0: containers never run as root")
+        return int(proposal.value)
+
+    @validate("user_bridge")
+    def _valid_bridge(self, proposal: Any) -> str:
+        problem = bridge_name_problem(proposal.value)
+        if problem:
+            raise ConfigError(f"GPUDockerSpawner.user_bridge: {problem}")
+        return str(proposal.value)
+
+    @default("network_name")
+    def _default_network(self) -> str:
+        return self.user_network
+
+    @default("use_internal_ip")
+    def _default_use_internal_ip(self) -> bool:
+        return False  # the hub reaches servers through the port published on the node
+
+    @default("remove")
+    def _default_remove(self) -> bool:
+        return True
+
+    @default("options_from_form")
+    def _default_options_from_form(self) -> Any:
+        return options_from_form
+
+    @default("apply_user_options")
+    def _default_apply_user_options(self) -> Any:
+        return _options_applied_in_start
+
+    @default("options_form")
+    def _default_options_form(self) -> Any:
+        return GPUDockerSpawner._render_options_form
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._events: list[dict[str, Any]] = []
+        self._events_changed = asyncio.Event()
+        self._start_done = True
+        self._create_kwargs: dict[str, Any] = {}
+        self._host_config: dict[str, Any] = {}
+        self._from_state = False  # placed by load_state and not polled since
+        self._cuda = ""  # the chosen catalog entry's CUDA version
+        self._charge_group = ""  # the allocation's, kept in state for metrics after restarts
+        self._gpu_model = ""
+        # why the hub itself ended the last server (a reservation took its GPUs), for the
+        # spawn form until the next start; kept in state across the stop and hub restarts
+        self._ended_note = ""
+
+    # ------------------------------------------------------------------ state
+    node_name = Unicode("")
+    gpu_uuids = List(Unicode())
+    host_port = Int(0)  # the port the engine published the server on, on the node's address
+    allocation_id = Unicode("")  # made with the reservation, sealed into the labels
+
+    @property
+    def holder(self) -> str:
+        return f"{self.user.name}/{self.name}"
+
+    def get_state(self) -> dict[str, Any]:
+        state = super().get_state()
+        if self.node_name:
+            state.update(node=self.node_name, gpu_uuids=list(self.gpu_uuids))
+            if self.allocation_id:
+                state["allocation"] = self.allocation_id
+                state["charge_group"], state["gpu_model"] = self._charge_group, self._gpu_model
+            if self.host_port:
+                state["host_port"] = self.host_port
+            if self.server is not None and self.host_port:  # the culler reads it directly
+                address = self._node(self.node_name).address
+                state["server_url"] = f"http://{address}:{self.host_port}{self.server.base_url}"
+        if self.api_token:  # the only token the culler may send this server (culler/access.py)
+            state["server_token"] = self.api_token
+        if self._ended_note:
+            state["ended_note"] = self._ended_note
+        return state
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        # a restarted hub forgets api_token: restored, state keeps it, and stop revokes it
+        if isinstance(state.get("server_token"), str) and state["server_token"]:
+            self.api_token = state["server_token"]
+        self._ended_note = str(state.get("ended_note") or "")
+        self.node_name = state.get("node", "")
+        self.gpu_uuids = list(state.get("gpu_uuids", []))
+        self.host_port = int(state.get("host_port") or 0)
+        self.allocation_id = str(state.get("allocation") or "")
+        self._charge_group = str(state.get("charge_group") or "")
+        self._gpu_model = str(state.get("gpu_model") or "")
+        if self.node_name:
+            conflicts = self.ledger.adopt(
+                self.holder, self.node_name, self.gpu_uuids, self.allocation_id
+            )
+            self.ledger.place_server(self.holder, self.node_name, self.allocation_id)
+            self.ledger.rejoin_allocation(
+                AllocationRecord(
+                    id=self.allocation_id,
+                    user=self.user.name,
+                    server=self.name,
+                    group=self._charge_group,
+                    node=self.node_name,
+                    gpu_uuids=tuple(self.gpu_uuids),
+                    gpu_model=self._gpu_model,
+                    image="",
+                    cuda="",
+                    hub=self.hub_id,
+                )
+            )
+            self._from_state = True
+            if conflicts:
+                self.log.warning(
+                    "%s: GPUs %s also claimed by another server", self.holder, conflicts
+                )
+
+    def clear_state(self) -> None:
+        super().clear_state()
+        self._forget_placement()
+
+    def _forget_placement(self, ended: EndReason | None = None) -> None:
+        """Free what this server holds; with ``ended``, its allocation ends for that reason."""
+        if ended is not None:
+            self.ledger.end_allocation(self.allocation_id, ended)
+        freed = self.ledger.release(self.holder, self.gpu_uuids)
+        self.ledger.release_server(self.holder)
+        if freed:
+            self.log.info("%s: released GPUs %s", self.holder, ", ".join(freed))
+        self.node_name = ""
+        self.gpu_uuids = []
+        self.host_port = 0
+        self.allocation_id = ""
+
+    # ------------------------------------------------------------------ config
+    @property
+    def runtime(self) -> HubRuntime:
+        """The hub process's GPU parts (:mod:`.runtime`), through the hub's tornado
+        settings, which every user object shares."""
+        return runtime_of(getattr(getattr(self, "user", None), "settings", None))
+
+    @property
+    def cluster(self) -> Cluster:
+        """The hub's one :class:`Cluster`, built from the first spawner's configuration."""
+        return (
+            self.runtime.start(
+                ClusterSettings(
+                    nodes=list(self.nodes),
+                    nodes_file=self.nodes_file,
+                    probe_mode=self.probe_mode,
+                    inventory_file=self.inventory_file,
+                    agent_token=self.agent_token,
+                    agent_config=self.config,  # so c.AgentClient.* take effect
+                    hub_id=self.hub_id,
+                    seal_key=self._seal_key(),
+                    docker_timeout=self.docker_timeout,
+                    threads_per_node=self.docker_threads_per_node,
+                    reconcile_interval=self.reconcile_interval,
+                    accounting_url=self.accounting_url,
+                ),
+                self.log,
+                deadlines_file=self.cull_deadlines_file,
+                queue_policy=self.queue_policy,
+            )
+            if self.runtime.cluster is None
+            else self.runtime.cluster
+        )
+
+    @property
+    def queue(self) -> SpawnQueue:
+        """The hub's spawn queue (built with the cluster)."""
+        self.cluster  # noqa: B018 - builds the runtime's parts on first use
+        queue = self.runtime.queue
+        assert queue is not None
+        return queue
+
+    def _seal_key(self) -> bytes | None:
+        """The key of the containers' seals, derived from JupyterHub's cookie secret (the
+        hub's tornado settings, which every user object shares): stable across restarts
+        as long as the cookie secret is (``cookie_secret_file``), never sent anywhere.
+        None outside a hub: containers then carry no seal and are never removed as
+        interrupted spawns."""
+        settings = getattr(getattr(self, "user", None), "settings", None) or {}
+        key = seal_key(settings.get("cookie_secret"))
+        if key is None:
+            self.log.warning("No cookie secret: containers get no seal (allocation.py)")
+        return key
+
+    @property
+    def ledger(self) -> GPULedger:
+        return self.cluster.ledger
+
+    @property
+    def catalog(self) -> Catalog:
+        """The image catalog, re-read when its file changes (a bad edit keeps the old one)."""
+        path = str(self.catalog_file or default_catalog_path())
+        mtime = Path(path).stat().st_mtime
+        cached = self._catalogs.get(path)
+        if cached and cached[0] == mtime:
+            return cached[1]
+        try:
+            catalog = load_catalog(path)
+        except ConfigError:
+            if cached is None:
+                raise
+            self.log.exception("Image catalog %s is invalid; keeping the previous one", path)
+            return cached[1]
+        self._catalogs[path] = (mtime, catalog)
+        return catalog
+
+    @property
+    def policy(self) -> ResourcePolicy:
+        return policy_from_config(self.resource_defaults, self.group_bounds)
+
+    def _node(self, name: str) -> NodeSpec:
+        return self.cluster.spec(name)
+
+    # ------------------------------------------------------------------ docker, per node
+    @property
+    def client(self) -> docker.APIClient:
+        """The Docker client of this server's node (DockerSpawner has one for everything)."""
+        return self.cluster.client(self.node_name or self.cluster.specs()[0].name)
+
+    @property
+    def executor(self) -> ThreadPoolExecutor:
+        """The thread pool of this server's node, so a slow node never blocks the others."""
+        return self.cluster.executor(self.node_name or self.cluster.specs()[0].name)
+
+    def docker(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """DockerSpawner's call, bounded by ``docker_timeout`` on this server's node."""
+        node = self.node_name or self.cluster.specs()[0].name
+        return self.cluster.run(node, lambda: self._docker(method, *args, **kwargs))
+
+    # ------------------------------------------------------------------ who, what
+    async def identity(self) -> Identity:
+        """The uid/gid/groups/home of the user, from the authenticator's auth_state."""
+        auth_state = await self.user.get_auth_state()
+        enabled = bool(getattr(self.authenticator, "enable_auth_state", False))
+        ident = resolve_identity(
+            self.user.name,
+            auth_state,
+            required=identity_required(self.require_identity, enabled),
+            fallback=(self.default_uid, self.default_gid),
+            hub_groups=[g.name for g in self.user.groups],
+            supplementary_groups=self.supplementary_groups,
+        )
+        if not (auth_state and "uid" in auth_state):
+            self.log.info("%s has no uid in auth_state: runs as %s", self.user.name, ident.uid)
+        return ident
+
+    def _cull_notes(self) -> list[str]:
+        """Why the culler stopped this server, if it did and the server has not run since.
+
+        The hub sets ``last_activity`` when a server starts and when it stops; the stop
+        that follows a cull comes within seconds of the culler's note, a later start after."""
+        if not self.cull_notes_file:
+            return []
+        last = self.orm_spawner.last_activity if self.orm_spawner else None
+        since = last - timedelta(minutes=10) if last else None  # naive UTC, as notes_for takes
+        notes = notes_for(load_notes(self.cull_notes_file), self.user.name, since=since)
+        mine = [n for n in notes if n.server == self.name]
+        return [mine[-1].message()] if mine else []
+
+    def _culled_just_now(self) -> bool:
+        """Whether the culler noted this server in the last two minutes (it writes its
+        note before it asks the hub to stop the server)."""
+        if not self.cull_notes_file:
+            return False
+        since = datetime.now(timezone.utc) - timedelta(minutes=2)
+        started = self.orm_spawner.started if self.orm_spawner else None
+        if started is not None:  # a note from before this server started is another's
+            since = max(since, started.replace(tzinfo=timezone.utc))
+        notes = notes_for(load_notes(self.cull_notes_file), self.user.name, since=since)
+        return any(n.server == self.name for n in notes)
+
+    async def _user_catalog(
+        self, ident: Identity, wanted: Any = None
+    ) -> tuple[Catalog, tuple[Unlisted, ...]]:
+        """The catalog with the saved images ``ident`` may start ("My images",
+        myimages/), and those they see but can't start. Without the database the catalog
+        alone, unless ``wanted`` (the spawn's image option) is a saved image: then the
+        user is told why it can't start now."""
+        catalog = self.catalog
+        if self.cluster.recorder is None:
+            return catalog, ()
+        try:
+            images = await my_images(self.cluster, self.config, self.log).images()
+        except UserFacingError:
+            if is_saved_slug(wanted):
+                raise
+            return catalog, ()
+        entries, unlisted = saved_entries(catalog, images, ident.username, ident.groups)
+        return with_saved(catalog, entries), unlisted
+
+    def _not_a_saved_image(self, reference: str) -> None:
+        """A saved image is started by its name (``saved:owner/name``), which checks who
+        may: never by its registry reference through an admin's image patterns."""
+        saved = my_images(self.cluster, self.config, self.log).settings
+        if saved.enabled and is_saved_reference(reference, saved.prefix):
+            raise InvalidRequest(
+                "Saved images are started by their name under My images "
+                "(image 'saved:OWNER/NAME'), not by their registry reference."
+            )
+
+    async def _render_options_form(self) -> str:
+        snapshot = await self.cluster.snapshot()
+        free = {a.model: a.free for a in availability(snapshot)}
+        previous = self.orm_spawner.user_options if self.orm_spawner else None
+        ident = await self.identity()
+        bounds = resolve_bounds(self.policy, ident.groups)
+        catalog, unlisted = await self._user_catalog(ident)
+        notes = [*self._cull_notes(), *([self._ended_note] if self._ended_note else [])]
+        charge_groups = self._charge_groups(ident)
+        with contextlib.suppress(Exception):  # the reservations, if not read yet
+            await self.queue.refresh()
+        reserved = self.queue.reserved_for_others(charge_groups, snapshot.nodes)
+        return spawn_form_html(
+            catalog,
+            snapshot,
+            bounds,
+            previous,
+            free,
+            notes=notes,
+            unlisted=unlisted,
+            charge_groups=charge_groups,
+            reserved=reserved,
+        )
+
+    # ------------------------------------------------------------------ placement
+    def _reserve(self, decision: Placement) -> Placement:
+        """Write what admission decided into the ledger and this spawner's state, with no
+        ``await``: called right after the decision (``_decide_and_reserve``, ``_take``)."""
+        allocation = new_allocation_id()
+        self.ledger.reserve(self.holder, decision.node, decision.gpu_uuids, allocation)
+        self.cluster.pending.add(self.holder)
+        self.node_name = decision.node
+        self.gpu_uuids = list(decision.gpu_uuids)
+        self.allocation_id = allocation
+        self.ledger.place_server(self.holder, decision.node, self.allocation_id)
+        return decision
+
+    # ------------------------------------------------------------------ container
+    def get_env(self) -> dict[str, str]:
+        env = super().get_env()
+        if self.home_template:
+            env["HOME"] = self._container_home()
+        env.update(gpu_env(self.gpu_uuids))  # last: nothing else decides the GPUs
+        return env
+
+    def _container_home(self) -> str:
+        return self.home_container_path.format(username=homes.safe_path_component(self.user.name))
+
+    def _labels(self) -> dict[str, str]:
+        labels = {
+            f"{LABEL}.hub": self.hub_id,
+            f"{LABEL}.owner": self.user.name,
+            f"{LABEL}.server": self.name,
+            f"{LABEL}.node": self.node_name,
+            f"{LABEL}.gpus": ",".join(self.gpu_uuids),
+            f"{LABEL}.image": self.image,
+            f"{LABEL}.started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            ALLOCATION_LABEL: self.allocation_id,
+        }
+        key = self.cluster.settings.seal_key
+        if key is not None:
+            claim = Allocation(
+                self.hub_id,
+                self.allocation_id,
+                self.user.name,
+                self.name,
+                self.node_name,
+                tuple(self.gpu_uuids),
+            )
+            labels[SEAL_LABEL] = claim.seal(key)
+        return labels
+
+    def _home_path(self, ident: Identity) -> Path | None:
+        """The user's home on the shared filesystem (refuses anything leaving the root)."""
+        if not self.home_template:
+            return None
+        root = homes.template_root(self.home_template)
+        if self.home_from_directory and ident.home_directory:
+            return map_home(
+                ident.home_directory, ident.username, root, home_prefix=self.home_directory_prefix
+            )
+        return Path(homes.home_host_path(self.home_template, ident.username))
+
+    async def _prepare(self, ident: Identity, options: SpawnOptions) -> None:
+        """Create the home and set everything create_object needs (no Docker calls)."""
+        binds: dict[str, dict[str, str]] = {}
+        path = self._home_path(ident)
+        if path is not None:
+            root = homes.template_root(self.home_template)
+            await asyncio.get_running_loop().run_in_executor(
+                None, lambda: ensure_home(path, ident.uid, ident.gid, shared_root=root)
+            )
+            binds[str(path)] = {"bind": self._container_home(), "mode": "rw"}
+        binds.update(dataset_binds(parse_group_mounts(self.group_mounts), ident.groups))
+        limits = resource_limits(options.cpu, options.mem_gib, self.policy)
+        self.cpu_limit = limits.cpu  # DockerSpawner turns these into cpu_quota and mem_limit
+        self.mem_limit = limits.mem_bytes
+        self._create_kwargs = {
+            "user": f"{ident.uid}:{ident.gid}",
+            "labels": self._labels(),
+            **({"working_dir": self._container_home()} if binds else {}),
+        }
+        self.host_ip = self._node(self.node_name).publish_ip  # DockerSpawner publishes here
+        self._host_config = {
+            "device_requests": device_requests(self.gpu_uuids, self.gpu_device_driver),
+            "binds": binds,
+            "network_mode": self.user_network,
+            "group_add": [str(g) for g in ident.supplementary_gids],
+            "shm_size": limits.shm_bytes,
+            "pids_limit": limits.pids_limit,
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+        }
+
+    async def create_object(self) -> dict[str, Any]:
+        create_kwargs: dict[str, Any] = dict(getattr(self, "extra_create_kwargs", {}))
+        create_kwargs.update(self._create_kwargs)
+        self.extra_create_kwargs = create_kwargs
+        host_config: dict[str, Any] = dict(getattr(self, "extra_host_config", {}))
+        host_config.update(self._host_config)
+        self.extra_host_config = host_config
+        await self.cluster.ensure_user_network(self.node_name, self.user_network, self.user_bridge)
+        self._event(70, "Starting the container")
+        return await super().create_object()
+
+    async def check_allowed(self, image: str) -> str:
+        """The image was resolved from the catalog by ``start``; DockerSpawner asks again."""
+        return str(self.image)
+
+    async def pull_image(self, image: str) -> None:
+        """Pull a missing image on the chosen node, reporting the percentage."""
+        try:
+            await self.docker("inspect_image", image)
+            return
+        except docker.errors.NotFound:
+            if self.pull_policy.lower() == "never":
+                raise ImageUnavailable(
+                    f"The image {image} is not on node {self.node_name} and pulling is disabled; "
+                    "ask an admin to load it there."
+                ) from None
+        await pull(
+            self.cluster,
+            self.node_name,
+            image,
+            self.pull_timeout,
+            lambda pct, message: self._event(40 + pct // 4, message),
+            self.log,
+            my_images(self.cluster, self.config, self.log).settings.auth_config(image),
+        )
+
+    async def get_command(self) -> list[str]:
+        """DockerSpawner's (``cmd``, else the image's CMD); an image without a CMD runs
+        ``jupyterhub-singleuser``, JupyterHub's own default, instead of failing with a
+        TypeError deep in DockerSpawner."""
+        command = self.cmd
+        if not command:
+            info = await self.docker("inspect_image", self.image)
+            command = (info.get("Config") or {}).get("Cmd") or ["jupyterhub-singleuser"]
+        return [*command, *self.get_args()]
+
+    async def get_ip_and_port(self) -> tuple[str, int]:
+        """The node's address and the port its engine published the server on."""
+        self.host_port = published_port(await self.docker("port", self.container_id, self.port))
+        return self._node(self.node_name).address, self.host_port
+
+    # ------------------------------------------------------------------ progress
+    def _event(self, progress: int, message: str) -> None:
+        self._events.append({"progress": progress, "message": message})
+        self._events_changed.set()
+
+    async def progress(self) -> AsyncIterator[dict[str, Any]]:
+        sent = 0
+        while True:
+            while sent < len(self._events):
+                yield self._events[sent]
+                sent += 1
+            if self._start_done:
+                return
+            self._events_changed.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._events_changed.wait(), 1.0)
+
+    # ------------------------------------------------------------------ lifecycle
+    async def _validated(
+        self, snapshot: ClusterSnapshot
+    ) -> tuple[Identity, SpawnOptions, PlacementRequest]:
+        try:
+            ident = await self.identity()
+            bounds = resolve_bounds(self.policy, ident.groups)
+            models = gpu_model_availability(snapshot)
+            catalog, _ = await self._user_catalog(ident, (self.user_options or {}).get("image"))
+            options = validate_options(
+                self.user_options,
+                catalog=catalog,
+                bounds=bounds,
+                models=models,
+                charge_groups=self._charge_groups(ident),
+            )
+            entry = resolve_entry(catalog, options)
+            if entry.custom:
+                self._not_a_saved_image(entry.image)
+            names = {g.model for n in snapshot.nodes for g in n.inventory.gpus}
+            request = placement_request(options, entry, bounds, names)
+        except UserFacingError as e:
+            raise _spawn_error(e) from None
+        self.image = entry.image
+        self._cuda = entry.cuda_version or ""
+        return ident, options, request
+
+    def _derived_names(self, username: str, server: str) -> list[tuple[str, str]]:
+        """The container name and home paths this spawner makes from these names."""
+        escaped = self.escape(username)
+        ns = {
+            **self.template_namespace(),
+            **{"username": escaped, "safe_username": escaped, "raw_username": username},
+            **{"servername": self.escape(server.lower()), "raw_servername": server},
+        }
+        names = [(CONTAINER_NAME, str(self._render_templates(self.name_template, ns)))]
+        if self.home_template:
+            names.append((PATH, str(homes.home_host_path(self.home_template, username))))
+        safe = homes.safe_path_component(username)
+        return [*names, (PATH, self.home_container_path.format(username=safe))]
+
+    async def start(self) -> tuple[str, int]:
+        self._events = []
+        self._events_changed = asyncio.Event()
+        self._start_done = False
+        self._forget_placement()  # the hub cleared the state; be sure nothing is left held
+        self._ended_note = ""  # the form showed why the last server ended; it starts again
+        try:
+            check_name_lengths(self._derived_names, self.user.name, self.name, self.escape)
+            with contextlib.suppress(Exception):  # reservations known before placing
+                await self.queue.refresh()
+            self._event(10, f"Choosing a node among {len(self.cluster.specs())}")
+            snapshot = await self.cluster.snapshot()
+            ident, options, request = await self._validated(snapshot)
+            quota = resolve_bounds(self.policy, ident.groups).quota
+            try:
+                try:
+                    group = self._group_of(ident, options.charge_group)
+                    decision = self._decide_and_reserve(snapshot, request, quota, group)
+                except MustQueue as e:
+                    decision = await self._wait_in_line(request, quota, e.reason, group)
+            except (UserFacingError, SpawnException) as e:
+                SPAWN_DECISIONS.labels("refused", getattr(e, "reason", None) or "other").inc()
+                raise
+            SPAWN_DECISIONS.labels("placed", "").inc()
+            self.ledger.open_allocation(self._record(snapshot, decision, ident, options))
+            await self.cluster.recorded()  # the record exists before the container does
+            self._event(30, self._describe(snapshot, decision))
+            self.log.info("%s: %s", self.holder, self._describe(snapshot, decision))
+            self._warn_of_reservations(snapshot)
+            ip_port = await self._create(ident, options)
+            self.ledger.allocation_started(self.allocation_id)
+            self._event(90, "Waiting for the server to answer")
+            return ip_port
+        except UserFacingError as e:
+            await self._undo()
+            raise _spawn_error(e) from None
+        except APIError as e:  # the engine answered, with an error: not a dead node
+            node, why = self.node_name, e.explanation or str(e)
+            self.log.warning("Node %s refused %s's server: %s", node, self.holder, why)
+            await self._undo()
+            raise SpawnException(
+                f"Node {node} could not start your server: {why}. Try again; if it keeps "
+                f"failing, tell an admin (node {node}).",
+                reason="node_error",
+                status_code=503,
+            ) from None
+        except NODE_ERRORS as e:
+            node = self.node_name
+            await self._undo()
+            raise SpawnException(
+                f"Node {node} stopped answering while your server was being created; "
+                "start again (it will go to another node).",
+                reason="node_unreachable",
+                status_code=503,
+            ) from e
+        except BaseException:
+            await self._undo()
+            raise
+        finally:
+            self.cluster.pending.discard(self.holder)
+            self._start_done = True
+            self._events_changed.set()
+
+    async def _create(self, ident: Identity, options: SpawnOptions) -> tuple[str, int]:
+        """Create and start the container within the configured ``start_timeout``."""
+        budget = self._start_budget or float(cast(Any, self).start_timeout)
+        try:
+            async with self._start_slot():
+                return await asyncio.wait_for(self._prepare_and_start(ident, options), budget)
+        except asyncio.TimeoutError:
+            raise SpawnException(
+                f"Your server did not start within {budget:.0f} s of getting its GPUs "
+                "(start_timeout); try again, or tell an admin if it keeps happening.",
+                reason="start_timeout",
+                status_code=503,
+            ) from None
+
+    def _start_slot(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """One of ``concurrent_start_limit`` slots (shared by the hub's spawners)."""
+        if self.concurrent_start_limit <= 0:
+            return contextlib.nullcontext()
+        cls = GPUDockerSpawner
+        if cls._start_slots is None:
+            cls._start_slots = asyncio.Semaphore(self.concurrent_start_limit)
+        return cls._start_slots
+
+    async def _prepare_and_start(self, ident: Identity, options: SpawnOptions) -> tuple[str, int]:
+        await self._prepare(ident, options)
+        return await super().start()
+
+    def _describe(self, snapshot: ClusterSnapshot, decision: Placement) -> str:
+        node = next(n for n in snapshot.nodes if n.name == decision.node)
+        gpus = [node.inventory.gpu(u) for u in decision.gpu_uuids]
+        return describe_gpus(decision.node, [(g.index, g.model, g.memory_mib) for g in gpus if g])
+
+    def _record(
+        self,
+        snapshot: ClusterSnapshot,
+        decision: Placement,
+        ident: Identity,
+        options: SpawnOptions,
+    ) -> AllocationRecord:
+        node = next(n for n in snapshot.nodes if n.name == decision.node)
+        models = [g.model for g in map(node.inventory.gpu, decision.gpu_uuids) if g]
+        self._gpu_model = models[0] if models else ""
+        self._charge_group = self._group_of(ident, options.charge_group)
+        return AllocationRecord(
+            id=self.allocation_id,
+            user=self.user.name,
+            server=self.name,
+            group=self._charge_group,
+            node=decision.node,
+            gpu_uuids=tuple(decision.gpu_uuids),
+            gpu_model=self._gpu_model,
+            image=options.image,
+            cuda=self._cuda,
+            cpus=options.cpu,
+            mem_gib=options.mem_gib,
+            hub=self.hub_id,
+        )
+
+    async def _undo(self) -> None:
+        if self.node_name:
+            await self._remove_leftovers()
+        self._forget_placement(EndReason.FAILED)
+
+    async def _remove_leftovers(self) -> None:
+        try:
+            await self.docker("remove_container", self.container_name, force=True)
+        except APIError as e:
+            if e.status_code != 404:
+                self.log.warning("Could not remove container %s: %s", self.container_name, e)
+        except NODE_ERRORS as e:
+            self.log.warning("Node %s unreachable while cleaning up: %s", self.node_name, e)
+        self.object_id = ""
+
+    async def poll(self) -> int | str | None:
+        self.cluster.start_reconciling()  # a restarted hub polls its servers first of all
+        if not self.node_name:
+            return 0
+        if self.cluster.known_down(self.node_name):
+            # an unreachable node says nothing about the server: keep it and its GPUs
+            self.log.debug("Poll of %s: node %s is down; kept", self.holder, self.node_name)
+            return None
+        if self.gpu_uuids and await self._preempted():
+            return 0
+        try:
+            status = await super().poll()
+        except NODE_ERRORS as e:
+            self.log.warning(
+                "Node %s unreachable while polling %s: %s", self.node_name, self.holder, e
+            )
+            return None
+        # a server found dead at its first poll after a restart died while the hub was down
+        missed, self._from_state = self._from_state, False
+        if status is not None:
+            self._forget_placement(EndReason.MISSED if missed else EndReason.DIED)
+        return status
+
+    async def stop(self, now: bool = False) -> None:
+        if self.object_id and self.node_name:
+            allocation = self.allocation_id  # DockerSpawner.stop clears the state
+            # JupyterHub stops a server that never answered within http_timeout while
+            # this flag (its own, set around User._wait_up) is still up
+            never_answered = bool(getattr(self, "_waiting_for_response", False))
+            try:
+                await super().stop(now=now)
+                self.ledger.end_allocation(
+                    allocation, stop_reason(never_answered, self._culled_just_now())
+                )
+            except NODE_ERRORS as e:
+                # The container may still run: keep its GPUs held (as an orphan) until
+                # reconciliation sees the node again and finds the container gone.
+                self.log.warning(
+                    "Node %s unreachable while stopping %s (%s); its GPUs stay held until the "
+                    "node answers again",
+                    self.node_name,
+                    self.holder,
+                    e,
+                )
+                self.ledger.orphan(self.holder)
+        self.clear_state()
+
+
+def _options_applied_in_start(spawner: Any, user_options: dict[str, Any]) -> None:
+    """``start`` validates and applies ``user_options`` strictly; this tells JupyterHub so."""

@@ -1,0 +1,6 @@
+"""The GPU-aware idle culler, a hub-managed service (``python -m
+jupyterhub_gpu.services.culler``; docs/culler.md): :mod:`.app` is the ``GPUIdleCuller``
+application, :mod:`.client` its HTTP calls to the hub API, single-user servers and node
+agents. The judgement it applies is :mod:`jupyterhub_gpu.core.culling`; the files it
+writes for the hub are :mod:`jupyterhub_gpu.wire.deadlines` and
+:mod:`jupyterhub_gpu.wire.cull_notes`."""

@@ -1,0 +1,3 @@
+from jupyterhub_gpu.services.culler.app import main
+
+main()

@@ -1,0 +1,637 @@
+"""The GPU-aware idle culler: a JupyterHub-managed service (see docs/culler.md).
+
+Modelled on jupyterhub-idle-culler 2.0 (a traitlets ``Application`` that lists users
+with ``?state=ready`` and pagination, bounded by a semaphore), plus two signals it
+lacks: the servers' kernels and their GPUs' utilisation from the node agents. Two loops
+run side by side: one polls every agent every ``gpu_poll_interval`` seconds into a
+:class:`~jupyterhub_gpu.core.culling.tracker.GpuTracker` per GPU; the other, every ``interval``
+seconds, judges each ready server with :func:`~jupyterhub_gpu.core.culling.idleness.judge`
+and stops the idle ones through the hub API.
+
+Kernels are read only for servers every other signal already calls idle: reading a
+server through the proxy counts as activity in the proxy's books, which the hub then
+copies into ``last_activity``. A server whose spawner state has ``server_url`` is read
+directly, bypassing the proxy. A server is read with its own API token from its spawner
+state, never with the culler's (:mod:`~jupyterhub_gpu.core.culling.access`); one without is not
+read, and kept. Each agent is sent its own node's token, derived from the site secret
+(:mod:`~jupyterhub_gpu.core.tokens`), and its answer is read by the agents' one parser
+(:mod:`~jupyterhub_gpu.wire.agent`). What a server says about itself is its user's
+claim: ``max_age`` (on by default) bounds it. Nothing here raises out of a loop: the hub
+API down means "try again next interval", an agent down means its GPUs have no fresh
+readings, so their servers are kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import logging
+import os
+import signal
+from collections.abc import Callable as CallableABC
+from collections.abc import Mapping
+from dataclasses import fields, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import httpx
+from traitlets import Bool, Callable, Dict, Float, Instance, Int, Unicode, Union, default, validate
+from traitlets.config import Application
+
+from jupyterhub_gpu.core.culling.access import server_access
+from jupyterhub_gpu.core.culling.idleness import (
+    Deadline,
+    Decision,
+    GpuSummary,
+    Policy,
+    ServerObservation,
+    Signal,
+    earliest_cull,
+    judge,
+    resolve_policy,
+    validate_overrides,
+)
+from jupyterhub_gpu.core.culling.tracker import GpuTracker
+from jupyterhub_gpu.core.tokens import node_token
+from jupyterhub_gpu.errors import ConfigError, ProbeError
+from jupyterhub_gpu.services.culler.client import (
+    HubAPI,
+    describe_failure,
+    parse_time,
+    read_agent,
+    read_kernels,
+)
+from jupyterhub_gpu.wire.cull_notes import (
+    CullNote,
+    add_note,
+    drop_note,
+    load_notes,
+    save_notes,
+    write_json_atomic,
+)
+from jupyterhub_gpu.wire.deadlines import save_deadlines
+
+_D = Policy()
+NO_TOKEN = "kernels not read: no server_token in its spawner state"
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class GPUIdleCuller(Application):
+    """Stop idle single-user servers, reading the hub, the kernels and the GPUs."""
+
+    name = "jupyterhub-gpu-culler"
+    description = "GPU-aware idle culler for jupyterhub-gpu (a hub-managed service)."
+
+    api_url = Unicode(help="The hub API URL. Default: $JUPYTERHUB_API_URL.").tag(config=True)
+    api_token = Unicode(
+        help="The service's hub token. Default: $JUPYTERHUB_API_TOKEN (never logged)."
+    )
+    proxy_url = Unicode(
+        "http://127.0.0.1:8000",
+        help="""Where single-user servers are reached when their spawner state has no
+        ``server_url``: the proxy's address (a server's ``url`` path is appended).""",
+    ).tag(config=True)
+    timeout = Float(
+        _D.timeout, help="Idle timeout (s) of CPU-only servers; 0: never by idleness."
+    ).tag(config=True)
+    gpu_timeout = Float(
+        _D.gpu_timeout,
+        help="""Idle timeout (s) of servers holding GPUs, shorter than ``timeout`` by default
+        because a GPU is the scarce thing; 0: never cull them by idleness.""",
+    ).tag(config=True)
+    gpu_threshold = Float(
+        _D.gpu_threshold,
+        help="Mean GPU utilisation (%) over ``gpu_window`` at or above which a GPU is active.",
+    ).tag(config=True)
+    gpu_window = Float(_D.gpu_window, help="Window (s) of the utilisation mean.").tag(config=True)
+    gpu_memory_change = Float(
+        _D.gpu_memory_change,
+        help="GPU memory use moving by this many MiB between readings counts as activity.",
+    ).tag(config=True)
+    gpu_pause_factor = Float(
+        _D.gpu_pause_factor,
+        help="""A GPU must stay idle this many times the longest pause it took between two
+        active stretches (for this server) before it counts as idle; 0: off.""",
+    ).tag(config=True)
+    gpu_pause_cap = Float(_D.gpu_pause_cap, help="Upper bound (s) of the pause-based wait.").tag(
+        config=True
+    )
+    gpu_loaded_idle = Float(
+        _D.gpu_loaded_idle,
+        help="""A GPU that still holds ``gpu_memory_change`` MiB or more but has had no
+        reading at or above ``gpu_threshold`` since its server started (a model loaded,
+        its first run not started) counts as idle only this long (s) after its last
+        activity, if longer than the timeout; 0: off.""",
+    ).tag(config=True)
+    gpu_held_idle = Float(
+        _D.gpu_held_idle,
+        help="""A GPU with a reading at or above ``gpu_threshold`` since its server started
+        that still holds ``gpu_memory_change`` MiB or more (a paused training or serving
+        loop, or a forgotten kernel keeping its memory) counts as idle only this long (s)
+        after its last busy reading, if longer than the timeout; 0: off.""",
+    ).tag(config=True)
+    max_age = Float(
+        _D.max_age,
+        help="""Stop any server older than this (s), busy or not; 0: off. Default: 7 days.
+        What keeps a server (its kernels' and its own activity as it reports them, its hub
+        activity, its GPU use) is under its user's control, so this is the one limit a
+        user cannot talk her way past; lower it per group (a course: 8 h) or turn it off
+        for a group that runs week-long trainings (``max_age: 0``).""",
+    ).tag(config=True)
+    interval = Float(120.0, help="Seconds between two culling rounds.").tag(config=True)
+    gpu_poll_interval = Float(15.0, help="Seconds between two polls of the node agents.").tag(
+        config=True
+    )
+    gpu_stale_after = Float(
+        help="A GPU reading older than this (s) is missing data. Default: 3 polls, at least 60 s."
+    ).tag(config=True)
+    concurrency = Int(10, help="Most requests in flight at once to the hub and the servers.").tag(
+        config=True
+    )
+    api_page_size = Int(0, help="Users per page of /users (0: the hub's default).").tag(config=True)
+    request_timeout = Float(30.0, help="Timeout (s) of hub API requests.").tag(config=True)
+    server_timeout = Float(10.0, help="Timeout (s) of requests to single-user servers.").tag(
+        config=True
+    )
+    agent_timeout = Float(5.0, help="Timeout (s) of requests to node agents.").tag(config=True)
+    dry_run = Bool(
+        False, help="Log what would be stopped (and every keep, at INFO) and stop nothing."
+    ).tag(config=True)
+    group_overrides = Union(
+        [Callable(), Dict()],
+        default_value={},
+        help="""Per-group policies, in the shape of JupyterHub's ``Spawner.group_overrides``:
+        ``{"10-staff": {"groups": ["staff"], "policy_override": {"gpu_timeout": 7200}}}``;
+        applied in sorted key order, later entries win. Keys of ``policy_override``:
+        timeout, gpu_timeout, gpu_pause_factor, gpu_pause_cap, gpu_loaded_idle,
+        gpu_held_idle, max_age. A callable gets the hub's user model and returns such a
+        dict (it may be async).""",
+    ).tag(config=True)
+    agent_urls = Dict(
+        value_trait=Unicode(),
+        help="""Node agent per node name, as the spawner state's ``node`` names it:
+        ``{"gpu-a": "http://10.0.0.11:9450"}``. GPUs of a node without one are never culled.""",
+    ).tag(config=True)
+    agent_token = Unicode(
+        help="""The node agents' site secret, the hub's ``GPUDockerSpawner.agent_token``
+        (default: $JUPYTERHUB_GPU_AGENT_TOKEN), at least 16 characters. It is never sent:
+        each agent gets its own node's token, derived from it
+        (:func:`~jupyterhub_gpu.core.tokens.node_token`).""",
+    ).tag(config=True)
+    notes_file = Unicode(
+        "jupyterhub-gpu-cull-notes.json",
+        help="JSON file of recent cull reasons per user, read by the hub to tell users; '' = off.",
+    ).tag(config=True)
+    notes_keep = Int(5, help="Cull notes kept per user.").tag(config=True)
+    deadlines_file = Unicode(
+        "",
+        help="""JSON file the culler rewrites each round: for every server it keeps, the
+        earliest time it would stop it ({"alice/": {"at": ISO time, "why": "idle" or
+        "max_age"}}). The hub reads it (GPUDockerSpawner.cull_deadlines_file) for the
+        queue's estimates and the dashboard's "culled at the earliest". '' = off.""",
+    ).tag(config=True)
+    state_file = Unicode(
+        "jupyterhub-gpu-culler-state.json",
+        help="Where GPU histories survive a restart of the culler; '' = off.",
+    ).tag(config=True)
+    config_file = Unicode("", help="A config file to load (Python, traitlets).").tag(config=True)
+    http_client = Instance(
+        httpx.AsyncClient, allow_none=True, help="The HTTP client (default: a new one)."
+    )
+
+    aliases = {
+        "config": "GPUIdleCuller.config_file",
+        "timeout": "GPUIdleCuller.timeout",
+        "gpu-timeout": "GPUIdleCuller.gpu_timeout",
+        "gpu-threshold": "GPUIdleCuller.gpu_threshold",
+        "max-age": "GPUIdleCuller.max_age",
+        "interval": "GPUIdleCuller.interval",
+        "concurrency": "GPUIdleCuller.concurrency",
+        "url": "GPUIdleCuller.api_url",
+        "log-level": "Application.log_level",
+    }
+    flags = {"dry-run": ({"GPUIdleCuller": {"dry_run": True}}, "Log decisions, stop nothing.")}
+
+    @default("api_url")
+    def _api_url(self) -> str:
+        return os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8081/hub/api")
+
+    @default("api_token")
+    def _api_token(self) -> str:
+        return os.environ.get("JUPYTERHUB_API_TOKEN", "")
+
+    @default("agent_token")
+    def _agent_token(self) -> str:
+        return os.environ.get("JUPYTERHUB_GPU_AGENT_TOKEN", "")
+
+    @default("gpu_stale_after")
+    def _gpu_stale_after(self) -> float:
+        return max(3 * self.gpu_poll_interval, 60.0)
+
+    @default("log_level")
+    def _log_level(self) -> int:
+        return logging.INFO
+
+    @default("log_format")
+    def _log_format(self) -> str:
+        return "[%(levelname)1.1s %(asctime)s.%(msecs).03d %(name)s] %(message)s"
+
+    @default("log_datefmt")
+    def _log_datefmt(self) -> str:
+        return "%Y-%m-%d %H:%M:%S"
+
+    @validate("group_overrides")
+    def _check_overrides(self, proposal: Any) -> Any:
+        value = proposal["value"]
+        return value if callable(value) else validate_overrides(value)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._trackers: dict[str, GpuTracker] = {}
+        self._holders: dict[str, str] = {}  # GPU uuid -> "user/server@started"
+        self._agent_ok: dict[str, bool] = {}
+        self._listed: dict[str, frozenset[str]] = {}  # node -> GPUs its agent's last answer listed
+        self._warned: set[str] = set()
+        self._deadlines: dict[str, Deadline | None] = {}  # kept holder -> earliest cull
+        self.rounds = 0  # cull rounds finished (one DEBUG line each: tests wait on it)
+
+    def initialize(self, argv: Any = None) -> None:
+        self.parse_command_line(argv)
+        if self.config_file:
+            self.load_config_file(self.config_file)
+            self.parse_command_line(argv)  # the command line wins over the file
+
+    # -- configuration ---------------------------------------------------------------
+
+    def base_policy(self) -> Policy:
+        """The policy the traits describe, before group overrides."""
+        return Policy(**{f.name: float(getattr(self, f.name)) for f in fields(Policy)})
+
+    async def policy_for(self, user: Mapping[str, Any]) -> Policy:
+        overrides: Any = self.group_overrides
+        if callable(overrides):
+            overrides = overrides(user)
+            if inspect.isawaitable(overrides):
+                overrides = await overrides
+            overrides = validate_overrides(overrides)
+        return resolve_policy(self.base_policy(), overrides, user.get("groups") or ())
+
+    def _client(self) -> httpx.AsyncClient:
+        if self.http_client is None:
+            self.http_client = httpx.AsyncClient()
+        return self.http_client
+
+    def _tracker(self, uuid: str) -> GpuTracker:
+        if uuid not in self._trackers:
+            self._trackers[uuid] = GpuTracker(
+                uuid,
+                threshold=self.gpu_threshold,
+                window=self.gpu_window,
+                memory_change=self.gpu_memory_change,
+                max_gap=self.gpu_stale_after,
+            )
+        return self._trackers[uuid]
+
+    # -- GPU polling -----------------------------------------------------------------
+
+    async def poll_gpus_once(self, now: datetime | None = None) -> None:
+        """Read every agent once and feed its readings to the GPUs' trackers."""
+        at = now or utcnow()
+
+        async def poll(node: str, url: str) -> None:
+            try:
+                answered, readings = await read_agent(
+                    self._client(), url, self._agent_token_of(node), self.agent_timeout
+                )
+                if answered != node:  # a wrong URL: not this node's GPUs
+                    raise ProbeError(f"the agent at {url} answers for node {answered!r}")
+            except (httpx.HTTPError, ProbeError) as e:
+                if self._agent_ok.get(node, True):
+                    why = describe_failure(e, self.agent_timeout)
+                    self.log.warning(
+                        "Agent of %s unreachable (%s): its servers are kept", node, why
+                    )
+                self._agent_ok[node] = False
+                self._missed(self._listed.pop(node, frozenset()))
+                return
+            if not self._agent_ok.get(node, True):
+                self.log.info("Agent of %s answers again", node)
+            self._agent_ok[node] = True
+            listed = frozenset(r.uuid for r in readings)
+            self._missed(self._listed.get(node, frozenset()) - listed)
+            self._listed[node] = listed
+            for r in readings:
+                self._tracker(r.uuid).add(at, r.utilization_pct, r.memory_used_mib)
+
+        await asyncio.gather(*(poll(n, u) for n, u in sorted(self.agent_urls.items())))
+
+    def _agent_token_of(self, node: str) -> str:
+        """``node``'s own agent token, derived from the site secret; without a usable
+        secret, a :class:`ProbeError` and nothing is sent to the agent."""
+        try:
+            return node_token(self.agent_token, node)
+        except ValueError as e:
+            raise ProbeError(
+                f"no agent token: {e}; set GPUIdleCuller.agent_token "
+                "(or $JUPYTERHUB_GPU_AGENT_TOKEN) to the hub's site secret"
+            ) from None
+
+    def _missed(self, uuids: frozenset[str]) -> None:
+        """These GPUs' readings were missed: unobserved time must not count as idle time."""
+        for uuid in uuids:
+            if uuid in self._trackers:
+                self._trackers[uuid].interrupt()
+
+    def _unobserved(self, state: Mapping[str, Any], uuid: str) -> bool:
+        """Whether ``uuid`` has no current reading: its node's agent failed its latest poll
+        or did not list it. A reading from before is not used then, however recent."""
+        node = state.get("node")
+        if not isinstance(node, str) or node not in self.agent_urls:
+            return False  # no agent to ask: the reading's age alone decides
+        return self._agent_ok.get(node) is not True or uuid not in self._listed.get(node, ())
+
+    # -- culling ---------------------------------------------------------------------
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            self.log.warning("%s", message)
+
+    def _gpus_of(self, full: str, server: Mapping[str, Any]) -> dict[str, GpuSummary | None] | None:
+        state = server.get("state")
+        if not isinstance(state, Mapping) or not isinstance(state.get("gpu_uuids"), list):
+            if "state" not in server:
+                self._warn_once(
+                    "no-state",
+                    "The hub shows no spawner state: grant the culler admin:server_state, "
+                    "or servers are never culled (their GPUs are unknown)",
+                )
+            return None
+        started = parse_time(server.get("started"))
+        holder = f"{full}@{server.get('started')}"
+        gpus: dict[str, GpuSummary | None] = {}
+        for uuid in map(str, state["gpu_uuids"]):
+            tracker = self._trackers.get(uuid)
+            if self._holders.get(uuid) != holder:
+                # first sight of this holder: earlier readings belong to another server
+                self._holders[uuid] = holder
+                if tracker is not None and started is not None:
+                    tracker.forget_before(started)
+            missing = tracker is None or self._unobserved(state, uuid)
+            gpus[uuid] = None if missing or tracker is None else tracker.summary()
+        return gpus
+
+    async def _decide(
+        self,
+        sem: asyncio.Semaphore,
+        user: Mapping[str, Any],
+        full: str,
+        server: Mapping[str, Any],
+        now: datetime,
+    ) -> Decision:
+        """Judge ``full`` (``user`` or ``user/server``), reading its kernels only if needed."""
+        obs = ServerObservation(
+            name=full,
+            started=parse_time(server.get("started")),
+            last_activity=parse_time(server.get("last_activity")),
+            gpus=self._gpus_of(full, server),
+            kernels=None,
+        )
+        policy = await self.policy_for(user)
+        decision = judge(obs, policy, now)
+        holder = full if "/" in full else f"{full}/"
+        self._deadlines[holder] = earliest_cull(obs, policy, now)  # dropped if culled
+        if decision.signal is Signal.KERNELS_MISSING:  # every other signal says idle
+            access = server_access(server, self.proxy_url)
+            if access is None:  # never our own token instead: the server's user reads it
+                self._warn_once(
+                    "no-server-token",
+                    "Servers whose spawner state has no server_token (started before the "
+                    "spawner recorded it, or another spawner) are not read: kept up to max_age",
+                )
+                return replace(decision, reason=NO_TOKEN)
+            try:
+                async with sem:
+                    kernels = await read_kernels(
+                        self._client(), access.url, access.token, self.server_timeout
+                    )
+            except (httpx.HTTPError, ProbeError, ValueError) as e:
+                why = describe_failure(e, self.server_timeout)
+                self.log.info("Keeping %s: its kernels could not be read (%s)", full, why)
+                return decision
+            decision = judge(replace(obs, kernels=kernels), policy, now)
+        return decision
+
+    async def _handle(
+        self,
+        sem: asyncio.Semaphore,
+        user: Mapping[str, Any],
+        name: str,
+        server: Mapping[str, Any],
+        now: datetime,
+    ) -> tuple[str, Decision, CullNote | None]:
+        full = f"{user['name']}/{name}" if name else str(user["name"])
+        if server.get("pending") or not server.get("ready"):
+            return full, Decision(False, f"pending {server.get('pending')}", Signal.HUB), None
+        decision = await self._decide(sem, user, full, server, now)
+        if not decision.cull:
+            (self.log.info if self.dry_run else self.log.debug)(
+                "Keeping %s: %s", full, decision.reason
+            )
+            return full, decision, None
+        if self.dry_run:
+            self.log.info("Would cull %s (dry run): %s", full, decision.reason)
+            return full, decision, None
+        self.log.info("Culling %s: %s", full, decision.reason)
+        # the note goes first: the hub's spawner reads it while stopping the server, to
+        # record the allocation as culled rather than stopped (docs/accounting.md)
+        note = CullNote(str(user["name"]), name, now, decision.reason)
+        self._write_notes([note])
+        try:
+            async with sem:
+                code = await self._hub().stop_server(str(user["name"]), name)
+        except httpx.HTTPError as e:
+            why = describe_failure(e, self.request_timeout)
+            self.log.warning("Could not stop %s (%s); will retry next round", full, why)
+            self._drop_note(note)
+            return full, decision, None
+        if code == 202:
+            self.log.info("Server %s is slow to stop", full)
+        return full, decision, note
+
+    def _hub(self) -> HubAPI:
+        return HubAPI(
+            self._client(),
+            self.api_url,
+            self.api_token,
+            page_size=self.api_page_size,
+            timeout=self.request_timeout,
+        )
+
+    async def cull_once(self, now: datetime | None = None) -> dict[str, Decision]:
+        """One round over every ready server; returns ``{"user[/server]": decision}``.
+
+        Never raises for an unreachable hub, server or agent: it logs and returns what it
+        decided (nothing, when the hub's user list could not be read)."""
+        at = now or utcnow()
+        try:
+            users = await self._hub().ready_users()
+        except (httpx.HTTPError, ProbeError, ValueError) as e:
+            why = describe_failure(e, self.request_timeout)
+            self.log.warning("Hub API unavailable (%s); next try in %.0fs", why, self.interval)
+            self.save_state()
+            return {}
+        sem = asyncio.Semaphore(max(self.concurrency, 1))
+        self._deadlines = {}
+        jobs = [
+            self._handle(sem, user, name, server, at)
+            for user in users
+            for name, server in sorted((user.get("servers") or {}).items())
+        ]
+        results = await asyncio.gather(*jobs, return_exceptions=True)
+        decisions: dict[str, Decision] = {}
+        for result in results:
+            if isinstance(result, BaseException):
+                self.log.error("Error judging a server: %r", result)
+                continue
+            full, decision, _ = result
+            decisions[full] = decision
+            if decision.cull:
+                self._deadlines.pop(full if "/" in full else f"{full}/", None)
+        self._write_deadlines()
+        self.save_state()
+        self.rounds += 1
+        self.log.debug("Cull round %d done: %d server(s) judged", self.rounds, len(decisions))
+        return decisions
+
+    # -- files -----------------------------------------------------------------------
+
+    def _write_notes(self, notes: list[CullNote]) -> None:
+        if not notes or not self.notes_file:
+            return
+        data = load_notes(self.notes_file)
+        for note in notes:
+            data = add_note(data, note, keep=self.notes_keep)
+        try:
+            save_notes(self.notes_file, data)
+        except OSError as e:
+            self.log.warning("Could not write cull notes to %s: %s", self.notes_file, e)
+
+    def _write_deadlines(self) -> None:
+        if not self.deadlines_file or self.dry_run:
+            return
+        try:
+            save_deadlines(self.deadlines_file, self._deadlines)
+        except OSError as e:
+            self.log.warning("Could not write cull deadlines to %s: %s", self.deadlines_file, e)
+
+    def _drop_note(self, note: CullNote) -> None:
+        """Take back the note of a stop that did not happen (no await: atomic on the loop)."""
+        if not self.notes_file:
+            return
+        try:
+            save_notes(self.notes_file, drop_note(load_notes(self.notes_file), note))
+        except OSError as e:
+            self.log.warning("Could not write cull notes to %s: %s", self.notes_file, e)
+
+    def save_state(self) -> None:
+        """Persist GPU histories and holders so a restart keeps its patience."""
+        if not self.state_file:
+            return
+        data = {
+            "version": 1,
+            "holders": self._holders,
+            "trackers": {u: t.to_dict() for u, t in self._trackers.items()},
+        }
+        try:
+            write_json_atomic(self.state_file, data)
+        except OSError as e:
+            self.log.warning("Could not save culler state to %s: %s", self.state_file, e)
+
+    def load_state(self) -> None:
+        """Restore :meth:`save_state`'s file; a missing or bad file starts afresh."""
+        if not self.state_file or not Path(self.state_file).exists():
+            return
+        try:
+            data = json.loads(Path(self.state_file).read_text(encoding="utf-8"))
+            holders = {str(k): str(v) for k, v in data["holders"].items()}
+            for uuid, saved in data["trackers"].items():
+                self._tracker(uuid).restore(saved)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            self.log.warning("Ignoring unreadable culler state %s: %s", self.state_file, e)
+            self._trackers.clear()
+            return
+        self._holders = holders
+        self.log.info(
+            "Restored the history of %d GPU(s) from %s", len(self._trackers), self.state_file
+        )
+
+    # -- running ---------------------------------------------------------------------
+
+    def check_config(self) -> None:
+        """Refuse to start on a configuration that can't work; warn on one that culls nothing."""
+        if not self.api_token:
+            raise ConfigError(
+                "no hub token: run the culler as a hub service (JUPYTERHUB_API_TOKEN)"
+            )
+        if self.interval <= 0 or self.gpu_poll_interval <= 0:
+            raise ConfigError("interval and gpu_poll_interval must be > 0")
+        self.base_policy()
+        if not self.agent_urls:
+            self.log.warning("No agent_urls: servers holding GPUs will never be culled")
+        if self.dry_run:
+            self.log.info("Dry run: decisions are logged, no server is stopped")
+
+    async def _every(self, seconds: float, step: CallableABC[[], Any]) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            try:
+                await step()
+            except Exception:
+                self.log.exception(
+                    "Unexpected error in %s; continuing", getattr(step, "__name__", step)
+                )
+            await asyncio.sleep(max(seconds - (loop.time() - started), 0.0))
+
+    async def run(self) -> None:
+        """Both loops, until SIGINT or SIGTERM."""
+        self.check_config()
+        self.load_state()
+        loop, task = asyncio.get_running_loop(), asyncio.current_task()
+        assert task is not None
+        # The hub stops a service with SIGINT, then SIGTERM 10 s later (then SIGKILL); a hub
+        # started with SIGINT ignored (a background job, nohup) passes that on, and the
+        # hub's shutdown then waited for this process. Both signals stop it, ignored or not.
+        signals = (signal.SIGINT, signal.SIGTERM)
+        for sig in signals:
+            loop.add_signal_handler(sig, task.cancel)
+        try:
+            await asyncio.gather(
+                self._every(self.gpu_poll_interval, self.poll_gpus_once),
+                self._every(self.interval, self.cull_once),
+            )
+        except asyncio.CancelledError:
+            self.log.info("Stopping")
+            self.save_state()
+        finally:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+
+    def start(self) -> None:
+        try:
+            with contextlib.suppress(KeyboardInterrupt):
+                asyncio.run(self.run())
+        except ConfigError as e:
+            self.log.critical("%s", e)
+            self.exit(1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    GPUIdleCuller.launch_instance(argv)

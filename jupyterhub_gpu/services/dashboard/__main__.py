@@ -1,0 +1,3 @@
+from jupyterhub_gpu.services.dashboard.app import main
+
+main()

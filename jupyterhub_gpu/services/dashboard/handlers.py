@@ -1,0 +1,248 @@
+"""The dashboard service's pages (tornado), under the service's prefix:
+
+- ``GET  /``: the page (first paint); people log in through the hub's OAuth;
+- ``GET  live``: the live part as HTML (the page's poll replaces it), ``api/cluster``: the
+  same as JSON (what this viewer may see);
+- ``GET actions/stop?user=&server=`` (the confirmation, with the note to the owner),
+  ``POST actions/stop`` (``user``, ``server``, ``note``) and ``POST actions/drain``
+  (``node``, ``action`` = drain | undrain, ``note``): admins only, the POSTs with the
+  page's XSRF token; names not on the dashboard are refused;
+- ``GET  oauth_callback``: the end of the hub's OAuth login.
+
+Every answer carries a strict Content-Security-Policy (scripts and styles from this
+origin only); every error is a sentence.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
+from tornado import web
+
+from jupyterhub_gpu.core.dashboard.inputs import BadInput, clean_note, known_node, user_and_server
+from jupyterhub_gpu.core.dashboard.view import Viewer, server_view
+from jupyterhub_gpu.services.dashboard.client import HubError
+from jupyterhub_gpu.services.dashboard.notes import record_stop
+from jupyterhub_gpu.services.dashboard.render import (
+    STATIC,
+    render_live,
+    render_message,
+    render_page,
+    render_stop,
+)
+
+if TYPE_CHECKING:
+    from jupyterhub_gpu.services.dashboard.app import GPUDashboard
+
+CSP = "; ".join(
+    [
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self' data:",
+        "font-src 'self'",
+        "connect-src 'self'",
+        "form-action 'self'",
+        "frame-ancestors 'self'",
+        "base-uri 'none'",
+    ]
+)
+LOGIN_EXPIRED = "Your login has expired or is not valid here: reload the page to log in again."
+ADMINS_ONLY = "Only admins can do this; ask one of your hub's admins."
+NO_ACCESS = (
+    "You may not use the GPU dashboard: your hub role lacks access to it. Ask an admin "
+    "(docs/dashboard.md, 'Set-up')."
+)
+NOT_SHOWN = "That server is not on the dashboard; reload it and use its buttons."
+STALE_FORM = (
+    "The form is out of date or did not come from this page (XSRF check): reload the page "
+    "and try again."
+)
+
+
+class _Handler(HubOAuthenticated, web.RequestHandler):
+    def initialize(self, dashboard: GPUDashboard) -> None:
+        self.dashboard = dashboard
+        self.hub_auth = dashboard.hub_auth
+
+    def set_default_headers(self) -> None:
+        self.set_header("Content-Security-Policy", CSP)
+        self.set_header("X-Content-Type-Options", "nosniff")
+        self.set_header("Referrer-Policy", "same-origin")
+        self.set_header("Cache-Control", "no-store")
+
+    @property
+    def viewer(self) -> Viewer:
+        user: dict[str, Any] = self.current_user
+        return Viewer(str(user.get("name", "")), bool(user.get("admin")))
+
+    def xsrf(self) -> str:
+        token = self.xsrf_token
+        return token.decode() if isinstance(token, bytes) else str(token)
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        error = kwargs.get("exc_info", (None, None))[1]
+        message = getattr(error, "log_message", None) or ""
+        if "xsrf" in message.lower():
+            message = STALE_FORM
+        elif message.endswith(" is not allowed."):  # HubAuthenticated: no access scope
+            message = NO_ACCESS
+        elif status_code == 403 and not message:  # @web.authenticated on a POST
+            message = LOGIN_EXPIRED
+        self.answer(status_code, message or f"{self._reason}: reload the page and try again.")
+
+    def answer(self, status: int, message: str) -> None:
+        """One sentence, as a page (or JSON for ``api/`` paths)."""
+        self.set_status(status)
+        if self.request.path.startswith(self.dashboard.service_prefix + "api/"):
+            self.set_header("Content-Type", "application/json")
+            self.finish(json.dumps({"status": status, "message": message}))
+            return
+        title = "Done" if status < 400 else "Not done"
+        self.finish(render_message(self.dashboard.page, title, message, status < 400))
+
+    def require_user(self) -> Viewer:
+        """The viewer, or 403 (no redirect: live updates and the API are not pages)."""
+        if not self.current_user:
+            raise web.HTTPError(403, LOGIN_EXPIRED)
+        return self.viewer
+
+    def require_admin(self) -> Viewer:
+        viewer = self.require_user()
+        if not viewer.admin:
+            raise web.HTTPError(403, ADMINS_ONLY)
+        return viewer
+
+
+class PageHandler(_Handler):
+    @web.authenticated
+    def get(self) -> None:
+        viewer, d = self.viewer, self.dashboard
+        html = render_page(
+            d.view_for(viewer),
+            d.page,
+            self.xsrf(),
+            d.usage_for(viewer),
+            stale=d.stale_message(),
+            notes=d.notes_for(viewer),
+        )
+        self.finish(html)
+
+
+class LiveHandler(_Handler):
+    def get(self) -> None:
+        viewer, d = self.require_user(), self.dashboard
+        html = render_live(
+            d.view_for(viewer),
+            d.page,
+            self.xsrf(),
+            stale=d.stale_message(),
+            notes=d.notes_for(viewer),
+        )
+        self.finish(html)
+
+
+class ClusterJSONHandler(_Handler):
+    def get(self) -> None:
+        viewer = self.require_user()
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(self.dashboard.visible_payload(viewer)))
+
+
+class StopHandler(_Handler):
+    def _shown(self) -> tuple[str, str, dict[str, Any]]:
+        """The (user, server) the request names, if the dashboard shows that server."""
+        try:
+            user, server = user_and_server(
+                self.get_argument("user", None), self.get_argument("server", "")
+            )
+        except BadInput as e:
+            raise web.HTTPError(e.status, str(e)) from None
+        for s in (self.dashboard.payload or {}).get("servers", []):
+            if (s.get("user"), s.get("server")) == (user, server):
+                return user, server, s
+        raise web.HTTPError(404, NOT_SHOWN)
+
+    def get(self) -> None:
+        admin = self.require_admin()
+        _, _, entry = self._shown()
+        view = server_view(entry, admin, datetime.now(timezone.utc))
+        gpus = len(entry.get("gpus") or [])
+        self.finish(render_stop(self.dashboard.page, view, gpus, self.xsrf()))
+
+    async def post(self) -> None:
+        admin, d = self.require_admin(), self.dashboard
+        user, server, _ = self._shown()
+        try:
+            note = clean_note(self.get_body_argument("note", ""))
+        except BadInput as e:
+            return self.answer(e.status, str(e))
+        try:
+            message = await d.client().stop_server(user, server)
+        except HubError as e:
+            return self.answer(e.status, str(e))
+        d.log.info("Admin %s stopped %s/%s from the dashboard", admin.name, user, server)
+        if d.notes_file:
+            try:
+                at = datetime.now(timezone.utc)
+                record_stop(d.notes_file, user, server, admin.name, note, at, d.notes_keep)
+            except OSError as e:
+                d.log.warning("Could not write the note to %s: %s", d.notes_file, e)
+                message += " The note could not be saved; tell the owner yourself."
+        await d.poll_once()
+        self.answer(200, message)
+
+
+class DrainHandler(_Handler):
+    async def post(self) -> None:
+        admin, d = self.require_admin(), self.dashboard
+        nodes = {str(n.get("name")) for n in (d.payload or {}).get("nodes", [])}
+        action = self.get_body_argument("action", "drain")
+        try:
+            node = known_node(self.get_body_argument("node", None), nodes)
+            note = clean_note(self.get_body_argument("note", ""))
+            if action not in ("drain", "undrain"):
+                raise BadInput("The action must be 'drain' or 'undrain'.")
+        except BadInput as e:
+            return self.answer(e.status, str(e))
+        try:
+            client = d.client()
+            if action == "drain":
+                message = await client.drain(node, note, admin.name)
+            else:
+                message = await client.undrain(node, admin.name)
+        except HubError as e:
+            return self.answer(e.status, str(e))
+        await d.poll_once()
+        self.answer(200, message)
+
+
+class CallbackHandler(HubOAuthCallbackHandler):
+    def initialize(self, dashboard: GPUDashboard) -> None:
+        self.hub_auth = dashboard.hub_auth
+
+
+def make_app(dashboard: GPUDashboard, cookie_secret: bytes | None = None) -> web.Application:
+    """The service's tornado application (``cookie_secret``: a new random one by default;
+    a restarted service then logs people in again through the hub, without asking them)."""
+    prefix = dashboard.service_prefix
+    args = {"dashboard": dashboard}
+    return web.Application(
+        [
+            (prefix, PageHandler, args),
+            (prefix + "live", LiveHandler, args),
+            (prefix + "api/cluster", ClusterJSONHandler, args),
+            (prefix + "actions/stop", StopHandler, args),
+            (prefix + "actions/drain", DrainHandler, args),
+            (prefix + "oauth_callback", CallbackHandler, args),
+        ],
+        cookie_secret=cookie_secret or os.urandom(32),
+        xsrf_cookies=True,
+        compress_response=True,
+        static_path=str(STATIC),
+        static_url_prefix=prefix + "static/",
+    )

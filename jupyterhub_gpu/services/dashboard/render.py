@@ -1,0 +1,128 @@
+"""The dashboard's HTML from view objects (pure): Jinja2 with autoescaping on for every
+template, undefined names an error (a template typo fails the tests, not a user's page)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from jupyterhub_gpu.core.dashboard.view import ClusterView, ServerView
+from jupyterhub_gpu.services.dashboard.usage import UsageCharts
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+STATIC = Path(__file__).resolve().parent / "static"
+
+
+@functools.cache
+def environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+@dataclass(frozen=True)
+class Page:
+    """Where things are, for links: the hub's prefix (``/hub/``), this service's
+    (``/services/gpu-dashboard/``) and its static files'."""
+
+    hub_prefix: str
+    service_prefix: str
+    interval: float = 5.0  # seconds between live updates
+
+    @property
+    def static_prefix(self) -> str:
+        return self.service_prefix + "static/"
+
+
+@dataclass(frozen=True)
+class Usage:
+    everyone: UsageCharts | None = None
+    mine: UsageCharts | None = None
+    message: str = ""  # why there is none, as a sentence
+    days: int = 14
+
+
+def render_live(
+    view: ClusterView, page: Page, xsrf: str, *, stale: str = "", notes: Sequence[str] = ()
+) -> str:
+    """The live part (what the page's poll replaces)."""
+    return (
+        environment()
+        .get_template("_live.html")
+        .render(
+            view=view,
+            service_prefix=page.service_prefix,
+            xsrf=xsrf,
+            stale=stale,
+            notes=list(notes),
+        )
+    )
+
+
+def render_page(
+    view: ClusterView,
+    page: Page,
+    xsrf: str,
+    usage: Usage,
+    *,
+    stale: str = "",
+    notes: Sequence[str] = (),
+) -> str:
+    """The whole page (first paint)."""
+    return (
+        environment()
+        .get_template("dashboard.html")
+        .render(
+            view=view,
+            viewer=view.viewer,
+            hub_prefix=page.hub_prefix,
+            service_prefix=page.service_prefix,
+            static_prefix=page.static_prefix,
+            interval=f"{page.interval:g}",
+            xsrf=xsrf,
+            stale=stale,
+            notes=list(notes),
+            everyone=usage.everyone,
+            mine=usage.mine,
+            usage_message=usage.message,
+            usage_days=usage.days,
+        )
+    )
+
+
+def render_stop(page: Page, server: ServerView, gpus: int, xsrf: str) -> str:
+    """An admin's confirmation of a stop, with the note to the owner."""
+    return (
+        environment()
+        .get_template("stop.html")
+        .render(
+            server=server,
+            gpus=gpus,
+            xsrf=xsrf,
+            service_prefix=page.service_prefix,
+            static_prefix=page.static_prefix,
+        )
+    )
+
+
+def render_message(page: Page, title: str, message: str, ok: bool) -> str:
+    """A page with one sentence: an action's result or why it was refused."""
+    return (
+        environment()
+        .get_template("message.html")
+        .render(
+            title=title,
+            message=message,
+            ok=ok,
+            service_prefix=page.service_prefix,
+            static_prefix=page.static_prefix,
+        )
+    )

@@ -1,0 +1,3 @@
+from jupyterhub_gpu.services.usage.app import main
+
+main()
