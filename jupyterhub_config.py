@@ -1,12 +1,13 @@
 """Example configuration for a real site. Copy it, then replace every <PLACEHOLDER>.
 
 Start with:  jupyterhub -f jupyterhub_config.py
-Secrets (LDAP bind password, agent token, JUPYTERHUB_CRYPT_KEY) come from the
-environment, never from this file.
+Secrets (LDAP bind password, the agents' site secret, JUPYTERHUB_CRYPT_KEY) come from
+the environment or from files only root and the hub can read, never from this file. The
+hub's state (its database, cookie secret, the accounting database, drains) lives under
+/var/lib/jupyterhub-gpu, never relative to the directory the hub is started in.
 """
 
 import os
-import sys
 
 c = get_config()  # type: ignore[name-defined]  # noqa: F821
 
@@ -17,6 +18,10 @@ c.JupyterHub.ssl_key = "/etc/jupyterhub/tls/hub.key"
 # single-user servers on the GPU nodes call back to the hub at this address
 c.JupyterHub.hub_bind_url = "http://0.0.0.0:8081"
 c.JupyterHub.hub_connect_ip = "<HUB_IP_REACHABLE_FROM_NODES>"
+STATE = "/var/lib/jupyterhub-gpu"
+c.JupyterHub.db_url = f"sqlite:///{STATE}/jupyterhub.sqlite"
+# the cookie secret also keys the containers' seals (docs/architecture.md): back it up
+c.JupyterHub.cookie_secret_file = f"{STATE}/jupyterhub_cookie_secret"
 
 # --- login: the lab's LDAP (see docs/auth.md; OAuth/OIDC is documented there too) ---
 c.JupyterHub.authenticator_class = "jupyterhub_gpu.hub.auth.ldap.GPULDAPAuthenticator"
@@ -29,6 +34,9 @@ c.LDAPAuthenticator.lookup_dn_search_password = os.environ.get("LDAP_SEARCH_PASS
 c.LDAPAuthenticator.user_search_base = "<ou=people,dc=example,dc=org>"
 c.LDAPAuthenticator.user_attribute = "uid"
 c.LDAPAuthenticator.allowed_groups = ["<cn=gpu-users,ou=groups,dc=example,dc=org>"]
+# the user's groups: for group_bounds below, charge groups and reservations (docs/auth.md)
+c.GPULDAPAuthenticator.group_search_base = "<ou=groups,dc=example,dc=org>"
+c.GPULDAPAuthenticator.admin_groups = {"<hub-admins>"}  # group names (or DNs)
 c.Authenticator.enable_auth_state = True  # needs JUPYTERHUB_CRYPT_KEY in the environment
 # with auth_state, GPUDockerSpawner.require_identity is on: a user without uidNumber is
 # refused rather than run as the fallback uid
@@ -45,14 +53,18 @@ c.GPUDockerSpawner.nodes = [
             "client_cert": "/etc/jupyterhub/docker-tls/cert.pem",
             "client_key": "/etc/jupyterhub/docker-tls/key.pem",
         },
-        "agent_url": "http://<gpu-a.example.org>:9450",
+        "agent_url": "https://<gpu-a.example.org>:9450",  # GPUs read through NVML there
         "labels": {"site": "<building>", "rack": "<rack>"},
     },
     # {"name": "gpu-b", ...},
 ]
-# GPU inventories: "nvml" through each node's agent, or a declared file you maintain
-c.GPUDockerSpawner.probe_mode = "declared"
-c.GPUDockerSpawner.inventory_file = "/etc/jupyterhub/gpu-inventory.yaml"
+# each node's GPUs come from its agent (agent_url, NVML on the node; docs/agent.md), the
+# agents' site secret from $JUPYTERHUB_GPU_SITE_SECRET. A node without an agent would need
+# c.GPUDockerSpawner.probe_mode = "declared" and an inventory_file instead.
+c.AgentClient.ca_cert = "/etc/jupyterhub/docker-tls/ca.pem"  # the agents' TLS (docs/agent.md)
+# drains made on the dashboard survive a restart
+c.GPUDockerSpawner.drains_file = f"{STATE}/drains.json"
+c.GPUDockerSpawner.accounting_url = f"sqlite:///{STATE}/jupyterhub-gpu-accounting.sqlite"
 
 # --- shared storage: the same CephFS/GlusterFS/NFS path on every node -------------
 c.GPUDockerSpawner.home_template = "/mnt/cephfs/home/{username}"
@@ -80,45 +92,22 @@ c.Spawner.start_timeout = 300  # first pull of a CUDA image on a node takes minu
 c.Spawner.http_timeout = 120
 
 # --- the GPU idle culler, a hub-managed service (docs/culler.md) -----------------------
-# its own settings (agent_urls, timeouts, group_overrides) in /etc/jupyterhub/culler_config.py
-c.JupyterHub.services = [
-    {
-        "name": "gpu-culler",
-        "command": [
-            sys.executable,
-            "-m",
-            "jupyterhub_gpu.services.culler",
-            "--config=/etc/jupyterhub/culler_config.py",
-        ],
-        "environment": {
-            "JUPYTERHUB_GPU_AGENT_TOKEN": os.environ.get("JUPYTERHUB_GPU_AGENT_TOKEN", "")
-        },
-    }
-]
-c.JupyterHub.load_roles = [
-    {
-        "name": "gpu-culler",
-        "scopes": [
-            "list:users",
-            "read:servers",
-            "admin:server_state",  # which GPUs each server holds
-            "delete:servers",  # no access:servers: it reads a server with that server's token
-            "read:users:groups",  # only needed with group_overrides
-        ],
-        "services": ["gpu-culler"],
-    }
-]
-c.GPUDockerSpawner.cull_notes_file = "/srv/jupyterhub/cull-notes.json"  # = its notes_file
-# = its deadlines_file: the GPU queue's estimates, the dashboard's "culled at the earliest"
-c.GPUDockerSpawner.cull_deadlines_file = "/srv/jupyterhub/cull-deadlines.json"
+# configure_culler(c) below adds the service, its role and the hub API it learns the nodes'
+# agents from; its own settings (timeouts, group_overrides) in culler_config.py. These two
+# files are written by the culler and read by the hub:
+c.GPUDockerSpawner.cull_notes_file = f"{STATE}/cull-notes.json"
+# the GPU queue's estimates, the dashboard's "culled at the earliest"
+c.GPUDockerSpawner.cull_deadlines_file = f"{STATE}/cull-deadlines.json"
 
 # --- refuse to start on a bad nodes/inventory/catalog/bounds setting -------------------
 # --- the cluster dashboard at /services/gpu-dashboard/ (docs/dashboard.md) ------------
 from jupyterhub_gpu.hub.config import check_config  # noqa: E402
+from jupyterhub_gpu.hub.extensions import configure_culler as add_culler  # noqa: E402
 from jupyterhub_gpu.hub.extensions import configure_dashboard as add_dashboard  # noqa: E402
 from jupyterhub_gpu.hub.extensions import configure_my_images as add_my_images  # noqa: E402
 from jupyterhub_gpu.hub.extensions import configure_reservations as add_reservations  # noqa: E402
 
+add_culler(c, config_file="/etc/jupyterhub/culler_config.py")
 add_dashboard(c, show_names=True)  # False: users see only their own names (privacy)
 add_reservations(c)  # GPU reservations: jupyterhub-gpu reserve (docs/scheduling.md)
 # users save their environments as images (docs/my-images.md); saving is on with a registry

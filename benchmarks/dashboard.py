@@ -17,8 +17,8 @@ allocations (as :func:`jupyterhub_gpu.edges.accounting.store.AccountingStore.int
 - ``payload_ms``: the hub's side: :func:`.payload.build_payload` from the snapshot, the
   servers and the drains, and ``json.dumps`` (what ``GET /hub/api/gpu/cluster`` does
   besides reading the nodes, which the hub does anyway every 5 s and caches);
-- ``poll_ms``: the service's side of one background read: ``json.loads`` of that answer
-  and the history's new samples;
+- ``poll_ms``: the service's side of one background read: ``json.loads`` of that answer,
+  its typed decoding (:func:`.wire.cluster.decode_payload`) and the history's new samples;
 - ``first_paint_ms``: payload + poll + what ``GET /`` does for one person: the privacy
   filter, the view, the usage charts (everyone's and the viewer's) and the whole page;
   as an admin (every action form) and as a user on a site hiding names;
@@ -49,11 +49,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jupyterhub_gpu.core.accounting.report import Interval
 from jupyterhub_gpu.core.dashboard.history import History
+from jupyterhub_gpu.core.dashboard.payload import ClusterPayload
 from jupyterhub_gpu.core.dashboard.view import Viewer, cluster_view, redact
 from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeInventory, NodeState
 from jupyterhub_gpu.services.dashboard.render import Page, Usage, render_live, render_page
 from jupyterhub_gpu.services.dashboard.usage import summarize, usage_charts
-from jupyterhub_gpu.wire.cluster import ServerInfo, build_payload
+from jupyterhub_gpu.wire.cluster import ServerInfo, build_payload, decode_payload
 from jupyterhub_gpu.wire.nodes_file import NodeSpec
 
 MODELS = [
@@ -171,12 +172,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     wire = payload()
     for k in range(int(args.window / 5)):  # a full history, one sample per 5 s poll
-        history.record(json.loads(wire), clock - args.window + 5 * k)
+        history.record(decode_payload(json.loads(wire)), clock - args.window + 5 * k)
     usage_rows = intervals(rng, 6000, 14)
     admin, user = Viewer("user000", admin=True), Viewer("user001")
 
-    def poll() -> dict[str, Any]:
-        data: dict[str, Any] = json.loads(payload())
+    def poll() -> ClusterPayload:
+        data = decode_payload(json.loads(payload()))
         history.record(data, clock)
         return data
 
@@ -190,7 +191,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         return render_page(view, PAGE, "xsrf-token", usage)
 
-    data = json.loads(wire)
+    data = decode_payload(json.loads(wire))
 
     def update(viewer: Viewer, show_names: bool) -> str:
         view = cluster_view(redact(data, viewer, show_names), viewer, history, now=NOW)
@@ -206,7 +207,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     cases: dict[str, Callable[[], Any]] = {
         "payload_ms": payload,
-        "poll_ms": lambda: history.record(json.loads(wire), clock),
+        "poll_ms": lambda: history.record(decode_payload(json.loads(wire)), clock),
         "first_paint_ms_admin": lambda: page(admin, True),
         "first_paint_ms_user_names_hidden": lambda: page(user, False),
         "update_ms_admin": lambda: update(admin, True),

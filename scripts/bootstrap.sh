@@ -10,7 +10,7 @@ fi
 stamp=.venv/.installed-$(cat setup.cfg pyproject.toml | sha256sum | cut -c1-16)
 if [[ ! -f $stamp ]]; then
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e ".[test]"
+  .venv/bin/pip install -q -e ".[hub,test]"
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

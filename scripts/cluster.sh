@@ -171,6 +171,8 @@ wait_engine() {
 prepare_engine_dir() {  # returns 1 when the engine already runs as it should
   local node=$1 dir="$STATE/engines/$1"
   mkdir -p "$dir/data" "$dir/exec" "$STATE/hook"
+  # the hook is looked up at every GPU container's start: a running engine gets a new one too
+  install -m 0755 "$REPO/tests/cluster/fake-nvidia/nvidia-container-runtime-hook" "$STATE/hook/"
   if engine_alive "$node" && dk "$node" info >/dev/null 2>&1; then
     in_its_netns "$node" && { log "$node: running"; return 1; }
     log "$node: running outside its network namespace (an older set-up); restarting it"
@@ -178,7 +180,6 @@ prepare_engine_dir() {  # returns 1 when the engine already runs as it should
   fi
   # a killed dockerd leaves its pidfile and socket behind: clear stale ones
   rm -f "$dir/docker.pid" "$dir/docker.sock" "$dir/exec/containerd/containerd.pid"
-  install -m 0755 "$REPO/tests/cluster/fake-nvidia/nvidia-container-runtime-hook" "$STATE/hook/"
 }
 
 start_builder() {  # image builds only: this machine's namespace, no network for containers

@@ -15,7 +15,9 @@ them the fixture fails with that instruction.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -29,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "ldap-server.sh"
@@ -147,12 +151,47 @@ class LDAPServer:
     def search(self, base: str, filt: str = "(objectClass=*)", *attrs: str) -> str:
         return self._ldap("ldapsearch", ["-LLL", "-b", base, filt, *attrs])
 
-    def accepted_connections(self) -> int:
-        """How many connections slapd has accepted so far (from its log)."""
-        try:
-            return self.log_path.read_text(errors="replace").count(" ACCEPT from ")
-        except OSError:
-            return 0
+    def accepted_before_probe(self, timeout: float = 10) -> int:
+        """Connect to slapd once (a probe) and wait until its log shows that connection
+        accepted; return how many connections it had accepted before the probe.
+
+        slapd accepts connections in the order they arrived, so every connection made
+        before this call is counted: "nothing connected" is proven by this count, not by
+        waiting for slapd's log to catch up. (Two calls in a row differ by 1: the probe.)
+        """
+        with socket.create_connection((self.host, self.port), timeout=5) as probe:
+            port = probe.getsockname()[1]
+            # this connection's line: "conn=N fd=M ACCEPT from IP=127.0.0.1:<port> (IP=...)"
+            line = re.compile(rf" ACCEPT from IP=\S+:{port} ")
+
+            def accepted_before() -> tuple[int] | None:  # a tuple: 0 is an answer too
+                text = self.log_path.read_text(errors="replace")
+                found = line.search(text)
+                return None if found is None else (text.count(" ACCEPT from ", 0, found.start()),)
+
+            (count,) = wait_until(
+                accepted_before,
+                timeout,
+                f"slapd to log the probe connection from port {port}",
+                interval=0.01,
+                ignore=(OSError,),
+                details=lambda: self.log_tail(10),
+            )
+        return count
+
+    def waiting_connections(self) -> int:
+        """Connections the kernel has completed to slapd's port that slapd has not
+        accepted yet (its listening socket's accept queue, from /proc/net/tcp*): while
+        slapd is paused, a client that connected shows here."""
+        queued = 0
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            with contextlib.suppress(OSError), open(table) as f:
+                for row in f.readlines()[1:]:
+                    fields = row.split()
+                    local, state, queues = fields[1], fields[3], fields[4]
+                    if state == "0A" and int(local.rsplit(":", 1)[1], 16) == self.port:
+                        queued += int(queues.split(":")[1], 16)  # rx_queue: the accept queue
+        return queued
 
     def log_tail(self, lines: int = 30) -> str:
         try:

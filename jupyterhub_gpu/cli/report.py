@@ -17,9 +17,11 @@ from datetime import datetime, timezone
 
 from jupyterhub_gpu.core.accounting.query import parse_format, parse_query, render
 from jupyterhub_gpu.core.accounting.report import ReportError, report
-from jupyterhub_gpu.edges.accounting.store import AccountingStore, AccountingUnavailable
-
-DEFAULT_URL = "sqlite:///jupyterhub-gpu-accounting.sqlite"
+from jupyterhub_gpu.edges.accounting.store import (
+    DEFAULT_URL,
+    AccountingStore,
+    AccountingUnavailable,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

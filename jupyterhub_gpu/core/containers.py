@@ -11,11 +11,15 @@ the spawner's value, set last, is what keeps an image's own ``ENV`` from widenin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from docker.types import DeviceRequest
 
+from jupyterhub_gpu.core.allocation import ALLOCATION_LABEL, LABEL, SEAL_LABEL, Allocation
+from jupyterhub_gpu.core.form.resources import ResourceLimits
 from jupyterhub_gpu.errors import NodeFailure
 
 CDI_KIND = "nvidia.com/gpu"
@@ -55,3 +59,65 @@ def published_port(bindings: Any) -> int:
         "The node did not publish your server's port; start again, and if it keeps failing "
         "tell an admin (the node's Docker engine may lack iptables or its user network)."
     )
+
+
+@dataclass(frozen=True)
+class ServerContainer:
+    """What decides one user server's container, as plain data (the spawner fills it)."""
+
+    uid: int
+    gid: int
+    supplementary_gids: Sequence[int]
+    labels: Mapping[str, str]
+    gpu_uuids: Sequence[str]
+    network: str  # the node's user network (never the host's)
+    limits: ResourceLimits
+    home: tuple[str, str] | None = None  # (path on the node, path in the container)
+    binds: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # datasets
+    device_driver: str = "nvidia"
+
+
+def container_spec(c: ServerContainer) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(create_kwargs, host_config)`` for Docker's create call (DockerSpawner's
+    ``extra_create_kwargs`` and ``extra_host_config``): the user's uid:gid, its labels, the
+    home as working directory; exactly its GPUs, the user network, the limits, every
+    capability dropped and no privilege gain. Golden tests: tests/unit/test_containers.py.
+    """
+    binds: dict[str, dict[str, str]] = {}
+    if c.home is not None:
+        binds[c.home[0]] = {"bind": c.home[1], "mode": "rw"}
+    binds.update({k: dict(v) for k, v in c.binds.items()})
+    create_kwargs: dict[str, Any] = {"user": f"{c.uid}:{c.gid}", "labels": dict(c.labels)}
+    if c.home is not None:
+        create_kwargs["working_dir"] = c.home[1]
+    host_config: dict[str, Any] = {
+        "device_requests": device_requests(c.gpu_uuids, c.device_driver),
+        "binds": binds,
+        "network_mode": c.network,
+        "group_add": [str(g) for g in c.supplementary_gids],
+        "shm_size": c.limits.shm_bytes,
+        "pids_limit": c.limits.pids_limit,
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+    }
+    return create_kwargs, host_config
+
+
+def server_labels(
+    claim: Allocation, image: str, started: datetime, seal_key: bytes | None
+) -> dict[str, str]:
+    """The labels of a server's container: who, where, which GPUs, and the allocation id
+    with its seal (:mod:`.allocation`) when the hub has a key."""
+    labels = {
+        f"{LABEL}.hub": claim.hub_id,
+        f"{LABEL}.owner": claim.owner,
+        f"{LABEL}.server": claim.server,
+        f"{LABEL}.node": claim.node,
+        f"{LABEL}.gpus": ",".join(claim.gpus),
+        f"{LABEL}.image": image,
+        f"{LABEL}.started": started.isoformat(timespec="seconds"),
+        ALLOCATION_LABEL: claim.id,
+    }
+    if seal_key is not None:
+        labels[SEAL_LABEL] = claim.seal(seal_key)
+    return labels

@@ -7,7 +7,7 @@ scheme DockerSpawner uses for container names), so ``..``, ``/``, NUL and leadin
 can't survive; the result is still checked lexically against the root.
 
 Creating the home (owner, mode 0700, no symlinks) is
-:func:`jupyterhub_gpu.core.identity.ensure_home`.
+:func:`jupyterhub_gpu.edges.home_dirs.ensure_home`.
 """
 
 from __future__ import annotations

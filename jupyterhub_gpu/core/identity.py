@@ -1,7 +1,6 @@
 """Who a user is inside a container, what their groups allow, and where their home lives.
 
-Pure except for two clearly marked functions at the bottom (``verify_home_path`` and
-``ensure_home``), which touch the file system.
+Pure: the home's checks and creation on disk are :mod:`jupyterhub_gpu.edges.home_dirs`.
 
 The authenticators (LDAP in :mod:`jupyterhub_gpu.hub.auth.ldap`, OAuth through
 :mod:`jupyterhub_gpu.hub.auth.oauth`) store the same keys in the encrypted ``auth_state``:
@@ -22,42 +21,27 @@ never run (no uid, root, system uids). :func:`resolve_policy` combines per-group
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from jupyterhub_gpu.errors import ConfigError, UnsafePath, UserFacingError
+from jupyterhub_gpu.errors import ConfigError, IdentityError, UnsafePath
 
 __all__ = [
     "MAX_ID",
     "Identity",
     "IdentityError",
-    "ensure_home",
     "identity_from_auth_state",
     "identity_required",
     "map_home",
     "parse_id",
     "resolve_identity",
-    "verify_home_path",
 ]
 
 #: Largest uid/gid accepted (2**32 - 2; 2**32 - 1 is the kernel's "no id").
 MAX_ID = 2**32 - 2
-
-
-class IdentityError(UserFacingError):
-    """The account has no usable POSIX identity (no uid, root, a system uid).
-
-    The message is shown to the user on the login page; it names the problem and says
-    that an administrator must fix the account.
-    """
-
-    status_code = 403
-    reason = "no_identity"
 
 
 @dataclass(frozen=True)
@@ -220,7 +204,7 @@ def _check_relative(rel: PurePosixPath, what: str, shown: str) -> None:
         raise UnsafePath(f"The {what} {shown!r} names no folder of its own; refused.")
 
 
-def _check_root(shared_root: str | os.PathLike[str]) -> PurePosixPath:
+def check_root(shared_root: str | os.PathLike[str]) -> PurePosixPath:
     raw = os.fspath(shared_root)
     root = PurePosixPath(raw)
     if "\x00" in raw or not root.is_absolute() or ".." in root.parts or root == root.parent:
@@ -248,7 +232,7 @@ def map_home(
     ``home_prefix``, the prefix itself) and :class:`ConfigError` for a bad root, prefix or
     template. Symbolic links are checked by :func:`verify_home_path`, which does I/O.
     """
-    root = _check_root(shared_root)
+    root = check_root(shared_root)
     if not isinstance(username, str) or not username:
         raise UnsafePath("The username is empty; refused.")
     _check_text(username, "username")
@@ -290,110 +274,3 @@ def map_home(
     if os.path.commonpath([str(root), os.path.normpath(str(result))]) != str(root):
         raise UnsafePath(f"The home path {str(result)!r} would leave {str(root)!r}; refused.")
     return Path(str(result))
-
-
-# --------------------------------------------------------------------------- I/O below
-
-
-def verify_home_path(path: str | os.PathLike[str], shared_root: str | os.PathLike[str]) -> Path:
-    """Check on disk that ``path`` stays under ``shared_root``; returns its real path.
-
-    Every existing component below the root must be a real directory, not a symbolic link
-    (a link to another user's home is as bad as a link out). The root itself may be a link
-    (an admin's choice). Missing components are fine (the home may not exist yet).
-    """
-    root = Path(_check_root(shared_root))
-    target = Path(os.fspath(path))
-    try:
-        rel = target.relative_to(root)
-    except ValueError:
-        raise UnsafePath(f"The home path {str(target)!r} is not under {str(root)!r}.") from None
-    if ".." in rel.parts:
-        raise UnsafePath(f"The home path {str(target)!r} contains '..'; refused.")
-    current = root
-    for part in rel.parts:
-        current = current / part
-        try:
-            st = os.lstat(current)
-        except FileNotFoundError:
-            break
-        if stat.S_ISLNK(st.st_mode):
-            raise UnsafePath(
-                f"{str(current)!r} is a symbolic link; homes must be real folders under "
-                f"{str(root)!r}. An administrator must remove the link."
-            )
-    real_root = os.path.realpath(root)
-    real = os.path.realpath(target)
-    if os.path.commonpath([real_root, real]) != real_root or real == real_root:
-        raise UnsafePath(f"The home path {str(target)!r} resolves outside {str(root)!r}.")
-    return Path(real)
-
-
-def ensure_home(
-    path: str | os.PathLike[str],
-    uid: int,
-    gid: int,
-    mode: int = 0o700,
-    *,
-    shared_root: str | os.PathLike[str] | None = None,
-) -> bool:
-    """Create the home folder ``path`` owned by ``uid:gid`` with ``mode`` if it is missing.
-
-    Returns True when it was created, False when a suitable one already existed. Refuses
-    (:class:`UnsafePath`) a path that is a symbolic link or not a folder, or an existing
-    folder owned by another uid. Its parent must exist. Needs the right to chown (root, or
-    a helper that has it); it never runs inside the user's container. With ``shared_root``
-    the path is first checked with :func:`verify_home_path`. The folder is created and
-    then changed through a file descriptor opened with ``O_NOFOLLOW``, so a link swapped
-    in between cannot redirect the chown.
-    """
-    if isinstance(uid, bool) or isinstance(gid, bool) or uid <= 0 or gid <= 0:
-        raise ValueError(f"ensure_home refuses uid {uid}/gid {gid}: never root, never negative")
-    target = Path(os.fspath(path))
-    if shared_root is not None:
-        verify_home_path(target, shared_root)
-    try:
-        parent_fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
-    except FileNotFoundError:
-        raise UnsafePath(
-            f"The folder {str(target.parent)!r} that holds your home does not exist; "
-            "an administrator must create it."
-        ) from None
-    try:
-        created = True
-        try:
-            os.mkdir(target.name, mode, dir_fd=parent_fd)
-        except FileExistsError:
-            created = False
-            if stat.S_ISLNK(os.lstat(target.name, dir_fd=parent_fd).st_mode):
-                raise UnsafePath(
-                    f"{str(target)!r} is a symbolic link, not a folder; refused."
-                ) from None
-        try:
-            fd = os.open(
-                target.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent_fd
-            )
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise UnsafePath(
-                    f"{str(target)!r} is a symbolic link, not a folder; refused."
-                ) from None
-            if e.errno == errno.ENOTDIR:
-                raise UnsafePath(f"{str(target)!r} exists and is not a folder; refused.") from None
-            raise
-        try:
-            if created:
-                os.fchown(fd, uid, gid)
-                os.fchmod(fd, mode)
-                return True
-            owner = os.fstat(fd).st_uid
-            if owner != uid:
-                raise UnsafePath(
-                    f"The home folder {str(target)!r} belongs to uid {owner}, not to uid "
-                    f"{uid}; an administrator must fix its owner."
-                )
-            return False
-        finally:
-            os.close(fd)
-    finally:
-        os.close(parent_fd)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import PurePosixPath
 
-from jupyterhub_gpu.errors import UserFacingError
+from jupyterhub_gpu.errors import NameTooLong
 
 NAME_MAX = 255  #: bytes in one path component (Linux)
 PATH_MAX = 4095  #: bytes in a path, without the terminating NUL (Linux PATH_MAX 4096)
@@ -36,13 +36,6 @@ PATH = "path"
 #: ``render(username, server_name)`` -> the (kind, text) pairs made from them, where kind
 #: is :data:`CONTAINER_NAME` or :data:`PATH`.
 Render = Callable[[str, str], Iterable[tuple[str, str]]]
-
-
-class NameTooLong(UserFacingError):
-    """A container name or path made from the user's or server's name is too long."""
-
-    status_code = 400
-    reason = "name_too_long"
 
 
 def _fits(kind: str, text: str) -> bool:

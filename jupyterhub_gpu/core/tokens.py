@@ -1,7 +1,8 @@
 """Per-node agent tokens, derived from one site secret.
 
 The hub holds one site secret (``c.GPUDockerSpawner.agent_token``, default
-``$JUPYTERHUB_GPU_AGENT_TOKEN``); each node's agent holds only its own token::
+``$JUPYTERHUB_GPU_SITE_SECRET``; the culler's ``agent_token`` the same); each node's agent
+holds only its own token (``$JUPYTERHUB_GPU_AGENT_TOKEN`` or ``--token-file`` on the node)::
 
     token = HMAC-SHA256(key=site secret, message=node name), as 64 hex digits
 
@@ -18,6 +19,19 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Mapping
+
+#: Where the hub and the culler read the site secret by default. The older name
+#: ``JUPYTERHUB_GPU_AGENT_TOKEN`` is still read there when this one is unset; on a node
+#: that name is the node's own token, never the site secret.
+SITE_SECRET_ENV = "JUPYTERHUB_GPU_SITE_SECRET"
+OLD_SITE_SECRET_ENV = "JUPYTERHUB_GPU_AGENT_TOKEN"
+
+
+def site_secret_from(environ: Mapping[str, str]) -> str:
+    """The site secret a hub-side process finds in its environment ('' if none)."""
+    return environ.get(SITE_SECRET_ENV) or environ.get(OLD_SITE_SECRET_ENV, "")
+
 
 #: A site secret shorter than this is refused: an empty or short secret makes every
 #: node's token guessable (HMAC of a known key is public).

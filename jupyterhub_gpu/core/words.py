@@ -1,8 +1,9 @@
-"""Small wording helpers shared by the scheduling messages (pure).
+"""Small wording helpers for the sentences people read (pure).
 
-Every sentence the scheduler produces is read by a person on the spawn-pending page or
-by an admin at a command line: counts with their nouns, ordinals, durations in minutes
-or hours, and wall-clock times in the hub's time zone.
+Every sentence the scheduler, the queue, the culler and the dashboard produce is read by a
+person (the spawn-pending page, a culler note on the spawn form, the dashboard) or by an
+admin at a command line: counts with their nouns, ordinals, durations (:func:`duration`,
+the one formatter of them), and wall-clock times in the hub's time zone.
 """
 
 from __future__ import annotations
@@ -37,15 +38,24 @@ def article(noun: str) -> str:
 
 
 def duration(seconds: float) -> str:
-    """``45 s``, ``12 min``, ``3 h 05 min``, ``2 days 4 h``."""
-    s = max(round(seconds), 0)
-    if s < 60:
+    """A span of time for people: ``45 s``, ``119 s``, ``12 min``, ``2 h``, ``3 h 05 min``,
+    ``7 days``, ``2 days 4 h``.
+
+    The one formatter of durations (queue sentences, the culler's reasons, the dashboard):
+    seconds under two minutes, then minutes, then hours and minutes, from two days on days
+    and hours; a zero last part is left out. Every part is rounded down (a negative span is
+    ``0 s``), so ``active 29 s ago, needs 30 s idle`` never reads as if the limit were met.
+    """
+    s = max(int(seconds), 0)
+    if s < 120:
         return f"{s} s"
     if s < 3600:
         return f"{s // 60} min"
     if s < 2 * 86400:
-        return f"{s // 3600} h {s % 3600 // 60:02d} min"
-    return f"{s // 86400} days {s % 86400 // 3600} h"
+        h, m = divmod(s // 60, 60)
+        return f"{h} h {m:02d} min" if m else f"{h} h"
+    d, h = divmod(s // 3600, 24)
+    return f"{d} days {h} h" if h else f"{d} days"
 
 
 def clock(at: float, now: float, tz: tzinfo = UTC) -> str:

@@ -40,9 +40,9 @@ from jupyterhub_gpu.core.inventory import ClusterSnapshot
 from jupyterhub_gpu.core.placement import place
 from jupyterhub_gpu.core.placement.request import NoFit, Placement, PlacementRequest
 from jupyterhub_gpu.core.scheduling import Policies, QueuedRequest, Refuse, Wait, never_fits
+from jupyterhub_gpu.core.words import duration
 from jupyterhub_gpu.hub.cluster import NODE_ERRORS
 from jupyterhub_gpu.hub.queue import MustQueue, QueueFull, QueueRefused, QueueTimeout, SpawnQueue
-from jupyterhub_gpu.hub.queue import span as _span
 
 if TYPE_CHECKING:
     from jupyterhub.spawner import Spawner as _SpawnerBase
@@ -224,7 +224,7 @@ class QueueingSpawnerMixin(_SpawnerBase):
 
         item = QueuedRequest(self.holder, self.user.name, group, request, time.time())
         limit = self._max_wait(group)
-        wait = _span(limit)
+        wait = duration(limit)
         self._event(20, f"{why} Your server waits in line for GPUs (up to {wait}).")
         try:
             return await self.queue.wait(

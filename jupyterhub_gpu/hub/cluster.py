@@ -40,11 +40,13 @@ from jupyterhub_gpu.core.inventory import ClusterSnapshot, NodeInventory, NodeSt
 from jupyterhub_gpu.core.usernet import network_options, network_problem
 from jupyterhub_gpu.edges.accounting.store import AccountingStore, AccountingUnavailable, safe_url
 from jupyterhub_gpu.edges.agents import AgentEndpoint, Unreachable, agent_client
+from jupyterhub_gpu.edges.docker_nodes import node_client, tls_config
 from jupyterhub_gpu.edges.probe import Probe, make_probe
 from jupyterhub_gpu.errors import ConfigError, GPUHubError
 from jupyterhub_gpu.hub.ledger import GPULedger
 from jupyterhub_gpu.hub.metrics import RECONCILIATION
 from jupyterhub_gpu.hub.recorder import Recorder, close_missed
+from jupyterhub_gpu.wire.drains import load_drains, save_drains
 from jupyterhub_gpu.wire.nodes_file import NodeSpec, load_nodes_file, parse_nodes
 
 T = TypeVar("T")
@@ -76,6 +78,7 @@ class ClusterSettings:
     threads_per_node: int = 4
     reconcile_interval: float = 30.0
     reconcile_grace: float = 0.0  # extra seconds a hold must be old before it can be freed
+    drains_file: str = ""  # where admins' drains are kept across restarts ("" = memory only)
 
 
 def _unreachable(error: BaseException, timed_out_counts: bool) -> bool:
@@ -92,26 +95,6 @@ def _unreachable(error: BaseException, timed_out_counts: bool) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
-
-
-def node_client(spec: NodeSpec, timeout: float, tls: Any) -> docker.APIClient:
-    """A Docker client for ``spec`` that trusts only the node's own CA.
-
-    docker-py's client is a ``requests.Session``; with ``trust_env`` on, requests lets
-    ``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE`` override the session's CA (requests issue
-    3829), so on a host that sets them the node's certificate would be checked against the
-    system CAs instead of the node's, and the proxy variables would apply to the Docker
-    API. Neither may decide how the hub reaches a node's engine."""
-
-    return _NodeClient(base_url=spec.docker_url, version="auto", timeout=timeout, tls=tls)
-
-
-class _NodeClient(docker.APIClient):
-    """docker-py's client with ``trust_env`` off (see :func:`node_client`)."""
-
-    def _retrieve_server_version(self) -> str:
-        self.trust_env = False  # set in __init__ before its first request (the negotiation)
-        return str(super()._retrieve_server_version())
 
 
 def _endpoint(spec: NodeSpec) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -151,8 +134,11 @@ class Cluster:
         self.recorder: Recorder | None = None
         self._usage: dict[str, Usage] = {}  # open allocation -> its usage so far
         self._unconfirmed: dict[str, str] | None = None  # open in the store at start: id -> node
-        # nodes an admin drained at run time (node -> note), beside the nodes file's drain
-        self.admin_drains: dict[str, str] = {}
+        # nodes an admin drained at run time (node -> note), beside the nodes file's drain;
+        # kept in drains_file so that a restart keeps them (wire/drains.py)
+        self.admin_drains: dict[str, str] = (
+            load_drains(settings.drains_file) if settings.drains_file else {}
+        )
         self.specs()  # fail at start-up on a bad configuration
         if settings.accounting_url:
             self.recorder = Recorder(AccountingStore(settings.accounting_url), log)
@@ -172,6 +158,24 @@ class Cluster:
             self._usage.pop(event.allocation, None)
 
     # ------------------------------------------------------------------ specs
+    def drain(self, node: str, note: str) -> None:
+        """An admin drains ``node``: no new servers there. Kept in ``drains_file``; OSError
+        (nothing changed) when it can't be written."""
+        self._set_drains({**self.admin_drains, node: note})
+
+    def undrain(self, node: str) -> str | None:
+        """The admin's drain of ``node`` ends; its note, None if it had none."""
+        drains = dict(self.admin_drains)
+        was = drains.pop(node, None)
+        if was is not None:
+            self._set_drains(drains)
+        return was
+
+    def _set_drains(self, drains: dict[str, str]) -> None:
+        if self.settings.drains_file:
+            save_drains(self.settings.drains_file, drains)  # first: on failure nothing changes
+        self.admin_drains = drains
+
     def specs(self) -> list[NodeSpec]:
         """The configured nodes now (configuration + nodes file, re-read when it changes)."""
         path = self.settings.nodes_file
@@ -215,7 +219,7 @@ class Cluster:
         self.log.info("Node %s: Docker endpoint changed, reconnecting", node)
 
     def _read_specs(self, path: str, mtime: float | None) -> dict[str, NodeSpec]:
-        raw = list(self.settings.nodes) + (load_nodes_file(path) if mtime is not None else [])
+        raw = list(self.settings.nodes) + load_nodes_file(path)
         return {s.name: s for s in parse_nodes(raw)}
 
     def spec(self, name: str) -> NodeSpec:
@@ -237,14 +241,7 @@ class Cluster:
         """A Docker client of its own for ``node`` (a long build or push must not hold
         the node's shared client or its threads); the caller closes it."""
         spec = self.spec(node)
-        tls: Any = False
-        if spec.tls:
-            tls = docker.tls.TLSConfig(
-                client_cert=(spec.tls["client_cert"], spec.tls["client_key"]),
-                ca_cert=spec.tls["ca_cert"],
-                verify=True,
-            )
-        return node_client(spec, timeout, tls)
+        return node_client(spec, timeout, tls_config(spec))
 
     def executor(self, node: str) -> ThreadPoolExecutor:
         pool = self._executors.get(node)

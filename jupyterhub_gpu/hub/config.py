@@ -214,7 +214,8 @@ def check_config(
     for warning in override_warnings(config):
         (logger or log).warning("%s", warning)
     s = _section(config, section)
-    nodes = list(s.get("nodes") or [default_node()])
+    # nodes = [] with a nodes_file: the file lists them all (the default is the local engine)
+    nodes = list(s["nodes"]) if "nodes" in s else [default_node()]
     parse_nodes(nodes + load_nodes_file(s.get("nodes_file") or ""))
     inventory = s.get("inventory_file") or ""
     if inventory:

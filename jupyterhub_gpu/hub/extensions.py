@@ -11,7 +11,8 @@ Call them at the end of ``jupyterhub_config.py``, after ``c.JupyterHub.services`
 ``load_roles`` are set::
 
     from jupyterhub_gpu.hub.extensions import (
-        configure_dashboard, configure_my_images, configure_reservations)
+        configure_culler, configure_dashboard, configure_my_images, configure_reservations)
+    configure_culler(c, config_file="/etc/jupyterhub-gpu/culler_config.py")
     configure_dashboard(c)
     configure_my_images(c)
     configure_reservations(c)
@@ -19,6 +20,7 @@ Call them at the end of ``jupyterhub_config.py``, after ``c.JupyterHub.services`
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -153,6 +155,68 @@ def configure_dashboard(
     hub.load_roles = [*roles, role]
 
 
+def configure_culler(
+    c: Config,
+    *,
+    name: str = "gpu-culler",
+    config_file: str = "",
+    notes_file: str | None = None,
+    deadlines_file: str | None = None,
+    args: Sequence[str] = (),
+) -> None:
+    """Add the GPU idle culler (docs/culler.md): the service (run by the hub), its role with
+    the fewest scopes it needs, and the hub API it learns the nodes' agents from
+    (``/hub/api/gpu/agents``), so that the nodes are written in one place, the hub's.
+
+    ``config_file``: more ``c.GPUIdleCuller.*`` settings (timeouts, group overrides).
+    ``notes_file`` and ``deadlines_file``: the files the culler writes and the hub reads
+    (default: the spawner's ``cull_notes_file`` and ``cull_deadlines_file`` when set); they
+    are set on both sides here. ``args``: more command-line options of the culler (e.g.
+    ``["--log-level=DEBUG"]``). The site secret reaches the culler from the hub's
+    environment (``$JUPYTERHUB_GPU_SITE_SECRET``), never through its command line.
+    """
+    from jupyterhub_gpu.core.tokens import OLD_SITE_SECRET_ENV, SITE_SECRET_ENV
+    from jupyterhub_gpu.hub.api.cluster import AGENTS_SCOPE, AGENTS_SCOPES, AgentsAPIHandler
+
+    register(
+        c,
+        [(r"/api/gpu/agents", AgentsAPIHandler)],
+        custom_scopes=AGENTS_SCOPES,
+    )
+    spawner = c.GPUDockerSpawner
+    if notes_file is None and "cull_notes_file" in spawner:
+        notes_file = str(spawner.cull_notes_file)
+    if deadlines_file is None and "cull_deadlines_file" in spawner:
+        deadlines_file = str(spawner.cull_deadlines_file)
+    command = [sys.executable, "-m", "jupyterhub_gpu.services.culler"]
+    if config_file:
+        command.append(f"--config={config_file}")
+    if notes_file is not None:
+        spawner.cull_notes_file = notes_file
+        command.append(f"--GPUIdleCuller.notes_file={notes_file}")
+    if deadlines_file is not None:
+        spawner.cull_deadlines_file = deadlines_file
+        command.append(f"--GPUIdleCuller.deadlines_file={deadlines_file}")
+    command += list(args)
+    secret = os.environ.get(SITE_SECRET_ENV) or os.environ.get(OLD_SITE_SECRET_ENV, "")
+    hub = c.JupyterHub
+    service = {"name": name, "command": command, "environment": {SITE_SECRET_ENV: secret}}
+    hub.services = [*_value(hub, "services", []), service]
+    role = {
+        "name": name,
+        "scopes": [
+            "list:users",
+            "read:servers",
+            "admin:server_state",  # which GPUs each server holds, and that server's token
+            "delete:servers",  # no access:servers: it reads a server with its own token
+            "read:users:groups",  # for group_overrides
+            AGENTS_SCOPE,
+        ],
+        "services": [name],
+    }
+    hub.load_roles = [*_value(hub, "load_roles", []), role]
+
+
 def configure_my_images(c: Config) -> None:
     """Add saved images ("My images", docs/my-images.md): the API, the page and its link
     in the navigation bar. Saving itself is on once ``c.SavedImages.registry`` is set."""
@@ -171,4 +235,10 @@ def configure_reservations(c: Config) -> None:
     register(c, [*RESERVATIONS, *NOTICES], template_vars={"jhgpu_notices": True})
 
 
-__all__ = ["configure_dashboard", "configure_my_images", "configure_reservations", "register"]
+__all__ = [
+    "configure_culler",
+    "configure_dashboard",
+    "configure_my_images",
+    "configure_reservations",
+    "register",
+]

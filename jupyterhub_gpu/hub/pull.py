@@ -16,21 +16,10 @@ from collections.abc import Callable, Mapping
 from docker.errors import APIError
 
 from jupyterhub_gpu.core.progress import PullProgress, pull_error
-from jupyterhub_gpu.errors import UserFacingError
+from jupyterhub_gpu.errors import ImageUnavailable, _StreamError
 from jupyterhub_gpu.hub.cluster import Cluster
 
 STEP = 5  # percent between two progress messages
-
-
-class ImageUnavailable(UserFacingError):
-    """The node could not get the image; the message names the image, node and cause."""
-
-    status_code = 503
-    reason = "image"
-
-
-class _StreamError(Exception):
-    """An error reported inside a ``docker pull`` event stream."""
 
 
 async def pull(

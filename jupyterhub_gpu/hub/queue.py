@@ -71,7 +71,10 @@ from jupyterhub_gpu.core.scheduling import (
     reserved_lines,
     schedule,
 )
+from jupyterhub_gpu.core.words import duration
 from jupyterhub_gpu.edges.accounting.store import AccountingUnavailable
+from jupyterhub_gpu.errors import MustQueue as MustQueue
+from jupyterhub_gpu.errors import QueueFull, QueueRefused, QueueTimeout
 from jupyterhub_gpu.wire.deadlines import load_deadlines
 
 if TYPE_CHECKING:
@@ -86,37 +89,8 @@ RELEASE_WORDS = {
 News = Callable[[str], None]
 
 
-class MustQueue(Exception):
-    """Nothing fits now (or others wait first): the spawn joins the queue; ``reason`` says
-    why in a sentence."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-def span(seconds: float) -> str:
-    """``4`` -> "4 s", ``150`` -> "3 min", ``3600`` -> "60 min", ``7200`` -> "2 h"."""
-    if seconds < 120:
-        return f"{round(seconds)} s"
-    minutes = round(seconds / 60)
-    return f"{minutes} min" if minutes <= 90 else f"{minutes / 60:.3g} h"
-
-
-class QueueTimeout(Exception):
-    """The wait ran out before GPUs freed up; ``where`` is the last position sentence."""
-
-    def __init__(self, where: str) -> None:
-        super().__init__(where)
-        self.where = where
-
-
-class QueueFull(Exception):
-    """The user already has ``max_per_user`` spawns waiting."""
-
-
-class QueueRefused(Exception):
-    """The request can never start (more GPUs than any node has, a quota's maximum)."""
+#: The old name of :func:`~jupyterhub_gpu.core.words.duration` (tests import it from here).
+span = duration
 
 
 @dataclass

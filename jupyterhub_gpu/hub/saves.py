@@ -29,34 +29,10 @@ from jupyterhub_gpu.core.saving.validate import image_name
 from jupyterhub_gpu.edges.accounting.store import AccountingStore, AccountingUnavailable
 from jupyterhub_gpu.edges.builder.registry import delete_image
 from jupyterhub_gpu.edges.builder.save import SaveRequest, save_environment
+from jupyterhub_gpu.errors import NotFound, NotYourGroup, SaveBusy, SavingOff, StoreDown
 from jupyterhub_gpu.hub.saved_images import SavedImages
 
 T = TypeVar("T")
-
-
-class SavingOff(SaveError):
-    status_code = 503
-    reason = "saving_off"
-
-
-class SaveBusy(SaveError):
-    status_code = 409
-    reason = "save_running"
-
-
-class StoreDown(SaveError):
-    status_code = 503
-    reason = "database"
-
-
-class NotYourGroup(SaveError):
-    status_code = 400
-    reason = "not_your_group"
-
-
-class NotFound(SaveError):
-    status_code = 404
-    reason = "not_found"
 
 
 @dataclass(frozen=True)

@@ -37,14 +37,18 @@ from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode, default, vali
 from jupyterhub_gpu.core import homes
 from jupyterhub_gpu.core.accounting.records import AllocationRecord, EndReason, stop_reason
 from jupyterhub_gpu.core.allocation import (
-    ALLOCATION_LABEL,
-    SEAL_LABEL,
     Allocation,
     new_allocation_id,
     seal_key,
 )
 from jupyterhub_gpu.core.catalog import Catalog
-from jupyterhub_gpu.core.containers import device_requests, gpu_env, published_port
+from jupyterhub_gpu.core.containers import (
+    ServerContainer,
+    container_spec,
+    gpu_env,
+    published_port,
+    server_labels,
+)
 from jupyterhub_gpu.core.form import (
     ResourcePolicy,
     SpawnOptions,
@@ -60,7 +64,6 @@ from jupyterhub_gpu.core.form import (
 )
 from jupyterhub_gpu.core.identity import (
     Identity,
-    ensure_home,
     identity_required,
     map_home,
     resolve_identity,
@@ -78,10 +81,12 @@ from jupyterhub_gpu.core.saving.entries import (
     saved_entries,
     with_saved,
 )
+from jupyterhub_gpu.core.tokens import site_secret_from
 from jupyterhub_gpu.core.usernet import bridge_name_problem
+from jupyterhub_gpu.edges.home_dirs import ensure_home
 from jupyterhub_gpu.errors import ConfigError, InvalidRequest, UserFacingError
 from jupyterhub_gpu.hub.admission import QueueingSpawnerMixin
-from jupyterhub_gpu.hub.cluster import LABEL, NODE_ERRORS, Cluster, ClusterSettings
+from jupyterhub_gpu.hub.cluster import NODE_ERRORS, Cluster, ClusterSettings
 from jupyterhub_gpu.hub.ledger import GPULedger
 from jupyterhub_gpu.hub.metrics import SPAWN_DECISIONS
 from jupyterhub_gpu.hub.pull import ImageUnavailable, pull
@@ -128,10 +133,11 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
     )
     agent_token = Unicode(
         config=True,
-        help="""The node agents' site secret (default: $JUPYTERHUB_GPU_AGENT_TOKEN), at least
-        16 characters. Each node's agent gets its own token derived from it,
-        HMAC-SHA256(secret, node name): ``python -m jupyterhub_gpu.services.agent --print-token
-        --node NAME --site-secret-file FILE`` (docs/agent.md); the secret stays on the hub.""",
+        help="""The node agents' site secret (default: $JUPYTERHUB_GPU_SITE_SECRET, or the
+        older $JUPYTERHUB_GPU_AGENT_TOKEN), at least 16 characters. Each node's agent gets
+        its own token derived from it, HMAC-SHA256(secret, node name): ``python -m
+        jupyterhub_gpu.services.agent --print-token --node NAME --site-secret-file FILE``
+        (docs/agent.md); the secret stays on the hub.""",
     )
     probe_mode = Unicode(
         "auto",
@@ -271,6 +277,15 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         accounting records such a stop as ``culled`` (with the idle GPU-hours it reclaimed)
         rather than ``stopped``. '' = off.""",
     )
+    drains_file = Unicode(
+        "jupyterhub-gpu-drains.json",
+        config=True,
+        help="""Where the nodes that admins drain on the dashboard are kept (JSON, written
+        atomically, mode 0600), so that a hub restart keeps them drained. A relative path
+        is relative to the hub's working directory; a site keeps it with the hub's other
+        state, e.g. ``/var/lib/jupyterhub-gpu/drains.json``. '' = drains last until the hub
+        stops.""",
+    )
     cull_deadlines_file = Unicode(
         "",
         config=True,
@@ -285,11 +300,12 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
 
     @default("agent_token")
     def _default_agent_token(self) -> str:
-        return os.environ.get("JUPYTERHUB_GPU_AGENT_TOKEN", "")
+        return site_secret_from(os.environ)
 
     @validate("nodes")
     def _validate_nodes(self, proposal: Any) -> list[dict[str, Any]]:
-        parse_nodes(proposal.value)  # raises ConfigError naming the entry and field
+        if proposal.value:  # [] when nodes_file lists them all (the cluster checks both)
+            parse_nodes(proposal.value)  # raises ConfigError naming the entry and field
         return list(proposal.value)
 
     @validate("default_uid", "default_gid")
@@ -436,28 +452,28 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
     @property
     def cluster(self) -> Cluster:
         """The hub's one :class:`Cluster`, built from the first spawner's configuration."""
-        return (
-            self.runtime.start(
-                ClusterSettings(
-                    nodes=list(self.nodes),
-                    nodes_file=self.nodes_file,
-                    probe_mode=self.probe_mode,
-                    inventory_file=self.inventory_file,
-                    agent_token=self.agent_token,
-                    agent_config=self.config,  # so c.AgentClient.* take effect
-                    hub_id=self.hub_id,
-                    seal_key=self._seal_key(),
-                    docker_timeout=self.docker_timeout,
-                    threads_per_node=self.docker_threads_per_node,
-                    reconcile_interval=self.reconcile_interval,
-                    accounting_url=self.accounting_url,
-                ),
-                self.log,
-                deadlines_file=self.cull_deadlines_file,
-                queue_policy=self.queue_policy,
-            )
-            if self.runtime.cluster is None
-            else self.runtime.cluster
+        runtime = self.runtime
+        if runtime.cluster is not None:
+            return runtime.cluster
+        return runtime.start(
+            ClusterSettings(
+                nodes=list(self.nodes),
+                nodes_file=self.nodes_file,
+                probe_mode=self.probe_mode,
+                inventory_file=self.inventory_file,
+                agent_token=self.agent_token,
+                agent_config=self.config,  # so c.AgentClient.* take effect
+                hub_id=self.hub_id,
+                seal_key=self._seal_key(),
+                docker_timeout=self.docker_timeout,
+                threads_per_node=self.docker_threads_per_node,
+                reconcile_interval=self.reconcile_interval,
+                accounting_url=self.accounting_url,
+                drains_file=self.drains_file,
+            ),
+            self.log,
+            deadlines_file=self.cull_deadlines_file,
+            queue_policy=self.queue_policy,
         )
 
     @property
@@ -645,28 +661,16 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         return self.home_container_path.format(username=homes.safe_path_component(self.user.name))
 
     def _labels(self) -> dict[str, str]:
-        labels = {
-            f"{LABEL}.hub": self.hub_id,
-            f"{LABEL}.owner": self.user.name,
-            f"{LABEL}.server": self.name,
-            f"{LABEL}.node": self.node_name,
-            f"{LABEL}.gpus": ",".join(self.gpu_uuids),
-            f"{LABEL}.image": self.image,
-            f"{LABEL}.started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            ALLOCATION_LABEL: self.allocation_id,
-        }
-        key = self.cluster.settings.seal_key
-        if key is not None:
-            claim = Allocation(
-                self.hub_id,
-                self.allocation_id,
-                self.user.name,
-                self.name,
-                self.node_name,
-                tuple(self.gpu_uuids),
-            )
-            labels[SEAL_LABEL] = claim.seal(key)
-        return labels
+        claim = Allocation(
+            self.hub_id,
+            self.allocation_id,
+            self.user.name,
+            self.name,
+            self.node_name,
+            tuple(self.gpu_uuids),
+        )
+        now = datetime.now(timezone.utc)
+        return server_labels(claim, str(self.image), now, self.cluster.settings.seal_key)
 
     def _home_path(self, ident: Identity) -> Path | None:
         """The user's home on the shared filesystem (refuses anything leaving the root)."""
@@ -681,34 +685,32 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
 
     async def _prepare(self, ident: Identity, options: SpawnOptions) -> None:
         """Create the home and set everything create_object needs (no Docker calls)."""
-        binds: dict[str, dict[str, str]] = {}
+        home = None
         path = self._home_path(ident)
         if path is not None:
             root = homes.template_root(self.home_template)
             await asyncio.get_running_loop().run_in_executor(
                 None, lambda: ensure_home(path, ident.uid, ident.gid, shared_root=root)
             )
-            binds[str(path)] = {"bind": self._container_home(), "mode": "rw"}
-        binds.update(dataset_binds(parse_group_mounts(self.group_mounts), ident.groups))
+            home = (str(path), self._container_home())
         limits = resource_limits(options.cpu, options.mem_gib, self.policy)
         self.cpu_limit = limits.cpu  # DockerSpawner turns these into cpu_quota and mem_limit
         self.mem_limit = limits.mem_bytes
-        self._create_kwargs = {
-            "user": f"{ident.uid}:{ident.gid}",
-            "labels": self._labels(),
-            **({"working_dir": self._container_home()} if binds else {}),
-        }
         self.host_ip = self._node(self.node_name).publish_ip  # DockerSpawner publishes here
-        self._host_config = {
-            "device_requests": device_requests(self.gpu_uuids, self.gpu_device_driver),
-            "binds": binds,
-            "network_mode": self.user_network,
-            "group_add": [str(g) for g in ident.supplementary_gids],
-            "shm_size": limits.shm_bytes,
-            "pids_limit": limits.pids_limit,
-            "cap_drop": ["ALL"],
-            "security_opt": ["no-new-privileges"],
-        }
+        self._create_kwargs, self._host_config = container_spec(
+            ServerContainer(
+                uid=ident.uid,
+                gid=ident.gid,
+                supplementary_gids=ident.supplementary_gids,
+                labels=self._labels(),
+                gpu_uuids=self.gpu_uuids,
+                network=self.user_network,
+                limits=limits,
+                home=home,
+                binds=dataset_binds(parse_group_mounts(self.group_mounts), ident.groups),
+                device_driver=self.gpu_device_driver,
+            )
+        )
 
     async def create_object(self) -> dict[str, Any]:
         create_kwargs: dict[str, Any] = dict(getattr(self, "extra_create_kwargs", {}))

@@ -36,7 +36,7 @@ from jupyterhub_gpu.core.inventory import (
     parse_compute_capability,
     parse_version,
 )
-from jupyterhub_gpu.errors import ProbeError
+from jupyterhub_gpu.errors import ProbeError, _BadNumber
 
 #: The live fields a declared-mode agent lets a caller set (``PUT /v1/gpus/{uuid}/state``).
 LIVE_FIELDS = (
@@ -172,10 +172,6 @@ def parse_live_update(body: Any) -> dict[str, Any]:
 
 
 # --- strict JSON decoding ----------------------------------------------------------------
-
-
-class _BadNumber(ValueError):
-    pass
 
 
 def _no_constant(name: str) -> Any:

@@ -1,4 +1,5 @@
-"""The cluster as the dashboard's JSON (pure): node states, holds and servers in, a dict out.
+"""The cluster as the dashboard's JSON (pure): node states, holds and servers in, a dict
+out (:func:`build_payload`); and that dict read back, typed (:func:`decode_payload`).
 
 The hub's ``GET /hub/api/gpu/cluster`` (:mod:`.hub`) calls :func:`build_payload` with what
 the hub process holds (the cluster's last snapshot, its nodes' specs and admin drains, the
@@ -25,22 +26,41 @@ Shape (version 1)::
 A GPU's ``status`` is one of :data:`GPU_STATUSES`; ``holder`` is the ledger's
 ``"user/server"`` (``orphan`` true for a hold whose server the hub has let go of, e.g. a
 stop that could not reach the node: the GPU stays held until its container is gone).
+The hub adds ``"message"`` when it has no cluster to show. The queue's entries are made
+by :func:`queue_entries`, the reservations' by :func:`reservation_entry`.
+
+The dashboard service reads it back through :func:`decode_payload` alone, into the typed
+:class:`~jupyterhub_gpu.core.dashboard.payload.ClusterPayload` (what its views read), and
+answers its own ``api/cluster`` with :func:`payload_json` of the redacted payload.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from jupyterhub_gpu.core.dashboard.payload import (
+    ClusterPayload,
+    GpuEntry,
+    ModelEntry,
+    NodeEntry,
+    QueueEntry,
+    ReservationEntry,
+    ServerEntry,
+    Totals,
+)
 from jupyterhub_gpu.core.form.availability import (
     gpu_is_free,
     gpu_model_availability,
     short_model_name,
 )
 from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeState
+from jupyterhub_gpu.core.times import parse_time
+from jupyterhub_gpu.errors import BadPayload
 from jupyterhub_gpu.wire.nodes_file import NodeSpec
 
 VERSION = 1
@@ -48,6 +68,7 @@ VERSION = 1
 #: process the hub did not start runs on it; broken: the card reports itself unhealthy;
 #: offline: its node does not answer; drained: its node takes no new servers
 GPU_STATUSES = ("free", "held", "foreign", "broken", "offline", "drained")
+NODE_STATES = ("up", "drained", "down")
 
 
 @dataclass(frozen=True)
@@ -266,3 +287,383 @@ def build_payload(
         "queue": [dict(q) for q in queue],
         "reservations": [dict(r) for r in reservations],
     }
+
+
+# ---------------------------------------------------------------------- the dashboard's side
+def decode_payload(raw: object) -> ClusterPayload:
+    """The typed payload of ``raw`` (:func:`build_payload`'s JSON, parsed), checked all
+    through: every key of the shape above (``message``, and a reservation's ``user`` and
+    ``note``, may be absent), of its type, within its bounds (statuses and states known,
+    counts and sizes not negative, utilisation 0 to 100, times ISO 8601). Keys it does not
+    know are ignored. :class:`~jupyterhub_gpu.errors.BadPayload` names the first bad field
+    (``nodes[0].gpus[1].status must be one of ...``)."""
+    p = _Reader(raw, "")
+    version = p.integer("version", 0)
+    if version != VERSION:
+        raise _bad("version", f"must be {VERSION}, got {_show(version)}")
+    message = p.text_if_present("message")
+    return ClusterPayload(
+        version=version,
+        generated_at=p.time("generated_at"),
+        fresh=p.flag("fresh"),
+        hub_prefix=p.text("hub_prefix"),
+        named_servers=p.flag("named_servers"),
+        named_server_limit=p.integer("named_server_limit", 0),
+        nodes=tuple(_decode_node(n) for n in p.objects("nodes")),
+        servers=tuple(_decode_server(s) for s in p.objects("servers")),
+        models=tuple(_decode_model(m) for m in p.objects("models")),
+        totals=_decode_totals(p.object("totals")),
+        queue=tuple(_decode_queue_entry(q) for q in p.objects("queue")),
+        reservations=tuple(_decode_reservation(r) for r in p.objects("reservations")),
+        message=message or "",
+    )
+
+
+def _decode_gpu(g: _Reader) -> GpuEntry:
+    return GpuEntry(
+        uuid=g.text("uuid"),
+        index=g.integer("index", 0),
+        model=g.text("model"),
+        label=g.text("label"),
+        memory_mib=g.integer("memory_mib", 0),
+        memory_used_mib=g.integer("memory_used_mib", 0),
+        utilization_pct=g.number("utilization_pct", 0.0, 100.0),
+        temperature_c=g.number_or_none("temperature_c"),
+        healthy=g.flag_or_none("healthy"),
+        status=g.choice("status", GPU_STATUSES),
+        holder=g.text_or_none("holder"),
+        orphan=g.flag("orphan"),
+    )
+
+
+def _decode_node(n: _Reader) -> NodeEntry:
+    return NodeEntry(
+        name=n.text("name"),
+        state=n.choice("state", NODE_STATES),
+        reachable=n.flag("reachable"),
+        schedulable=n.flag("schedulable"),
+        drained_by=n.text_or_none("drained_by"),
+        drain_note=n.text("drain_note"),
+        driver=n.text("driver"),
+        cuda=n.text_or_none("cuda"),
+        labels=n.labels("labels"),
+        gpus=tuple(_decode_gpu(g) for g in n.objects("gpus")),
+    )
+
+
+def _decode_server(s: _Reader) -> ServerEntry:
+    return ServerEntry(
+        key=s.text("key"),
+        user=s.text("user"),
+        server=s.text("server"),
+        node=s.text("node"),
+        gpus=s.texts("gpus"),
+        image=s.text("image"),
+        image_name=s.text("image_name"),
+        started=s.time("started"),
+        last_activity=s.time("last_activity"),
+        ready=s.flag("ready"),
+        pending=s.text_or_none("pending"),
+        cull_at=s.time("cull_at"),
+    )
+
+
+def _decode_model(m: _Reader) -> ModelEntry:
+    return ModelEntry(
+        model=m.text("model"),
+        label=m.text("label"),
+        total=m.integer("total", 0),
+        free=m.integer("free", 0),
+        memory_mib=m.integer("memory_mib", 0),
+    )
+
+
+def _decode_totals(t: _Reader) -> Totals:
+    return Totals(**{k: t.integer(k, 0) for k in ("nodes", "nodes_up", "gpus", "free", "held")})
+
+
+def _decode_queue_entry(q: _Reader) -> QueueEntry:
+    models = q.texts_or_none("models")
+    return QueueEntry(
+        user=q.text("user"),
+        server=q.text("server"),
+        group=q.text("group"),
+        gpus=q.integer("gpus", 0),
+        model=q.text_or_none("model"),
+        models=models,
+        since=q.time("since"),
+        position=q.integer_or_none("position", 1),
+        estimate=q.text_or_none("estimate"),
+    )
+
+
+def _decode_reservation(r: _Reader) -> ReservationEntry:
+    return ReservationEntry(
+        id=r.text("id"),
+        group=r.text("group"),
+        nodes=r.texts("nodes"),
+        gpus=r.texts("gpus"),
+        model=r.text_or_none("model"),
+        count=r.integer("count", 0),
+        start=r.time("from"),
+        end=r.time("to"),
+        user=r.text_if_present("user"),
+        note=r.text_if_present("note"),
+    )
+
+
+def payload_json(payload: ClusterPayload) -> dict[str, Any]:
+    """``payload`` as JSON again, in :func:`build_payload`'s shape: the inverse of
+    :func:`decode_payload` (``payload_json(decode_payload(build_payload(...)))`` is
+    ``build_payload(...)``, key order included). The dashboard answers ``api/cluster``
+    with it, after :func:`~jupyterhub_gpu.core.dashboard.view.redact`: a redacted entry
+    ends with ``"hidden": true`` (a GPU with ``"hidden_holder": true``)."""
+    out: dict[str, Any] = {
+        "version": payload.version,
+        "generated_at": iso(payload.generated_at),
+        "fresh": payload.fresh,
+        "hub_prefix": payload.hub_prefix,
+        "named_servers": payload.named_servers,
+        "named_server_limit": payload.named_server_limit,
+        "nodes": [_node_json(n) for n in payload.nodes],
+        "servers": [_server_json(s) for s in payload.servers],
+        "models": [
+            {
+                "model": m.model,
+                "label": m.label,
+                "total": m.total,
+                "free": m.free,
+                "memory_mib": m.memory_mib,
+            }
+            for m in payload.models
+        ],
+        "totals": {
+            "nodes": payload.totals.nodes,
+            "nodes_up": payload.totals.nodes_up,
+            "gpus": payload.totals.gpus,
+            "free": payload.totals.free,
+            "held": payload.totals.held,
+        },
+        "queue": [_queue_json(q) for q in payload.queue],
+        "reservations": [_reservation_json(r) for r in payload.reservations],
+    }
+    if payload.message:
+        out["message"] = payload.message
+    return out
+
+
+def _hidden(entry: dict[str, Any], hidden: bool, key: str = "hidden") -> dict[str, Any]:
+    if hidden:
+        entry[key] = True
+    return entry
+
+
+def _gpu_json(g: GpuEntry) -> dict[str, Any]:
+    entry = {
+        "uuid": g.uuid,
+        "index": g.index,
+        "model": g.model,
+        "label": g.label,
+        "memory_mib": g.memory_mib,
+        "memory_used_mib": g.memory_used_mib,
+        "utilization_pct": g.utilization_pct,
+        "temperature_c": g.temperature_c,
+        "healthy": g.healthy,
+        "status": g.status,
+        "holder": g.holder,
+        "orphan": g.orphan,
+    }
+    return _hidden(entry, g.hidden_holder, "hidden_holder")
+
+
+def _node_json(n: NodeEntry) -> dict[str, Any]:
+    return {
+        "name": n.name,
+        "state": n.state,
+        "reachable": n.reachable,
+        "schedulable": n.schedulable,
+        "drained_by": n.drained_by,
+        "drain_note": n.drain_note,
+        "driver": n.driver,
+        "cuda": n.cuda,
+        "labels": dict(n.labels),
+        "gpus": [_gpu_json(g) for g in n.gpus],
+    }
+
+
+def _server_json(s: ServerEntry) -> dict[str, Any]:
+    entry = {
+        "key": s.key,
+        "user": s.user,
+        "server": s.server,
+        "node": s.node,
+        "gpus": list(s.gpus),
+        "image": s.image,
+        "image_name": s.image_name,
+        "started": iso(s.started),
+        "last_activity": iso(s.last_activity),
+        "ready": s.ready,
+        "pending": s.pending,
+        "cull_at": iso(s.cull_at),
+    }
+    return _hidden(entry, s.hidden)
+
+
+def _queue_json(q: QueueEntry) -> dict[str, Any]:
+    entry = {
+        "user": q.user,
+        "server": q.server,
+        "group": q.group,
+        "gpus": q.gpus,
+        "model": q.model,
+        "models": None if q.models is None else list(q.models),
+        "since": iso(q.since),
+        "position": q.position,
+        "estimate": q.estimate,
+    }
+    return _hidden(entry, q.hidden)
+
+
+def _reservation_json(r: ReservationEntry) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "id": r.id,
+        "group": r.group,
+        "nodes": list(r.nodes),
+        "gpus": list(r.gpus),
+        "model": r.model,
+        "count": r.count,
+        "from": iso(r.start),
+        "to": iso(r.end),
+    }
+    if r.user is not None:
+        entry["user"] = r.user
+    if r.note is not None:
+        entry["note"] = r.note
+    return _hidden(entry, r.hidden)
+
+
+# ---------------------------------------------------------------------- reading, strictly
+def _bad(where: str, what: str) -> BadPayload:
+    return BadPayload(f"cluster payload: {where} {what}")
+
+
+def _show(value: object) -> str:
+    """A short description of a bad value, for the error."""
+    if isinstance(value, list | dict):
+        return f"a {'list' if isinstance(value, list) else 'JSON object'} of {len(value)}"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class _Reader:
+    """One JSON object of the payload being read; every error names the field's path
+    (``nodes[0].gpus[1].status``)."""
+
+    def __init__(self, value: object, where: str) -> None:
+        if not isinstance(value, Mapping):
+            raise _bad(where or "the payload", f"must be a JSON object, got {_show(value)}")
+        self.data: Mapping[str, Any] = value
+        self.where = where
+
+    def path(self, key: str) -> str:
+        return f"{self.where}.{key}" if self.where else key
+
+    def value(self, key: str) -> Any:
+        if key not in self.data:
+            raise _bad(self.path(key), "is missing")
+        return self.data[key]
+
+    def _fail(self, key: str, must: str, value: object) -> BadPayload:
+        return _bad(self.path(key), f"must be {must}, got {_show(value)}")
+
+    def text(self, key: str) -> str:
+        value = self.value(key)
+        if not isinstance(value, str):
+            raise self._fail(key, "a string", value)
+        return value
+
+    def text_if_present(self, key: str) -> str | None:
+        """A string, or None when the key is absent."""
+        return self.text(key) if key in self.data else None
+
+    def text_or_none(self, key: str) -> str | None:
+        value = self.value(key)
+        if value is not None and not isinstance(value, str):
+            raise self._fail(key, "a string or null", value)
+        return value
+
+    def choice(self, key: str, choices: Sequence[str]) -> str:
+        value = self.value(key)
+        if value not in choices:
+            raise self._fail(key, f"one of {', '.join(choices)}", value)
+        return str(value)
+
+    def flag(self, key: str) -> bool:
+        value = self.value(key)
+        if not isinstance(value, bool):
+            raise self._fail(key, "true or false", value)
+        return value
+
+    def flag_or_none(self, key: str) -> bool | None:
+        value = self.value(key)
+        if value is not None and not isinstance(value, bool):
+            raise self._fail(key, "true, false or null", value)
+        return value
+
+    def integer(self, key: str, low: int) -> int:
+        value = self.value(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise self._fail(key, f"an integer >= {low}", value)
+        return value
+
+    def integer_or_none(self, key: str, low: int) -> int | None:
+        return None if self.value(key) is None else self.integer(key, low)
+
+    def number(self, key: str, low: float = -math.inf, high: float = math.inf) -> float:
+        value = self.value(key)
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if not ok or not math.isfinite(value) or not low <= value <= high:
+            bounds = f" from {low:g} to {high:g}" if math.isfinite(low) else ""
+            raise self._fail(key, f"a finite number{bounds}", value)
+        return float(value)
+
+    def number_or_none(self, key: str) -> float | None:
+        return None if self.value(key) is None else self.number(key)
+
+    def time(self, key: str) -> datetime | None:
+        """An ISO 8601 time (aware UTC), or None for null."""
+        value = self.value(key)
+        if value is None:
+            return None
+        at = parse_time(value)
+        if at is None:
+            raise self._fail(key, "an ISO 8601 time or null", value)
+        return at
+
+    def texts(self, key: str) -> tuple[str, ...]:
+        value = self.value(key)
+        if not isinstance(value, list):
+            raise self._fail(key, "a list of strings", value)
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise _bad(f"{self.path(key)}[{i}]", f"must be a string, got {_show(item)}")
+        return tuple(value)
+
+    def texts_or_none(self, key: str) -> tuple[str, ...] | None:
+        return None if self.value(key) is None else self.texts(key)
+
+    def labels(self, key: str) -> dict[str, str]:
+        value = self.object(key)
+        for name, text in value.data.items():
+            if not isinstance(text, str):
+                raise _bad(f"{value.path(name)}", f"must be a string, got {_show(text)}")
+        return dict(value.data)
+
+    def object(self, key: str) -> _Reader:
+        return _Reader(self.value(key), self.path(key))
+
+    def objects(self, key: str) -> list[_Reader]:
+        value = self.value(key)
+        if not isinstance(value, list):
+            raise self._fail(key, "a list", value)
+        return [_Reader(item, f"{self.path(key)}[{i}]") for i, item in enumerate(value)]

@@ -93,9 +93,15 @@ def parse_node(raw: Mapping[str, Any], where: str) -> NodeSpec:
 
 
 def load_nodes_file(path: str) -> list[dict[str, Any]]:
-    """The raw node entries of a nodes file (``nodes: [...]``); [] when there is no file."""
-    if not path or not Path(path).exists():
+    """The raw node entries of a nodes file (``nodes: [...]``); [] when no file is set.
+    A path that names no file is an error (a mistyped path must not load no nodes)."""
+    if not path:
         return []
+    if not Path(path).exists():
+        raise ConfigError(
+            f"The nodes file {path!r} (GPUDockerSpawner.nodes_file) does not exist: check the "
+            "path, or create it with a 'nodes:' list (docs/nodes.md)."
+        )
     loaded = read_yaml(path, "nodes file") or {}
     if not isinstance(loaded, Mapping) or not isinstance(loaded.get("nodes", []), list):
         raise ConfigError(f"{path}: must be a mapping with a 'nodes' list")

@@ -104,13 +104,13 @@ c.JupyterHub.named_server_limit_per_user = 3
 # (docs/agent.md); here the hub (root) starts it inside node-a's network namespace
 # (scripts/cluster.sh), listening on node-a's address, so it is reached as a real node's
 # agent is, and the node firewall keeps user servers away from it. AGENT_TOKEN is the site
-# secret (the culler's, and the hub's $JUPYTERHUB_GPU_AGENT_TOKEN default): the agent gets
+# secret (the culler's, and the hub's $JUPYTERHUB_GPU_SITE_SECRET default): the agent gets
 # only node-a's own token, derived from it (docs/agent.md)
 AGENT_PORT = int(os.environ.get("JHGPU_DEMO_AGENT_PORT", "9450"))
-AGENT_TOKEN = os.environ.get("JUPYTERHUB_GPU_AGENT_TOKEN") or _secret("agent_token")
+AGENT_TOKEN = os.environ.get("JUPYTERHUB_GPU_SITE_SECRET") or _secret("agent_token")
 AGENT_URL = f"http://{NODE_A}:{AGENT_PORT}"
 culler_env = {
-    "JUPYTERHUB_GPU_AGENT_TOKEN": AGENT_TOKEN,
+    "JUPYTERHUB_GPU_SITE_SECRET": AGENT_TOKEN,
     "JHGPU_DEMO_DIR": str(DEMO),
     "JHGPU_DEMO_AGENT_URL": AGENT_URL,
 }

@@ -34,11 +34,11 @@ from tests.integration.test_multinode import (  # noqa: F401  (fixtures: agents,
     outage_held,
     spawn_ready,
     start_hub,
-    wait_until,
 )
 from tests.support.cluster import Engine, engine_crashed
 from tests.support.hub import Hub
 from tests.support.pg_fixture import fresh_postgres_database, postgres_url  # noqa: F401
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

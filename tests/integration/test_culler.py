@@ -48,6 +48,7 @@ from tests.conftest import gpu_inventory
 from tests.support.agent import AgentProcess
 from tests.support.cluster import REPO, Engine
 from tests.support.hub import Hub
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -85,9 +86,15 @@ def culler_extra(
     (``settings``: more lines for it; ``args``: more command-line arguments)."""
     work.mkdir(parents=True, exist_ok=True)
     config = work / "culler_config.py"
+    # through configure_culler (entry "module"), the culler learns the agents from the hub
+    agent_urls = (
+        ""
+        if entry == "module"
+        else f"c.GPUIdleCuller.agent_urls = { ({n: a.url for n, a in agents.items()})!r}"
+    )
     config.write_text(
         f"""
-c.GPUIdleCuller.agent_urls = { ({n: a.url for n, a in agents.items()})!r}
+{agent_urls}
 c.GPUIdleCuller.timeout = {timeout}
 c.GPUIdleCuller.gpu_timeout = {timeout}
 c.GPUIdleCuller.interval = {INTERVAL}
@@ -103,6 +110,21 @@ c.GPUIdleCuller.state_file = {str(work / "state.json")!r}
     if entry == "script":
         start = [str(REPO / "services" / "culler.py"), *args]
     token = next(iter(agents.values())).token if agents else ""
+    if entry == "module":
+        return (
+            SLOW_STARTS
+            + f"""
+import os
+os.environ["JUPYTERHUB_GPU_SITE_SECRET"] = {token!r}
+from jupyterhub_gpu.hub.extensions import configure_culler
+configure_culler(
+    c,
+    config_file={str(config)!r},
+    args=[*{list(args)!r}, "--log-level=DEBUG",
+          "--GPUIdleCuller.proxy_url=" + c.JupyterHub.bind_url],
+)
+"""
+        )
     return (
         SLOW_STARTS
         + f"""
@@ -248,15 +270,15 @@ def kernel_states(hub: Hub, user: str) -> list[str]:
     return [k["execution_state"] for k in r.json()]
 
 
-def wait_for(predicate: Callable[[], Any], until: float, what: str, hub: Hub) -> Any:
-    """Poll ``predicate`` until it is truthy or ``time.monotonic()`` passes ``until``."""
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > until:
-            raise AssertionError(f"timed out waiting for {what}:\n{hub.log_tail(40)}")
-        time.sleep(0.25)
+def judged_idle_for(hub: Hub, user: str, seconds: float) -> str | None:
+    """The culler's first decision about ``user`` made at least ``seconds`` after the
+    user's last hub activity: kept for hub activity that long ago, or judged on the GPU
+    (which the culler does only once the hub activity is a whole timeout old)."""
+    for line in decisions(hub, user):
+        recent = re.fullmatch(rf"Keeping {user}: hub activity (\d+) ?s ago", line)
+        if (recent and int(recent[1]) >= seconds) or line.startswith(f"Keeping {user}: GPU "):
+            return line
+    return None
 
 
 def culled_line(hub: Hub, user: str) -> str | None:
@@ -288,8 +310,15 @@ def test_idle_gpu_server_is_culled_and_working_ones_are_kept(
 
     agents[node_a.name].set_state(gpu["carol"], utilization_pct=90)  # (c) a training
     asyncio.run(start_busy_kernel(hub, "bob"))  # (b) a long cell nobody watches
-    # (d) dave's GPU is observed idle for half his timeout, then his node's agent goes away
-    time.sleep(max(ready["dave"] + TIMEOUT / 2 - time.monotonic(), 0))
+    # (d) dave's GPU is observed idle for half his timeout, then his node's agent goes away:
+    # the event is the culler's round that judged him that long after his last activity
+    # (his GPU observed all along: its agent still answers), not the time alone
+    wait_until(
+        lambda: judged_idle_for(hub, "dave", TIMEOUT / 2),
+        ready["dave"] + TIMEOUT - time.monotonic(),
+        "a culler round that judged dave idle for half his timeout",
+        details=hub.log_tail,
+    )
     agents[node_b.name].stop()
     late = {u: time.monotonic() - ready[u] for u in ("bob", "dave")}
     assert max(late.values()) < TIMEOUT - INTERVAL, f"set-up too slow for the timeline: {late}"
@@ -304,11 +333,11 @@ def test_idle_gpu_server_is_culled_and_working_ones_are_kept(
     assert hub.server("erin") is None
 
     # the culler decides within timeout + interval of her last activity ...
-    line = wait_for(
+    line = wait_until(
         lambda: culled_line(hub, "ann"),
-        ready["ann"] + TIMEOUT + INTERVAL + 3,
+        ready["ann"] + TIMEOUT + INTERVAL + 3 - time.monotonic(),
         "the culler to cull ann",
-        hub,
+        details=hub.log_tail,
     )
     decided = time.monotonic()
     last_seen = parse_time(servers["ann"]["last_activity"])  # as the hub had it once ready
@@ -316,7 +345,12 @@ def test_idle_gpu_server_is_culled_and_working_ones_are_kept(
     idle_for = (logged_at(hub, line) - last_seen).total_seconds()
     assert idle_for >= TIMEOUT, f"culled {idle_for:.1f}s after her last activity: too early"
     # ... the hub stops her server, and the GPU goes to the next user right away
-    wait_for(lambda: hub.server("ann") is None, decided + STOP_SLACK, "ann's server to go", hub)
+    wait_until(
+        lambda: hub.server("ann") is None,
+        decided + STOP_SLACK - time.monotonic(),
+        "ann's server to go",
+        details=hub.log_tail,
+    )
     r = hub.spawn("erin", rtx)
     assert r.status_code in (201, 202), r.text
     erin = hub.wait_ready("erin", timeout=240)
@@ -337,7 +371,7 @@ def test_idle_gpu_server_is_culled_and_working_ones_are_kept(
     assert max(rounds.values()) - min(rounds.values()) <= 1, rounds
     assert line.startswith("Culling ann: idle: no hub activity for "), line
     assert "kernels idle" in line and "1 GPU under 10% for" in line, line
-    assert line.endswith(f"(timeout {int(TIMEOUT)}s)"), line
+    assert line.endswith(f"(timeout {int(TIMEOUT)} s)"), line
     kept = [d for d in decisions(hub, "ann") if d.startswith("Keeping")]
     assert len(kept) >= 2 and all(re.match(r"Keeping ann: \S", d) for d in kept), kept
     assert [d for d in decisions(hub, "ann") if d.startswith("Culling")] == [line]
@@ -347,7 +381,7 @@ def test_idle_gpu_server_is_culled_and_working_ones_are_kept(
 
     assert kept_for("bob", r"Keeping bob: 1 kernel\(s\) busy"), decisions(hub, "bob")
     assert kept_for(
-        "carol", rf"Keeping carol: GPU {gpu['carol'][:12]} active \d+s ago, .*\(now \d+%\)"
+        "carol", rf"Keeping carol: GPU {gpu['carol'][:12]} active \d+ s ago, .*\(now \d+%\)"
     ), decisions(hub, "carol")
     dave_kept = kept_for("dave", rf"Keeping dave: GPU {gpu['dave'][:12]}.*agent.*")
     assert len(dave_kept) >= 2, decisions(hub, "dave")
@@ -362,18 +396,18 @@ def test_idle_gpu_server_is_culled_and_working_ones_are_kept(
     # while nobody watched is unknown), so his server goes one full timeout after the
     # agent's return, not at once
     agents[node_b.name].start()
-    back_line = wait_for(
+    back_line = wait_until(
         lambda: f"Agent of {node_b.name} answers again" in [m for _, _, m in culler_log(hub)],
-        time.monotonic() + 10,
+        10,
         "the culler to see dave's agent again",
-        hub,
+        details=hub.log_tail,
     )
     assert back_line and culled_line(hub, "dave") is None
-    dave_line = wait_for(
+    dave_line = wait_until(
         lambda: culled_line(hub, "dave"),
-        time.monotonic() + TIMEOUT + INTERVAL + 5,
+        TIMEOUT + INTERVAL + 5,
         "the culler to cull dave once his agent is back",
-        hub,
+        details=hub.log_tail,
     )
     back = logged_at(hub, f"Agent of {node_b.name} answers again")
     after = (logged_at(hub, dave_line) - back).total_seconds()
@@ -393,20 +427,20 @@ def test_spawn_form_tells_the_user_why_the_server_stopped(
     extra += f"c.GPUDockerSpawner.cull_notes_file = {str(culler_dir / 'notes.json')!r}\n"
     hub = make_hub([node], [gpu_inventory(node.name, "cccccccc", [RTX])], extra)
     ready = spawn_all(hub, {"zoe": {**OPTIONS, "image": "demo-cpu", "gpu_count": 0}})
-    wait_for(
+    wait_until(
         lambda: hub.server("zoe") is None,
-        ready["zoe"] + TIMEOUT + INTERVAL + STOP_SLACK,
+        ready["zoe"] + TIMEOUT + INTERVAL + STOP_SLACK - time.monotonic(),
         "the culler to stop zoe's server",
-        hub,
+        details=hub.log_tail,
     )
     (note,) = notes_for(load_notes(culler_dir / "notes.json"), "zoe")
     store = AccountingStore(f"sqlite:///{hub.workdir / 'jupyterhub-gpu-accounting.sqlite'}")
     try:
-        (record,) = wait_for(
+        (record,) = wait_until(
             lambda: [r for r in zoes_records(store) if r.ended_at],
-            time.monotonic() + 30,
+            30,
             "zoe's accounting record to close",
-            hub,
+            details=hub.log_tail,
         )
     finally:
         store.engine.dispose()
@@ -454,7 +488,12 @@ def test_dry_run_logs_what_it_would_do_and_stops_nothing(
     def would_cull() -> list[str]:
         return [m for _, _, m in culler_log(hub) if m.startswith("Would cull yan (dry run): ")]
 
-    wait_for(would_cull, ready + TIMEOUT + INTERVAL + 3, "a dry-run decision about yan", hub)
+    wait_until(
+        would_cull,
+        ready + TIMEOUT + INTERVAL + 3 - time.monotonic(),
+        "a dry-run decision about yan",
+        details=hub.log_tail,
+    )
     # two more whole rounds (the first round done may be the one that said it): each says
     # it again, none acts
     hub.wait_log(ROUND_DONE, after=hub.log_offset(), count=3, timeout=3 * INTERVAL + 60)
@@ -498,20 +537,28 @@ def test_culler_survives_its_own_crash_and_a_frozen_hub(
     config = culler_dir / "culler_config.py"
 
     # two rounds judged and saved, then the culler dies
-    wait_for(lambda: len(decisions(hub, "ivy")) >= 2, ready + 4 * INTERVAL, "two rounds", hub)
+    wait_until(
+        lambda: len(decisions(hub, "ivy")) >= 2,
+        ready + 4 * INTERVAL - time.monotonic(),
+        "two rounds",
+        details=hub.log_tail,
+    )
     assert (culler_dir / "state.json").exists()
     (first,) = culler_pids(config)
     os.kill(first, signal.SIGKILL)
     killed = time.monotonic()
     # the hub notices and starts it again; its first round comes from the saved state
-    (second,) = wait_for(
-        lambda: culler_pids(config) - {first}, killed + 45, "the hub to restart the culler", hub
+    (second,) = wait_until(
+        lambda: culler_pids(config) - {first},
+        killed + 45 - time.monotonic(),
+        "the hub to restart the culler",
+        details=hub.log_tail,
     )
-    (restored,) = wait_for(
+    (restored,) = wait_until(
         lambda: [m for _, _, m in culler_log(hub) if m.startswith("Restored the history of ")],
-        time.monotonic() + 10,
+        10,
         "the restarted culler to load its state",
-        hub,
+        details=hub.log_tail,
     )
     assert restored.startswith("Restored the history of 1 GPU(s) from "), restored
     assert culled_line(hub, "ivy") is None, "culled before its timeout"
@@ -535,17 +582,22 @@ def test_culler_survives_its_own_crash_and_a_frozen_hub(
     assert culler_pids(config) == {second}, "the culler died in the hub's outage"
 
     # ivy is culled on time: the GPU's idle time includes what was seen before the restart
-    line = wait_for(
+    line = wait_until(
         lambda: culled_line(hub, "ivy"),
-        ready + timeout + INTERVAL + request_timeout + 3,
+        ready + timeout + INTERVAL + request_timeout + 3 - time.monotonic(),
         "the culler to cull ivy",
-        hub,
+        details=hub.log_tail,
     )
     decided = time.monotonic()
-    idle = re.search(r"1 GPU under 10% for (?:(\d+)m)?(\d+)s", line)
+    idle = re.search(r"1 GPU under 10% for (\d+) s", line)
     assert idle, line
-    gpu_idle = int(idle[1] or 0) * 60 + int(idle[2])
+    gpu_idle = int(idle[1])  # seconds up to 2 min: the wait is ~75-90 s
     # a culler that forgot its history would have observed the GPU only since it restarted
     since_restart = (logged_at(hub, line) - logged_at(hub, restored)).total_seconds()
     assert gpu_idle >= timeout and gpu_idle > since_restart, (line, since_restart)
-    wait_for(lambda: hub.server("ivy") is None, decided + STOP_SLACK, "ivy's server to go", hub)
+    wait_until(
+        lambda: hub.server("ivy") is None,
+        decided + STOP_SLACK - time.monotonic(),
+        "ivy's server to go",
+        details=hub.log_tail,
+    )

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ import pytest
 from tests.conftest import gpu_inventory
 from tests.support.cluster import Engine
 from tests.support.hub import Hub
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -114,13 +114,18 @@ def spawn(hub: Hub, user: str) -> None:
 def wait_for_log(hub: Hub, pattern: str, timeout: float) -> str:
     """The first line of the hub's log (the culler logs there) matching ``pattern``."""
     regex = re.compile(pattern)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for line in hub.log_path.read_text(errors="replace").splitlines():
-            if regex.search(line):
-                return line
-        time.sleep(0.5)
-    raise AssertionError(f"no line matching {pattern!r} in {timeout:g}s:\n{hub.log_tail(80)}")
+
+    def first_line() -> str | None:
+        lines = hub.log_path.read_text(errors="replace").splitlines()
+        return next((line for line in lines if regex.search(line)), None)
+
+    return wait_until(
+        first_line,
+        timeout,
+        f"a hub log line matching {pattern!r}",
+        interval=0.5,
+        details=lambda: hub.log_tail(80),
+    )
 
 
 def tokens_received(records: list[dict[str, Any]]) -> list[tuple[str, str]]:

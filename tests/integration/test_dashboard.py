@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,6 +32,7 @@ from tests.support.agent import AgentProcess
 from tests.support.browser import chromium_page, hub_login, screenshot
 from tests.support.cluster import Engine
 from tests.support.hub import TOKEN_ROLE_CONFIG, Hub, free_port
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
@@ -98,17 +98,6 @@ configure(c, url="http://127.0.0.1:{free_port()}", config_file={str(settings)!r}
           snapshot_max_age={POLL})
 """
     )
-
-
-def wait_for(predicate: Callable[[], Any], seconds: float, what: str, hub: Hub) -> Any:
-    deadline = time.monotonic() + seconds
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}:\n{hub.log_tail(60)}")
-        time.sleep(0.2)
 
 
 def open_dashboard(page: Any, hub: Hub, user: str) -> None:
@@ -193,11 +182,11 @@ def _as_user(page: Any, hub: Hub, agent: AgentProcess, gpu: str, node_b: Engine)
     assert page.evaluate("() => window.__jhgpuXSS") is None  # shown, never run
     assert page.locator(f'tr[data-uuid="{gpu}"] img').count() == 0
     # idle: the agent says 0 %, so after a few readings the GPU is idle "for at least"
-    wait_for(
+    wait_until(
         lambda: "GPU under 10% for at least" in row(page, gpu),
         ONE_REFRESH_S + 5,
         "the GPU's idleness on the page",
-        hub,
+        details=hub.log_tail,
     )
     # no admin action anywhere
     assert page.locator("a.jhgpu-stop-link, form.jhgpu-drain").count() == 0
@@ -210,10 +199,17 @@ def _as_user(page: Any, hub: Hub, agent: AgentProcess, gpu: str, node_b: Engine)
     page.evaluate("() => { window.__jhgpuSamePage = true; }")
     before = refreshes(page)
     agent.set_state(gpu, utilization_pct=95)
-    wait_for(lambda: "95%" in row(page, gpu), ONE_REFRESH_S, "95 % on the page", hub)
+    wait_until(
+        lambda: "95%" in row(page, gpu), ONE_REFRESH_S, "95 % on the page", details=hub.log_tail
+    )
     assert "GPU under 10%" not in row(page, gpu)
     agent.set_state(gpu, healthy=False)
-    wait_for(lambda: "unhealthy" in row(page, gpu), ONE_REFRESH_S, "unhealthy on the page", hub)
+    wait_until(
+        lambda: "unhealthy" in row(page, gpu),
+        ONE_REFRESH_S,
+        "unhealthy on the page",
+        details=hub.log_tail,
+    )
     assert refreshes(page) > before and page.evaluate("() => window.__jhgpuSamePage") is True
     agent.set_state(gpu, utilization_pct=0, healthy=True)
 
@@ -278,12 +274,17 @@ def _as_admin(page: Any, hub: Hub, gpu: str, node_b: Engine) -> None:
     queued = hub.spawn("bob", {**OPTIONS, "gpu_count": 2})  # node-a's 2 RTX; alice has one
     assert queued.status_code == 202, queued.text
     queue = page.locator("section.jhgpu-queue")
-    wait_for(lambda: "bob" in queue.inner_text(), ONE_REFRESH_S, "bob in the queue", hub)
+    wait_until(
+        lambda: "bob" in queue.inner_text(), ONE_REFRESH_S, "bob in the queue", details=hub.log_tail
+    )
     assert f"2 GPU(s), {RTX[0]}" in " ".join(queue.inner_text().split())
     screenshot(page, "dashboard-5-admin-queue")
     hub.stop_server("bob")  # leaves the queue
-    wait_for(
-        lambda: "Nobody is waiting" in queue.inner_text(), ONE_REFRESH_S, "an empty queue", hub
+    wait_until(
+        lambda: "Nobody is waiting" in queue.inner_text(),
+        ONE_REFRESH_S,
+        "an empty queue",
+        details=hub.log_tail,
     )
 
     # drain node-b with a note: the page says so, and the hub places nothing there
@@ -318,7 +319,9 @@ def _as_admin(page: Any, hub: Hub, gpu: str, node_b: Engine) -> None:
     page.click("#jhgpu-stop-submit")
     page.wait_for_selector("#jhgpu-message")
     assert "alice" in page.inner_text("#jhgpu-message")
-    wait_for(lambda: hub.server("alice") is None, 60, "alice's server to stop", hub)
+    wait_until(
+        lambda: hub.server("alice") is None, 60, "alice's server to stop", details=hub.log_tail
+    )
 
 
 def _user_reads_the_note(hub: Hub) -> None:

@@ -24,7 +24,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from tests.conftest import gpu_inventory
 from tests.ldap_fixture import LDAPServer
 from tests.support.cluster import SITE_ADDRESS, USER_NETWORK, Engine
 from tests.support.hub import TOKEN_ROLE_CONFIG, Hub, free_port
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -145,7 +145,7 @@ def decoys(node: Engine, tmp_path: Path) -> Iterator[dict[str, tuple[str, int]]]
             ready = tmp_path / f"decoy-{name}.ready"
             argv = [sys.executable, "-c", DECOY, host, str(port), name, str(ready)]
             procs.append(subprocess.Popen(node.nsenter(*argv) if in_node else argv))
-            wait_for(ready.exists, 20, f"decoy {name}")
+            wait_until(ready.exists, 20, f"decoy {name}")
         yield {
             "node_docker": (node.address, 2375),
             "node_ssh": (node.address, 22),
@@ -192,7 +192,7 @@ def agent_on_node(node: Engine, tmp_path: Path) -> Iterator[int]:
     log = (tmp_path / "agent.log").open("wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
-        wait_for(lambda: reachable(node.address, port), 20, f"agent in {node.netns}")
+        wait_until(lambda: reachable(node.address, port), 20, f"agent in {node.netns}")
         yield port
     finally:
         proc.terminate()
@@ -203,16 +203,6 @@ def agent_on_node(node: Engine, tmp_path: Path) -> Iterator[int]:
 def hub(make_hub: Callable[..., Hub], node: Engine) -> Hub:
     inventory = [gpu_inventory(node.name, "15015015", [RTX, RTX])]
     return make_hub([node], inventory, TOKEN_ROLE_CONFIG)
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def reachable(host: str, port: int) -> bool:
@@ -328,7 +318,7 @@ def test_a_users_server_reaches_nothing_privileged(
     for c, who in ((alice, "alice"), (bob, "bob")):
         ready = f"/tmp/tb-{secrets.token_hex(4)}.ready"
         c.exec_run(["python3", "-c", DECOY, "0.0.0.0", "6006", who, ready], detach=True)
-        wait_for(lambda c=c, ready=ready: c.exec_run(["cat", ready]).exit_code == 0, 20, who)
+        wait_until(lambda c=c, ready=ready: c.exec_run(["cat", ready]).exit_code == 0, 20, who)
     dial = "import socket; print(socket.create_connection(('127.0.0.1', 6006)).recv(9).decode())"
     assert run_in(alice, "python3", "-c", dial).strip() == "alice"
     assert run_in(bob, "python3", "-c", dial).strip() == "bob"
@@ -352,7 +342,7 @@ def test_squatted_ports_do_not_catch_the_next_users_server(
 
     # nearly all 800: a port her own server's outgoing connections hold at that moment
     # (the range is also her namespace's ephemeral range) can't be bound (CI saw 799)
-    assert wait_for(bound, 60, "alice's listeners") >= 780
+    assert wait_until(bound, 60, "alice's listeners") >= 780
     start_server(hub, "bob")
     token = hub.user_token("bob")
     r = httpx.get(

@@ -38,6 +38,7 @@ from tests.support.cluster import (
     engine_running,
 )
 from tests.support.hub import Hub
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -232,16 +233,6 @@ def check_inside(engines: list[Engine], hub: Hub, user: str, state: dict[str, An
     assert env["NVIDIA_VISIBLE_DEVICES"] == ",".join(state["gpu_uuids"]), (user, env)
     assert container["Labels"]["jupyterhub-gpu.gpus"] == ",".join(state["gpu_uuids"])
     assert container["Labels"]["jupyterhub-gpu.node"] == state["node"]
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.3)
 
 
 def retry_spawn(hub: Hub, user: str, options: dict[str, Any], timeout: float) -> dict:

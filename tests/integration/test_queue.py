@@ -35,10 +35,10 @@ from tests.integration.test_multinode import (  # noqa: F401  (fixtures: agents,
     spawn_refused,
     start_hub,
     wait_all_ready,
-    wait_until,
 )
 from tests.support.cluster import Engine
 from tests.support.hub import Hub
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

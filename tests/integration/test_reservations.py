@@ -30,12 +30,12 @@ from tests.integration.test_multinode import (  # noqa: F401  (fixtures: agents,
     spawn_ready,
     start_hub,
     wait_all_ready,
-    wait_until,
 )
 from tests.integration.test_queue import progress
 from tests.support.browser import chromium_page, hub_login
 from tests.support.cluster import Engine
 from tests.support.hub import TOKEN_ROLE_CONFIG, Hub
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

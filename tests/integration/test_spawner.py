@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ import yaml
 
 from tests.conftest import CATALOG, gpu_inventory
 from tests.support.cluster import TEST_IMAGE, USER_NETWORK, Engine, container_env
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -38,15 +38,6 @@ def spawn_ready(hub, name: str, options: dict | None = None) -> dict:
     assert r.status_code in (201, 202), r.text
     hub.wait_ready(name)
     return hub.server(name)["state"]
-
-
-def wait_until(predicate, timeout: float = 30, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_each_user_gets_own_gpu_seen_inside_container(make_hub, engine, tmp_path: Path) -> None:
@@ -103,7 +94,7 @@ def test_no_free_gpu_fails_clearly_and_leaves_nothing(make_hub, engine) -> None:
 
     # stopping frees the GPUs for the next user
     hub.stop_server("alice")
-    wait_until(lambda: containers_of(engine, hub, "alice") == [], what="alice's container to go")
+    wait_until(lambda: containers_of(engine, hub, "alice") == [], 30, "alice's container to go")
     carol = spawn_ready(hub, "carol", {"gpu_count": 1})
     assert carol["gpu_uuids"][0] in first["gpu_uuids"]
 
@@ -148,7 +139,7 @@ def test_dead_container_releases_its_gpu(make_hub, engine) -> None:
     spawn_ready(hub, "erin", {"gpu_count": 2})
     (container,) = containers_of(engine, hub, "erin")
     container.kill()  # the server dies: the hub never calls stop()
-    wait_until(lambda: hub.server("erin") is None, what="the hub to notice the dead server")
+    wait_until(lambda: hub.server("erin") is None, 30, "the hub to notice the dead server")
     state = spawn_ready(hub, "frank", {"gpu_count": 2})
     assert len(state["gpu_uuids"]) == 2
 
@@ -307,7 +298,7 @@ def test_an_engine_error_is_told_as_such_and_holds_nothing(
     r = hub.spawn("oscar", {"image": "bare", "gpu_count": 1})
     text = r.text
     if r.status_code == 202:  # failed after the request returned: the hub has the reason
-        wait_until(lambda: hub.server("oscar") is None, what="the failed spawn to end")
+        wait_until(lambda: hub.server("oscar") is None, 30, "the failed spawn to end")
         text = hub.log_tail(200)
     assert f"Node {engine.name} could not start your server:" in text, text
     assert "jupyterhub-singleuser" in text and "stopped answering" not in text, text

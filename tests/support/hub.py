@@ -42,6 +42,28 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: How many times :meth:`Hub.start` starts a hub whose port turned out to be taken.
+START_TRIES = 3
+
+# configurable-http-proxy: "listen EADDRINUSE: address already in use 127.0.0.1:59571";
+# the hub itself: "OSError: [Errno 98] Address already in use"
+_PORT_TAKEN = re.compile(r"EADDRINUSE|address already in use", re.IGNORECASE)
+
+
+def port_taken(output: str) -> bool:
+    """Whether a hub's output (its own lines and its proxy's, which share the hub's log)
+    says that a port it was to listen on was taken.
+
+    The ports are chosen free (:func:`free_port`) and bound later by the hub and its proxy:
+    another process can take one in between. That is a reason to start again on new
+    ports, not a failure of the test."""
+    return _PORT_TAKEN.search(output) is not None
+
+
+class PortTaken(RuntimeError):
+    """One start of a hub failed because a port it was given was taken meanwhile."""
+
+
 #: The ports a test hub's API may take on the site address: the test cluster's node
 #: firewall lets user servers reach these there and nothing else (scripts/cluster.sh).
 HUB_API_PORTS = range(20000, 21000)
@@ -75,6 +97,8 @@ class Hub:
     # the hub's API where single-user servers on the nodes reach it (tests/support/cluster.py)
     hub_ip: str = "10.250.0.1"
     proc: subprocess.Popen[bytes] | None = None
+    # it answered once: servers and tests know its addresses (see :meth:`start`)
+    answered: bool = field(default=False, repr=False)
 
     @property
     def url(self) -> str:
@@ -111,28 +135,63 @@ c.Spawner.debug = False
         )
         return cfg
 
-    def start(self, timeout: float = 60) -> Hub:
+    def start(self, timeout: float = 60, tries: int = START_TRIES) -> Hub:
+        """Start the hub and wait until its API answers (``timeout`` s each try).
+
+        A port taken between being chosen and being bound (:func:`port_taken`) costs a
+        try: the hub is started again on new ports, at most ``tries`` times in all. Before
+        the hub first answered every port is new; a restarted hub keeps its public and
+        API ports (its servers and the test know them) and gets a new proxy API port."""
+        for attempt in range(1, tries):
+            try:
+                return self._start_once(timeout)
+            except PortTaken:
+                self.stop()
+                self._new_ports()
+                with self.log_path.open("a") as log:
+                    log.write(
+                        f"[tests/support/hub.py] a port was taken (try {attempt} of {tries}); "
+                        f"starting again on ports {self.port} (proxy), {self.hub_api_port} "
+                        f"(hub API), {self.proxy_api_port} (proxy API)\n"
+                    )
+        return self._start_once(timeout)
+
+    def _new_ports(self) -> None:
+        if not self.answered:
+            self.port, self.hub_api_port = free_port(), free_hub_api_port()
+        self.proxy_api_port = free_port()
+
+    def _start_once(self, timeout: float) -> Hub:
+        """One start; :class:`PortTaken` if its output says a port was taken."""
+        offset = self.log_offset()
         cfg = self.write_config()
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyterhub", "-f", str(cfg)],
-            cwd=self.workdir,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            start_new_session=True,
-        )
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "jupyterhub", "-f", str(cfg)],
+                cwd=self.workdir,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                start_new_session=True,
+            )
+
+        def failed(why: str) -> RuntimeError:
+            written = self.log_since(offset)
+            error = PortTaken if port_taken(written) else RuntimeError
+            return error(f"{why}:\n{self.log_tail()}")
+
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"hub exited with {self.proc.returncode}:\n{self.log_tail()}")
+                raise failed(f"hub exited with {self.proc.returncode}")
             try:
                 if httpx.get(f"{self.url}/hub/api/", timeout=1).status_code == 200:
+                    self.answered = True
                     return self
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
-        raise RuntimeError(f"hub did not answer in {timeout}s:\n{self.log_tail()}")
+        raise failed(f"hub did not answer in {timeout}s")
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc and self.proc.poll() is None:
@@ -144,14 +203,26 @@ c.Spawner.debug = False
                 self.proc.wait(5)
         proxy_pid = self.workdir / "proxy.pid"
         if proxy_pid.exists():
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(proxy_pid.read_text().strip()), signal.SIGTERM)
+            with contextlib.suppress(OSError, ValueError):
+                pid = int(proxy_pid.read_text().strip())
+                # a proxy that failed to start left its pid: never signal another process
+                if b"configurable-http-proxy" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    os.kill(pid, signal.SIGTERM)
 
     def log_tail(self, lines: int = 60) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no hub log)"
+
+    def log_since(self, offset: int) -> str:
+        """What the hub's log got past byte ``offset``."""
+        try:
+            with self.log_path.open("rb") as f:
+                f.seek(offset)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def log_offset(self) -> int:
         """Where the hub's log ends now: pass it to :meth:`wait_log` as ``after``."""

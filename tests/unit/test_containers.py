@@ -125,3 +125,85 @@ def test_an_unfit_user_network_is_refused_with_the_fix(
 )
 def test_bridge_names_are_linux_interface_names(name: str, ok: bool) -> None:
     assert (bridge_name_problem(name) is None) is ok
+
+
+# ---------------------------------------------------------------- the whole spec (golden)
+def _spec_input(**changes: Any) -> Any:
+    from jupyterhub_gpu.core.containers import ServerContainer
+    from jupyterhub_gpu.core.form.resources import ResourceLimits
+
+    base = {
+        "uid": 10001,
+        "gid": 5000,
+        "supplementary_gids": (5001, 5002),
+        "labels": {"jupyterhub-gpu.owner": "alice"},
+        "gpu_uuids": ("GPU-1111",),
+        "network": "jhgpu-users",
+        "limits": ResourceLimits(cpu=2.0, mem_bytes=4 << 30, shm_bytes=1 << 30, pids_limit=4096),
+        "home": ("/mnt/homes/alice", "/home/alice"),
+        "binds": {"/mnt/data/imagenet": {"bind": "/data/imagenet", "mode": "ro"}},
+    }
+    base.update(changes)
+    return ServerContainer(**base)
+
+
+def test_the_container_spec_is_golden() -> None:
+    """The security-critical fields of a user's container, all of them, as Docker gets
+    them: a change to any of them fails here first."""
+    from jupyterhub_gpu.core.containers import container_spec
+
+    create, host = container_spec(_spec_input())
+    assert create == {
+        "user": "10001:5000",
+        "labels": {"jupyterhub-gpu.owner": "alice"},
+        "working_dir": "/home/alice",
+    }
+    requests = host.pop("device_requests")
+    assert [(r["Driver"], r["DeviceIDs"], r["Capabilities"]) for r in requests] == [
+        ("nvidia", ["GPU-1111"], [["gpu"]])
+    ]
+    assert "Count" not in requests[0] or requests[0]["Count"] in (0, None)
+    assert host == {
+        "binds": {
+            "/mnt/homes/alice": {"bind": "/home/alice", "mode": "rw"},
+            "/mnt/data/imagenet": {"bind": "/data/imagenet", "mode": "ro"},
+        },
+        "network_mode": "jhgpu-users",
+        "group_add": ["5001", "5002"],
+        "shm_size": 1 << 30,
+        "pids_limit": 4096,
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+    }
+    assert "privileged" not in host and "network_mode" in host and host["network_mode"] != "host"
+
+
+def test_a_cpu_server_without_a_home_gets_no_gpu_and_no_working_dir() -> None:
+    from jupyterhub_gpu.core.containers import container_spec
+
+    create, host = container_spec(_spec_input(gpu_uuids=(), home=None, binds={}))
+    assert host["device_requests"] == [] and host["binds"] == {}
+    assert "working_dir" not in create
+
+
+def test_server_labels_carry_the_allocation_and_its_seal() -> None:
+    from datetime import datetime, timezone
+
+    from jupyterhub_gpu.core.allocation import Allocation
+    from jupyterhub_gpu.core.containers import server_labels
+
+    claim = Allocation("hub1", "a-1", "alice", "", "node-a", ("GPU-1", "GPU-2"))
+    at = datetime(2026, 11, 26, 9, 0, 0, tzinfo=timezone.utc)
+    labels = server_labels(claim, "demo:1", at, b"k" * 32)
+    assert labels == {
+        "jupyterhub-gpu.hub": "hub1",
+        "jupyterhub-gpu.owner": "alice",
+        "jupyterhub-gpu.server": "",
+        "jupyterhub-gpu.node": "node-a",
+        "jupyterhub-gpu.gpus": "GPU-1,GPU-2",
+        "jupyterhub-gpu.image": "demo:1",
+        "jupyterhub-gpu.started": "2026-11-26T09:00:00+00:00",
+        "jupyterhub-gpu.allocation": "a-1",
+        "jupyterhub-gpu.seal": claim.seal(b"k" * 32),
+    }
+    assert "jupyterhub-gpu.seal" not in server_labels(claim, "demo:1", at, None)

@@ -100,6 +100,8 @@ class World:
         self.agent_answers: dict[str, Callable[[], httpx.Response]] = {}  # host -> answer
         self.requests: list[httpx.Request] = []
         self.in_flight = self.max_in_flight = 0
+        # the hub's list of nodes (GET /hub/api/gpu/agents); None: the culler may not read it
+        self.hub_agents: dict[str, Any] | None = {"loaded": True, "agents": {}}
 
     @staticmethod
     def user(name: str, *servers: tuple[str, dict[str, Any]], groups: Any = ()) -> dict[str, Any]:
@@ -148,6 +150,10 @@ class World:
     def hub(self, request: httpx.Request) -> httpx.Response:
         if request.method == "DELETE":
             return httpx.Response(204)
+        if request.url.path == "/hub/api/gpu/agents":
+            if self.hub_agents is None:
+                return httpx.Response(403, json={"status": 403, "message": "Not authorized"})
+            return httpx.Response(200, json=self.hub_agents)
         assert request.url.path == "/hub/api/users"
         query = parse_qs(request.url.query.decode())
         assert query["state"] == ["ready"]
@@ -259,7 +265,7 @@ async def test_a_round_culls_only_the_idle(world: World, tmp_path: Path) -> None
     assert all(r.headers["Accept"] == "application/jupyterhub-pagination+json" for r in pages)
     notes = load_notes(tmp_path / "notes.json")
     (note,) = notes_for(notes, "alice")
-    assert note.server == "" and note.reason.startswith("idle: no hub activity for 2h00m")
+    assert note.server == "" and note.reason.startswith("idle: no hub activity for 2 h")
     assert [n.server for n in notes_for(notes, "erin")] == ["train"]
 
 
@@ -361,6 +367,52 @@ async def test_an_agent_answering_for_another_node_is_not_believed(
     assert "alice" not in " ".join(world.deletes())
 
 
+async def test_without_agent_urls_the_agents_are_the_hubs_nodes(
+    world: World, tmp_path: Path
+) -> None:
+    """One list of nodes: the culler polls the agents the hub names, and follows it."""
+    culler = make_culler(world, tmp_path, agent_urls={})
+    world.hub_agents = {"loaded": True, "agents": {"node-a": "http://agent-a.test:9450"}}
+    await culler.poll_gpus_once(now=T0)
+    assert sorted(culler._trackers) == ["GPU-a0", "GPU-a1", "GPU-a2", "GPU-a3"]
+    # the hub's nodes change (node-a's agent moves): the next poll follows
+    world.hub_agents = {"loaded": True, "agents": {"node-a": "http://agent-b.test:9450"}}
+    await culler.poll_gpus_once(now=T0)
+    assert culler._agent_ok == {"node-a": False}
+    # the culler may not read the list: it says which scope, once, and keeps the last list
+    world.hub_agents = None
+    lines = record_log(culler)
+    await culler.poll_gpus_once(now=T0)
+    await culler.poll_gpus_once(now=T0)
+    warned = [line for line in lines if "agent list" in line]
+    assert len(warned) == 1 and "custom:gpu-agents:read" in warned[0], warned
+    assert culler._agents() == {"node-a": "http://agent-b.test:9450"}
+    # a hub that has not read its nodes yet changes nothing
+    world.hub_agents = {"loaded": False, "agents": {}}
+    await culler.poll_gpus_once(now=T0)
+    assert culler._agents() == {"node-a": "http://agent-b.test:9450"}
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"agents": {}},
+        {"loaded": True, "agents": []},
+        {"loaded": True, "agents": {"node-a": "file:///etc/passwd"}},
+        {"loaded": True, "agents": {"": "http://a.test"}},
+    ],
+)
+async def test_a_malformed_agent_list_is_not_believed(
+    world: World, tmp_path: Path, answer: dict[str, Any]
+) -> None:
+    culler = make_culler(world, tmp_path, agent_urls={})
+    world.hub_agents = {"loaded": True, "agents": {"node-a": "http://agent-a.test:9450"}}
+    await culler.poll_gpus_once(now=T0)
+    world.hub_agents = answer
+    await culler.poll_gpus_once(now=T0)
+    assert culler._agents() == {"node-a": "http://agent-a.test:9450"}
+
+
 async def test_after_missed_readings_a_gpu_is_observed_again(world: World, tmp_path: Path) -> None:
     """One failed poll (a 2-minute gap, under ``gpu_stale_after``) or one answer without
     the GPU: the time not observed is not idle time, the whole timeout starts again."""
@@ -374,7 +426,7 @@ async def test_after_missed_readings_a_gpu_is_observed_again(world: World, tmp_p
     await culler.poll_gpus_once(now=T0)
     decisions = await culler.cull_once(now=T0)
     assert decisions["alice"].signal is Signal.GPU
-    assert "observed for only 0s of 30m00s" in decisions["alice"].reason
+    assert "observed for only 0 s of 30 min" in decisions["alice"].reason
     assert decisions["bob"].signal is Signal.GPU_MISSING
     world.gpu_util["GPU-a1"] = 0.0
     world.kernels["/user/bob/"][0]["execution_state"] = "idle"
@@ -457,7 +509,7 @@ async def test_a_gpu_holding_memory_waits_longer(world: World, tmp_path: Path) -
     await poll(culler, start=50)
     decision = (await culler.cull_once(now=T0))["alice"]
     assert (decision.cull, decision.signal) == (False, Signal.GPU)
-    assert decision.reason.endswith("observed for only 50m00s of 1h00m (now 0%)")
+    assert decision.reason.endswith("observed for only 50 min of 1 h (now 0%)")
     await poll(culler, start=-1, stop=-11)
     assert (await culler.cull_once(now=T0 + timedelta(minutes=11)))["alice"].cull
     world.users[0]["groups"] = ["hurry"]

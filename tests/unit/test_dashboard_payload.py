@@ -33,6 +33,7 @@ from jupyterhub_gpu.wire.cluster import (
     GPU_STATUSES,
     ServerInfo,
     build_payload,
+    decode_payload,
     gpu_status,
     queue_entries,
 )
@@ -183,9 +184,9 @@ def test_the_hubs_queue_becomes_payload_entries_and_their_rows() -> None:
     assert (entries[1]["server"], entries[1]["model"], entries[1]["models"]) == ("", None, None)
     snapshot, specs, servers = world()
     p = build_payload(snapshot, specs, servers, {}, now=NOW, queue=entries)
-    rows = cluster_view(p, Viewer("x"), History(), now=NOW).queue
+    rows = cluster_view(decode_payload(p), Viewer("x"), History(), now=NOW).queue
     assert [(r["position"], r["who"], r["wants"], r["waiting"]) for r in rows] == [
-        ("-", "bob/big", f"2 GPU(s), {RTX}", "10m00s ago"),
+        ("-", "bob/big", f"2 GPU(s), {RTX}", "10 min ago"),
         ("-", "carol", "1 GPU(s), any model", "just now"),
         ("-", "dave/x", "1 GPU(s), one of 2 models", "just now"),
     ]

@@ -404,6 +404,15 @@ async def test_a_hub_outage_keeps_the_last_view_and_says_so(world: World) -> Non
     assert "The figures below are from" in page.text and "alice/train" in page.text
 
 
+async def test_a_malformed_cluster_view_is_refused_naming_the_field(world: World) -> None:
+    world.hub.payload["nodes"][0]["gpus"][2]["status"] = "lost"
+    await world.dashboard.poll_once()
+    async with world.browser("tok-alice") as browser:
+        page, _ = await open_page(browser)
+    assert "The hub&#39;s cluster view is malformed (cluster payload: nodes[0].gpus[2]" in page.text
+    assert "The figures below are from" in page.text and "alice/train" in page.text
+
+
 async def test_usage_is_read_only_and_shown_once_the_hub_made_the_tables(world: World) -> None:
     db = world.tmp / "accounting.sqlite"
     await world.dashboard.load_usage()

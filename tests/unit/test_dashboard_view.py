@@ -15,12 +15,18 @@ from jupyterhub_gpu.core.accounting.report import Interval
 from jupyterhub_gpu.core.dashboard.charts import bars, columns, downsample, nice_ceiling, sparkline
 from jupyterhub_gpu.core.dashboard.history import History
 from jupyterhub_gpu.core.dashboard.inputs import BadInput, clean_note, known_node, user_and_server
+from jupyterhub_gpu.core.dashboard.payload import (
+    ClusterPayload,
+    GpuEntry,
+    NodeEntry,
+    ServerEntry,
+)
 from jupyterhub_gpu.core.dashboard.view import HIDDEN, Viewer, cluster_view, redact, spawn_link
 from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeInventory, NodeState
 from jupyterhub_gpu.services.dashboard.notes import messages_for, record_stop
 from jupyterhub_gpu.services.dashboard.render import Page, Usage, render_live, render_page
 from jupyterhub_gpu.services.dashboard.usage import summarize, usage_charts
-from jupyterhub_gpu.wire.cluster import ServerInfo, build_payload
+from jupyterhub_gpu.wire.cluster import ServerInfo, build_payload, decode_payload, payload_json
 from jupyterhub_gpu.wire.nodes_file import NodeSpec
 
 pytestmark = pytest.mark.unit
@@ -31,7 +37,9 @@ PAGE = Page("/hub/", "/services/gpu-dashboard/")
 XSS = '"><script>alert(1)</script><img src=x onerror=alert(2)>'
 
 
-def payload(**kw: Any) -> dict[str, Any]:
+def raw_payload(**kw: Any) -> dict[str, Any]:
+    """The hub's JSON (what ``GET /hub/api/gpu/cluster`` sends), with a queue and
+    reservations: one for a user (none of the hub's are yet), two for groups."""
     cards = tuple(GPU(f"GPU-{i}", i, RTX, 24576, (8, 6), utilization_pct=5.0 * i) for i in range(4))
     nodes = (
         NodeState(NodeInventory("node-a", "550.54.15", cards)),
@@ -59,33 +67,59 @@ def payload(**kw: Any) -> dict[str, Any]:
         NodeSpec("node-b", "unix:///x", "10.0.0.2"),
     ]
     built = build_payload(ClusterSnapshot(nodes, holds), specs, servers, {}, now=NOW, **kw)
+    queued = {"group": "", "models": None, "since": None, "estimate": None}
     built["queue"] = [
         {
+            **queued,
             "user": "bob",
             "server": "big",
             "gpus": 4,
             "model": A100,
+            "models": [A100],
             "position": 1,
             "since": "2026-01-01T11:30:00+00:00",
             "estimate": "about 2 h",
         },
-        {"user": "alice", "server": "", "gpus": 1, "model": "any", "position": 2},
+        {**queued, "user": "alice", "server": "", "gpus": 1, "model": "any", "position": 2},
     ]
+    reserved = {"group": "", "nodes": [], "gpus": [], "model": None, "count": 0}
     built["reservations"] = [
         {
+            **reserved,
+            "id": "r1",
             "user": "carol",
             "gpus": ["GPU-3"],
             "from": "2026-01-02 09:00",
             "to": "2026-01-02 17:00",
             "note": "thesis run",
         },
-        {"group": "course-101", "nodes": ["node-b"], "from": "2026-01-03", "to": "2026-01-04"},
-        {"group": "ml", "model": A100, "count": 2, "from": "2026-01-05", "to": "2026-01-06"},
+        {
+            **reserved,
+            "id": "r2",
+            "group": "course-101",
+            "nodes": ["node-b"],
+            "from": "2026-01-03",
+            "to": "2026-01-04",
+        },
+        {
+            **reserved,
+            "id": "r3",
+            "group": "ml",
+            "model": A100,
+            "count": 2,
+            "from": "2026-01-05",
+            "to": "2026-01-06",
+        },
     ]
     return built
 
 
-def history_of(p: dict[str, Any], at: float = 1000.0) -> History:
+def payload(**kw: Any) -> ClusterPayload:
+    """:func:`raw_payload` as the dashboard reads it (its one decoder)."""
+    return decode_payload(raw_payload(**kw))
+
+
+def history_of(p: ClusterPayload, at: float = 1000.0) -> History:
     h = History(window=600, points=120)
     for k in range(10):
         h.record(p, at - 50 + 5 * k)
@@ -112,7 +146,7 @@ def test_other_users_names_follow_the_privacy_setting(
     viewer: Viewer, show_names: bool, sees_others: bool
 ) -> None:
     p = payload()
-    visible = json.dumps(redact(p, viewer, show_names))
+    visible = json.dumps(payload_json(redact(p, viewer, show_names)))
     view = cluster_view(redact(p, viewer, show_names), viewer, history_of(p), now=NOW)
     html = render_page(view, PAGE, "x", Usage()) + render_live(view, PAGE, "x")
     for other in ("bob", "mallory", "carol"):
@@ -120,7 +154,7 @@ def test_other_users_names_follow_the_privacy_setting(
         assert (other in html) == sees_others, other
     assert "alice/train" in html  # her own, or shown to all
     assert (HIDDEN in html) == (not sees_others)
-    assert {s["user"] for s in p["servers"]} == {"alice", "bob", "carol", "mallory"}  # a copy
+    assert {s.user for s in p.servers} == {"alice", "bob", "carol", "mallory"}  # unchanged
 
 
 def test_hidden_names_still_show_what_runs_where_and_the_counts() -> None:
@@ -204,15 +238,15 @@ def test_holder_image_since_activity_and_gpu_idleness() -> None:
     alice = view.nodes[0].gpus[0].holder
     assert alice is not None
     assert (alice.label, alice.image, alice.state) == ("alice/train", "Demo CUDA 12", "running")
-    assert alice.since == "2h05m ago" and alice.since_iso == "2026-01-01 09:55 UTC"
-    assert alice.activity == "3m00s ago" and alice.cull == "unknown"
-    assert view.nodes[0].gpus[0].gpu_idle == "GPU under 10% for at least 45s"  # 0 % since
-    assert view.nodes[0].gpus[1].gpu_idle == "GPU under 10% for at least 45s"  # 5 %
+    assert alice.since == "2 h 05 min ago" and alice.since_iso == "2026-01-01 09:55 UTC"
+    assert alice.activity == "3 min ago" and alice.cull == "unknown"
+    assert view.nodes[0].gpus[0].gpu_idle == "GPU under 10% for at least 45 s"  # 0 % since
+    assert view.nodes[0].gpus[1].gpu_idle == "GPU under 10% for at least 45 s"  # 5 %
     assert view.nodes[0].gpus[2].gpu_idle == ""  # free: nobody to tell
     carol = view.nodes[1].cpu_servers
     assert [s.label for s in carol] == ["carol/cpu"]
     assert [q["wants"] for q in view.queue] == [f"4 GPU(s), {A100}", "1 GPU(s), any model"]
-    assert view.queue[0]["waiting"] == "30m00s ago" and view.queue[0]["estimate"] == "about 2 h"
+    assert view.queue[0]["waiting"] == "30 min ago" and view.queue[0]["estimate"] == "about 2 h"
 
 
 @pytest.mark.parametrize(
@@ -228,22 +262,24 @@ def test_holder_image_since_activity_and_gpu_idleness() -> None:
 def test_spawn_link_goes_where_the_viewer_can_start_a_server(
     servers: list[str], named: bool, limit: int, expected: str | None
 ) -> None:
-    p = {
-        "hub_prefix": "/hub/",
-        "named_servers": named,
-        "named_server_limit": limit,
-        "servers": [{"user": "dédou", "server": s} for s in servers]
-        + [{"user": "x", "server": ""}],
-    }
+    p = ClusterPayload(
+        hub_prefix="/hub/",
+        named_servers=named,
+        named_server_limit=limit,
+        servers=(
+            *(ServerEntry(f"dédou/{s}", "dédou", s) for s in servers),
+            ServerEntry("x/", "x", ""),
+        ),
+    )
     assert spawn_link(p, Viewer("dédou"), "M 1") == expected
 
 
 def test_a_node_that_is_down_or_drained_says_so_and_admins_may_undrain() -> None:
-    p = payload()
+    p = raw_payload()
     p["nodes"][1].update(state="drained", drained_by="admin", drain_note="PSU <b>swap</b>")
     p["nodes"][0].update(state="down")
     p["nodes"][0]["reachable"] = False
-    view = cluster_view(p, Viewer("root", admin=True), History(), now=NOW)
+    view = cluster_view(decode_payload(p), Viewer("root", admin=True), History(), now=NOW)
     assert view.nodes[0].state_label.startswith("down")
     stale = view.nodes[0].gpus[1]  # 5 % and healthy when last read: not said as if now
     assert (stale.known, stale.health, stale.temperature) == (False, "unknown", "-")
@@ -254,9 +290,9 @@ def test_a_node_that_is_down_or_drained_says_so_and_admins_may_undrain() -> None
 
 
 def test_a_stale_view_says_since_when() -> None:
-    p = payload()
+    p = raw_payload()
     p["fresh"] = False
-    view = cluster_view(p, Viewer("dave"), History(), now=NOW)
+    view = cluster_view(decode_payload(p), Viewer("dave"), History(), now=NOW)
     html = render_live(view, PAGE, "x", stale="The hub did not answer. The figures are from 11:59.")
     assert "not fresh" in html and "The figures are from 11:59." in html
 
@@ -303,8 +339,9 @@ def test_nice_ceiling(value: float, ceiling: float) -> None:
 
 
 def test_history_rings_forgets_and_measures_idleness() -> None:
-    def at(value: float, up: bool = True) -> dict[str, Any]:
-        return {"nodes": [{"reachable": up, "gpus": [{"uuid": "G", "utilization_pct": value}]}]}
+    def at(value: float, up: bool = True) -> ClusterPayload:
+        gpu = GpuEntry("G", utilization_pct=value)
+        return ClusterPayload(nodes=(NodeEntry("n", reachable=up, gpus=(gpu,)),))
 
     h = History(window=60, points=5)
     for t, v in enumerate([50, 3, 2, 1, 0, 0]):
@@ -317,7 +354,7 @@ def test_history_rings_forgets_and_measures_idleness() -> None:
     assert h.idle_for("G", 170) is None
     spark, idle = h.drawn("G")
     assert spark.count(",") == 5 and idle is None
-    h.record({"nodes": []}, 300)  # not seen for longer than the window: forgotten
+    h.record(ClusterPayload(), 300)  # not seen for longer than the window: forgotten
     assert len(h) == 0 and h.drawn("G") == ("", None)
 
 

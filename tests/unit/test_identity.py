@@ -13,11 +13,10 @@ from tornado import web
 from jupyterhub_gpu.core.identity import (
     Identity,
     IdentityError,
-    ensure_home,
     identity_from_auth_state,
     map_home,
-    verify_home_path,
 )
+from jupyterhub_gpu.edges.home_dirs import ensure_home, verify_home_path
 from jupyterhub_gpu.errors import ConfigError, UnsafePath
 from jupyterhub_gpu.hub.auth.ldap import GPULDAPAuthenticator
 from jupyterhub_gpu.hub.auth.oauth import (

@@ -27,6 +27,7 @@ from jupyterhub_gpu.hub import saves as service
 from jupyterhub_gpu.hub.saved_images import SavedImages
 from jupyterhub_gpu.hub.saves import MyImages, SaveBusy, SavingOff, ServerFacts
 from jupyterhub_gpu.wire.catalog_file import parse_catalog
+from tests.support.waiting import wait_until_async
 
 pytestmark = pytest.mark.unit
 
@@ -471,6 +472,20 @@ def test_registry_credentials_go_to_saved_images_only() -> None:
         SavedImages(registry_password="pw")
 
 
+class CountingSlots(asyncio.Semaphore):
+    """The save slots, counting the saves that asked for one and those that got it."""
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.asked = self.got = 0
+
+    async def acquire(self) -> bool:
+        self.asked += 1
+        await super().acquire()
+        self.got += 1
+        return True
+
+
 async def test_saves_run_in_daemon_threads_at_most_concurrent_saves_at_once(
     store: AccountingStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -494,14 +509,16 @@ async def test_saves_run_in_daemon_threads_at_most_concurrent_saves_at_once(
         return _saved(request.owner, request.name)
 
     monkeypatch.setattr(service, "save_environment", fake_save)
+    monkeypatch.setattr(service.asyncio, "Semaphore", CountingSlots)  # made by the service
     svc = _service(store, concurrent_saves=1)
+    slots = svc._slots
+    assert isinstance(slots, CountingSlots)
     for user in ("alice", "bob", "carol"):
         await svc.start(replace(FACTS, owner=user), "env")
-    while not daemon:  # the first save runs ...
-        await asyncio.sleep(0.01)
-    for _ in range(50):  # ... and the loop turns: the others wait for its slot
-        await asyncio.sleep(0)
-    assert len(daemon) == 1 and svc._slots.locked()
+    # the event: all three saves asked for the slot; one got it, its save runs ...
+    await wait_until_async(lambda: slots.asked == 3 and daemon, 10, "the saves to ask for a slot")
+    # ... and the others wait for it: no second save thread was started
+    assert slots.got == 1 and len(daemon) == 1 and svc._slots.locked()
     release.set()
     await _finish(svc)
     assert most == 1 and daemon == [True, True, True]

@@ -1,6 +1,8 @@
-"""scripts/node-firewall.sh's --allow checks (dry run: it prints the iptables commands it
-would run). A bad --allow is refused before any chain is touched: a run that stopped half
-way would leave the user bridge's chain flushed, that is open."""
+"""The node firewall's --allow checks (dry run: it prints the iptables commands it would
+run). A bad --allow is refused before any chain is touched: a run that stopped half way
+would leave the user bridge's chain flushed, that is open. The script ships in the
+package (``jupyterhub_gpu/cli/files``, run by ``jupyterhub-gpu firewall``);
+scripts/node-firewall.sh, which the test cluster runs, links to it."""
 
 from __future__ import annotations
 
@@ -11,7 +13,12 @@ import pytest
 
 pytestmark = pytest.mark.unit
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "node-firewall.sh"
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "jupyterhub_gpu" / "cli" / "files" / "node-firewall.sh"
+
+
+def test_the_checkout_script_is_the_packaged_one() -> None:
+    assert (REPO / "scripts" / "node-firewall.sh").resolve() == SCRIPT.resolve()
 
 
 def dry_run(*allow: str) -> subprocess.CompletedProcess[str]:

@@ -456,8 +456,9 @@ def test_ordinal(n: int, text: str) -> None:
 
 @pytest.mark.parametrize(
     "seconds, text",
-    [(0, "0 s"), (59.4, "59 s"), (720, "12 min"), (3 * 3600 + 300, "3 h 05 min"),
-     (3 * 86400 + 4 * 3600, "3 days 4 h")],
+    [(0, "0 s"), (-5, "0 s"), (59.4, "59 s"), (119.9, "119 s"), (125, "2 min"), (720, "12 min"),
+     (3600, "1 h"), (3 * 3600 + 300, "3 h 05 min"), (2 * 86400 - 1, "47 h 59 min"),
+     (7 * 86400, "7 days"), (3 * 86400 + 4 * 3600, "3 days 4 h")],
 )  # fmt: skip
 def test_duration(seconds: float, text: str) -> None:
     assert duration(seconds) == text

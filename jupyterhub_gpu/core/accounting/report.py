@@ -19,13 +19,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from jupyterhub_gpu.errors import ReportError
+
 GROUP_BY = ("user", "group", "model", "node")
 BUCKETS = ("day", "week", "month")
 EARLIEST = datetime(2000, 1, 1)
-
-
-class ReportError(ValueError):
-    """Bad report arguments; the message says what to change."""
 
 
 @dataclass(frozen=True)

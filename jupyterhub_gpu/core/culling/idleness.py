@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from jupyterhub_gpu.core.words import duration
 from jupyterhub_gpu.errors import ConfigError
 
 #: Default ``max_age`` (s): the longest any server lives on what its user's server says.
@@ -146,17 +147,8 @@ class Decision:
     signal: Signal
 
 
-def fmt_duration(seconds: float) -> str:
-    """``4000`` -> ``"1h06m"``; ``125`` -> ``"2m05s"``; ``90061`` -> ``"1d01h01m"``."""
-    s = max(int(seconds), 0)
-    d, s = divmod(s, 86400)
-    h, s = divmod(s, 3600)
-    m, s = divmod(s, 60)
-    if d:
-        return f"{d}d{h:02}h{m:02}m"
-    if h:
-        return f"{h}h{m:02}m"
-    return f"{m}m{s:02}s" if m else f"{s}s"
+#: The old name of :func:`~jupyterhub_gpu.core.words.duration` (tests import it from here).
+fmt_duration = duration
 
 
 def _since(then: datetime | None, now: datetime) -> float | None:
@@ -211,7 +203,7 @@ def _gpu_idle_for(
         return _keep(Signal.GPU_MISSING, f"GPU {short}: no reading from its node agent")
     age = (now - s.last_sample_at).total_seconds()
     if age > policy.gpu_stale_after:
-        return _keep(Signal.GPU_MISSING, f"GPU {short}: last reading is {fmt_duration(age)} old")
+        return _keep(Signal.GPU_MISSING, f"GPU {short}: last reading is {duration(age)} old")
     # unobserved time is never idle time: count from the later of activity and observation
     since = s.observed_since
     if s.last_active_at is not None and s.last_active_at > since:
@@ -223,9 +215,9 @@ def _gpu_idle_for(
     if idle >= required:
         return idle
     if since == s.observed_since and s.last_active_at != since:
-        why = f"observed for only {fmt_duration(idle)} of {fmt_duration(required)}"
+        why = f"observed for only {duration(idle)} of {duration(required)}"
     else:
-        why = f"active {fmt_duration(idle)} ago, needs {fmt_duration(required)} idle"
+        why = f"active {duration(idle)} ago, needs {duration(required)} idle"
     return _keep(Signal.GPU, f"GPU {short} {why} (now {s.utilization_pct:.0f}%)")
 
 
@@ -244,7 +236,7 @@ def _kernels_idle_for(
         return float("inf")
     idle = (now - max(stamps)).total_seconds()
     if idle < timeout:
-        return _keep(Signal.KERNELS, f"kernel/server activity {fmt_duration(idle)} ago")
+        return _keep(Signal.KERNELS, f"kernel/server activity {duration(idle)} ago")
     return idle
 
 
@@ -252,8 +244,8 @@ def judge(obs: ServerObservation, policy: Policy, now: datetime) -> Decision:
     """Keep or cull ``obs`` at ``now`` under ``policy``, with a one-line reason."""
     age = _since(obs.started, now)
     if policy.max_age and age is not None and age >= policy.max_age:
-        reason = f"running for {fmt_duration(age)}, over the maximum age of "
-        return Decision(True, reason + fmt_duration(policy.max_age), Signal.MAX_AGE)
+        reason = f"running for {duration(age)}, over the maximum age of "
+        return Decision(True, reason + duration(policy.max_age), Signal.MAX_AGE)
     if obs.gpus is None:
         return _keep(Signal.GPU_MISSING, "GPU assignment unknown (no gpu_uuids in spawner state)")
     timeout = policy.gpu_timeout if obs.gpus else policy.timeout
@@ -263,7 +255,7 @@ def judge(obs: ServerObservation, policy: Policy, now: datetime) -> Decision:
     if hub_idle is None:
         return _keep(Signal.HUB, "the hub reports neither activity nor a start time")
     if hub_idle < timeout:
-        return _keep(Signal.HUB, f"hub activity {fmt_duration(hub_idle)} ago")
+        return _keep(Signal.HUB, f"hub activity {duration(hub_idle)} ago")
     gpu_idle = float("inf")
     for uuid, summary in sorted(obs.gpus.items()):
         verdict = _gpu_idle_for(uuid, summary, policy, timeout, now)
@@ -273,21 +265,17 @@ def judge(obs: ServerObservation, policy: Policy, now: datetime) -> Decision:
     kernel_idle = _kernels_idle_for(obs.kernels, timeout, now)
     if isinstance(kernel_idle, Decision):
         return kernel_idle
-    parts = [f"no hub activity for {fmt_duration(hub_idle)}"]
+    parts = [f"no hub activity for {duration(hub_idle)}"]
     parts.append(
-        "kernels idle"
-        if kernel_idle == float("inf")
-        else f"kernels idle {fmt_duration(kernel_idle)}"
+        "kernels idle" if kernel_idle == float("inf") else f"kernels idle {duration(kernel_idle)}"
     )
     if obs.gpus:
         n = len(obs.gpus)
         parts.append(
             f"{n} GPU{'s' if n > 1 else ''} under {policy.gpu_threshold:g}% "
-            f"for {fmt_duration(gpu_idle)}"
+            f"for {duration(gpu_idle)}"
         )
-    return Decision(
-        True, f"idle: {', '.join(parts)} (timeout {fmt_duration(timeout)})", Signal.IDLE
-    )
+    return Decision(True, f"idle: {', '.join(parts)} (timeout {duration(timeout)})", Signal.IDLE)
 
 
 @dataclass(frozen=True)

@@ -1,2 +1,3 @@
-"""What one person sees on the dashboard (pure): views, charts, sparkline history and the
-checks of an admin's input."""
+"""What one person sees on the dashboard (pure): the hub's cluster payload, typed
+(:mod:`.payload`), the views of it, charts, sparkline history and the checks of an
+admin's input."""

@@ -7,10 +7,9 @@ once per viewer and request."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
-from typing import Any
 
 from jupyterhub_gpu.core.dashboard.charts import downsample, sparkline
+from jupyterhub_gpu.core.dashboard.payload import ClusterPayload
 
 IDLE_BELOW = 10.0  # % utilisation, the culler's default gpu_threshold
 MIN_SPAN = 60.0  # s: a fresh history is drawn over at least this span
@@ -30,17 +29,15 @@ class History:
     def __len__(self) -> int:
         return len(self._samples)
 
-    def record(self, payload: Mapping[str, Any], at: float) -> None:
+    def record(self, payload: ClusterPayload, at: float) -> None:
         """Add every GPU's utilisation now (``at``: seconds, monotonic or epoch) from a
         payload whose node answered; a node that is down adds nothing (its readings are old)."""
-        for node in payload.get("nodes", ()):
-            if not node.get("reachable"):
+        for node in payload.nodes:
+            if not node.reachable:
                 continue
-            for gpu in node.get("gpus", ()):
-                value = gpu.get("utilization_pct")
-                if isinstance(value, int | float):
-                    buffer = self._samples.setdefault(gpu["uuid"], deque(maxlen=self.points))
-                    buffer.append((at, min(max(float(value), 0.0), 100.0)))
+            for gpu in node.gpus:
+                buffer = self._samples.setdefault(gpu.uuid, deque(maxlen=self.points))
+                buffer.append((at, min(max(gpu.utilization_pct, 0.0), 100.0)))
         self._at = at
         self._drawn.clear()
         for uuid in [u for u, b in self._samples.items() if b and b[-1][0] < at - self.window]:

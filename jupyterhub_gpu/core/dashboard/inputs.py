@@ -5,17 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from jupyterhub_gpu.errors import BadInput
+
 MAX_NOTE = 500
 MAX_NAME = 255
-
-
-class BadInput(ValueError):
-    """Input the dashboard refuses; the message says what to change (400, or 404 for a
-    name that does not exist)."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def _shown(text: str) -> str:

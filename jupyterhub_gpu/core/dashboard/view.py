@@ -1,4 +1,5 @@
-"""What one person sees of the cluster (pure): the hub's payload, the viewer and the privacy
+"""What one person sees of the cluster (pure): the hub's payload (typed, as
+:func:`jupyterhub_gpu.wire.cluster.decode_payload` reads it), the viewer and the privacy
 setting in; plain view objects for the templates out.
 
 :func:`redact` is applied first and alone decides what a viewer may know: a viewer who is
@@ -9,17 +10,23 @@ HTML, nor the live fragment, nor the JSON can leak them.
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from jupyterhub_gpu.core.culling.idleness import fmt_duration
 from jupyterhub_gpu.core.dashboard.history import IDLE_BELOW, History
+from jupyterhub_gpu.core.dashboard.payload import (
+    ClusterPayload,
+    GpuEntry,
+    NodeEntry,
+    QueueEntry,
+    ReservationEntry,
+    ServerEntry,
+)
 from jupyterhub_gpu.core.progress import gib
-from jupyterhub_gpu.services.culler.client import parse_time
+from jupyterhub_gpu.core.words import duration
 
 HIDDEN = "another user"
 _STATUS_LABELS = {
@@ -39,42 +46,43 @@ class Viewer:
 
 
 # ---------------------------------------------------------------------- privacy
-def _hide_user(item: dict[str, Any], viewer: Viewer, keys: Iterable[str]) -> dict[str, Any]:
-    """``item`` without the named fields when they are someone else's (``hidden`` set)."""
-    if item.get("user") == viewer.name:
-        return item
-    out = {**item, "hidden": True}
-    for key in keys:
-        if key in out:
-            out[key] = ""
-    return out
-
-
-def redact(payload: Mapping[str, Any], viewer: Viewer, show_names: bool) -> dict[str, Any]:
-    """The payload as ``viewer`` may see it (a deep copy; the argument is not changed)."""
-    out = copy.deepcopy(dict(payload))
+def redact(payload: ClusterPayload, viewer: Viewer, show_names: bool) -> ClusterPayload:
+    """The payload as ``viewer`` may see it (a new one where names go; the payload is
+    frozen, so the argument is not changed). What is someone else's loses its names to
+    ``""`` and says ``hidden``; a GPU someone else holds loses its holder
+    (``hidden_holder``)."""
     if viewer.admin or show_names:
-        return out
+        return payload
     own_prefix = f"{viewer.name}/"
-    for node in out.get("nodes", []):
-        for gpu in node.get("gpus", []):
-            holder = gpu.get("holder")
-            if holder and not holder.startswith(own_prefix):
-                gpu["holder"], gpu["hidden_holder"] = "", True
-    out["servers"] = [
-        _hide_user(s, viewer, ("key", "user", "server")) for s in out.get("servers", [])
-    ]
-    out["queue"] = [
-        _hide_user(dict(q), viewer, ("user", "server", "id", "estimate"))
-        for q in out.get("queue", [])
-        if isinstance(q, Mapping)
-    ]
-    out["reservations"] = [
-        _hide_user(dict(r), viewer, ("user", "note")) if r.get("user") else dict(r)
-        for r in out.get("reservations", [])
-        if isinstance(r, Mapping)
-    ]
-    return out
+
+    def gpu(g: GpuEntry) -> GpuEntry:
+        if g.holder and not g.holder.startswith(own_prefix):
+            return replace(g, holder="", hidden_holder=True)
+        return g
+
+    def server(s: ServerEntry) -> ServerEntry:
+        if s.user == viewer.name:
+            return s
+        return replace(s, key="", user="", server="", hidden=True)
+
+    def waiting(q: QueueEntry) -> QueueEntry:
+        if q.user == viewer.name:
+            return q
+        return replace(q, user="", server="", estimate="", hidden=True)
+
+    def reservation(r: ReservationEntry) -> ReservationEntry:
+        if not r.user or r.user == viewer.name:
+            return r  # a group's, or the viewer's own
+        note = None if r.note is None else ""
+        return replace(r, user="", note=note, hidden=True)
+
+    return replace(
+        payload,
+        nodes=tuple(replace(n, gpus=tuple(gpu(g) for g in n.gpus)) for n in payload.nodes),
+        servers=tuple(server(s) for s in payload.servers),
+        queue=tuple(waiting(q) for q in payload.queue),
+        reservations=tuple(reservation(r) for r in payload.reservations),
+    )
 
 
 # ---------------------------------------------------------------------- text helpers
@@ -82,25 +90,25 @@ def ago(then: datetime | None, now: datetime) -> str:
     if then is None:
         return "unknown"
     seconds = (now - then).total_seconds()
-    return "just now" if seconds < 5 else f"{fmt_duration(seconds)} ago"
+    return "just now" if seconds < 5 else f"{duration(seconds)} ago"
 
 
 def memory_text(used_mib: int, total_mib: int) -> str:
     return f"{gib(used_mib)} / {gib(total_mib)}"
 
 
-def spawn_link(payload: Mapping[str, Any], viewer: Viewer, model: str) -> str | None:
+def spawn_link(payload: ClusterPayload, viewer: Viewer, model: str) -> str | None:
     """Where "Start a server on this kind of GPU" goes: the spawn form of the viewer's
     default server, or of a new named one when that runs, with the model in the fragment
     (the hub starts a server at once when the spawn URL has a query; a fragment only tells
     the form what to preselect, docs/dashboard.md). None when the viewer can't start one."""
-    prefix = str(payload.get("hub_prefix") or "/hub/")
+    prefix = payload.hub_prefix or "/hub/"
     fragment = "#" + urlencode({"gpu_model": model}, quote_via=quote)
-    mine = {s["server"] for s in payload.get("servers", []) if s.get("user") == viewer.name}
+    mine = {s.server for s in payload.servers if s.user == viewer.name}
     if "" not in mine:
         return f"{prefix}spawn{fragment}"
-    limit = int(payload.get("named_server_limit") or 0)
-    if not payload.get("named_servers") or (limit and len(mine - {""}) >= limit):
+    limit = payload.named_server_limit
+    if not payload.named_servers or (limit and len(mine - {""}) >= limit):
         return None
     name = next(n for n in ("gpu", *(f"gpu-{i}" for i in range(2, 1000))) if n not in mine)
     return f"{prefix}spawn/{quote(viewer.name, safe='')}/{name}{fragment}"
@@ -117,9 +125,9 @@ class ServerView:
     image: str
     node: str
     state: str  # "running", "starting", "stopping", ...
-    since: str  # "2h05m ago"
+    since: str  # "2 h 05 min ago"
     since_iso: str
-    activity: str  # "3m00s ago"
+    activity: str  # "3 min ago"
     cull: str
     can_stop: bool
 
@@ -176,23 +184,23 @@ class ClusterView:
     own_servers: list[ServerView] = field(default_factory=list)
 
 
-def server_view(s: Mapping[str, Any], viewer: Viewer, now: datetime) -> ServerView:
-    hidden = bool(s.get("hidden"))
-    mine = not hidden and s.get("user") == viewer.name
-    label = HIDDEN if hidden else (s["user"] + (f"/{s['server']}" if s.get("server") else ""))
-    started, activity = parse_time(s.get("started")), parse_time(s.get("last_activity"))
-    pending = s.get("pending")
+def server_view(s: ServerEntry, viewer: Viewer, now: datetime) -> ServerView:
+    hidden = s.hidden
+    mine = not hidden and s.user == viewer.name
+    label = HIDDEN if hidden else (s.user + (f"/{s.server}" if s.server else ""))
+    started, activity = s.started, s.last_activity
+    pending = s.pending
     state = {"spawn": "starting", "stop": "stopping"}.get(pending or "", pending or "running")
-    cull = parse_time(s.get("cull_at"))
+    cull = s.cull_at
     return ServerView(
-        user="" if hidden else str(s.get("user", "")),
-        server="" if hidden else str(s.get("server", "")),
+        user="" if hidden else s.user,
+        server="" if hidden else s.server,
         label=f"{label} (you)" if mine else label,
         mine=mine,
         hidden=hidden,
-        image=str(s.get("image_name") or s.get("image") or "unknown"),
-        node=str(s.get("node") or ""),
-        state=state if s.get("ready") or pending else "not ready",
+        image=s.image_name or s.image or "unknown",
+        node=s.node,
+        state=state if s.ready or pending else "not ready",
         since=ago(started, now),
         since_iso=started.strftime("%Y-%m-%d %H:%M UTC") if started else "unknown",
         activity=ago(activity, now),
@@ -201,26 +209,26 @@ def server_view(s: Mapping[str, Any], viewer: Viewer, now: datetime) -> ServerVi
     )
 
 
-def _reserved_for(r: Mapping[str, Any]) -> str:
+def _reserved_for(r: ReservationEntry) -> str:
     """Whom a reservation is for, in words: a user, or a group."""
-    if r.get("hidden"):
+    if r.hidden:
         return HIDDEN
-    if r.get("user"):
-        return str(r["user"])
-    return f"group {r['group']}" if r.get("group") else "someone"
+    if r.user:
+        return r.user
+    return f"group {r.group}" if r.group else "someone"
 
 
 def _reserved(
-    reservations: Sequence[Mapping[str, Any]], nodes: Sequence[Mapping[str, Any]]
+    reservations: Sequence[ReservationEntry], nodes: Sequence[NodeEntry]
 ) -> dict[str, str]:
     """GPU uuid -> whom it is reserved for, from reservations naming GPUs or nodes (one
     naming a model and a count holds no GPU in particular until it is needed)."""
-    gpus_of = {str(n.get("name")): [str(g["uuid"]) for g in n.get("gpus", [])] for n in nodes}
+    gpus_of = {n.name: [g.uuid for g in n.gpus] for n in nodes}
     out = {}
     for r in reservations:
-        uuids = [str(u) for u in r.get("gpus", []) if isinstance(r.get("gpus"), list)]
-        for node in r.get("nodes", []) if isinstance(r.get("nodes"), list) else []:
-            uuids += gpus_of.get(str(node), [])
+        uuids = list(r.gpus)
+        for node in r.nodes:
+            uuids += gpus_of.get(node, [])
         out.update(dict.fromkeys(uuids, _reserved_for(r)))
     return out
 
@@ -229,7 +237,7 @@ def _reserved(
 class _Context:
     """What every GPU row needs besides its own data."""
 
-    payload: Mapping[str, Any]
+    payload: ClusterPayload
     viewer: Viewer
     now: datetime
     servers: Mapping[str, ServerView]  # GPU uuid -> the server holding it
@@ -247,11 +255,11 @@ def _health(healthy: object) -> str:
     return "ok" if healthy is True else ("unhealthy" if healthy is False else "unknown")
 
 
-def _holder_text(gpu: Mapping[str, Any]) -> str:
-    if gpu.get("hidden_holder"):
+def _holder_text(gpu: GpuEntry) -> str:
+    if gpu.hidden_holder:
         return HIDDEN
-    holder = str(gpu.get("holder") or "")
-    if holder and gpu.get("orphan"):
+    holder = gpu.holder or ""
+    if holder and gpu.orphan:
         return f"{holder} (stopped; its node must answer before the GPU is free)"
     return holder
 
@@ -259,146 +267,144 @@ def _holder_text(gpu: Mapping[str, Any]) -> str:
 def _gpu_idle(status: str, idle: float | None) -> str:
     if status != "held" or idle is None:
         return ""
-    return f"GPU under {IDLE_BELOW:g}% for at least {fmt_duration(idle)}"
+    return f"GPU under {IDLE_BELOW:g}% for at least {duration(idle)}"
 
 
-def gpu_view(gpu: Mapping[str, Any], ctx: _Context, known: bool = True) -> GPUView:
-    uuid, status = str(gpu["uuid"]), str(gpu.get("status", "held"))
-    total, used = int(gpu.get("memory_mib") or 0), int(gpu.get("memory_used_mib") or 0)
-    temperature = gpu.get("temperature_c")
-    healthy = gpu.get("healthy")
+def gpu_view(gpu: GpuEntry, ctx: _Context, known: bool = True) -> GPUView:
+    uuid, status = gpu.uuid, gpu.status
+    total, used = gpu.memory_mib, gpu.memory_used_mib
+    temperature = gpu.temperature_c
     spark, idle = ctx.history.drawn(uuid)
     return GPUView(
         uuid=uuid,
-        index=int(gpu.get("index", 0)),
-        label=str(gpu.get("label") or gpu.get("model") or "GPU"),
+        index=gpu.index,
+        label=gpu.label or gpu.model or "GPU",
         memory=memory_text(used, total),
         memory_total=gib(total),
         memory_pct=round(100.0 * used / total, 1) if total else 0.0,
-        utilization=float(gpu.get("utilization_pct") or 0.0),
+        utilization=gpu.utilization_pct,
         known=known,
         spark=spark,
-        temperature="-" if temperature is None or not known else f"{float(temperature):.0f} °C",
-        health=_health(healthy if known else None),
+        temperature="-" if temperature is None or not known else f"{temperature:.0f} °C",
+        health=_health(gpu.healthy if known else None),
         status=status,
         status_label=_STATUS_LABELS.get(status, status),
         holder=ctx.servers.get(uuid),
         holder_text=_holder_text(gpu),
-        spawn_link=ctx.link(str(gpu.get("model", ""))) if status == "free" else None,
+        spawn_link=ctx.link(gpu.model) if status == "free" else None,
         gpu_idle=_gpu_idle(status, idle),
         reserved_for=ctx.reserved.get(uuid, ""),
     )
 
 
-def _state_label(node: Mapping[str, Any]) -> str:
-    if node.get("state") == "down":
+def _state_label(node: NodeEntry) -> str:
+    if node.state == "down":
         return "down: its engine or agent does not answer"
-    if node.get("state") == "drained":
-        by = node.get("drained_by") or "admin"
-        note = node.get("drain_note") or ""
+    if node.state == "drained":
+        by = node.drained_by or "admin"
+        note = node.drain_note
         return f"drained by the {by}" + (f": {note}" if note else "")
     return "up"
 
 
-def node_view(node: Mapping[str, Any], ctx: _Context, cpu: list[ServerView]) -> NodeView:
-    known = bool(node.get("reachable", True))
-    gpus = [gpu_view(g, ctx, known) for g in node.get("gpus", [])]
-    by = str(node.get("drained_by") or "")
-    labels = node.get("labels") or {}
+def node_view(node: NodeEntry, ctx: _Context, cpu: list[ServerView]) -> NodeView:
+    known = node.reachable
+    gpus = [gpu_view(g, ctx, known) for g in node.gpus]
+    by = node.drained_by or ""
     return NodeView(
-        name=str(node["name"]),
-        state=str(node.get("state", "up")),
+        name=node.name,
+        state=node.state,
         state_label=_state_label(node),
         drained_by=by,
-        drain_note=str(node.get("drain_note") or ""),
+        drain_note=node.drain_note,
         can_drain=ctx.viewer.admin and by != "admin",
         can_undrain=ctx.viewer.admin and by == "admin",
-        driver=str(node.get("driver") or ""),
-        labels=", ".join(f"{k}={v}" for k, v in sorted(labels.items())),
+        driver=node.driver,
+        labels=", ".join(f"{k}={v}" for k, v in sorted(node.labels.items())),
         gpus=gpus,
         cpu_servers=cpu,
         free=sum(g.status == "free" for g in gpus),
     )
 
 
-def _queue_rows(queue: Sequence[Mapping[str, Any]], now: datetime) -> list[dict[str, str]]:
-    """Who waits for what (the queue's entries: user, server, group, gpus, model or kind
-    in words, position, since, estimate)."""
+def _queue_rows(queue: Sequence[QueueEntry], now: datetime) -> list[dict[str, str]]:
+    """Who waits for what (the queue's entries: user, server, group, gpus, model in
+    words, position, since, estimate)."""
     rows = []
     for q in queue:
-        hidden = bool(q.get("hidden"))
-        who = HIDDEN if hidden else str(q.get("user", "?"))
-        kind = q.get("kind") or (q.get("model") if q.get("model") not in (None, "any") else "")
-        if not kind and isinstance(q.get("models"), list) and q["models"]:
-            kind = f"one of {len(q['models'])} models"
+        who = HIDDEN if q.hidden else q.user
+        kind = q.model if q.model not in (None, "any") else ""
+        if not kind and q.models:
+            kind = f"one of {len(q.models)} models"
         rows.append(
             {
-                "position": str(q["position"]) if q.get("position") else "-",
-                "who": who + (f"/{q['server']}" if q.get("server") and not hidden else ""),
-                "wants": f"{q.get('gpus', '?')} GPU(s), {kind or 'any model'}",
-                "waiting": ago(parse_time(q.get("since")), now),
-                "estimate": str(q.get("estimate") or "unknown"),
+                "position": str(q.position) if q.position else "-",
+                "who": who + (f"/{q.server}" if q.server and not q.hidden else ""),
+                "wants": f"{q.gpus} GPU(s), {kind or 'any model'}",
+                "waiting": ago(q.since, now),
+                "estimate": q.estimate or "unknown",
             }
         )
     return rows
 
 
-def _reservation_rows(items: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+def _when(t: datetime | None) -> str:
+    """A reservation's bound as the hub wrote it (ISO 8601 UTC, seconds), or "?"."""
+    return t.isoformat(timespec="seconds") if t else "?"
+
+
+def _reservation_rows(items: Sequence[ReservationEntry]) -> list[dict[str, str]]:
     """Reservations (user or group, nodes, GPUs or a model and a count, from, to, note)."""
     rows = []
     for r in items:
-        gpus, nodes = r.get("gpus"), r.get("nodes")
-        if isinstance(gpus, list) and gpus:
-            what = f"{len(gpus)} GPU(s)"
-        elif r.get("count"):
-            what = f"{r['count']} x {r.get('model') or 'any model'}"
+        if r.gpus:
+            what = f"{len(r.gpus)} GPU(s)"
+        elif r.count:
+            what = f"{r.count} x {r.model or 'any model'}"
         else:
             what = "all GPUs"
         rows.append(
             {
                 "who": _reserved_for(r),
-                "node": ", ".join(map(str, nodes)) if isinstance(nodes, list) and nodes else "any",
+                "node": ", ".join(r.nodes) if r.nodes else "any",
                 "gpus": what,
-                "from": str(r.get("from") or "?"),
-                "to": str(r.get("to") or "?"),
-                "note": str(r.get("note") or ""),
+                "from": _when(r.start),
+                "to": _when(r.end),
+                "note": r.note or "",
             }
         )
     return rows
 
 
 def cluster_view(
-    payload: Mapping[str, Any],
+    payload: ClusterPayload,
     viewer: Viewer,
     history: History,
     *,
     now: datetime,
 ) -> ClusterView:
     """The view of a (:func:`redact`-ed) payload for ``viewer`` at ``now`` (aware UTC)."""
-    servers = [server_view(s, viewer, now) for s in payload.get("servers", [])]
+    servers = [server_view(s, viewer, now) for s in payload.servers]
     by_uuid: dict[str, ServerView] = {}
     cpu_only: dict[str, list[ServerView]] = {}
-    for raw, view in zip(payload.get("servers", []), servers, strict=True):
-        for uuid in raw.get("gpus", []):
-            by_uuid[str(uuid)] = view
-        if not raw.get("gpus"):
-            cpu_only.setdefault(str(raw.get("node") or ""), []).append(view)
-    reserved = _reserved(payload.get("reservations", []), payload.get("nodes", []))
+    for entry, view in zip(payload.servers, servers, strict=True):
+        for uuid in entry.gpus:
+            by_uuid[uuid] = view
+        if not entry.gpus:
+            cpu_only.setdefault(entry.node, []).append(view)
+    reserved = _reserved(payload.reservations, payload.nodes)
     ctx = _Context(payload, viewer, now, by_uuid, reserved, history)
-    models = [
-        {**m, "link": ctx.link(str(m["model"])) if m.get("free") else None}
-        for m in payload.get("models", [])
-    ]
-    generated = parse_time(payload.get("generated_at"))
+    models = [{**asdict(m), "link": ctx.link(m.model) if m.free else None} for m in payload.models]
+    generated = payload.generated_at
     return ClusterView(
         viewer=viewer,
         generated=generated.strftime("%H:%M:%S UTC") if generated else "unknown",
-        fresh=bool(payload.get("fresh", True)),
-        message=str(payload.get("message") or ""),
-        totals=payload.get("totals", {}),
+        fresh=payload.fresh,
+        message=payload.message,
+        totals=asdict(payload.totals),
         models=models,
-        nodes=[node_view(n, ctx, cpu_only.get(str(n["name"]), [])) for n in payload["nodes"]],
-        queue=_queue_rows(payload.get("queue", []), now),
-        reservations=_reservation_rows(payload.get("reservations", [])),
+        nodes=[node_view(n, ctx, cpu_only.get(n.name, [])) for n in payload.nodes],
+        queue=_queue_rows(payload.queue, now),
+        reservations=_reservation_rows(payload.reservations),
         own_servers=[s for s in servers if s.mine],
     )

@@ -19,14 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from jupyterhub_gpu.errors import UserFacingError
-
-
-class GPUQuotaExceeded(UserFacingError):
-    """The user already holds as many GPUs as their bounds allow (HTTP 429)."""
-
-    status_code = 429
-    reason = "gpu_quota"
+from jupyterhub_gpu.errors import GPUQuotaExceeded as GPUQuotaExceeded
 
 
 @dataclass(frozen=True)

@@ -23,38 +23,15 @@ Errors (all :class:`~jupyterhub_gpu.errors.UserFacingError`; the message is for 
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from jupyterhub_gpu.errors import UserFacingError
-
-
-class SaveError(UserFacingError):
-    """Saving an environment failed; ``str(e)`` says why and what to do."""
-
-    status_code = 500
-    reason = "save_failed"
-
-
-class InvalidPackage(SaveError):
-    status_code = 400
-    reason = "invalid_package"
-
-
-class LimitReached(SaveError):
-    status_code = 403
-    reason = "image_limit"
-
-
-class FetchFailed(SaveError):
-    status_code = 502
-    reason = "fetch_failed"
-
-
-class BuildFailed(SaveError):
-    status_code = 502
-    reason = "build_failed"
+from jupyterhub_gpu.errors import BuildFailed as BuildFailed
+from jupyterhub_gpu.errors import FetchFailed as FetchFailed
+from jupyterhub_gpu.errors import InvalidPackage as InvalidPackage
+from jupyterhub_gpu.errors import LimitReached as LimitReached
+from jupyterhub_gpu.errors import SaveError as SaveError
 
 
 @dataclass(frozen=True)
@@ -216,3 +193,11 @@ class HomeRecords:
     pip: tuple[PipRecord, ...] = ()
     conda: tuple[CondaRecord, ...] = ()
     skipped: tuple[Skipped, ...] = ()
+
+
+def shown(parts: Sequence[str]) -> str:
+    """A home-relative path for messages: ``~/a/b``, escaped when not plain ASCII."""
+    text = "~/" + "/".join(parts)
+    if len(text) > 120:
+        text = text[:117] + "..."
+    return text if text.isascii() and text.isprintable() else ascii(text)

@@ -24,9 +24,9 @@ from jupyterhub_gpu.core.saving.data import (
     Plan,
     Skipped,
     Target,
+    shown,
 )
 from jupyterhub_gpu.core.saving.validate import apt_names, pip_requirement, url_under
-from jupyterhub_gpu.edges.builder.home_records import shown
 
 #: conda packages that make up a Python runtime itself; the image has its own Python.
 CONDA_RUNTIME = frozenset(

@@ -24,14 +24,11 @@ from jupyterhub_gpu.core.accounting.usage import Usage
 from jupyterhub_gpu.core.saving.data import SavedImage
 from jupyterhub_gpu.core.scheduling.state import Reservation
 from jupyterhub_gpu.edges.accounting.schema import AllocationRow, ReservationRow, SavedImageRow
-from jupyterhub_gpu.errors import GPUHubError
+from jupyterhub_gpu.errors import AccountingUnavailable
 
 MIGRATIONS = Path(__file__).with_name("migrations")
-
-
-class AccountingUnavailable(GPUHubError):
-    """The accounting database can't be reached or used; the message names it without its
-    password and says what to check."""
+# where the hub, the report command and the services look when no URL is configured
+DEFAULT_URL = "sqlite:///jupyterhub-gpu-accounting.sqlite"
 
 
 def naive_utc(t: datetime) -> datetime:

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from jupyterhub_gpu.core.saving.data import CondaRecord, HomeRecords, PipRecord, Skipped
+from jupyterhub_gpu.core.saving.data import CondaRecord, HomeRecords, PipRecord, Skipped, shown
 
 #: Where conda environments live in a home: each root is an environment when it has
 #: ``conda-meta``, and so is each ``<root>/envs/<name>`` that has one.
@@ -50,14 +50,6 @@ _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 _PYDIR = re.compile(r"^python(\d)\.(\d{1,2})$", re.ASCII)
 _DIST_IN_FILES = re.compile(r"^lib/python\d\.\d{1,2}/site-packages/([^/]+\.dist-info)/METADATA$")
-
-
-def shown(parts: Sequence[str]) -> str:
-    """A home-relative path for messages: ``~/a/b``, escaped when not plain ASCII."""
-    text = "~/" + "/".join(parts)
-    if len(text) > 120:
-        text = text[:117] + "..."
-    return text if text.isascii() and text.isprintable() else ascii(text)
 
 
 class _Tree:

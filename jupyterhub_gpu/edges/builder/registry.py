@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import httpx
 
-from jupyterhub_gpu.core.saving.data import SavedImage, SaveError
+from jupyterhub_gpu.core.saving.data import SavedImage
 from jupyterhub_gpu.edges.builder.build import split_reference
+from jupyterhub_gpu.errors import RegistryError
 
 MANIFESTS = ", ".join(
     (
@@ -21,11 +22,6 @@ MANIFESTS = ", ".join(
         "application/vnd.oci.image.index.v1+json",
     )
 )
-
-
-class RegistryError(SaveError):
-    status_code = 502
-    reason = "registry"
 
 
 def repository_and_tag(reference: str) -> tuple[str, str]:

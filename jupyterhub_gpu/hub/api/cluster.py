@@ -5,7 +5,8 @@
   :func:`jupyterhub_gpu.wire.cluster.build_payload` for the cluster, its servers and its drains;
 - ``POST /hub/api/gpu/nodes/{node}/drain`` ``{"note": "...", "by": "admin name"}`` and
   ``DELETE`` of the same path (scope ``custom:gpu-cluster:admin``): an admin's drain of a
-  node (no new servers there; running ones untouched), kept in ``Cluster.admin_drains``.
+  node (no new servers there; running ones untouched), kept in ``Cluster.admin_drains``
+  and in ``GPUDockerSpawner.drains_file``, so that a restart keeps it.
 
 Registered with ``c.JupyterHub.extra_handlers`` (JupyterHub adds the hub prefix). The
 custom scopes must exist before ``needs_scope`` is applied to the handlers (at import), so
@@ -34,6 +35,7 @@ from jupyterhub_gpu.core.inventory import ClusterSnapshot
 from jupyterhub_gpu.core.saving.entries import is_saved_slug
 from jupyterhub_gpu.hub.cluster import Cluster
 from jupyterhub_gpu.hub.runtime import runtime_of
+from jupyterhub_gpu.wire.agent_list import encode_agent_list
 from jupyterhub_gpu.wire.cluster import ServerInfo, build_payload, queue_entries, reservation_entry
 from jupyterhub_gpu.wire.deadlines import load_deadlines
 
@@ -47,7 +49,11 @@ CUSTOM_SCOPES: dict[str, dict[str, Any]] = {
     },
     ADMIN_SCOPE: {"description": "Drain and undrain GPU nodes."},
 }
-define_custom_scopes(CUSTOM_SCOPES)  # before needs_scope below checks that they exist
+AGENTS_SCOPE = "custom:gpu-agents:read"
+AGENTS_SCOPES: dict[str, dict[str, Any]] = {
+    AGENTS_SCOPE: {"description": "Read the GPU nodes' agent URLs (no secrets)."}
+}
+define_custom_scopes({**CUSTOM_SCOPES, **AGENTS_SCOPES})  # before needs_scope checks them
 
 CLUSTER_NOT_LOADED = (
     "The hub has not read its GPU nodes yet: that happens at the first spawn form or server "
@@ -179,6 +185,18 @@ class SnapshotCache:
         self._failing = True
 
 
+def _not_kept(cluster: Cluster, error: OSError) -> str:
+    cluster.log.error(
+        "GPU dashboard: the drains file %s could not be written: %s",
+        cluster.settings.drains_file,
+        error,
+    )
+    return (
+        "The hub could not save the change in its drains file (see the hub's log); nothing "
+        "changed. An admin must make GPUDockerSpawner.drains_file writable by the hub."
+    )
+
+
 class _GPUAPIHandler(APIHandler):
     def initialize(self, cache: SnapshotCache) -> None:
         self.cache = cache
@@ -225,6 +243,20 @@ class ClusterAPIHandler(_GPUAPIHandler):
         self.write(json.dumps(payload))
 
 
+class AgentsAPIHandler(APIHandler):
+    """``GET /hub/api/gpu/agents``: the nodes' agent URLs, for the idle culler
+    (:mod:`jupyterhub_gpu.wire.agent_list`); the hub's nodes are the one list."""
+
+    @needs_scope(AGENTS_SCOPE)
+    async def get(self) -> None:
+        cluster = runtime_of(self.settings).cluster
+        if cluster is None:
+            self.write(json.dumps(encode_agent_list((), loaded=False)))
+            return
+        nodes = [(s.name, s.agent_url) for s in cluster.specs()]
+        self.write(json.dumps(encode_agent_list(nodes, loaded=True)))
+
+
 class NodeDrainAPIHandler(_GPUAPIHandler):
     """``POST`` (drain, with a note) and ``DELETE`` (undrain) ``/hub/api/gpu/nodes/{node}/drain``"""
 
@@ -253,7 +285,10 @@ class NodeDrainAPIHandler(_GPUAPIHandler):
             note = clean_note(body.get("note"))
         except BadInput as e:
             raise web.HTTPError(e.status, str(e)) from None
-        cluster.admin_drains[name] = note
+        try:
+            cluster.drain(name, note)
+        except OSError as e:
+            raise web.HTTPError(503, _not_kept(cluster, e)) from None
         self.cache.invalidate()
         self.log.info(
             "GPU dashboard: node %s drained by %s: %s", name, self._who(body), note or "-"
@@ -264,7 +299,10 @@ class NodeDrainAPIHandler(_GPUAPIHandler):
     @needs_scope(ADMIN_SCOPE)
     async def delete(self, node: str) -> None:
         cluster, name = self._node(node)
-        was = cluster.admin_drains.pop(name, None)
+        try:
+            was = cluster.undrain(name)
+        except OSError as e:
+            raise web.HTTPError(503, _not_kept(cluster, e)) from None
         self.cache.invalidate()
         who = self._who({"by": self.get_argument("by", "")})
         self.log.info("GPU dashboard: node %s undrained by %s", name, who)
@@ -279,8 +317,11 @@ class NodeDrainAPIHandler(_GPUAPIHandler):
 
 __all__ = [
     "ADMIN_SCOPE",
+    "AGENTS_SCOPE",
+    "AGENTS_SCOPES",
     "CUSTOM_SCOPES",
     "READ_SCOPE",
+    "AgentsAPIHandler",
     "ClusterAPIHandler",
     "NodeDrainAPIHandler",
     "SnapshotCache",

@@ -32,6 +32,7 @@ from tornado import web
 
 from jupyterhub_gpu.core.scheduling import Reservation
 from jupyterhub_gpu.core.scheduling.reservations import validate
+from jupyterhub_gpu.errors import BadReservation
 from jupyterhub_gpu.hub.cluster import Cluster
 from jupyterhub_gpu.hub.queue import SpawnQueue
 from jupyterhub_gpu.hub.runtime import runtime_of
@@ -39,10 +40,6 @@ from jupyterhub_gpu.hub.runtime import runtime_of
 FIELDS = {"group", "start", "end", "model", "count", "nodes", "gpu_uuids", "note"}
 PAST_SLACK_S = 600.0  # a start this far in the past is still "now"
 _ADDING = asyncio.Lock()  # one validation + insert at a time (the hub's event loop)
-
-
-class BadReservation(ValueError):
-    """A request body that is not a reservation; the message says what to fix."""
 
 
 def _time(raw: Mapping[str, Any], key: str) -> float:

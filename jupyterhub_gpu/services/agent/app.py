@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import ssl
 import stat
 import sys
@@ -33,6 +32,7 @@ from jupyterhub_gpu.errors import ConfigError, GPUHubError
 from jupyterhub_gpu.services.agent.handlers import make_web_app
 from jupyterhub_gpu.services.agent.metrics import make_registry
 from jupyterhub_gpu.services.agent.poller import SnapshotPoller
+from jupyterhub_gpu.services.base import until_stopped
 
 TOKEN_ENV = "JUPYTERHUB_GPU_AGENT_TOKEN"
 MIN_TOKEN_LENGTH = 16
@@ -248,13 +248,9 @@ class GPUAgent(Application):
         self.log.info(
             "serving on %s://%s:%d (poll every %gs)", scheme, self.ip, self.port, self.poll_interval
         )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
         polling = asyncio.create_task(self.poller.run())
         try:
-            await stop.wait()
+            await until_stopped()  # SIGTERM or SIGINT
         finally:
             self.log.info("stopping")
             server.stop()

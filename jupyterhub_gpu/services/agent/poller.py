@@ -18,6 +18,7 @@ from typing import Any
 
 from jupyterhub_gpu.core.inventory import GPU, NodeInventory
 from jupyterhub_gpu.edges.probe import DeclaredProbe, Probe
+from jupyterhub_gpu.errors import UnknownGPU
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +29,6 @@ class Snapshot:
 
     inventory: NodeInventory
     time: float
-
-
-class UnknownGPU(LookupError):
-    """A live update names a GPU this node does not have."""
 
 
 class SnapshotPoller:

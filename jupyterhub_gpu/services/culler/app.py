@@ -24,13 +24,9 @@ readings, so their servers are kept.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import json
-import logging
 import os
-import signal
-from collections.abc import Callable as CallableABC
 from collections.abc import Mapping
 from dataclasses import fields, replace
 from datetime import datetime, timezone
@@ -39,7 +35,6 @@ from typing import Any
 
 import httpx
 from traitlets import Bool, Callable, Dict, Float, Instance, Int, Unicode, Union, default, validate
-from traitlets.config import Application
 
 from jupyterhub_gpu.core.culling.access import server_access
 from jupyterhub_gpu.core.culling.idleness import (
@@ -55,12 +50,13 @@ from jupyterhub_gpu.core.culling.idleness import (
     validate_overrides,
 )
 from jupyterhub_gpu.core.culling.tracker import GpuTracker
-from jupyterhub_gpu.core.tokens import node_token
+from jupyterhub_gpu.core.times import parse_time
+from jupyterhub_gpu.core.tokens import node_token, site_secret_from
 from jupyterhub_gpu.errors import ConfigError, ProbeError
+from jupyterhub_gpu.services.base import HubService
 from jupyterhub_gpu.services.culler.client import (
     HubAPI,
     describe_failure,
-    parse_time,
     read_agent,
     read_kernels,
 )
@@ -82,16 +78,12 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class GPUIdleCuller(Application):
+class GPUIdleCuller(HubService):
     """Stop idle single-user servers, reading the hub, the kernels and the GPUs."""
 
     name = "jupyterhub-gpu-culler"
     description = "GPU-aware idle culler for jupyterhub-gpu (a hub-managed service)."
 
-    api_url = Unicode(help="The hub API URL. Default: $JUPYTERHUB_API_URL.").tag(config=True)
-    api_token = Unicode(
-        help="The service's hub token. Default: $JUPYTERHUB_API_TOKEN (never logged)."
-    )
     proxy_url = Unicode(
         "http://127.0.0.1:8000",
         help="""Where single-user servers are reached when their spawner state has no
@@ -176,11 +168,15 @@ class GPUIdleCuller(Application):
     agent_urls = Dict(
         value_trait=Unicode(),
         help="""Node agent per node name, as the spawner state's ``node`` names it:
-        ``{"gpu-a": "http://10.0.0.11:9450"}``. GPUs of a node without one are never culled.""",
+        ``{"gpu-a": "http://10.0.0.11:9450"}``. Empty (the default): the hub's own list of
+        nodes, read from ``/hub/api/gpu/agents`` at each poll (scope
+        ``custom:gpu-agents:read``, which ``configure_culler`` grants), so that a node is
+        named in one place. GPUs of a node without an agent are never culled.""",
     ).tag(config=True)
     agent_token = Unicode(
         help="""The node agents' site secret, the hub's ``GPUDockerSpawner.agent_token``
-        (default: $JUPYTERHUB_GPU_AGENT_TOKEN), at least 16 characters. It is never sent:
+        (default: $JUPYTERHUB_GPU_SITE_SECRET, or the older $JUPYTERHUB_GPU_AGENT_TOKEN),
+        at least 16 characters. It is never sent:
         each agent gets its own node's token, derived from it
         (:func:`~jupyterhub_gpu.core.tokens.node_token`).""",
     ).tag(config=True)
@@ -200,7 +196,6 @@ class GPUIdleCuller(Application):
         "jupyterhub-gpu-culler-state.json",
         help="Where GPU histories survive a restart of the culler; '' = off.",
     ).tag(config=True)
-    config_file = Unicode("", help="A config file to load (Python, traitlets).").tag(config=True)
     http_client = Instance(
         httpx.AsyncClient, allow_none=True, help="The HTTP client (default: a new one)."
     )
@@ -218,33 +213,13 @@ class GPUIdleCuller(Application):
     }
     flags = {"dry-run": ({"GPUIdleCuller": {"dry_run": True}}, "Log decisions, stop nothing.")}
 
-    @default("api_url")
-    def _api_url(self) -> str:
-        return os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8081/hub/api")
-
-    @default("api_token")
-    def _api_token(self) -> str:
-        return os.environ.get("JUPYTERHUB_API_TOKEN", "")
-
     @default("agent_token")
     def _agent_token(self) -> str:
-        return os.environ.get("JUPYTERHUB_GPU_AGENT_TOKEN", "")
+        return site_secret_from(os.environ)
 
     @default("gpu_stale_after")
     def _gpu_stale_after(self) -> float:
         return max(3 * self.gpu_poll_interval, 60.0)
-
-    @default("log_level")
-    def _log_level(self) -> int:
-        return logging.INFO
-
-    @default("log_format")
-    def _log_format(self) -> str:
-        return "[%(levelname)1.1s %(asctime)s.%(msecs).03d %(name)s] %(message)s"
-
-    @default("log_datefmt")
-    def _log_datefmt(self) -> str:
-        return "%Y-%m-%d %H:%M:%S"
 
     @validate("group_overrides")
     def _check_overrides(self, proposal: Any) -> Any:
@@ -256,16 +231,11 @@ class GPUIdleCuller(Application):
         self._trackers: dict[str, GpuTracker] = {}
         self._holders: dict[str, str] = {}  # GPU uuid -> "user/server@started"
         self._agent_ok: dict[str, bool] = {}
+        self._hub_agents: dict[str, str] = {}  # the hub's list, when agent_urls is not set
         self._listed: dict[str, frozenset[str]] = {}  # node -> GPUs its agent's last answer listed
         self._warned: set[str] = set()
         self._deadlines: dict[str, Deadline | None] = {}  # kept holder -> earliest cull
         self.rounds = 0  # cull rounds finished (one DEBUG line each: tests wait on it)
-
-    def initialize(self, argv: Any = None) -> None:
-        self.parse_command_line(argv)
-        if self.config_file:
-            self.load_config_file(self.config_file)
-            self.parse_command_line(argv)  # the command line wins over the file
 
     # -- configuration ---------------------------------------------------------------
 
@@ -329,7 +299,38 @@ class GPUIdleCuller(Application):
             for r in readings:
                 self._tracker(r.uuid).add(at, r.utilization_pct, r.memory_used_mib)
 
-        await asyncio.gather(*(poll(n, u) for n, u in sorted(self.agent_urls.items())))
+        agents = await self._read_agent_list()
+        await asyncio.gather(*(poll(n, u) for n, u in sorted(agents.items())))
+
+    def _agents(self) -> dict[str, str]:
+        """The agents polled: ``agent_urls`` when set, else the hub's list as last read."""
+        return dict(self.agent_urls) if self.agent_urls else self._hub_agents
+
+    async def _read_agent_list(self) -> dict[str, str]:
+        """The agents to poll now: ``agent_urls``, or the hub's nodes read again (on a
+        failure, the list read last, and one warning until it works again)."""
+        if self.agent_urls:
+            return dict(self.agent_urls)
+        try:
+            loaded, agents = await self._hub().agents()
+        except (httpx.HTTPError, ProbeError) as e:
+            forbidden = isinstance(e, httpx.HTTPStatusError) and e.response.status_code == 403
+            why = (
+                "the culler's role lacks custom:gpu-agents:read (configure_culler grants it; "
+                "or set GPUIdleCuller.agent_urls)"
+                if forbidden
+                else describe_failure(e, self.request_timeout)
+            )
+            self._warn_once(f"agent-list:{why}", f"Could not read the hub's agent list: {why}")
+            return self._hub_agents
+        self._warned = {w for w in self._warned if not w.startswith("agent-list:")}
+        if loaded and agents != self._hub_agents:
+            self.log.info(
+                "Agents from the hub: %s",
+                ", ".join(f"{n} {u}" for n, u in sorted(agents.items())) or "none",
+            )
+            self._hub_agents = agents
+        return self._hub_agents
 
     def _agent_token_of(self, node: str) -> str:
         """``node``'s own agent token, derived from the site secret; without a usable
@@ -339,7 +340,7 @@ class GPUIdleCuller(Application):
         except ValueError as e:
             raise ProbeError(
                 f"no agent token: {e}; set GPUIdleCuller.agent_token "
-                "(or $JUPYTERHUB_GPU_AGENT_TOKEN) to the hub's site secret"
+                "(or $JUPYTERHUB_GPU_SITE_SECRET) to the hub's site secret"
             ) from None
 
     def _missed(self, uuids: frozenset[str]) -> None:
@@ -352,7 +353,7 @@ class GPUIdleCuller(Application):
         """Whether ``uuid`` has no current reading: its node's agent failed its latest poll
         or did not list it. A reading from before is not used then, however recent."""
         node = state.get("node")
-        if not isinstance(node, str) or node not in self.agent_urls:
+        if not isinstance(node, str) or node not in self._agents():
             return False  # no agent to ask: the reading's age alone decides
         return self._agent_ok.get(node) is not True or uuid not in self._listed.get(node, ())
 
@@ -584,53 +585,19 @@ class GPUIdleCuller(Application):
             raise ConfigError("interval and gpu_poll_interval must be > 0")
         self.base_policy()
         if not self.agent_urls:
-            self.log.warning("No agent_urls: servers holding GPUs will never be culled")
+            self.log.info("The agents to poll are the hub's nodes (/hub/api/gpu/agents)")
         if self.dry_run:
             self.log.info("Dry run: decisions are logged, no server is stopped")
 
-    async def _every(self, seconds: float, step: CallableABC[[], Any]) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            started = loop.time()
-            try:
-                await step()
-            except Exception:
-                self.log.exception(
-                    "Unexpected error in %s; continuing", getattr(step, "__name__", step)
-                )
-            await asyncio.sleep(max(seconds - (loop.time() - started), 0.0))
-
     async def run(self) -> None:
-        """Both loops, until SIGINT or SIGTERM."""
+        """Both loops, until SIGINT or SIGTERM (handled even when inherited ignored); the
+        GPU histories are saved on the way out."""
         self.check_config()
         self.load_state()
-        loop, task = asyncio.get_running_loop(), asyncio.current_task()
-        assert task is not None
-        # The hub stops a service with SIGINT, then SIGTERM 10 s later (then SIGKILL); a hub
-        # started with SIGINT ignored (a background job, nohup) passes that on, and the
-        # hub's shutdown then waited for this process. Both signals stop it, ignored or not.
-        signals = (signal.SIGINT, signal.SIGTERM)
-        for sig in signals:
-            loop.add_signal_handler(sig, task.cancel)
-        try:
-            await asyncio.gather(
-                self._every(self.gpu_poll_interval, self.poll_gpus_once),
-                self._every(self.interval, self.cull_once),
-            )
-        except asyncio.CancelledError:
-            self.log.info("Stopping")
-            self.save_state()
-        finally:
-            for sig in signals:
-                loop.remove_signal_handler(sig)
-
-    def start(self) -> None:
-        try:
-            with contextlib.suppress(KeyboardInterrupt):
-                asyncio.run(self.run())
-        except ConfigError as e:
-            self.log.critical("%s", e)
-            self.exit(1)
+        await self.every_until_stopped(
+            (self.gpu_poll_interval, self.poll_gpus_once), (self.interval, self.cull_once)
+        )
+        self.save_state()
 
 
 def main(argv: list[str] | None = None) -> None:

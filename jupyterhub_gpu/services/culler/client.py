@@ -14,32 +14,21 @@ import json
 from collections.abc import Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
 from jupyterhub_gpu.core.culling.idleness import KernelObservation, KernelsObservation
+from jupyterhub_gpu.core.times import parse_time
 from jupyterhub_gpu.errors import ProbeError
 from jupyterhub_gpu.wire.agent import DEFAULT_MAX_BODY_SIZE, DEFAULT_MAX_GPUS, parse_agent_body
+from jupyterhub_gpu.wire.agent_list import decode_agent_list
 
 PAGINATION = "application/jupyterhub-pagination+json"
 MAX_PAGES = 10_000
 #: Bytes a single-user server may answer the culler (a kernel is ~300; 1,000s fit).
 MAX_SERVER_ANSWER = 2 * 1024 * 1024
-
-
-def parse_time(value: Any) -> datetime | None:
-    """An ISO 8601 timestamp from the hub or jupyter-server as an aware UTC datetime."""
-    if not isinstance(value, str) or not value:
-        return None
-    text = value[:-1] + "+00:00" if value.endswith("Z") else value
-    try:
-        t = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
 
 
 def describe_failure(e: Exception, timeout: float) -> str:
@@ -51,6 +40,9 @@ def describe_failure(e: Exception, timeout: float) -> str:
         response = e.response
         return f"HTTP {response.status_code} {response.reason_phrase} from {e.request.url.path}"
     return str(e) or type(e).__name__
+
+
+AGENT_LIST_LIMIT = 4 << 20  # bytes of the hub's agent list
 
 
 def _auth(token: str) -> dict[str, str]:
@@ -92,6 +84,20 @@ class HubAPI:
                 return users
             url, params = url.join(nxt["url"]), None
         raise ProbeError(f"hub /users pagination did not end after {MAX_PAGES} pages")
+
+    async def agents(self) -> tuple[bool, dict[str, str]]:
+        """The hub's nodes and their agent URLs (``GET /hub/api/gpu/agents``, scope
+        ``custom:gpu-agents:read``): ``(loaded, {node: url})``."""
+        resp = await self.client.get(
+            f"{self.api_url}/gpu/agents", headers=_auth(self.token), timeout=self.timeout
+        )
+        resp.raise_for_status()
+        if len(resp.content) > AGENT_LIST_LIMIT:
+            raise ProbeError(f"the hub's agent list is over {AGENT_LIST_LIMIT} bytes")
+        try:
+            return decode_agent_list(resp.json())
+        except ValueError:
+            raise ProbeError("the hub's agent list is not JSON") from None
 
     async def stop_server(self, user: str, server: str) -> int:
         """Stop one server; returns the status code (204 stopped, 202 stopping)."""

@@ -10,12 +10,9 @@ admins' actions (:mod:`.handlers`). Set up by :func:`jupyterhub_gpu.hub.api.clus
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import signal
 import time
-from collections.abc import Callable as CallableABC
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,15 +21,20 @@ import httpx
 from jupyterhub.services.auth import HubOAuth
 from tornado.httpserver import HTTPServer
 from traitlets import Bool, Float, Instance, Int, Unicode, default
-from traitlets.config import Application
 
-from jupyterhub_gpu.cli.report import DEFAULT_URL
 from jupyterhub_gpu.core.accounting.report import Interval
 from jupyterhub_gpu.core.dashboard.history import History
+from jupyterhub_gpu.core.dashboard.payload import ClusterPayload
 from jupyterhub_gpu.core.dashboard.view import ClusterView, Viewer, cluster_view, redact
-from jupyterhub_gpu.edges.accounting.store import AccountingStore, AccountingUnavailable
+from jupyterhub_gpu.edges.accounting.store import (
+    DEFAULT_URL,
+    AccountingStore,
+    AccountingUnavailable,
+)
 from jupyterhub_gpu.errors import ConfigError
+from jupyterhub_gpu.services.base import HubService
 from jupyterhub_gpu.services.dashboard.client import HubClient, HubError
+from jupyterhub_gpu.services.dashboard.handlers import make_app
 from jupyterhub_gpu.services.dashboard.notes import messages_for
 from jupyterhub_gpu.services.dashboard.render import Page, Usage
 from jupyterhub_gpu.services.dashboard.usage import load_intervals, period, summarize, usage_charts
@@ -42,7 +44,7 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class GPUDashboard(Application):
+class GPUDashboard(HubService):
     """The cluster dashboard: who uses which GPU since when, what is free, the queue and
     the usage, in the browser (a hub-managed service)."""
 
@@ -78,15 +80,12 @@ class GPUDashboard(Application):
     ).tag(config=True)
     notes_keep = Int(5, help="Notes kept per user.").tag(config=True)
     request_timeout = Float(10.0, help="Timeout (s) of hub API requests.").tag(config=True)
-    api_url = Unicode(help="The hub API URL. Default: $JUPYTERHUB_API_URL.").tag(config=True)
-    api_token = Unicode(help="The service's hub token. Default: $JUPYTERHUB_API_TOKEN.")
     service_prefix = Unicode(
         help="URL prefix of the service. Default: $JUPYTERHUB_SERVICE_PREFIX."
     ).tag(config=True)
     service_url = Unicode(help="Where the service listens. Default: $JUPYTERHUB_SERVICE_URL.").tag(
         config=True
     )
-    config_file = Unicode("", help="A config file to load (Python, traitlets).").tag(config=True)
     http_client = Instance(
         httpx.AsyncClient, allow_none=True, help="The HTTP client (default: a new one)."
     )
@@ -100,14 +99,6 @@ class GPUDashboard(Application):
     flags = {
         "hide-names": ({"GPUDashboard": {"show_names": False}}, "Hide other users' names."),
     }
-
-    @default("api_url")
-    def _api_url(self) -> str:
-        return os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8081/hub/api")
-
-    @default("api_token")
-    def _api_token(self) -> str:
-        return os.environ.get("JUPYTERHUB_API_TOKEN", "")
 
     @default("service_prefix")
     def _service_prefix(self) -> str:
@@ -125,21 +116,9 @@ class GPUDashboard(Application):
     def _hub_auth(self) -> HubOAuth:
         return HubOAuth(api_url=self.api_url, api_token=self.api_token, cache_max_age=60)
 
-    @default("log_level")
-    def _log_level(self) -> int:
-        return logging.INFO
-
-    @default("log_format")
-    def _log_format(self) -> str:
-        return "[%(levelname)1.1s %(asctime)s.%(msecs).03d %(name)s] %(message)s"
-
-    @default("log_datefmt")
-    def _log_datefmt(self) -> str:
-        return "%Y-%m-%d %H:%M:%S"
-
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.payload: dict[str, Any] | None = None
+        self.payload: ClusterPayload | None = None
         self.last_ok: datetime | None = None
         self.poll_error = ""
         self.rounds = 0
@@ -150,17 +129,14 @@ class GPUDashboard(Application):
         self._store: AccountingStore | None = None
 
     def initialize(self, argv: Any = None) -> None:
-        self.parse_command_line(argv)
-        if self.config_file:
-            self.load_config_file(self.config_file)
-            self.parse_command_line(argv)  # the command line wins over the file
+        super().initialize(argv)
         points = int(self.history_window / max(self.poll_interval, 0.5)) + 1
         self.history = History(self.history_window, points)
 
     @property
     def page(self) -> Page:
-        prefix = self.payload.get("hub_prefix", "/hub/") if self.payload else "/hub/"
-        return Page(str(prefix), self.service_prefix, self.poll_interval)
+        prefix = self.payload.hub_prefix if self.payload else "/hub/"
+        return Page(prefix, self.service_prefix, self.poll_interval)
 
     def client(self) -> HubClient:
         if self.http_client is None:
@@ -182,7 +158,7 @@ class GPUDashboard(Application):
         self.payload, self.last_ok, self.poll_error = payload, utcnow(), ""
         self.history.record(payload, time.time())
         self.rounds += 1
-        self.log.debug("Cluster view %d read: %d node(s)", self.rounds, len(payload["nodes"]))
+        self.log.debug("Cluster view %d read: %d node(s)", self.rounds, len(payload.nodes))
 
     def _read_intervals(self) -> list[Interval] | None:
         if self._store is None:
@@ -212,9 +188,9 @@ class GPUDashboard(Application):
         )
 
     # ------------------------------------------------------------------ what a viewer sees
-    def visible_payload(self, viewer: Viewer) -> dict[str, Any]:
+    def visible_payload(self, viewer: Viewer) -> ClusterPayload:
         waiting = self.poll_error or "The dashboard is reading the cluster; reload in a moment."
-        payload = self.payload or {"nodes": [], "servers": [], "message": waiting}
+        payload = self.payload or ClusterPayload(message=waiting)
         return redact(payload, viewer, self.show_names)
 
     def view_for(self, viewer: Viewer) -> ClusterView:
@@ -257,47 +233,19 @@ class GPUDashboard(Application):
         if not self.service_prefix.endswith("/"):
             raise ConfigError(f"service_prefix must end with '/', got {self.service_prefix!r}")
 
-    async def _every(self, seconds: float, step: CallableABC[[], Any]) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            started = loop.time()
-            try:
-                await step()
-            except Exception:
-                self.log.exception("Unexpected error in %s; continuing", step.__name__)
-            await asyncio.sleep(max(seconds - (loop.time() - started), 0.0))
-
     async def run(self) -> None:
         """Serve and read until SIGINT or SIGTERM (handled even when inherited ignored)."""
-        from jupyterhub_gpu.services.dashboard.handlers import make_app
-
         self.check_config()
         url = urlsplit(self.service_url)
         server = HTTPServer(make_app(self), xheaders=True)
         server.listen(url.port or 80, url.hostname or "127.0.0.1")
         self.log.info("GPU dashboard on %s%s", self.service_url, self.service_prefix)
-        task = asyncio.current_task()
-        assert task is not None
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
         try:
-            await asyncio.gather(
-                self._every(self.poll_interval, self.poll_once),
-                self._every(self.usage_interval, self.load_usage),
+            await self.every_until_stopped(
+                (self.poll_interval, self.poll_once), (self.usage_interval, self.load_usage)
             )
-        except asyncio.CancelledError:
-            self.log.info("Stopping")
         finally:
             server.stop()
-
-    def start(self) -> None:
-        try:
-            with contextlib.suppress(KeyboardInterrupt):
-                asyncio.run(self.run())
-        except ConfigError as e:
-            self.log.critical("%s", e)
-            self.exit(1)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,14 +10,9 @@ from urllib.parse import quote
 
 import httpx
 
-
-class HubError(Exception):
-    """A hub call that failed; ``str()`` is a sentence for people, ``status`` the HTTP
-    status to answer with."""
-
-    def __init__(self, message: str, status: int = 502) -> None:
-        super().__init__(message)
-        self.status = status
+from jupyterhub_gpu.core.dashboard.payload import ClusterPayload
+from jupyterhub_gpu.errors import BadPayload, HubError
+from jupyterhub_gpu.wire.cluster import decode_payload
 
 
 def _message(response: httpx.Response) -> str:
@@ -54,8 +49,10 @@ class HubClient:
                 f"The hub could not be reached ({type(e).__name__}); try again."
             ) from None
 
-    async def cluster(self) -> dict[str, Any]:
-        """The hub's ``GET /api/gpu/cluster`` (:mod:`.payload`)."""
+    async def cluster(self) -> ClusterPayload:
+        """The hub's ``GET /api/gpu/cluster``, typed by its one decoder
+        (:func:`~jupyterhub_gpu.wire.cluster.decode_payload`); a malformed answer is a
+        :class:`HubError` naming the bad field."""
         r = await self._call("GET", "/gpu/cluster")
         if r.status_code != 200:
             raise HubError(
@@ -63,12 +60,13 @@ class HubClient:
                 f"{_message(r) or 'is the dashboard configured with configure(c)?'}"
             )
         try:
-            payload = r.json()
+            raw = r.json()
         except ValueError:
             raise HubError("The hub's cluster view is not JSON.") from None
-        if not isinstance(payload, dict) or not isinstance(payload.get("nodes"), list):
-            raise HubError("The hub's cluster view has no node list.")
-        return payload
+        try:
+            return decode_payload(raw)
+        except BadPayload as e:
+            raise HubError(f"The hub's cluster view is malformed ({e}).") from None
 
     async def stop_server(self, user: str, server: str) -> str:
         """Stop ``user``'s server (``""``: the default one); a sentence saying what happened."""

@@ -10,33 +10,36 @@
 - ``GET  oauth_callback``: the end of the hub's OAuth login.
 
 Every answer carries a strict Content-Security-Policy (scripts and styles from this
-origin only); every error is a sentence.
+origin only); every error is a sentence. The pages read the service through
+:class:`Dashboard`, what they need of it (:class:`~.app.GPUDashboard` is the one).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
+from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler, HubOAuthenticated
 from tornado import web
 
 from jupyterhub_gpu.core.dashboard.inputs import BadInput, clean_note, known_node, user_and_server
-from jupyterhub_gpu.core.dashboard.view import Viewer, server_view
-from jupyterhub_gpu.services.dashboard.client import HubError
+from jupyterhub_gpu.core.dashboard.payload import ClusterPayload, ServerEntry
+from jupyterhub_gpu.core.dashboard.view import ClusterView, Viewer, server_view
+from jupyterhub_gpu.services.dashboard.client import HubClient, HubError
 from jupyterhub_gpu.services.dashboard.notes import record_stop
 from jupyterhub_gpu.services.dashboard.render import (
     STATIC,
+    Page,
+    Usage,
     render_live,
     render_message,
     render_page,
     render_stop,
 )
-
-if TYPE_CHECKING:
-    from jupyterhub_gpu.services.dashboard.app import GPUDashboard
+from jupyterhub_gpu.wire.cluster import payload_json
 
 CSP = "; ".join(
     [
@@ -64,8 +67,34 @@ STALE_FORM = (
 )
 
 
+class Dashboard(Protocol):
+    """What the pages read from the dashboard service and ask of it."""
+
+    @property
+    def log(self) -> logging.Logger: ...
+    @property
+    def hub_auth(self) -> HubOAuth: ...
+    @property
+    def service_prefix(self) -> str: ...
+    @property
+    def notes_file(self) -> str: ...
+    @property
+    def notes_keep(self) -> int: ...
+    @property
+    def payload(self) -> ClusterPayload | None: ...  # the hub's, as last read
+    @property
+    def page(self) -> Page: ...
+    def client(self) -> HubClient: ...
+    async def poll_once(self) -> None: ...
+    def visible_payload(self, viewer: Viewer) -> ClusterPayload: ...
+    def view_for(self, viewer: Viewer) -> ClusterView: ...
+    def stale_message(self) -> str: ...
+    def notes_for(self, viewer: Viewer) -> list[str]: ...
+    def usage_for(self, viewer: Viewer) -> Usage: ...
+
+
 class _Handler(HubOAuthenticated, web.RequestHandler):
-    def initialize(self, dashboard: GPUDashboard) -> None:
+    def initialize(self, dashboard: Dashboard) -> None:
         self.dashboard = dashboard
         self.hub_auth = dashboard.hub_auth
 
@@ -150,11 +179,11 @@ class ClusterJSONHandler(_Handler):
     def get(self) -> None:
         viewer = self.require_user()
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps(self.dashboard.visible_payload(viewer)))
+        self.finish(json.dumps(payload_json(self.dashboard.visible_payload(viewer))))
 
 
 class StopHandler(_Handler):
-    def _shown(self) -> tuple[str, str, dict[str, Any]]:
+    def _shown(self) -> tuple[str, str, ServerEntry]:
         """The (user, server) the request names, if the dashboard shows that server."""
         try:
             user, server = user_and_server(
@@ -162,8 +191,9 @@ class StopHandler(_Handler):
             )
         except BadInput as e:
             raise web.HTTPError(e.status, str(e)) from None
-        for s in (self.dashboard.payload or {}).get("servers", []):
-            if (s.get("user"), s.get("server")) == (user, server):
+        payload = self.dashboard.payload
+        for s in payload.servers if payload else ():
+            if (s.user, s.server) == (user, server):
                 return user, server, s
         raise web.HTTPError(404, NOT_SHOWN)
 
@@ -171,8 +201,7 @@ class StopHandler(_Handler):
         admin = self.require_admin()
         _, _, entry = self._shown()
         view = server_view(entry, admin, datetime.now(timezone.utc))
-        gpus = len(entry.get("gpus") or [])
-        self.finish(render_stop(self.dashboard.page, view, gpus, self.xsrf()))
+        self.finish(render_stop(self.dashboard.page, view, len(entry.gpus), self.xsrf()))
 
     async def post(self) -> None:
         admin, d = self.require_admin(), self.dashboard
@@ -200,7 +229,7 @@ class StopHandler(_Handler):
 class DrainHandler(_Handler):
     async def post(self) -> None:
         admin, d = self.require_admin(), self.dashboard
-        nodes = {str(n.get("name")) for n in (d.payload or {}).get("nodes", [])}
+        nodes = {n.name for n in d.payload.nodes} if d.payload else set()
         action = self.get_body_argument("action", "drain")
         try:
             node = known_node(self.get_body_argument("node", None), nodes)
@@ -222,11 +251,11 @@ class DrainHandler(_Handler):
 
 
 class CallbackHandler(HubOAuthCallbackHandler):
-    def initialize(self, dashboard: GPUDashboard) -> None:
+    def initialize(self, dashboard: Dashboard) -> None:
         self.hub_auth = dashboard.hub_auth
 
 
-def make_app(dashboard: GPUDashboard, cookie_secret: bytes | None = None) -> web.Application:
+def make_app(dashboard: Dashboard, cookie_secret: bytes | None = None) -> web.Application:
     """The service's tornado application (``cookie_secret``: a new random one by default;
     a restarted service then logs people in again through the hub, without asking them)."""
     prefix = dashboard.service_prefix

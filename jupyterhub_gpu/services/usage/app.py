@@ -22,7 +22,6 @@ import asyncio
 import json
 import logging
 import os
-import signal
 import sys
 from datetime import datetime, timezone
 from typing import Any
@@ -32,10 +31,14 @@ from jupyterhub.services.auth import HubAuthenticated
 from tornado import web
 from tornado.httpserver import HTTPServer
 
-from jupyterhub_gpu.cli.report import DEFAULT_URL
 from jupyterhub_gpu.core.accounting.query import parse_format, parse_query, render
 from jupyterhub_gpu.core.accounting.report import ReportError, report
-from jupyterhub_gpu.edges.accounting.store import AccountingStore, AccountingUnavailable
+from jupyterhub_gpu.edges.accounting.store import (
+    DEFAULT_URL,
+    AccountingStore,
+    AccountingUnavailable,
+)
+from jupyterhub_gpu.services.base import until_stopped
 
 log = logging.getLogger("jupyterhub_gpu.services.usage.app")
 CONTENT_TYPES = {"json": "application/json", "csv": "text/csv", "table": "text/plain"}
@@ -116,17 +119,12 @@ def main(argv: list[str] | None = None) -> None:
 
 
 async def serve(store: AccountingStore, prefix: str, host: str, port: int) -> None:
-    """Serve until SIGINT or SIGTERM. Both are handled even when inherited as ignored (a
-    hub started in the background passes SIGINT ignored to its services, and its shutdown
-    then waited for this process)."""
+    """Serve until SIGINT or SIGTERM, handled even when inherited as ignored
+    (:func:`~jupyterhub_gpu.services.base.until_stopped`)."""
     server = HTTPServer(make_app(store, prefix))
     server.listen(port, host)
     log.info("GPU usage API on %s:%d%sapi/usage", host, port, prefix)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await until_stopped()
     server.stop()
     log.info("Stopping")
 

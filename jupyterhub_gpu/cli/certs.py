@@ -1,0 +1,306 @@
+"""``jupyterhub-gpu certs ca|hub|node NAME``: the site's private CA and its certificates.
+
+Made with the ``cryptography`` library (ECDSA P-256, SHA-256), under ``--etc``/tls:
+
+- ``ca``: ``ca.pem`` and ``ca-key.pem`` (0600), valid 10 years. Made once: every later
+  certificate is signed by it, so a node added next year joins without touching the
+  others.
+- ``hub``: ``hub-cert.pem``/``hub-key.pem``, the hub's *client* certificate for the nodes'
+  Docker APIs (``tls: client_cert/client_key`` in nodes.yaml).
+- ``node NAME --address ADDR``: ``nodes/NAME/{ca.pem,cert.pem,key.pem}``, the node's
+  *server* certificate (subjectAltName: the node's name, its address, and any ``--dns``)
+  for its Docker API (port 2376) and its agent's HTTPS (9450). Copy that folder to the
+  node's ``/etc/jupyterhub-gpu/tls``. It prints the node's ``daemon.json`` and the
+  docker.service drop-in that goes with it.
+
+Each refuses to replace an existing certificate without ``--force``; keys are created 0600.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import ipaddress
+import sys
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from jupyterhub_gpu.cli.layout import DEFAULT_ETC, SECRET_MODE, Site, write_all
+from jupyterhub_gpu.errors import ConfigError
+
+CA_DAYS = 3650
+CERT_DAYS = 825
+DOCKER_TLS_PORT = 2376
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "jupyterhub-gpu"),
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+        ]
+    )
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _cert_pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def make_ca(common_name: str = "jupyterhub-gpu site CA") -> tuple[bytes, bytes]:
+    """A self-signed CA: (certificate PEM, key PEM)."""
+    key = _key()
+    now = _now()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(common_name))
+        .issuer_name(_name(common_name))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=CA_DAYS))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+        .sign(key, hashes.SHA256())
+    )
+    return _cert_pem(cert), _key_pem(key)
+
+
+def sans(names: list[str]) -> list[x509.GeneralName]:
+    """subjectAltName entries: an IP address as an IP, anything else as a DNS name."""
+    out: list[x509.GeneralName] = []
+    for n in dict.fromkeys(names):  # once each, in order
+        try:
+            out.append(x509.IPAddress(ipaddress.ip_address(n)))
+        except ValueError:
+            out.append(x509.DNSName(n))
+    return out
+
+
+def issue(
+    ca_cert_pem: bytes,
+    ca_key_pem: bytes,
+    common_name: str,
+    *,
+    server_names: list[str] | None = None,
+    client: bool = False,
+) -> tuple[bytes, bytes]:
+    """A leaf certificate signed by the CA: a server's (``server_names`` become its
+    subjectAltName) or a client's. Returns (certificate PEM, key PEM)."""
+    ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
+    ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ConfigError("the CA key is not an EC key made by `jupyterhub-gpu certs ca`")
+    key = _key()
+    now = _now()
+    usage = [ExtendedKeyUsageOID.CLIENT_AUTH] if client else [ExtendedKeyUsageOID.SERVER_AUTH]
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(common_name))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=CERT_DAYS))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=True,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage(usage), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
+        )
+    )
+    if server_names:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans(server_names)), False)
+    cert = builder.sign(ca_key, hashes.SHA256())
+    return _cert_pem(cert), _key_pem(key)
+
+
+def _refuse_existing(paths: list[Path], force: bool, what: str) -> None:
+    there = [p for p in paths if p.exists()]
+    if there and not force:
+        raise ConfigError(
+            f"{there[0]} already exists; nothing was changed. {what} Use --force to replace it."
+        )
+
+
+def _read_ca(site: Site) -> tuple[bytes, bytes]:
+    try:
+        return site.ca_cert.read_bytes(), site.ca_key.read_bytes()
+    except FileNotFoundError as e:
+        raise ConfigError(
+            f"{e.filename} does not exist: make the site's CA first (jupyterhub-gpu certs ca "
+            f"--etc {site.etc})"
+        ) from None
+    except OSError as e:
+        raise ConfigError(f"{e.filename}: cannot read the CA ({e.strerror}); run as root") from None
+
+
+def make_site_ca(site: Site, force: bool = False) -> list[Path]:
+    _refuse_existing(
+        [site.ca_cert, site.ca_key],
+        force,
+        "A new CA voids every certificate signed by the old one (all nodes and the hub).",
+    )
+    cert, key = make_ca()
+    write_all({site.ca_cert: (cert, 0o644), site.ca_key: (key, SECRET_MODE)})
+    return [site.ca_cert, site.ca_key]
+
+
+def make_hub_cert(site: Site, force: bool = False) -> list[Path]:
+    ca = _read_ca(site)
+    _refuse_existing([site.hub_cert, site.hub_key], force, "")
+    cert, key = issue(*ca, "jupyterhub-gpu hub", client=True)
+    write_all({site.hub_cert: (cert, 0o644), site.hub_key: (key, SECRET_MODE)})
+    return [site.hub_cert, site.hub_key]
+
+
+def make_node_cert(
+    site: Site, node: str, address: str, dns: list[str] | None = None, force: bool = False
+) -> list[Path]:
+    from jupyterhub_gpu.wire.nodes_file import parse_node
+
+    # the same rules as the nodes file's: a name and address the hub accepts
+    parse_node(
+        {"name": node, "docker_url": "unix:///var/run/docker.sock", "address": address},
+        f"node {node}",
+    )
+    ca_cert, ca_key = _read_ca(site)
+    folder = site.node_dir(node)  # becomes the node's etc/tls: ca.pem, cert.pem, key.pem
+    cert_path, key_path = folder / site.node_cert.name, folder / site.node_key.name
+    _refuse_existing([cert_path, key_path], force, "")
+    cert, key = issue(ca_cert, ca_key, node, server_names=[node, address, *(dns or [])])
+    write_all(
+        {
+            folder / "ca.pem": (ca_cert, 0o644),
+            cert_path: (cert, 0o644),
+            key_path: (key, SECRET_MODE),
+        }
+    )
+    folder.chmod(0o700)
+    return [folder / "ca.pem", cert_path, key_path]
+
+
+def daemon_json(address: str, tls_dir: Path) -> str:
+    """The node's /etc/docker/daemon.json: its engine on the unix socket and on TCP+TLS
+    (client certificates required)."""
+    import json
+
+    return json.dumps(
+        {
+            "hosts": ["unix:///var/run/docker.sock", f"tcp://{address}:{DOCKER_TLS_PORT}"],
+            "tls": True,
+            "tlsverify": True,
+            "tlscacert": str(tls_dir / "ca.pem"),
+            "tlscert": str(tls_dir / "cert.pem"),
+            "tlskey": str(tls_dir / "key.pem"),
+        },
+        indent=2,
+    )
+
+
+DOCKER_DROP_IN_PATH = "/etc/systemd/system/docker.service.d/jupyterhub-gpu-tls.conf"
+DOCKER_DROP_IN = """\
+# jupyterhub-gpu: dockerd's listening addresses come from /etc/docker/daemon.json
+# ("hosts"); the stock unit's `-H fd://` would conflict with them, so ExecStart is
+# cleared and set again without it.
+[Service]
+ExecStart=
+ExecStart=/usr/bin/dockerd --containerd=/run/containerd/containerd.sock
+"""
+
+
+def node_instructions(site: Site, node: str, address: str) -> str:
+    on_node = site.tls  # the same --etc on the node
+    folder = site.node_dir(node)
+    return (
+        f"Copy {folder}/ to {node}:{on_node}/ (keep key.pem 0600), then on {node}:\n\n"
+        f"/etc/docker/daemon.json (merge with what is there):\n{daemon_json(address, on_node)}\n\n"
+        f"{DOCKER_DROP_IN_PATH}:\n{DOCKER_DROP_IN}\n"
+        "systemctl daemon-reload && systemctl restart docker\n"
+        "(`jupyterhub-gpu units install --node ... --docker-tls` writes both on the node.)"
+    )
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="jupyterhub-gpu certs",
+        description="The site's CA, the hub's client certificate, a node's server certificate.",
+    )
+    p.add_argument("--etc", type=Path, default=DEFAULT_ETC, help=f"default {DEFAULT_ETC}")
+    sub = p.add_subparsers(dest="action", required=True)
+    ca = sub.add_parser("ca", help="make the site's CA (once)")
+    hub = sub.add_parser("hub", help="the hub's client certificate for the nodes' Docker APIs")
+    node = sub.add_parser("node", help="a node's server certificate (Docker TLS, agent HTTPS)")
+    node.add_argument("name")
+    node.add_argument("--address", required=True, help="the IP or host name the hub reaches")
+    node.add_argument("--dns", action="append", default=[], help="another name (repeat)")
+    for q in (ca, hub, node):
+        q.add_argument("--force", action="store_true", help="replace an existing one")
+        q.add_argument("--etc", type=Path, default=argparse.SUPPRESS, help="as above")
+    args = p.parse_args(argv)
+    site = Site(etc=args.etc.absolute())
+    try:
+        if args.action == "ca":
+            made = make_site_ca(site, args.force)
+        elif args.action == "hub":
+            made = make_hub_cert(site, args.force)
+        else:
+            made = make_node_cert(site, args.name, args.address, args.dns, args.force)
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"{e.filename}: {e.strerror}; nothing was changed", file=sys.stderr)
+        return 1
+    for path in made:
+        print(f"wrote {path}")
+    if args.action == "node":
+        print()
+        print(node_instructions(site, args.name, args.address))
+    return 0

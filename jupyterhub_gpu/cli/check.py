@@ -1,0 +1,357 @@
+"""``jupyterhub-gpu check-config``: a site's configuration checked without starting a hub.
+
+It loads the site's ``jupyterhub_config.py`` with traitlets' config loader, as JupyterHub
+does; the file ends with ``check_config(c)`` (``jupyterhub_gpu.hub.config``), which runs
+then: unknown keys of our classes, the nodes and the nodes file, the inventory, the
+catalog, the bounds, the queue policy, the mounts. A configuration that does not call it
+is a problem of its own. Then every file the configuration names must exist and be
+readable: the site's secrets (and be readable by their owner only), the cookie secret,
+the TLS files of every node (``nodes`` and the nodes file), the agents' CA, the hub's TLS
+certificate, the nodes file, the catalog, the inventory; the folders of the databases
+and the culler's files must exist. Keys of JupyterHub's own sections (``JupyterHub``,
+``Authenticator``, ``Spawner``, ``ConfigurableHTTPProxy``, ``CryptKeeper``) are checked
+by name too.
+
+Each problem is one sentence naming the file and what to do; the exit status is 1 when
+there is any (the hub's unit runs this before each start), 0 when there is none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import difflib
+import importlib
+import stat
+import sys
+import traceback
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from jupyterhub_gpu.cli.layout import DEFAULT_ETC, DEFAULT_STATE, Site
+from jupyterhub_gpu.errors import ConfigError
+
+HUB_INSTALL = "pip install 'jupyterhub-gpu[hub]'"
+#: defaults that put a database in the hub's working directory
+RELATIVE_DEFAULTS = {
+    "JupyterHub.db_url": "sqlite:///jupyterhub.sqlite",
+    "GPUDockerSpawner.accounting_url": "sqlite:///jupyterhub-gpu-accounting.sqlite",
+}
+#: JupyterHub's own sections whose keys are checked by name (ours: check_config)
+JUPYTERHUB_SECTIONS = {
+    "JupyterHub": "jupyterhub.app:JupyterHub",
+    "Authenticator": "jupyterhub.auth:Authenticator",
+    "Spawner": "jupyterhub.spawner:Spawner",
+    "ConfigurableHTTPProxy": "jupyterhub.proxy:ConfigurableHTTPProxy",
+    "CryptKeeper": "jupyterhub.crypto:CryptKeeper",
+}
+
+
+def _fix(site: Site, path: Path) -> str:
+    """What to do about a missing file of the site's layout."""
+    fixes = {
+        site.ca_cert: f"make the site's CA: jupyterhub-gpu certs ca --etc {site.etc}",
+        site.ca_key: f"make the site's CA: jupyterhub-gpu certs ca --etc {site.etc}",
+        site.hub_cert: f"make it: jupyterhub-gpu certs hub --etc {site.etc}",
+        site.hub_key: f"make it: jupyterhub-gpu certs hub --etc {site.etc}",
+        site.site_secret: "restore it from the site's backup (a new one changes every node's "
+        f"token), or make a new one with jupyterhub-gpu site init --force --etc {site.etc}",
+        site.cookie_secret: "restore it from the site's backup (a new one logs everyone out), "
+        f"or make a new one with jupyterhub-gpu site init --force --etc {site.etc}",
+        site.hub_env: f"make it with jupyterhub-gpu site init --force --etc {site.etc}",
+        site.nodes_file: "create it: jupyterhub-gpu site add-node NAME --address ADDR "
+        f"--etc {site.etc}",
+        site.catalog: f"copy a catalog there (jupyterhub-gpu site init --force --etc {site.etc})",
+    }
+    if path in fixes:
+        return fixes[path]
+    if path.parent.parent == site.tls / "nodes" or path.parent.parent.name == "nodes":
+        return f"make it: jupyterhub-gpu certs node {path.parent.name} --address ADDR"
+    return "check the path in the configuration, or put the file there"
+
+
+def file_problems(path: Path, what: str, fix: str, *, secret: bool = False) -> list[str]:
+    """Problems of one file the hub reads at start: missing, not a file, unreadable, or
+    (for a secret or a key) readable by others."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return [f"{path} ({what}) does not exist: {fix}."]
+    except OSError as e:
+        return [f"{path} ({what}) cannot be reached ({e.strerror}): check its folders' modes."]
+    if not stat.S_ISREG(st.st_mode):
+        return [f"{path} ({what}) is not a file: put the file there ({fix})."]
+    try:
+        with path.open("rb") as f:
+            f.read(1)
+    except OSError as e:
+        return [
+            f"{path} ({what}) cannot be read ({e.strerror}): the hub runs as root; "
+            f"make it readable by its owner (chmod 600 {path})."
+        ]
+    if secret and st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        return [
+            f"{path} ({what}) can be read by other users (mode {stat.S_IMODE(st.st_mode):04o}): "
+            f"chmod 600 {path}."
+        ]
+    return []
+
+
+def folder_problems(path: Path, what: str) -> list[str]:
+    folder = path.parent
+    if not folder.is_dir():
+        return [
+            f"{folder} (the folder of {what}, {path}) does not exist: create it "
+            f"(mkdir -m 700 -p {folder}) or point the setting elsewhere."
+        ]
+    return []
+
+
+def _sqlite_path(url: str) -> Path | None:
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        return Path(url[len("sqlite:///") :])
+    return None
+
+
+def _section(config: Any, *names: str) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for name in names:
+        if name in config:
+            merged.update(dict(config[name]))
+    return merged
+
+
+def _named_files(site: Site, config: Any, config_path: Path) -> Iterator[tuple[Path, str, bool]]:
+    """(path, what it is, is it a secret) for every file the configuration names."""
+    hub = _section(config, "JupyterHub")
+    if hub.get("cookie_secret_file"):
+        yield Path(hub["cookie_secret_file"]), "JupyterHub.cookie_secret_file", True
+    if hub.get("ssl_cert"):
+        yield Path(hub["ssl_cert"]), "JupyterHub.ssl_cert", False
+    if hub.get("ssl_key"):
+        yield Path(hub["ssl_key"]), "JupyterHub.ssl_key", True
+    s = _section(config, "Spawner", "DockerSpawner", "GPUDockerSpawner")
+    for key in ("nodes_file", "catalog_file", "inventory_file"):
+        if s.get(key):
+            yield Path(s[key]), f"GPUDockerSpawner.{key}", False
+    agents = _section(config, "AgentClient")
+    if agents.get("ca_cert"):
+        yield Path(agents["ca_cert"]), "AgentClient.ca_cert, the agents' CA", False
+    for where, node in _nodes(s):
+        tls = node.get("tls") or {}
+        if isinstance(tls, Mapping):
+            for field, value in sorted(tls.items()):
+                yield (
+                    Path(str(value)),
+                    f"{where}, node {node.get('name')!r}, tls.{field}",
+                    field == "client_key",
+                )
+
+
+def _nodes(s: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    for node in s.get("nodes") or []:
+        if isinstance(node, Mapping):
+            yield "GPUDockerSpawner.nodes", node
+    path = s.get("nodes_file")
+    if path and Path(path).is_file():
+        from jupyterhub_gpu.wire.nodes_file import load_nodes_file
+
+        try:
+            entries = load_nodes_file(str(path))
+        except ConfigError:
+            return  # check_config said why
+        for node in entries:
+            if isinstance(node, Mapping):
+                yield str(path), node
+
+
+def node_certificate_problems(site: Site, s: Mapping[str, Any]) -> list[str]:
+    """Each node of the nodes file against the certificates ``certs node`` made for it
+    (when the site makes them): the same name in both places, its address in the
+    certificate's subjectAltName."""
+    made = site.tls / "nodes"
+    if not made.is_dir():
+        return []
+    from cryptography import x509
+
+    found = []
+    for where, node in _nodes(s):
+        name, address = str(node.get("name")), str(node.get("address"))
+        cert = site.node_dir(name) / "cert.pem"
+        if not cert.is_file():
+            others = ", ".join(sorted(p.name for p in made.iterdir())) or "none"
+            found.append(
+                f"{where} names node {name!r}, but {made} has no certificate for it (it has: "
+                f"{others}): a name mistyped in one place, or make it: jupyterhub-gpu certs "
+                f"node {name} --address {address} --etc {site.etc}."
+            )
+            continue
+        try:
+            names = x509.load_pem_x509_certificate(cert.read_bytes()).extensions
+            san = names.get_extension_for_class(x509.SubjectAlternativeName).value
+            held = [str(entry.value) for entry in san]  # in the certificate's order
+        except (OSError, ValueError, x509.ExtensionNotFound) as e:
+            found.append(f"{cert} (node {name!r}) is not a certificate of ours ({e}).")
+            continue
+        if address not in held:
+            found.append(
+                f"{cert} is for {', '.join(held)}, not {address} ({where}, node {name!r}): "
+                f"make it again: jupyterhub-gpu certs node {name} --address {address} --force "
+                f"--etc {site.etc}, and copy it to the node."
+            )
+    return found
+
+
+def _calls_check_config(config_path: Path) -> bool:
+    tree = ast.parse(config_path.read_text(), str(config_path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else getattr(f, "attr", "")
+            if name == "check_config":
+                return True
+    return False
+
+
+def _key_problems(config: Any, config_path: Path) -> list[str]:
+    found = []
+    for section, where in JUPYTERHUB_SECTIONS.items():
+        if section not in config:
+            continue
+        module, _, name = where.partition(":")
+        known = sorted(getattr(importlib.import_module(module), name).class_traits(config=True))
+        for key in sorted(config[section]):
+            if key[:1].isupper() or key in known:
+                continue
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"did you mean c.{section}.{close[0]}? " if close else ""
+            found.append(
+                f"{config_path}: c.{section}.{key} is not a setting of {name}: {hint}"
+                "fix the key, or remove the line."
+            )
+    return found
+
+
+def _load_problem(e: BaseException, config_path: Path, reported: set[Path]) -> str | None:
+    if isinstance(e, ConfigError):
+        return f"{config_path}: {e} (fix it in {config_path} or the file it names)."
+    if isinstance(e, ModuleNotFoundError):
+        return (
+            f"{config_path}: it imports {e.name!r}, which is not installed here: check-config "
+            f"and the hub need the hub's install ({HUB_INSTALL})."
+        )
+    if isinstance(e, OSError) and e.filename:
+        if Path(e.filename) in reported:
+            return None  # said above, with what to do
+        return f"{e.filename} (read by {config_path}) cannot be read ({e.strerror}): put it there."
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == str(config_path)]
+    line = f", line {frames[-1].lineno}" if frames else ""
+    return f"{config_path}{line}: {type(e).__name__}: {e}; fix that line."
+
+
+def check(site: Site, config_path: Path) -> list[str]:
+    """Every problem of the site's configuration, one sentence each."""
+    problems = file_problems(config_path, "the hub's configuration", _fix(site, config_path))
+    if problems:
+        return problems
+    reported: set[Path] = set()
+    for path, what in (
+        (site.site_secret, "the node agents' site secret"),
+        (site.cookie_secret, "the hub's cookie secret"),
+        (site.hub_env, "the hub's environment, JUPYTERHUB_CRYPT_KEY"),
+    ):
+        if path.parent.parent == config_path.parent:  # the config is the site's
+            found = file_problems(path, what, _fix(site, path), secret=True)
+            problems += found
+            reported.update([path] if found else [])
+    try:
+        importlib.import_module("jupyterhub")
+    except ImportError:
+        return [*problems, f"{config_path}: the hub is not installed here ({HUB_INSTALL})."]
+    from traitlets.config.loader import PyFileConfigLoader
+
+    loader = PyFileConfigLoader(config_path.name, str(config_path.parent))
+    try:
+        loader.load_config()
+    except Exception as e:
+        said = _load_problem(e, config_path, reported)
+        if said:
+            problems.append(said)
+    config = loader.config
+    if not _calls_check_config(config_path):
+        problems.append(
+            f"{config_path} does not call check_config(c): add `from jupyterhub_gpu.hub.config "
+            "import check_config` and `check_config(c)` at its end, so that the hub refuses a "
+            "bad configuration at start."
+        )
+    problems += _key_problems(config, config_path)
+    for path, what, secret in _named_files(site, config, config_path):
+        if path in reported:
+            continue
+        reported.add(path)
+        problems += file_problems(path, what, _fix(site, path), secret=secret)
+    s = _section(config, "Spawner", "DockerSpawner", "GPUDockerSpawner")
+    nodes_file = Path(s.get("nodes_file") or "")
+    if "nodes" in s and not any(True for _ in _nodes(s)) and nodes_file.is_file():
+        problems.append(
+            f"{nodes_file} (GPUDockerSpawner.nodes_file) lists no node and "
+            "GPUDockerSpawner.nodes is empty: add each GPU node (jupyterhub-gpu site "
+            f"add-node NAME --address ADDR --etc {site.etc})."
+        )
+    problems += node_certificate_problems(site, s)
+    hub = _section(config, "JupyterHub")
+    for url, what in (
+        (hub.get("db_url", RELATIVE_DEFAULTS["JupyterHub.db_url"]), "JupyterHub.db_url"),
+        (
+            s.get("accounting_url", RELATIVE_DEFAULTS["GPUDockerSpawner.accounting_url"]),
+            "GPUDockerSpawner.accounting_url",
+        ),
+    ):
+        db = _sqlite_path(str(url))
+        if db is not None and not db.is_absolute():
+            problems.append(
+                f"{config_path}: {what} {url!r} is relative to the hub's working directory: "
+                f"name an absolute path (e.g. sqlite:///{site.state / db.name})."
+            )
+        elif db is not None and db.parent not in reported:
+            reported.add(db.parent)
+            problems += folder_problems(db, what)
+    if not hub.get("cookie_secret_file") and not hub.get("cookie_secret"):
+        problems.append(
+            f"{config_path}: JupyterHub.cookie_secret_file is not set, so the cookie secret "
+            "(which also keys the containers' seals) lands in the hub's working directory: "
+            f"set it to {site.cookie_secret}."
+        )
+    for key in ("cull_notes_file", "cull_deadlines_file"):
+        if s.get(key) and Path(s[key]).parent not in reported:  # each folder once
+            reported.add(Path(s[key]).parent)
+            problems += folder_problems(Path(s[key]), f"GPUDockerSpawner.{key}")
+    return problems
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="jupyterhub-gpu check-config",
+        description="Check a site's configuration and the files it names, without a hub.",
+    )
+    p.add_argument("--etc", type=Path, default=DEFAULT_ETC, help=f"default {DEFAULT_ETC}")
+    p.add_argument("--state", type=Path, default=DEFAULT_STATE, help=f"default {DEFAULT_STATE}")
+    p.add_argument("config", nargs="?", type=Path, help="default: ETC/jupyterhub_config.py")
+    args = p.parse_args(argv)
+    site = Site(etc=args.etc.absolute(), state=args.state.absolute())
+    config = (args.config or site.config).absolute()
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    problems = check(site, config)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if problems:
+        print(
+            f"{len(problems)} problem(s) with {config}: fix them before starting the hub",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"{config}: no problem found")
+    return 0

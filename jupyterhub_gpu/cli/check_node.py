@@ -1,0 +1,285 @@
+"""``jupyterhub-gpu check-node [NAME...]``: is each GPU node set up right, and if not, what
+to do. Run it on the hub's machine, as the hub's user (root), with the hub's
+configuration; it checks every configured node (``nodes`` and ``nodes_file``, drained ones
+included) unless names are given.
+
+    jupyterhub-gpu check-node [-f jupyterhub_config.py] [--json] [--only engine,firewall,...]
+                              [--image IMAGE] [--uid-gid UID:GID] [--hub-api HOST:PORT] [NAME...]
+    jupyterhub-gpu check-node --local [--image IMAGE] [--json]     # on a GPU node itself
+
+A checklist per node, ✓ or ✗ per line and the fix under each ✗; exit status 1 when any
+check fails, 2 on a bad configuration. The decisions are
+:mod:`jupyterhub_gpu.core.nodecheck`; the gathering :mod:`jupyterhub_gpu.edges.nodecheck`.
+docs/nodes.md ("Checking a node") lists every check and its fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import docker
+from traitlets.config import Config
+from traitlets.config.loader import PyFileConfigLoader
+
+from jupyterhub_gpu.core import nodecheck as rules
+from jupyterhub_gpu.core.homes import template_root
+from jupyterhub_gpu.edges.docker_nodes import node_client, tls_config
+from jupyterhub_gpu.edges.nodecheck import (
+    CheckSettings,
+    check_node,
+    local_inventory,
+    remove_leftovers,
+)
+from jupyterhub_gpu.errors import ConfigError
+from jupyterhub_gpu.wire.catalog_file import default_catalog_path, load_catalog
+from jupyterhub_gpu.wire.nodes_file import NodeSpec, default_node, load_nodes_file, parse_nodes
+
+GROUPS = ("user-network", "firewall", "gpu", "agent", "home", "catalog")
+SPAWNERS = ("GPUDockerSpawner", "DockerSpawner", "Spawner")
+
+
+def load_config(path: str) -> Config:
+    """The hub's configuration file, as JupyterHub loads it."""
+    p = Path(path).resolve()
+    if not p.is_file():
+        raise ConfigError(f"no configuration file {path!r} (give -f jupyterhub_config.py)")
+    return PyFileConfigLoader(p.name, str(p.parent)).load_config()
+
+
+def setting(config: Config, classes: tuple[str, ...], key: str, default: Any) -> Any:
+    """``c.<Class>.<key>`` for the first of ``classes`` that sets it, else ``default``."""
+    for cls in classes:
+        if cls in config and key in config[cls]:
+            return config[cls][key]
+    return default
+
+
+def _host_port(url: str, default_port: int) -> tuple[str, int] | None:
+    try:
+        parts = urlsplit(url if "//" in url else f"http://{url}")
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return None
+    if not host:
+        return None
+    return host, port or default_port
+
+
+def _usable(host: str) -> bool:
+    """An address a node can reach the hub at (not loopback, not every address)."""
+    return host not in ("", "0.0.0.0", "::", "localhost") and not host.startswith("127.")
+
+
+def hub_api_address(config: Config) -> tuple[str, int] | None:
+    """Where user servers reach the hub's API, from JupyterHub's settings."""
+    hub = config["JupyterHub"] if "JupyterHub" in config else Config()
+    if hub.get("hub_connect_url"):
+        found = _host_port(str(hub["hub_connect_url"]), 80)
+        if found:
+            return found
+    bind = _host_port(str(hub.get("hub_bind_url") or ""), 8081) if hub.get("hub_bind_url") else None
+    port = int(hub.get("hub_port") or (bind[1] if bind else 8081))
+    if hub.get("hub_connect_ip"):
+        return str(hub["hub_connect_ip"]), port
+    if bind and _usable(bind[0]):
+        return bind
+    ip = str(hub.get("hub_ip") or "")
+    return (ip, port) if _usable(ip) else None
+
+
+def hub_private_ports(config: Config, hub_host: str | None) -> tuple[tuple[str, int, str], ...]:
+    """The hub machine's ports no user container may reach: the proxy's API."""
+    if not hub_host:
+        return ()
+    api = setting(config, ("ConfigurableHTTPProxy",), "api_url", "http://127.0.0.1:8001")
+    found = _host_port(str(api), 8001)
+    return ((hub_host, found[1], "the proxy's API on the hub's machine"),) if found else ()
+
+
+def node_specs(config: Config) -> list[NodeSpec]:
+    nodes = list(setting(config, SPAWNERS[:1], "nodes", None) or [default_node()])
+    path = str(setting(config, SPAWNERS[:1], "nodes_file", "") or "")
+    return parse_nodes(nodes + load_nodes_file(path))
+
+
+def settings_from(config: Config, args: argparse.Namespace) -> CheckSettings:
+    g = SPAWNERS[:1]
+    catalog_path = str(setting(config, g, "catalog_file", "") or default_catalog_path())
+    template = str(setting(config, g, "home_template", "") or "")
+    hub_api = hub_api_address(config)
+    if args.hub_api:
+        hub_api = _host_port(args.hub_api, 8081)
+        if hub_api is None:
+            raise ConfigError(f"--hub-api: HOST:PORT, got {args.hub_api!r}")
+    try:
+        uid, gid = (int(x) for x in args.uid_gid.split(":"))
+    except ValueError:
+        raise ConfigError(f"--uid-gid: UID:GID, got {args.uid_gid!r}") from None
+    if uid == 0 or gid == 0:
+        raise ConfigError("--uid-gid: the probes run as a user's uid:gid, never root (0)")
+    images = setting(config, SPAWNERS, "image", "")
+    return CheckSettings(
+        user_network=str(setting(config, g, "user_network", "jupyterhub-gpu-users")),
+        user_bridge=str(setting(config, g, "user_bridge", "jhgpu-users")),
+        gpu_device_driver=str(setting(config, g, "gpu_device_driver", "nvidia")),
+        site_secret=str(
+            setting(config, g, "agent_token", "")
+            or os.environ.get("JUPYTERHUB_GPU_AGENT_TOKEN", "")
+        ),
+        agent_ca_cert=str(setting(config, ("AgentClient",), "ca_cert", "") or ""),
+        home_root=str(template_root(template)) if template else "",
+        catalog=tuple(load_catalog(catalog_path)),
+        hub_api=hub_api,
+        hub_private=hub_private_ports(config, hub_api[0] if hub_api else None),
+        images=(str(images),) if images else (),
+        probe_image=args.image or "",
+        probe_mode=str(setting(config, g, "probe_mode", "auto")),
+        inventory_file=str(setting(config, g, "inventory_file", "") or ""),
+        uid_gid=(uid, gid),
+        timeout=float(setting(config, g, "docker_timeout", 10.0)),
+        only=frozenset(args.only),
+    )
+
+
+def _groups(text: str) -> list[str]:
+    wanted = [g.strip() for g in text.split(",") if g.strip()]
+    unknown = sorted(set(wanted) - set(GROUPS))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown check(s) {unknown}; known: {', '.join(GROUPS)}")
+    return wanted
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="jupyterhub-gpu check-node",
+        description="Check GPU nodes from the hub's machine: engine, user bridge, firewall, "
+        "GPU isolation, agent, shared home, catalog images (docs/nodes.md).",
+    )
+    p.add_argument("names", nargs="*", metavar="NAME", help="nodes to check (default: all)")
+    p.add_argument(
+        "-f", "--config", default="jupyterhub_config.py", help="the hub's configuration file"
+    )
+    p.add_argument("--json", action="store_true", help="a JSON list of checks instead of text")
+    p.add_argument(
+        "--only",
+        type=_groups,
+        default=[],
+        help=f"only these checks (comma separated): {', '.join(GROUPS)}; "
+        "the engine is always checked",
+    )
+    p.add_argument("--image", help="run the probe containers with this image (needs python3)")
+    p.add_argument(
+        "--local",
+        action="store_true",
+        help="on a GPU node itself, without the hub's configuration: NVML (driver, CUDA, "
+        "GPUs, UUIDs, compute capability), the local engine, the user bridge and, with "
+        "--image, GPU isolation",
+    )
+    p.add_argument(
+        "--uid-gid",
+        default="64123:64123",
+        help="the probes' uid:gid, as a user's server runs (default 64123:64123, never 0)",
+    )
+    p.add_argument(
+        "--hub-api",
+        help="HOST:PORT where servers reach the hub's API (default: "
+        "from JupyterHub.hub_connect_url / hub_connect_ip / hub_bind_url)",
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.local:
+        return local(args)
+    try:
+        config = load_config(args.config)
+        specs = node_specs(config)
+        settings = settings_from(config, args)
+    except ConfigError as e:
+        print(f"check-node: {e}", file=sys.stderr)
+        return 2
+    if args.names:
+        known = {s.name for s in specs}
+        unknown = [n for n in args.names if n not in known]
+        if unknown:
+            print(
+                f"check-node: unknown node(s) {', '.join(unknown)}; configured: "
+                f"{', '.join(sorted(known))}",
+                file=sys.stderr,
+            )
+            return 2
+        specs = [s for s in specs if s.name in args.names]
+    run = secrets.token_hex(6)
+    reports = []
+    try:
+        for spec in specs:
+            reports.append(check_node(spec, settings, run))
+    except KeyboardInterrupt:
+        # check_node removed its own containers on the way out; make sure of it
+        for spec in specs:
+            _clean(spec, run)
+        print("check-node: interrupted; probe containers removed", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps([c.as_json() for r in reports for c in r.checks], indent=2))
+    else:
+        print(rules.render_text(reports, color=sys.stdout.isatty()), end="")
+    return 0 if all(r.ok for r in reports) else 1
+
+
+def local(args: argparse.Namespace) -> int:
+    """``--local``: this machine as a node, its GPUs from NVML."""
+    inventory, error = local_inventory()
+    name = inventory.name if inventory else socket.gethostname()
+    spec = NodeSpec(
+        name=name,
+        docker_url=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"),
+        address="127.0.0.1",
+    )
+    try:
+        uid, gid = (int(x) for x in args.uid_gid.split(":"))
+    except ValueError:
+        print(f"check-node: --uid-gid: UID:GID, got {args.uid_gid!r}", file=sys.stderr)
+        return 2
+    settings = CheckSettings(
+        probe_image=args.image or "",
+        uid_gid=(uid, gid),
+        only=frozenset(args.only or ("user-network", "gpu")),
+    )
+    run = secrets.token_hex(6)
+    report = rules.NodeReport(name, rules.nvml_checks(name, inventory, error))
+    try:
+        report.checks += check_node(spec, settings, run, gpus=inventory).checks
+    except KeyboardInterrupt:
+        _clean(spec, run)
+        print("check-node: interrupted; probe containers removed", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps([c.as_json() for c in report.checks], indent=2))
+    else:
+        print(rules.render_text([report], color=sys.stdout.isatty()), end="")
+    return 0 if report.ok else 1
+
+
+def _clean(spec: NodeSpec, run: str) -> None:
+    try:
+        client = node_client(spec, 5, tls_config(spec))
+        try:
+            remove_leftovers(client, run)
+        finally:
+            client.close()
+    except (docker.errors.DockerException, OSError):
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

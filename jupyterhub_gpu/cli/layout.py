@@ -1,0 +1,176 @@
+"""Where a site's files live, and how the admin's commands write them.
+
+One layout for every command (``site init``, ``certs``, ``units install``,
+``check-config``): configuration under ``/etc/jupyterhub-gpu``, state under
+``/var/lib/jupyterhub-gpu`` (both overridable, so tests use temporary folders), nothing
+relative to a working directory. Files are written whole or not at all: a temporary file
+in the same folder, then ``os.replace``; secrets and keys are created 0600 from the start
+(never chmod-ed after being written readable).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+DEFAULT_ETC = Path("/etc/jupyterhub-gpu")
+DEFAULT_STATE = Path("/var/lib/jupyterhub-gpu")
+SECRET_MODE = 0o600
+
+
+@dataclass(frozen=True)
+class Site:
+    """A site's paths; ``etc`` holds configuration and secrets, ``state`` what the hub
+    writes (its database, the accounting database, the culler's files)."""
+
+    etc: Path = DEFAULT_ETC
+    state: Path = DEFAULT_STATE
+
+    @property
+    def config(self) -> Path:
+        return self.etc / "jupyterhub_config.py"
+
+    @property
+    def catalog(self) -> Path:
+        return self.etc / "catalog.yaml"
+
+    @property
+    def nodes_file(self) -> Path:
+        return self.etc / "nodes.yaml"
+
+    @property
+    def secrets(self) -> Path:
+        return self.etc / "secrets"
+
+    @property
+    def site_secret(self) -> Path:
+        """The node agents' site secret: each node's token is derived from it."""
+        return self.secrets / "site-secret"
+
+    @property
+    def cookie_secret(self) -> Path:
+        """JupyterHub's cookie secret; it also keys the containers' seals."""
+        return self.secrets / "cookie-secret"
+
+    @property
+    def hub_env(self) -> Path:
+        """The hub's environment (``EnvironmentFile=``): JUPYTERHUB_CRYPT_KEY, LDAP bind
+        password."""
+        return self.secrets / "hub.env"
+
+    @property
+    def tls(self) -> Path:
+        return self.etc / "tls"
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.tls / "ca.pem"
+
+    @property
+    def ca_key(self) -> Path:
+        return self.tls / "ca-key.pem"
+
+    @property
+    def hub_cert(self) -> Path:
+        """The hub's client certificate for the nodes' Docker APIs."""
+        return self.tls / "hub-cert.pem"
+
+    @property
+    def hub_key(self) -> Path:
+        return self.tls / "hub-key.pem"
+
+    def node_dir(self, node: str) -> Path:
+        """On the hub: what node ``node`` needs, copied to the node's ``etc/tls``."""
+        return self.tls / "nodes" / node
+
+    # on a GPU node (the node's folder from node_dir, copied to etc/tls)
+    @property
+    def node_cert(self) -> Path:
+        return self.tls / "cert.pem"
+
+    @property
+    def node_key(self) -> Path:
+        return self.tls / "key.pem"
+
+    @property
+    def agent_token(self) -> Path:
+        """On a GPU node: that node's own agent token (``jupyterhub-gpu-agent
+        --print-token`` on the hub)."""
+        return self.etc / "agent.token"
+
+    # state
+    @property
+    def hub_db(self) -> Path:
+        return self.state / "jupyterhub.sqlite"
+
+    @property
+    def accounting_db(self) -> Path:
+        return self.state / "accounting.sqlite"
+
+    @property
+    def cull_notes(self) -> Path:
+        return self.state / "cull-notes.json"
+
+    @property
+    def cull_deadlines(self) -> Path:
+        return self.state / "cull-deadlines.json"
+
+
+def package_file(*parts: str) -> Path:
+    """A file shipped in the package under ``jupyterhub_gpu/cli/files``."""
+    return Path(str(resources.files("jupyterhub_gpu.cli").joinpath("files", *parts)))
+
+
+def render(template: str, values: dict[str, str]) -> str:
+    """``@NAME@`` placeholders replaced; a placeholder left over is a bug, not output."""
+    out = template
+    for key, value in values.items():
+        out = out.replace(f"@{key}@", value)
+    if "@" in out:
+        import re
+
+        left = sorted(set(re.findall(r"@[A-Z_]+@", out)))
+        if left:
+            raise ValueError(f"template placeholders without a value: {left}")
+    return out
+
+
+def staged(path: Path, data: bytes, mode: int = 0o644) -> Path:
+    """``data`` written and flushed to a new temporary file beside ``path`` (created
+    with ``mode``; never more open than that), to be moved over it with ``os.replace``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
+
+
+def write_atomic(path: Path, data: bytes | str, mode: int = 0o644) -> None:
+    """``path`` holds ``data`` with ``mode``, or is unchanged if anything failed."""
+    raw = data.encode() if isinstance(data, str) else data
+    os.replace(staged(path, raw, mode), path)
+
+
+def write_all(files: dict[Path, tuple[bytes, int]]) -> None:
+    """Several files replaced together: every one is staged first, then each moved into
+    place; a failure while staging leaves every file as it was."""
+    done: list[tuple[Path, Path]] = []
+    try:
+        for path, (data, mode) in files.items():
+            done.append((staged(path, data, mode), path))
+    except BaseException:
+        for tmp, _ in done:
+            tmp.unlink(missing_ok=True)
+        raise
+    for tmp, path in done:
+        os.replace(tmp, path)

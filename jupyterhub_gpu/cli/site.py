@@ -1,0 +1,254 @@
+"""``jupyterhub-gpu site init`` and ``site add-node``: a site's configuration laid out.
+
+``site init`` writes, under ``--etc`` (default ``/etc/jupyterhub-gpu``):
+``jupyterhub_config.py`` (every path in it absolute, into ``--etc`` and ``--state``),
+``catalog.yaml`` (a copy of the shipped catalog), ``nodes.yaml`` (the one list of GPU
+nodes), and ``secrets/`` (0700) with the node agents' site secret, the cookie secret and
+``hub.env`` (JUPYTERHUB_CRYPT_KEY), each 0600. ``--state`` (default
+``/var/lib/jupyterhub-gpu``, 0700) is created for what the hub writes. A new site is
+built in a temporary folder beside ``--etc`` and renamed into place: it appears whole or
+not at all. An existing site is refused without ``--force``; with it, the configuration,
+catalog and nodes file are rewritten and the secrets kept (a new cookie secret would log
+everyone out and void the running containers' seals; a new site secret every node token).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from jupyterhub_gpu.cli.layout import (
+    DEFAULT_ETC,
+    DEFAULT_STATE,
+    SECRET_MODE,
+    Site,
+    package_file,
+    render,
+    write_all,
+    write_atomic,
+)
+from jupyterhub_gpu.errors import ConfigError
+from jupyterhub_gpu.wire.catalog_file import default_catalog_path
+from jupyterhub_gpu.wire.nodes_file import load_nodes_file, parse_node
+
+AGENT_PORT = 9450
+DOCKER_TLS_PORT = 2376
+NODES_HEADER = """\
+# The GPU nodes of this site: the one list (the hub re-reads it when it changes).
+# Add one with `jupyterhub-gpu site add-node NAME --address ADDR`, then make its
+# certificate with `jupyterhub-gpu certs node NAME --address ADDR` (docs/install.md).
+# Fields: docs/nodes.md. `drain: true` stops new servers on a node.
+"""
+
+
+def node_entry(site: Site, name: str, address: str) -> dict[str, Any]:
+    """A node reached over TCP+TLS (Docker) and HTTPS (its agent), with this site's
+    certificates; checked by the same parser as the hub's."""
+    host = f"[{address}]" if _is_ipv6(address) else address
+    entry: dict[str, Any] = {
+        "name": name,
+        "docker_url": f"tcp://{host}:{DOCKER_TLS_PORT}",
+        "address": address,
+        "tls": {
+            "ca_cert": str(site.ca_cert),
+            "client_cert": str(site.hub_cert),
+            "client_key": str(site.hub_key),
+        },
+        "agent_url": f"https://{host}:{AGENT_PORT}",
+    }
+    parse_node(entry, f"node {name}")
+    return entry
+
+
+def _is_ipv6(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).version == 6
+    except ValueError:
+        return False
+
+
+def nodes_yaml(entries: list[dict[str, Any]]) -> str:
+    return NODES_HEADER + yaml.safe_dump({"nodes": entries}, sort_keys=False)
+
+
+def config_text(site: Site, args: argparse.Namespace) -> str:
+    host, _, port = args.ldap_server.partition(":")
+    return render(
+        package_file("site", "jupyterhub_config.py.in").read_text(),
+        {
+            "ETC": str(site.etc),
+            "STATE": str(site.state),
+            "BIND_URL": args.bind_url,
+            "HUB_IP": args.hub_ip,
+            "LDAP_HOST": host,
+            "LDAP_PORT": str(int(port or 636)),
+            "LDAP_TLS": args.ldap_tls,
+            "LDAP_BASE": args.ldap_base,
+            "USERS_GROUP": args.users_group,
+            "ADMINS_GROUP": args.admins_group,
+            "HOME_TEMPLATE": args.home_template,
+        },
+    )
+
+
+def secret_files(site: Site) -> dict[Path, bytes]:
+    """Fresh secrets: the site secret (agents' tokens), the cookie secret (hex, as
+    JupyterHub reads it), the crypt key for auth_state."""
+    return {
+        site.site_secret: (secrets.token_urlsafe(48) + "\n").encode(),
+        site.cookie_secret: (secrets.token_hex(32) + "\n").encode(),
+        site.hub_env: (
+            "# the hub's environment (systemd EnvironmentFile=); mode 0600\n"
+            f"JUPYTERHUB_CRYPT_KEY={secrets.token_hex(32)}\n"
+            "# LDAP_SEARCH_PASSWORD=\n"
+        ).encode(),
+    }
+
+
+def site_files(site: Site, args: argparse.Namespace) -> dict[Path, tuple[bytes, int]]:
+    """The configuration files (not the secrets), with their modes."""
+    entries = [node_entry(site, name, address) for name, address in args.nodes]
+    names = [e["name"] for e in entries]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ConfigError(f"--node: each node once, repeated: {repeated}")
+    catalog = Path(args.catalog) if args.catalog else default_catalog_path()
+    try:
+        catalog_bytes = catalog.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"{catalog}: cannot read the image catalog ({e.strerror})") from None
+    return {
+        site.config: (config_text(site, args).encode(), 0o640),
+        site.catalog: (catalog_bytes, 0o644),
+        site.nodes_file: (nodes_yaml(entries).encode(), 0o644),
+    }
+
+
+def init(site: Site, args: argparse.Namespace) -> list[str]:
+    """Lay out the site; returns what was written, one line each."""
+    files = site_files(site, args)
+    exists = site.etc.exists() and any(site.etc.iterdir())
+    if exists and not args.force:
+        held = ", ".join(sorted(p.name for p in site.etc.iterdir()))
+        raise ConfigError(
+            f"{site.etc} already holds a site ({held});"
+            " nothing was changed. Run with --force to rewrite its configuration, catalog and"
+            " nodes file (its secrets and certificates are kept)."
+        )
+    site.state.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if exists:
+        fresh = {p: (data, SECRET_MODE) for p, data in secret_files(site).items() if not p.exists()}
+        site.secrets.mkdir(mode=0o700, exist_ok=True)
+        write_all({**files, **fresh})
+        return [f"rewrote {p}" for p in files] + [f"made the missing secret {p}" for p in fresh]
+    # a new site: built whole in a temporary folder, then renamed into place
+    site.etc.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=site.etc.parent, prefix=f".{site.etc.name}."))
+    try:
+        staging = Site(etc=tmp, state=site.state)
+        staging.secrets.mkdir(mode=0o700)
+        for path, (data, mode) in files.items():
+            write_atomic(tmp / path.relative_to(site.etc), data, mode)
+        for path, data in secret_files(site).items():
+            write_atomic(tmp / path.relative_to(site.etc), data, SECRET_MODE)
+        os.chmod(tmp, 0o755)
+        os.rename(tmp, site.etc)  # onto nothing, or onto an empty folder
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return [f"wrote {p}" for p in (*files, *secret_files(site))] + [f"made {site.state}"]
+
+
+def add_node(site: Site, name: str, address: str) -> dict[str, Any]:
+    """Append a node to the site's nodes file (rewritten whole); refuses a name that is
+    already there."""
+    entries = load_nodes_file(str(site.nodes_file))
+    if any(e.get("name") == name for e in entries):
+        raise ConfigError(
+            f"{site.nodes_file} already has a node named {name!r}; nothing was changed "
+            "(edit the file to change it)"
+        )
+    entry = node_entry(site, name, address)
+    write_atomic(site.nodes_file, nodes_yaml([*entries, entry]), 0o644)
+    return entry
+
+
+def _node_arg(value: str) -> tuple[str, str]:
+    name, sep, address = value.partition("=")
+    if not sep or not name or not address:
+        raise argparse.ArgumentTypeError(f"--node wants NAME=ADDRESS, got {value!r}")
+    return name, address
+
+
+def add_site_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--etc", type=Path, default=DEFAULT_ETC, help=f"default {DEFAULT_ETC}")
+    p.add_argument("--state", type=Path, default=DEFAULT_STATE, help=f"default {DEFAULT_STATE}")
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="jupyterhub-gpu site", description="Lay out a site's configuration and secrets."
+    )
+    sub = p.add_subparsers(dest="action", required=True)
+    i = sub.add_parser("init", help="write a new site (configuration, catalog, nodes, secrets)")
+    add_site_args(i)
+    i.add_argument("--force", action="store_true", help="rewrite an existing site's config")
+    i.add_argument(
+        "--node",
+        dest="nodes",
+        type=_node_arg,
+        action="append",
+        default=[],
+        metavar="NAME=ADDRESS",
+        help="a GPU node (repeat); more later with `site add-node`",
+    )
+    i.add_argument("--hub-ip", default="127.0.0.1", help="the hub's address the nodes reach")
+    i.add_argument("--bind-url", default="http://:8000", help="the hub's public URL")
+    i.add_argument("--ldap-server", default="ldap.example.org:636", metavar="HOST[:PORT]")
+    i.add_argument(
+        "--ldap-tls",
+        default="on_connect",
+        choices=["on_connect", "before_bind", "insecure"],
+        help="on_connect (LDAPS, default), before_bind (StartTLS) or insecure",
+    )
+    i.add_argument("--ldap-base", default="dc=example,dc=org", metavar="DN")
+    i.add_argument("--users-group", default="gpu-users", help="the LDAP group that may log in")
+    i.add_argument("--admins-group", default="hub-admins", help="the LDAP group of admins")
+    i.add_argument("--home-template", default="/mnt/shared/home/{username}")
+    i.add_argument("--catalog", help="the catalog to copy (default: the shipped one)")
+    a = sub.add_parser("add-node", help="add a GPU node to the site's nodes file")
+    add_site_args(a)
+    a.add_argument("name")
+    a.add_argument("--address", required=True, help="the IP or host name the hub reaches")
+    args = p.parse_args(argv)
+    site = Site(etc=args.etc.absolute(), state=args.state.absolute())
+    try:
+        if args.action == "add-node":
+            entry = add_node(site, args.name, args.address)
+            print(
+                f"added {entry['name']} to {site.nodes_file}; its certificate: "
+                f"jupyterhub-gpu certs node {entry['name']} --address {entry['address']}"
+            )
+            return 0
+        for line in init(site, args):
+            print(line)
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"{e.filename}: {e.strerror}; nothing was changed", file=sys.stderr)
+        return 1
+    print(
+        f"next: jupyterhub-gpu certs ca --etc {site.etc}, then certs hub and certs node NAME; "
+        f"jupyterhub-gpu check-config --etc {site.etc} --state {site.state}"
+    )
+    return 0

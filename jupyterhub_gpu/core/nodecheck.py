@@ -1,0 +1,759 @@
+"""``jupyterhub-gpu check-node``'s decisions: what passed, and for each failure, the fix.
+
+Pure functions over plain facts that :mod:`jupyterhub_gpu.edges.nodecheck` gathers on a
+node (its engine's answers, what a probe container could reach, what a container given
+GPUs saw, the agent's answer, the shared home, the images). Each returns
+:class:`Check` lines; the command prints them (✓/✗ and the fix) or writes them as JSON.
+docs/nodes.md ("Checking a node") maps each check to its fix.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from jupyterhub_gpu.core.catalog.compat import image_runs_on
+from jupyterhub_gpu.core.catalog.entries import CatalogEntry
+from jupyterhub_gpu.core.inventory import NodeInventory
+from jupyterhub_gpu.core.usernet import network_options, network_problem
+
+#: the label on every probe container (its value: the run's id); leftovers are removed by it
+PROBE_LABEL = "jupyterhub-gpu.check-node"
+#: a clock further off than this many seconds from the hub's fails
+MAX_CLOCK_SKEW_S = 5.0
+#: what a node's GPU containers run: the UUIDs the NVIDIA toolkit shows them
+UUID_RE = re.compile(r"UUID:\s*((?:GPU|MIG)-[0-9A-Za-z-]+)")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the checklist."""
+
+    node: str
+    check: str  # e.g. "engine", "firewall"
+    ok: bool
+    detail: str  # what was seen
+    fix: str = ""  # what to do when not ok
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def not_run(node: str, check: str, because: str) -> Check:
+    """A check that could not run because an earlier one failed."""
+    return Check(node, check, False, f"not run: {because}", "fix the failed check it needs first")
+
+
+# ---------------------------------------------------------------- 1. engine
+@dataclass(frozen=True)
+class EngineFacts:
+    docker_url: str
+    answered: bool
+    error: str = ""
+    version: str = ""
+    api_version: str = ""
+    tls: bool = False  # the hub's client reached it over TLS with its client certificate
+    insecure_plaintext: bool = False  # the node entry says insecure_plaintext_docker_api
+    #: tcp nodes with TLS: what a client WITHOUT a certificate got ("refused" or "answered")
+    without_cert: str = ""
+    #: plain http://address:2375 (and any tcp port in docker_url) answered as a Docker API
+    plain_tcp_open: tuple[str, ...] = ()
+
+
+def engine_checks(node: str, f: EngineFacts) -> list[Check]:
+    out: list[Check] = []
+    if not f.answered:
+        fix = (
+            "start the engine on the node (systemctl start docker) and check docker_url "
+            f"{f.docker_url!r} in the node's entry"
+        )
+        if f.docker_url.startswith("tcp://") and not f.insecure_plaintext:
+            fix += (
+                "; over tcp:// the engine must run with --tlsverify and a certificate "
+                "signed by the CA in tls.ca_cert, the hub's tls.client_cert signed by the "
+                "CA the engine trusts (docs/nodes.md)"
+            )
+        out.append(Check(node, "engine", False, f"no answer from {f.docker_url}: {f.error}", fix))
+    else:
+        how = "over TLS with the hub's client certificate" if f.tls else f"at {f.docker_url}"
+        out.append(
+            Check(node, "engine", True, f"Docker {f.version} (API {f.api_version}) answers {how}")
+        )
+    if f.insecure_plaintext or (f.docker_url.startswith("tcp://") and f.answered and not f.tls):
+        out.append(
+            Check(
+                node,
+                "engine.tls",
+                False,
+                f"the hub reaches the engine over plain TCP ({f.docker_url}), unauthenticated",
+                "run dockerd with --tlsverify --tlscacert --tlscert --tlskey -H "
+                "tcp://NODE_IP:2376 and give the node's entry tls: {ca_cert, client_cert, "
+                "client_key}; drop insecure_plaintext_docker_api (docs/nodes.md)",
+            )
+        )
+    elif f.without_cert == "answered":
+        out.append(
+            Check(
+                node,
+                "engine.tls",
+                False,
+                "the engine answered a client without a certificate",
+                "start dockerd with --tlsverify (not just --tls) so it requires a client "
+                "certificate signed by its --tlscacert",
+            )
+        )
+    elif f.without_cert == "refused":
+        out.append(Check(node, "engine.tls", True, "a client without a certificate is refused"))
+    if f.plain_tcp_open:
+        out.append(
+            Check(
+                node,
+                "engine.plain-tcp",
+                False,
+                f"a plain-TCP Docker API answers at {', '.join(f.plain_tcp_open)}: root on the "
+                "node for whoever reaches it",
+                'remove every -H tcp://...:2375 (and "hosts" in /etc/docker/daemon.json, '
+                "socat forwarders) from the node; use TLS on 2376 (docs/nodes.md)",
+            )
+        )
+    else:
+        out.append(Check(node, "engine.plain-tcp", True, "no plain-TCP Docker API answers"))
+    return out
+
+
+def network_checks(
+    node: str, info: Mapping[str, Any] | None, name: str, bridge: str
+) -> list[Check]:
+    """The user bridge: ``info`` is ``docker network inspect`` (None: missing)."""
+    if info is None:
+        opts = " ".join(f"--opt {k}={v}" for k, v in network_options(bridge).items())
+        return [
+            Check(
+                node,
+                "user-network",
+                False,
+                f"network {name!r} does not exist",
+                "the hub creates it at the first server it places on the node; or now: "
+                f"docker network create --driver bridge {opts} {name}",
+            )
+        ]
+    problem = network_problem(info, name, bridge)
+    if problem:
+        return [Check(node, "user-network", False, problem.split(";")[0], problem)]
+    return [
+        Check(node, "user-network", True, f"{name} on bridge {bridge}, inter-container traffic off")
+    ]
+
+
+def bridge_gateway(info: Mapping[str, Any] | None) -> str | None:
+    """The user network's gateway (the node's address on the bridge), if known."""
+    for cfg in ((info or {}).get("IPAM") or {}).get("Config") or []:
+        gw = cfg.get("Gateway") if isinstance(cfg, Mapping) else None
+        if isinstance(gw, str) and gw:
+            return gw.split("/")[0]
+    return None
+
+
+# ---------------------------------------------------------------- 2. firewall
+@dataclass(frozen=True)
+class Target:
+    host: str
+    port: int
+    what: str  # "the node's Docker TLS port", ...
+    must_reach: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def firewall_targets(
+    *,
+    node_address: str,
+    gateway: str | None,
+    agent_port: int | None,
+    hub_api: tuple[str, int] | None,
+    hub_private: Sequence[tuple[str, int, str]] = (),
+    peer: str | None = None,
+    peer_port: int = 8888,
+) -> list[Target]:
+    """Where a user's container must not get (and the hub's API, where it must)."""
+    hosts = [(node_address, "the node")]
+    if gateway and gateway != node_address:
+        hosts.append((gateway, "the bridge gateway (the node)"))
+    out: list[Target] = []
+    for host, where in hosts:
+        out.append(Target(host, 2375, f"plain Docker API on {where}"))
+        out.append(Target(host, 2376, f"Docker TLS port on {where}"))
+        if agent_port:
+            out.append(Target(host, agent_port, f"the node agent on {where}"))
+    for host, port, what in hub_private:
+        out.append(Target(host, port, what))
+    out.append(Target("169.254.169.254", 80, "cloud metadata"))
+    if peer:
+        out.append(Target(peer, peer_port, "another container on the user bridge"))
+    if hub_api:
+        out.append(Target(hub_api[0], hub_api[1], "the hub's API", must_reach=True))
+    seen: set[str] = set()
+    unique = []
+    for t in out:
+        if t.key not in seen:
+            seen.add(t.key)
+            unique.append(t)
+    return unique
+
+
+def reached(outcome: str) -> bool:
+    """A connection attempt's outcome says the packet got through: it connected, or a
+    host answered with a reset (refused). A firewall that drops gives a timeout."""
+    return outcome in ("open", "refused")
+
+
+def firewall_checks(
+    node: str,
+    targets: Sequence[Target],
+    outcomes: Mapping[str, str],
+    uid: int | None,
+    bridge: str,
+    hub_api: tuple[str, int] | None,
+) -> list[Check]:
+    """``outcomes``: target key -> "open", "refused", "timeout" or "error:..." as seen
+    from a probe container on the user bridge (non-root, no capabilities)."""
+    out: list[Check] = []
+    if uid == 0:
+        out.append(
+            Check(
+                node,
+                "firewall.probe",
+                False,
+                "the probe container ran as root",
+                "the engine ignored the container's user: check for userns/authorization plugins",
+            )
+        )
+    leaks = [t for t in targets if not t.must_reach and reached(outcomes.get(t.key, ""))]
+    if leaks:
+        seen = "; ".join(f"{t.key} ({t.what}: {outcomes[t.key]})" for t in leaks)
+        allow = f" --allow {hub_api[0]}:{hub_api[1]}" if hub_api else " --allow HUB_IP:HUB_API_PORT"
+        peer = any(t.what.startswith("another container") for t in leaks)
+        fix = (
+            f"apply the node firewall on the node, as root: scripts/node-firewall.sh --bridge "
+            f"{bridge}{allow} (and at every boot, after docker.service; docs/nodes.md)"
+        )
+        if peer:
+            fix += "; containers reach each other: the user network needs enable_icc=false"
+        out.append(Check(node, "firewall", False, f"a user's container reached {seen}", fix))
+    else:
+        blocked = [t for t in targets if not t.must_reach]
+        out.append(
+            Check(
+                node,
+                "firewall",
+                True,
+                f"a user's container (uid {uid}, no capabilities) reached none of "
+                f"{len(blocked)} private targets",
+            )
+        )
+    for t in targets:
+        if not t.must_reach:
+            continue
+        outcome = outcomes.get(t.key, "not tried")
+        if outcome == "open":
+            out.append(Check(node, "firewall.hub-api", True, f"the hub's API {t.key} is reachable"))
+        elif outcome == "refused":
+            out.append(
+                Check(
+                    node,
+                    "firewall.hub-api",
+                    True,
+                    f"the hub's API {t.key} is let through (nothing answered: is the hub running?)",
+                )
+            )
+        else:
+            out.append(
+                Check(
+                    node,
+                    "firewall.hub-api",
+                    False,
+                    f"the hub's API {t.key} is out of reach from a user's container ({outcome})",
+                    f"allow it in the node firewall: scripts/node-firewall.sh --bridge {bridge} "
+                    f"--allow {t.key}; check JupyterHub.hub_connect_url is an address the "
+                    "nodes route to",
+                )
+            )
+    if hub_api is None:
+        out.append(
+            Check(
+                node,
+                "firewall.hub-api",
+                False,
+                "the hub's API address is unknown (not in the configuration)",
+                "set c.JupyterHub.hub_connect_url (or hub_connect_ip) to the address servers "
+                "reach the hub at",
+            )
+        )
+    return out
+
+
+# ---------------------------------------------------------------- 3. GPU isolation
+def visible_uuids(nvidia_smi_output: str) -> tuple[str, ...]:
+    """The GPU (and MIG) UUIDs ``nvidia-smi -L`` lists, in order."""
+    return tuple(UUID_RE.findall(nvidia_smi_output))
+
+
+@dataclass(frozen=True)
+class GPUProbe:
+    given: tuple[str, ...]
+    error: str = ""  # the container could not be created or started
+    seen: tuple[str, ...] = ()
+    nvidia_smi: bool = False  # nvidia-smi was there (the toolkit injected it)
+
+
+def gpu_checks(
+    node: str,
+    inventory: NodeInventory | None,
+    one: GPUProbe | None,
+    none: GPUProbe | None,
+    driver: str = "nvidia",
+) -> list[Check]:
+    out: list[Check] = []
+    if inventory is None or not inventory.gpus:
+        unknown = "the node's GPUs are unknown (no agent answer, declared inventory or NVML)"
+        return [not_run(node, "gpu", unknown)]
+    if one is not None:
+        want = set(one.given)
+        if one.error:
+            out.append(
+                Check(
+                    node,
+                    "gpu.one",
+                    False,
+                    f"a container given {', '.join(one.given)} did not run: {one.error}",
+                    _toolkit_fix(driver, one.error),
+                )
+            )
+        elif set(one.seen) == want and len(one.seen) == len(want):
+            out.append(
+                Check(node, "gpu.one", True, f"a container given {one.given[0]} sees exactly it")
+            )
+        elif not one.nvidia_smi:
+            out.append(
+                Check(
+                    node,
+                    "gpu.one",
+                    False,
+                    f"a container given {one.given[0]} has no nvidia-smi (the toolkit"
+                    " exposed nothing)",
+                    _toolkit_fix(driver, ""),
+                )
+            )
+        else:
+            extra = sorted(set(one.seen) - want)
+            out.append(
+                Check(
+                    node,
+                    "gpu.one",
+                    False,
+                    f"a container given {one.given[0]} sees {', '.join(one.seen) or 'no GPU'}",
+                    (
+                        "the toolkit exposes GPUs the container was not given "
+                        f"({', '.join(extra)}): check /etc/nvidia-container-runtime/config.toml "
+                        "(no default 'all' device list, no 'nvidia' default-runtime with "
+                        "NVIDIA_VISIBLE_DEVICES=all in /etc/docker/daemon.json) and that the "
+                        "hub's GPU UUIDs are the node's (docs/nodes.md)"
+                    )
+                    if extra
+                    else "the toolkit did not expose the requested GPU: check the driver "
+                    "(nvidia-smi on the node) and the UUIDs the agent reports",
+                )
+            )
+    if none is not None:
+        if none.error:
+            out.append(
+                Check(
+                    node,
+                    "gpu.none",
+                    False,
+                    f"a container without GPUs did not run: {none.error}",
+                    "check the probe image and the engine's log",
+                )
+            )
+        elif none.seen:
+            out.append(
+                Check(
+                    node,
+                    "gpu.none",
+                    False,
+                    f"a container given no GPU sees {', '.join(none.seen)}",
+                    "the toolkit exposes GPUs without a device request: remove a default "
+                    "'nvidia' runtime that adds all GPUs, and set NVIDIA_VISIBLE_DEVICES=void "
+                    "handling back to the toolkit's default (docs/nodes.md)",
+                )
+            )
+        else:
+            out.append(Check(node, "gpu.none", True, "a container given no GPU sees none"))
+    return out
+
+
+def _toolkit_fix(driver: str, error: str) -> str:
+    if driver == "cdi":
+        return (
+            "generate the CDI spec on the node (nvidia-ctk cdi generate "
+            "--output=/etc/cdi/nvidia.yaml) and enable CDI in the engine (Docker >= 25)"
+        )
+    if "device driver" in error:
+        return (
+            "install the NVIDIA Container Toolkit and register it with Docker "
+            "(nvidia-ctk runtime configure --runtime=docker; systemctl restart docker)"
+        )
+    return (
+        "check the NVIDIA Container Toolkit on the node (nvidia-ctk --version; "
+        "docker run --rm --gpus all IMAGE nvidia-smi -L) and the engine's log"
+    )
+
+
+def nvml_checks(node: str, inventory: NodeInventory | None, error: str = "") -> list[Check]:
+    """``--local`` on the node itself: what NVML says (driver, CUDA, each GPU's UUID and
+    compute capability), the facts the agent serves and the catalog's rules read."""
+    if inventory is None:
+        return [
+            Check(
+                node,
+                "nvml",
+                False,
+                f"NVML cannot be read: {error or 'no NVIDIA driver'}",
+                "install the NVIDIA driver (nvidia-smi must work on the node) and "
+                "nvidia-ml-py in the agent's environment",
+            )
+        ]
+    cuda = inventory.cuda_driver_version or "unknown"
+    out = [
+        Check(
+            node,
+            "nvml",
+            bool(inventory.gpus),
+            f"driver {inventory.driver_version}, CUDA {cuda}, {len(inventory.gpus)} GPU(s)",
+            "" if inventory.gpus else "NVML sees no GPU: check the driver (nvidia-smi) and dmesg",
+        )
+    ]
+    for g in inventory.gpus:
+        cc = f"{g.compute_capability[0]}.{g.compute_capability[1]}"
+        ok = g.healthy is not False
+        out.append(
+            Check(
+                node,
+                f"nvml.gpu{g.index}",
+                ok,
+                f"{g.model}, {g.uuid}, compute capability {cc}, {g.memory_mib} MiB",
+                ""
+                if ok
+                else "NVML reports the GPU unhealthy (XID errors?): see nvidia-smi -q, dmesg",
+            )
+        )
+    return out
+
+
+# ---------------------------------------------------------------- 4. agent
+@dataclass(frozen=True)
+class AgentFacts:
+    url: str | None  # None: the node's entry has no agent_url
+    token: bool = True  # a token could be derived from the site secret
+    status: int | None = None  # HTTP status; None: no answer
+    error: str = ""  # why no answer, or why the answer could not be read
+    served_node: str = ""  # the node name in its answer
+    clock_skew_s: float | None = None  # node's Date minus the hub's clock
+
+
+def agent_checks(node: str, f: AgentFacts) -> list[Check]:
+    if f.url is None:
+        return [
+            Check(
+                node,
+                "agent",
+                True,
+                "no agent_url: the hub reads GPUs with its own probe (declared inventory or NVML)",
+            )
+        ]
+    if not f.token:
+        return [
+            Check(
+                node,
+                "agent",
+                False,
+                "no token for the agent: the site secret is missing or shorter than 16 characters",
+                "set c.GPUDockerSpawner.agent_token (or $JUPYTERHUB_GPU_AGENT_TOKEN) to the "
+                "site secret (docs/agent.md)",
+            )
+        ]
+    out: list[Check] = []
+    if f.status is None:
+        out.append(
+            Check(
+                node,
+                "agent",
+                False,
+                f"the agent at {f.url} does not answer: {f.error}",
+                "start it on the node (jupyterhub-gpu-agent, docs/agent.md) listening on the "
+                "address and port of agent_url; the node firewall must let the hub in",
+            )
+        )
+    elif f.status in (401, 403):
+        out.append(
+            Check(
+                node,
+                "agent",
+                False,
+                f"the agent at {f.url} refused this node's token (HTTP {f.status})",
+                "give the agent this node's own token: python -m jupyterhub_gpu.services.agent "
+                f"--print-token --node {node} --site-secret-file FILE, in its "
+                "JUPYTERHUB_GPU_AGENT_TOKEN (docs/agent.md)",
+            )
+        )
+    elif f.status != 200 or f.error:
+        out.append(
+            Check(
+                node,
+                "agent",
+                False,
+                f"the agent at {f.url} answered HTTP {f.status}: {f.error}",
+                "check the agent's log on the node",
+            )
+        )
+    elif f.served_node != node:
+        out.append(
+            Check(
+                node,
+                "agent",
+                False,
+                f"the agent at {f.url} serves node {f.served_node!r}, not {node!r}",
+                f"start the agent with --node {node} (and this node's token), or fix agent_url",
+            )
+        )
+    else:
+        out.append(Check(node, "agent", True, f"the agent at {f.url} answers as {node}"))
+    if f.clock_skew_s is not None:
+        skew = round(f.clock_skew_s) or 0  # never "-0"
+        if abs(f.clock_skew_s) <= MAX_CLOCK_SKEW_S:
+            out.append(
+                Check(
+                    node,
+                    "clock",
+                    True,
+                    f"the node's clock is {skew:+d} s off the hub's",
+                )
+            )
+        else:
+            out.append(
+                Check(
+                    node,
+                    "clock",
+                    False,
+                    f"the node's clock is {skew:+d} s off the hub's",
+                    "run NTP (chrony or systemd-timesyncd) on the node and the hub: agent "
+                    "readings older than AgentClient.max_snapshot_age count as a stuck probe",
+                )
+            )
+    return out
+
+
+# ---------------------------------------------------------------- 5. shared home root
+@dataclass(frozen=True)
+class HomeFacts:
+    root: str  # "" = no home_template
+    on_hub: bool = False  # the root exists on the hub's machine
+    hub_error: str = ""  # the marker could not be written on the hub's side
+    probe_error: str = ""  # the container could not run
+    mounted: bool = False  # the container saw the root
+    marker_seen: bool = False  # ... with the hub's marker in it
+    written: bool = False  # it wrote a file as uid:gid
+    write_error: str = ""
+    owner: tuple[int, int] | None = None  # the written file's owner, as the hub sees it
+    uid_gid: tuple[int, int] = (65534, 65534)
+
+
+def home_checks(node: str, f: HomeFacts) -> list[Check]:
+    if not f.root:
+        return [Check(node, "home", True, "no home_template: servers get no shared home")]
+    if not f.on_hub or f.hub_error:
+        return [
+            Check(
+                node,
+                "home",
+                False,
+                f"the home root {f.root} on the hub's machine: {f.hub_error or 'missing'}",
+                f"mount the shared filesystem at {f.root} on the hub's machine too (the hub "
+                "creates homes there) and run check-node as root, as the hub runs",
+            )
+        ]
+    if f.probe_error:
+        return [
+            Check(
+                node,
+                "home",
+                False,
+                f"the probe container did not run: {f.probe_error}",
+                f"check that {f.root} exists on the node and the engine may bind-mount it",
+            )
+        ]
+    if not f.mounted or not f.marker_seen:
+        return [
+            Check(
+                node,
+                "home",
+                False,
+                f"{f.root} on the node is not the filesystem the hub sees (the hub's marker "
+                "file is not there)",
+                f"mount the same shared export at {f.root} on the node as on the hub (fstab, "
+                "x-systemd.automount), then restart Docker so it sees the mount (docs/nodes.md)",
+            )
+        ]
+    uid, gid = f.uid_gid
+    if not f.written:
+        return [
+            Check(
+                node,
+                "home",
+                False,
+                f"{f.root} is shared, but uid {uid}:{gid} cannot write its own folder there: "
+                f"{f.write_error}",
+                "mount it read-write on the node; for NFS check root_squash/all_squash and "
+                "idmapping; for CephFS the client's caps (rw on the path)",
+            )
+        ]
+    if f.owner != (uid, gid):
+        return [
+            Check(
+                node,
+                "home",
+                False,
+                f"a file written on the node as {uid}:{gid} belongs to "
+                f"{f.owner[0] if f.owner else '?'}:{f.owner[1] if f.owner else '?'} on the hub",
+                "the node and the hub map ids differently: use the same uid/gid mapping on both "
+                "(NFSv4 idmapd domain, no all_squash, the same LDAP/sssd)",
+            )
+        ]
+    return [
+        Check(
+            node,
+            "home",
+            True,
+            f"{f.root} is the hub's filesystem, writable as {uid}:{gid} with the right owner",
+        )
+    ]
+
+
+# ---------------------------------------------------------------- 6. catalog
+def image_present(reference: str, tags: Iterable[str], digests: Iterable[str] = ()) -> bool:
+    """Whether ``reference`` (name:tag, name@digest or a bare name) is on the node."""
+    if "@" in reference:
+        return reference in set(digests)
+    last = reference.rsplit("/", 1)[-1]
+    ref = reference if ":" in last else f"{reference}:latest"
+    return ref in set(tags)
+
+
+def catalog_checks(
+    node: str,
+    entries: Sequence[CatalogEntry],
+    tags: Iterable[str],
+    inventory: NodeInventory | None,
+    digests: Iterable[str] = (),
+) -> list[Check]:
+    """One line per distinct image of the catalog: present? runnable here?"""
+    tags, digests = set(tags), set(digests)
+    by_image: dict[str, list[CatalogEntry]] = {}
+    for e in entries:
+        by_image.setdefault(e.image, []).append(e)
+    out: list[Check] = []
+    for image, group in by_image.items():
+        slugs = ", ".join(e.slug for e in group)
+        runnable: list[str] = []
+        reasons: list[str] = []
+        for e in group:
+            if inventory is None:
+                ok, why = e.cpu_only, "the node's GPUs are unknown"
+            else:
+                ok, why = image_runs_on(e, inventory)
+            (runnable if ok else reasons).append(e.slug if ok else why)
+        present = image_present(image, tags, digests)
+        name = f"catalog {image}"
+        if inventory is None and not runnable:  # GPU images, GPUs unknown: present or not
+            where = "present" if present else "missing on the node"
+            out.append(
+                Check(
+                    node,
+                    name,
+                    present,
+                    f"{slugs}: {where} (whether its GPUs fit is unknown: no GPU reading)",
+                    "" if present else f"docker pull {image} on the node",
+                )
+            )
+        elif not runnable:
+            note = reasons[0].split(": ", 1)[-1] if reasons else ""
+            out.append(
+                Check(
+                    node,
+                    name,
+                    True,
+                    f"{slugs}: {'present' if present else 'not here'}; cannot run on this node "
+                    f"({note}): placement skips it here",
+                )
+            )
+        elif present:
+            out.append(
+                Check(node, name, True, f"{slugs}: present; runs here ({', '.join(runnable)})")
+            )
+        else:
+            out.append(
+                Check(
+                    node,
+                    name,
+                    False,
+                    f"{slugs}: missing on the node (it could run here: {', '.join(runnable)})",
+                    f"docker pull {image} on the node (or docker save | docker load from a "
+                    "machine that has it; images/build.py builds the catalog); otherwise the "
+                    "first spawn of it waits for the pull",
+                )
+            )
+    return out
+
+
+def probe_image(
+    cpu_images: Sequence[str], configured: Sequence[str], tags: Iterable[str]
+) -> str | None:
+    """The image the probe containers run (it needs python3): the catalog's CPU image,
+    else the spawner's configured image, whichever is on the node first."""
+    tags = set(tags)
+    for image in [*cpu_images, *configured]:
+        if image and image_present(image, tags):
+            return image
+    return None
+
+
+@dataclass
+class NodeReport:
+    node: str
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+
+def render_text(reports: Sequence[NodeReport], color: bool = False) -> str:
+    """The checklist as people read it: ✓/✗ per line, the fix under each ✗."""
+    lines: list[str] = []
+    for r in reports:
+        failed = sum(not c.ok for c in r.checks)
+        head = f"{r.node}: " + ("all checks passed" if not failed else f"{failed} check(s) failed")
+        lines.append(head)
+        for c in r.checks:
+            mark = "✓" if c.ok else "✗"
+            if color:
+                mark = f"\033[32m{mark}\033[0m" if c.ok else f"\033[31m{mark}\033[0m"
+            lines.append(f"  {mark} {c.check}: {c.detail}")
+            if not c.ok and c.fix:
+                lines.append(f"      fix: {c.fix}")
+        lines.append("")
+    return "\n".join(lines)

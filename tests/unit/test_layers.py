@@ -1,0 +1,318 @@
+"""The package's layers, as written in each top folder's ``__init__`` docstring and in
+docs/architecture.md, checked on every import of every module (``TYPE_CHECKING`` and
+function-level imports included): no import upward, none into another service, no import
+circle, and no I/O library in the pure core."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+PACKAGE = Path(__file__).resolve().parents[2] / "jupyterhub_gpu"
+P = "jupyterhub_gpu"
+
+# layer -> the layers it may import (besides itself); errors imports nothing of ours
+MAY_IMPORT: Mapping[str, frozenset[str]] = {
+    "errors": frozenset(),
+    "core": frozenset({"errors"}),
+    "wire": frozenset({"errors", "core"}),
+    "edges": frozenset({"errors", "core", "wire"}),
+    "hub": frozenset({"errors", "core", "wire", "edges"}),
+    "services": frozenset({"errors", "core", "wire", "edges"}),
+    "cli": frozenset({"errors", "core", "wire", "edges"}),
+}
+# old public paths a site's configuration names: one-line re-exports of one new module
+OLD_PATHS = frozenset(
+    {
+        "spawner",
+        "config",
+        "reservations",
+        "auth",
+        "agent",
+        "culler",
+        "dashboard",
+        "myimages",
+        "accounting",
+    }
+)
+# what the pure core must never import (I/O: engines, databases, HTTP, the hub, NVML)
+NOT_IN_CORE = frozenset(
+    {
+        "docker",
+        "sqlalchemy",
+        "alembic",
+        "httpx",
+        "requests",
+        "tornado",
+        "jupyterhub",
+        "ldap3",
+        "ldapauthenticator",
+        "oauthenticator",
+        "pynvml",
+        "prometheus_client",
+        "subprocess",
+        "socket",
+        "urllib.request",
+        "http.client",
+        "asyncio",
+    }
+)
+# the one exception: a Docker *type* (plain data) for the container spec
+CORE_MAY_USE = frozenset({"docker.types"})
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path, name: str) -> list[tuple[int, str]]:
+    """Every module ``path`` imports (absolute names), with line numbers."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                target = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                target = node.module or ""
+            # `from pkg import name`: the module `pkg.name` when there is one, else `pkg`
+            found += [(node.lineno, f"{target}.{a.name}") for a in node.names]
+    return found
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def service_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "services" else ""
+
+
+def existing(modules: Iterable[str], target: str) -> str | None:
+    """``target`` if it is one of ours, else its longest prefix that is (``from a.b import
+    c`` where c is a name, not a module)."""
+    known = set(modules)
+    parts = target.split(".")
+    while parts:
+        candidate = ".".join(parts)
+        if candidate in known:
+            return candidate
+        parts.pop()
+    return None
+
+
+def modules_of(root: Path) -> dict[str, Path]:
+    return {
+        module_name(p, root): p for p in sorted(root.rglob("*.py")) if "migrations" not in p.parts
+    }
+
+
+def problems(root: Path) -> list[str]:
+    """Every import that breaks the rules, as ``module:line -> target: why``."""
+    modules = modules_of(root)
+    out: list[str] = []
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        layer = layer_of(name)
+        old_path = layer in OLD_PATHS or name == P
+        seen: set[tuple[int, str]] = set()
+        for line, target in imports_of(path, name):
+            ours_or_target = existing(modules, target) or target.split(".")[0]
+            if (line, ours_or_target) in seen:
+                continue
+            seen.add((line, ours_or_target))
+            where = f"{name}:{line} -> {ours_or_target}"
+            if not target.startswith(P + ".") and target != P:
+                top = target.split(".")[0]
+                if (
+                    layer == "core"
+                    and (top in NOT_IN_CORE or target in NOT_IN_CORE)
+                    and not any(target.startswith(ok) for ok in CORE_MAY_USE)
+                ):
+                    out.append(f"{where}: the pure core does no I/O")
+                continue
+            ours = existing(modules, target)
+            if ours is None or ours == name:
+                continue
+            if ours == P:
+                continue  # the package itself (its version)
+            graph[name].add(ours)
+            theirs = layer_of(ours)
+            if old_path:
+                continue  # re-exports of the new paths, checked below
+            if theirs in OLD_PATHS:
+                out.append(f"{where}: an old path, kept for sites only; import the new one")
+            elif theirs != layer and theirs not in MAY_IMPORT.get(layer, frozenset()):
+                out.append(f"{where}: {layer or 'the package root'} may not import {theirs}")
+            elif (
+                layer == "services"
+                and service_of(ours) not in ("", "base")
+                and (service_of(ours) != service_of(name))
+            ):
+                out.append(f"{where}: a service never imports another service")
+    out += [f"circle: {' -> '.join(c)}" for c in circles(graph)]
+    return out
+
+
+def circles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """The import circles (Tarjan's strongly connected components of size > 1)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_breaks_the_layers() -> None:
+    assert problems(PACKAGE) == []
+
+
+def test_every_top_folder_is_a_layer_with_its_rule_written() -> None:
+    """A newcomer reads the architecture from the tree: every folder at the top is a
+    layer (or an old path), and its ``__init__`` says what it may import."""
+    for folder in sorted(p for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"):
+        assert folder.name in MAY_IMPORT or folder.name in OLD_PATHS, folder.name
+        doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())) or ""
+        if folder.name in MAY_IMPORT:
+            assert "Imports:" in doc, f"{folder.name}/__init__.py does not say what it imports"
+    root_modules = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
+    assert root_modules <= {"errors"} | OLD_PATHS, root_modules
+
+
+def test_old_paths_only_re_export_new_ones() -> None:
+    """The old public paths hold nothing but imports of the new modules (and
+    ``main()`` for ``python -m``)."""
+    for name, path in modules_of(PACKAGE).items():
+        if layer_of(name) not in OLD_PATHS:
+            continue
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+                continue  # the docstring
+            if isinstance(node, ast.ImportFrom):
+                assert node.module and layer_of(node.module) in MAY_IMPORT, (name, node.module)
+                continue
+            if isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == [
+                "__all__"
+            ]:
+                continue
+            call = node.value if isinstance(node, ast.Expr) else None
+            guarded = (
+                isinstance(node, ast.If) and ast.unparse(node.test) == "__name__ == '__main__'"
+            )
+            assert guarded or (isinstance(call, ast.Call) and ast.unparse(call) == "main()"), (
+                f"{name}: {ast.unparse(node)[:80]}"
+            )
+
+
+@pytest.mark.parametrize(
+    ("where", "source", "why"),
+    [
+        (
+            "core/planted.py",
+            "from jupyterhub_gpu.hub.cluster import Cluster\n",
+            "core may not import hub",
+        ),
+        ("core/planted.py", "import docker\n", "the pure core does no I/O"),
+        ("core/planted.py", "from sqlalchemy import select\n", "the pure core does no I/O"),
+        ("wire/planted.py", "from jupyterhub_gpu.edges import nvml\n", "wire may not import edges"),
+        (
+            "edges/planted.py",
+            "from jupyterhub_gpu.hub import spawner\n",
+            "edges may not import hub",
+        ),
+        (
+            "services/culler/planted.py",
+            "from jupyterhub_gpu.services.dashboard import app\n",
+            "a service never imports another service",
+        ),
+        (
+            "services/culler/planted.py",
+            "from jupyterhub_gpu.hub import ledger\n",
+            "services may not import hub",
+        ),
+        (
+            "cli/planted.py",
+            "from jupyterhub_gpu.hub.runtime import HubRuntime\n",
+            "cli may not import hub",
+        ),
+        ("hub/planted.py", "from jupyterhub_gpu.spawner import GPUDockerSpawner\n", "an old path"),
+        (
+            "core/planted.py",
+            "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+            "    from jupyterhub_gpu.edges import agents\n",
+            "core may not import edges",
+        ),
+        (
+            "core/planted.py",
+            "def f():\n    from jupyterhub_gpu.services.culler import client\n",
+            "core may not import services",
+        ),
+    ],
+)
+def test_a_planted_forbidden_import_is_caught(
+    tmp_path: Path, where: str, source: str, why: str
+) -> None:
+    """The checker on a copy of the package with one forbidden import added."""
+    import shutil
+
+    copy = tmp_path / P
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    before = set(problems(copy))  # test_no_import_breaks_the_layers says what they are
+    planted = copy / where
+    planted.write_text(source)
+    found = sorted(set(problems(copy)) - before)
+    assert len(found) == 1 and why in found[0], found
+
+
+def test_a_planted_circle_is_caught(tmp_path: Path) -> None:
+    import shutil
+
+    copy = tmp_path / P
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "core" / "planted_a.py").write_text("from jupyterhub_gpu.core import planted_b\n")
+    (copy / "core" / "planted_b.py").write_text("from jupyterhub_gpu.core import planted_a\n")
+    before = set(problems(PACKAGE))
+    assert sorted(set(problems(copy)) - before) == [
+        "circle: jupyterhub_gpu.core.planted_a -> jupyterhub_gpu.core.planted_b"
+    ]

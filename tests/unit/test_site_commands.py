@@ -1,0 +1,577 @@
+"""The administrator's commands: ``site init``/``add-node``, ``certs``, ``units install``,
+``check-config`` and ``firewall``, on temporary site folders."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import ssl
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jupyterhub_gpu import cli
+from jupyterhub_gpu.cli import certs, check, layout, site, units
+from jupyterhub_gpu.cli.layout import Site
+
+pytestmark = pytest.mark.unit
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def paths(tmp_path: Path) -> Site:
+    return Site(etc=tmp_path / "etc" / "jupyterhub-gpu", state=tmp_path / "var" / "jhgpu")
+
+
+def init(s: Site, *extra: str) -> int:
+    return cli.main(
+        [
+            "site",
+            "init",
+            "--etc",
+            str(s.etc),
+            "--state",
+            str(s.state),
+            "--hub-ip",
+            "10.0.0.1",
+            *extra,
+        ]
+    )
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.fixture
+def ready(paths: Site) -> Site:
+    """A site with one node and every certificate: check-config finds nothing."""
+    assert init(paths, "--node", "gpu-a=127.0.0.1") == 0
+    for argv in (["ca"], ["hub"], ["node", "gpu-a", "--address", "127.0.0.1"]):
+        assert cli.main(["certs", "--etc", str(paths.etc), *argv]) == 0
+    return paths
+
+
+# ------------------------------------------------------------------------- site init
+def test_site_init_lays_out_a_coherent_site(paths: Site) -> None:
+    assert init(paths, "--node", "gpu-a=10.0.0.12") == 0
+    assert sorted(p.name for p in paths.etc.iterdir()) == [
+        "catalog.yaml",
+        "jupyterhub_config.py",
+        "nodes.yaml",
+        "secrets",
+    ]
+    assert mode(paths.secrets) == 0o700 and mode(paths.state) == 0o700
+    for secret in (paths.site_secret, paths.cookie_secret, paths.hub_env):
+        assert mode(secret) == 0o600, secret
+    assert len(bytes.fromhex(paths.cookie_secret.read_text().strip())) == 32  # JupyterHub's form
+    assert "JUPYTERHUB_CRYPT_KEY=" in paths.hub_env.read_text()
+    text = paths.config.read_text()
+    # every path absolute, state under --state: nothing relative to the working directory
+    assert f"STATE = Path('{paths.state}')".replace("'", '"') in text
+    assert "c.JupyterHub.db_url = f\"sqlite:///{STATE / 'jupyterhub.sqlite'}\"" in text
+    assert (
+        "c.GPUDockerSpawner.accounting_url = f\"sqlite:///{STATE / 'accounting.sqlite'}\"" in text
+    )
+    assert 'c.JupyterHub.cookie_secret_file = str(ETC / "secrets" / "cookie-secret")' in text
+    assert "@" not in text.replace("@ETC@", "")  # no placeholder left
+    nodes = yaml.safe_load(paths.nodes_file.read_text())["nodes"]
+    assert nodes == [
+        {
+            "name": "gpu-a",
+            "docker_url": "tcp://10.0.0.12:2376",
+            "address": "10.0.0.12",
+            "tls": {
+                "ca_cert": str(paths.ca_cert),
+                "client_cert": str(paths.hub_cert),
+                "client_key": str(paths.hub_key),
+            },
+            "agent_url": "https://10.0.0.12:9450",
+        }
+    ]
+    assert paths.catalog.read_bytes() == (REPO / "images" / "catalog.yaml").read_bytes()
+
+
+def test_site_init_refuses_an_existing_site_and_force_keeps_the_secrets(
+    paths: Site, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert init(paths) == 0
+    secret, cookie = paths.site_secret.read_bytes(), paths.cookie_secret.read_bytes()
+    paths.config.write_text("# the admin's edits\n")
+    capsys.readouterr()
+    assert init(paths) == 1
+    err = capsys.readouterr().err
+    assert f"{paths.etc} already holds a site" in err and "--force" in err
+    assert paths.config.read_text() == "# the admin's edits\n"  # nothing changed
+    paths.hub_env.unlink()
+    assert init(paths, "--force", "--node", "gpu-b=10.0.0.13") == 0
+    assert "check_config(c)" in paths.config.read_text()
+    assert paths.site_secret.read_bytes() == secret and paths.cookie_secret.read_bytes() == cookie
+    assert mode(paths.hub_env) == 0o600  # the missing one made again
+    assert [n["name"] for n in yaml.safe_load(paths.nodes_file.read_text())["nodes"]] == ["gpu-b"]
+
+
+def test_site_init_that_fails_half_way_leaves_nothing(
+    paths: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = layout.write_atomic
+    calls: list[Path] = []
+
+    def failing(path: Path, data: bytes | str, mode: int = 0o644) -> None:
+        calls.append(path)
+        if len(calls) == 4:
+            raise OSError(28, "No space left on device", str(path))
+        real(path, data, mode)
+
+    monkeypatch.setattr(site, "write_atomic", failing)
+    assert init(paths) == 1
+    assert len(calls) == 4
+    assert not paths.etc.exists()
+    assert list(paths.etc.parent.iterdir()) == []  # no temporary folder left either
+
+
+def test_site_add_node_appends_to_the_one_list(paths: Site) -> None:
+    assert init(paths, "--node", "gpu-a=10.0.0.12") == 0
+    argv = ["site", "add-node", "--etc", str(paths.etc), "gpu-b", "--address", "gpu-b.lab"]
+    assert cli.main(argv) == 0
+    nodes = yaml.safe_load(paths.nodes_file.read_text())["nodes"]
+    assert [(n["name"], n["docker_url"]) for n in nodes] == [
+        ("gpu-a", "tcp://10.0.0.12:2376"),
+        ("gpu-b", "tcp://gpu-b.lab:2376"),
+    ]
+    assert cli.main(argv) == 1  # the same name twice
+    bad = ["site", "add-node", "--etc", str(paths.etc), "gpu c", "--address", "10.0.0.9"]
+    assert cli.main(bad) == 1
+
+
+# --------------------------------------------------------------------------- certs
+def _handshake(server: ssl.SSLContext, client: ssl.SSLContext, server_hostname: str) -> str:
+    """A real TLS handshake over 127.0.0.1; returns the client certificate's CN the
+    server saw."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    seen: dict[str, object] = {}
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        try:
+            with server.wrap_socket(conn, server_side=True) as tls:
+                seen["peer"] = tls.getpeercert()
+                tls.sendall(b"ok")
+        except (ssl.SSLError, OSError) as e:
+            seen["error"] = e
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+            client.wrap_socket(raw, server_hostname=server_hostname) as tls,
+        ):
+            assert tls.recv(2) == b"ok"
+    finally:
+        thread.join(10)
+        listener.close()
+    peer = seen["peer"]
+    assert isinstance(peer, dict)
+    return dict(x[0] for x in peer["subject"])["commonName"]
+
+
+def _contexts(s: Site, node: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    folder = s.node_dir(node)
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(folder / "ca.pem"))
+    server.load_cert_chain(folder / "cert.pem", folder / "key.pem")
+    server.verify_mode = ssl.CERT_REQUIRED  # Docker's --tlsverify: a client certificate
+    client = ssl.create_default_context(cafile=str(s.ca_cert))
+    client.load_cert_chain(s.hub_cert, s.hub_key)
+    return server, client
+
+
+def test_certificates_make_a_real_tls_handshake(ready: Site) -> None:
+    server, client = _contexts(ready, "gpu-a")
+    assert _handshake(server, client, "127.0.0.1") == "jupyterhub-gpu hub"  # SAN: address
+    server, client = _contexts(ready, "gpu-a")
+    assert _handshake(server, client, "gpu-a") == "jupyterhub-gpu hub"  # SAN: node name
+    for key in (ready.ca_key, ready.hub_key, ready.node_dir("gpu-a") / "key.pem"):
+        assert mode(key) == 0o600, key
+
+
+def test_a_node_added_later_is_signed_by_the_same_ca_and_a_wrong_name_is_refused(
+    ready: Site,
+) -> None:
+    ca = ready.ca_cert.read_bytes()
+    argv = ["certs", "--etc", str(ready.etc), "node", "gpu-b", "--address", "127.0.0.1"]
+    assert cli.main([*argv, "--dns", "gpu-b.lab"]) == 0
+    assert ready.ca_cert.read_bytes() == ca
+    server, client = _contexts(ready, "gpu-b")
+    assert _handshake(server, client, "gpu-b.lab") == "jupyterhub-gpu hub"
+    server, client = _contexts(ready, "gpu-b")
+    with pytest.raises(ssl.SSLCertVerificationError):
+        _handshake(server, client, "gpu-a")  # not one of gpu-b's names
+
+
+def test_a_client_of_another_ca_is_refused(ready: Site, tmp_path: Path) -> None:
+    other = Site(etc=tmp_path / "other")
+    certs.make_site_ca(other)
+    certs.make_hub_cert(other)
+    server, _ = _contexts(ready, "gpu-a")
+    client = ssl.create_default_context(cafile=str(ready.ca_cert))
+    client.load_cert_chain(other.hub_cert, other.hub_key)
+    with pytest.raises((ssl.SSLError, OSError, AssertionError, KeyError)):
+        _handshake(server, client, "127.0.0.1")
+
+
+def test_certs_refuse_to_replace_and_need_the_ca(
+    paths: Site, capsys: pytest.CaptureFixture[str]
+) -> None:
+    etc = ["certs", "--etc", str(paths.etc)]
+    assert cli.main([*etc, "hub"]) == 1
+    assert f"{paths.ca_cert} does not exist" in capsys.readouterr().err
+    assert cli.main([*etc, "ca"]) == 0
+    ca = paths.ca_cert.read_bytes()
+    assert cli.main([*etc, "ca"]) == 1
+    err = capsys.readouterr().err
+    assert f"{paths.ca_cert} already exists; nothing was changed" in err
+    assert paths.ca_cert.read_bytes() == ca
+    assert cli.main([*etc, "ca", "--force"]) == 0 and paths.ca_cert.read_bytes() != ca
+
+
+def test_certs_node_prints_the_docker_settings(
+    ready: Site, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["certs", "--etc", str(ready.etc), "node", "gpu-c", "--address", "10.0.0.14"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert '"tcp://10.0.0.14:2376"' in out and '"tlsverify": true' in out
+    # the stock unit passes -H fd://: the drop-in clears ExecStart before setting it
+    assert "ExecStart=\nExecStart=/usr/bin/dockerd --containerd" in out
+    assert " -H " not in out
+
+
+# ---------------------------------------------------------------------------- units
+def install(tmp_path: Path, *argv: str) -> int:
+    return cli.main(
+        [
+            "units",
+            "install",
+            "--root",
+            str(tmp_path / "root"),
+            "--etc",
+            "/etc/jupyterhub-gpu",
+            "--state",
+            "/var/lib/jupyterhub-gpu",
+            "--venv",
+            sys.prefix,
+            *argv,
+        ]
+    )
+
+
+def unit(tmp_path: Path, name: str) -> str:
+    return (tmp_path / "root" / "etc/systemd/system" / name).read_text()
+
+
+def test_units_install_renders_the_hub_agent_and_firewall(tmp_path: Path) -> None:
+    assert install(tmp_path, "--hub") == 0
+    hub = unit(tmp_path, "jupyterhub-gpu-hub.service")
+    bin_ = f"{sys.prefix}/bin"
+    assert f"ExecStart={bin_}/jupyterhub -f /etc/jupyterhub-gpu/jupyterhub_config.py" in hub
+    assert f"ExecStartPre={bin_}/jupyterhub-gpu check-config --etc /etc/jupyterhub-gpu" in hub
+    assert "EnvironmentFile=/etc/jupyterhub-gpu/secrets/hub.env" in hub
+    assert "WorkingDirectory=/var/lib/jupyterhub-gpu" in hub
+    argv = ["--node", "gpu-a", "--address", "10.0.0.12", "--allow", "10.0.0.1:8081"]
+    assert install(tmp_path, *argv) == 0
+    agent = unit(tmp_path, "jupyterhub-gpu-agent.service")
+    assert (
+        f"ExecStart={bin_}/jupyterhub-gpu-agent --node gpu-a --ip 10.0.0.12 --port 9450 "
+        "--token-file %d/agent-token --certfile %d/agent-cert --keyfile %d/agent-key\n"
+    ) in agent
+    assert "LoadCredential=agent-token:/etc/jupyterhub-gpu/agent.token" in agent
+    assert "LoadCredential=agent-key:/etc/jupyterhub-gpu/tls/key.pem" in agent
+    fw = unit(tmp_path, "jupyterhub-gpu-firewall.service")
+    assert (
+        f"ExecStart={bin_}/jupyterhub-gpu firewall --bridge jhgpu-users --allow 10.0.0.1:8081\n"
+    ) in fw
+    assert "BindsTo=docker.service" in fw and "WantedBy=docker.service" in fw
+    for text in (hub, agent, fw):
+        assert "@" not in text
+        sections = [line for line in text.splitlines() if line.startswith("[")]
+        assert sections == ["[Unit]", "[Service]", "[Install]"]
+        for line in text.splitlines():
+            assert not line or line.startswith(("#", "[")) or "=" in line, line
+    assert not (tmp_path / "root" / "etc/docker").exists()  # only with --docker-tls
+
+
+def test_units_verify_with_systemd_analyze(tmp_path: Path) -> None:
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed")
+    argv = ["--hub", "--node", "gpu-a", "--address", "10.0.0.12", "--allow", "10.0.0.1:8081"]
+    assert install(tmp_path, *argv) == 0
+    folder = tmp_path / "root" / "etc/systemd/system"
+    files = sorted(str(p) for p in folder.glob("*.service"))
+    assert len(files) == 3
+    r = subprocess.run([analyze, "verify", *files], capture_output=True, text=True)
+    # unknown keys and bad values are warnings on stderr; executables are checked too
+    lines = [line for line in r.stderr.splitlines() if "not found" not in line]
+    assert r.returncode == 0 and lines == [], r.stderr
+
+
+def test_units_install_docker_tls_and_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node = ["--node", "gpu-a", "--address", "10.0.0.12"]
+    assert install(tmp_path, *node) == 1
+    assert "--allow HUB_IP:PORT" in capsys.readouterr().err
+    assert install(tmp_path) == 1
+    root = tmp_path / "root"
+    (root / "etc/docker").mkdir(parents=True)
+    (root / "etc/docker/daemon.json").write_text('{"log-driver": "journald"}')
+    assert install(tmp_path, *node, "--allow", "10.0.0.1:8081", "--docker-tls") == 1
+    err = capsys.readouterr().err
+    assert f"{root}/etc/docker/daemon.json exists: merge these settings" in err
+    assert '"hosts"' in err
+    (root / "etc/docker/daemon.json").unlink()
+    assert install(tmp_path, *node, "--allow", "10.0.0.1:8081", "--docker-tls") == 0
+    drop_in = (root / "etc/systemd/system/docker.service.d/jupyterhub-gpu-tls.conf").read_text()
+    assert "[Service]\nExecStart=\nExecStart=/usr/bin/dockerd" in drop_in
+    daemon = yaml.safe_load((root / "etc/docker/daemon.json").read_text())
+    assert daemon["hosts"] == ["unix:///var/run/docker.sock", "tcp://10.0.0.12:2376"]
+    assert daemon["tlscert"] == "/etc/jupyterhub-gpu/tls/cert.pem" and daemon["tlsverify"]
+
+
+def test_firewall_command_runs_the_packaged_script() -> None:
+    code = "import sys; from jupyterhub_gpu.cli import main; sys.exit(main(sys.argv[1:]))"
+    r = subprocess.run(
+        [sys.executable, "-c", code, "firewall", "--dry-run", "--allow", "10.0.0.1:8081"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "iptables -A JHGPU-FORWARD -d 10.0.0.1 -p tcp --dport 8081 -j RETURN" in r.stdout
+    assert units.firewall_script().is_file()
+
+
+# --------------------------------------------------------------------- check-config
+def problems(s: Site) -> list[str]:
+    return check.check(s, s.config)
+
+
+def test_check_config_passes_a_fresh_site(ready: Site, capsys: pytest.CaptureFixture[str]) -> None:
+    assert problems(ready) == []
+    argv = ["check-config", "--etc", str(ready.etc), "--state", str(ready.state)]
+    assert cli.main(argv) == 0
+    assert "no problem found" in capsys.readouterr().out
+
+
+def test_check_config_names_a_missing_certificate(
+    ready: Site, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ready.hub_key.unlink()
+    argv = ["check-config", "--etc", str(ready.etc), "--state", str(ready.state)]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert (
+        f"{ready.hub_key} ({ready.nodes_file}, node 'gpu-a', tls.client_key) does not exist: "
+        f"make it: jupyterhub-gpu certs hub --etc {ready.etc}."
+    ) in err
+    ready.ca_cert.unlink()
+    assert any(
+        p.startswith(f"{ready.ca_cert} (AgentClient.ca_cert") and "certs ca" in p
+        for p in problems(ready)
+    )
+
+
+def test_check_config_names_a_secret_readable_by_others_or_unreadable(ready: Site) -> None:
+    ready.site_secret.chmod(0o644)
+    assert problems(ready) == [
+        f"{ready.site_secret} (the node agents' site secret) can be read by other users "
+        f"(mode 0644): chmod 600 {ready.site_secret}."
+    ]
+    ready.site_secret.chmod(0o600)
+    ready.cookie_secret.unlink()
+    ready.cookie_secret.mkdir()  # unreadable as a file, for root too
+    (found,) = problems(ready)
+    assert found.startswith(f"{ready.cookie_secret} (the hub's cookie secret) is not a file")
+    ready.cookie_secret.rmdir()
+    found_missing = problems(ready)
+    assert found_missing == [
+        f"{ready.cookie_secret} (the hub's cookie secret) does not exist: restore it from the "
+        "site's backup (a new one logs everyone out), or make a new one with jupyterhub-gpu "
+        f"site init --force --etc {ready.etc}."
+    ]
+    if os.geteuid() != 0:
+        ready.cookie_secret.write_text("00" * 32)
+        ready.cookie_secret.chmod(0)
+        assert "cannot be read (Permission denied)" in problems(ready)[0]
+
+
+def test_check_config_names_a_mistyped_key(ready: Site) -> None:
+    text = ready.config.read_text()
+    ready.config.write_text(
+        text.replace("c.GPUDockerSpawner.nodes_file", "c.GPUDockerSpawner.nodesfile")
+    )
+    (found,) = problems(ready)
+    assert found.startswith(f"{ready.config}: c.GPUDockerSpawner.nodesfile is not a setting")
+    assert "did you mean GPUDockerSpawner.nodes_file?" in found
+    ready.config.write_text(
+        text.replace("c.JupyterHub.hub_connect_ip", "c.JupyterHub.hub_conect_ip")
+    )
+    assert problems(ready) == [
+        f"{ready.config}: c.JupyterHub.hub_conect_ip is not a setting of JupyterHub: did you "
+        "mean c.JupyterHub.hub_connect_ip? fix the key, or remove the line."
+    ]
+
+
+def test_check_config_names_a_missing_nodes_file_an_empty_one_and_relative_paths(
+    ready: Site,
+) -> None:
+    nodes = ready.nodes_file.read_text()
+    ready.nodes_file.unlink()
+    found = problems(ready)
+    assert any(
+        p.startswith(f"{ready.nodes_file} (GPUDockerSpawner.nodes_file) does not exist")
+        for p in found
+    ), found
+    ready.nodes_file.write_text("nodes: []\n")
+    assert any("lists no node" in p and "site add-node" in p for p in problems(ready))
+    ready.nodes_file.write_text(nodes)
+    text = ready.config.read_text()
+    ready.config.write_text(
+        text.replace(
+            "c.GPUDockerSpawner.accounting_url = f\"sqlite:///{STATE / 'accounting.sqlite'}\"",
+            'c.GPUDockerSpawner.accounting_url = "sqlite:///accounting.sqlite"',
+        )
+    )
+    assert problems(ready) == [
+        f"{ready.config}: GPUDockerSpawner.accounting_url 'sqlite:///accounting.sqlite' is "
+        "relative to the hub's working directory: name an absolute path (e.g. "
+        f"sqlite:///{ready.state}/accounting.sqlite)."
+    ]
+
+
+def test_check_config_names_state_left_in_the_working_directory(ready: Site) -> None:
+    text = ready.config.read_text()
+    ready.config.write_text(
+        "\n".join(
+            line
+            for line in text.splitlines()
+            if not line.startswith(("c.JupyterHub.db_url", "c.JupyterHub.cookie_secret_file"))
+        )
+    )
+    assert problems(ready) == [
+        f"{ready.config}: JupyterHub.db_url 'sqlite:///jupyterhub.sqlite' is relative to the "
+        "hub's working directory: name an absolute path (e.g. "
+        f"sqlite:///{ready.state}/jupyterhub.sqlite).",
+        f"{ready.config}: JupyterHub.cookie_secret_file is not set, so the cookie secret (which "
+        "also keys the containers' seals) lands in the hub's working directory: set it to "
+        f"{ready.cookie_secret}.",
+    ]
+
+
+def test_check_config_names_a_node_named_differently_in_two_places(ready: Site) -> None:
+    nodes = ready.nodes_file.read_text()
+    ready.nodes_file.write_text(nodes.replace("name: gpu-a", "name: gpu-aa"))
+    assert problems(ready) == [
+        f"{ready.nodes_file} names node 'gpu-aa', but {ready.tls / 'nodes'} has no certificate "
+        "for it (it has: gpu-a): a name mistyped in one place, or make it: jupyterhub-gpu "
+        f"certs node gpu-aa --address 127.0.0.1 --etc {ready.etc}."
+    ]
+    ready.nodes_file.write_text(nodes.replace("address: 127.0.0.1", "address: 127.0.0.2"))
+    (found,) = problems(ready)
+    assert found.startswith(f"{ready.node_dir('gpu-a') / 'cert.pem'} is for gpu-a, 127.0.0.1")
+    assert "not 127.0.0.2" in found and "--force" in found
+
+
+def test_check_config_names_a_missing_state_folder_once(ready: Site) -> None:
+    shutil.rmtree(ready.state)
+    assert problems(ready) == [
+        f"{ready.state} (the folder of JupyterHub.db_url, {ready.hub_db}) does not exist: "
+        f"create it (mkdir -m 700 -p {ready.state}) or point the setting elsewhere."
+    ]
+
+
+def test_check_config_wants_check_config_called(ready: Site) -> None:
+    text = ready.config.read_text()
+    ready.config.write_text(text.replace("\ncheck_config(c)\n", "\n"))
+    (found,) = problems(ready)
+    assert found.startswith(f"{ready.config} does not call check_config(c)")
+
+
+def test_check_config_of_a_missing_config(paths: Site, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["check-config", "--etc", str(paths.etc), "--state", str(paths.state)]) == 1
+    assert f"{paths.config} (the hub's configuration) does not exist" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------ cli
+def test_a_hub_command_without_the_hub_install_says_how_to_get_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in list(sys.modules):
+        if name == "jupyterhub_gpu.cli.report" or name.startswith(
+            "jupyterhub_gpu.edges.accounting"
+        ):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "sqlalchemy", None)
+    assert cli.main(["report", "--by", "user"]) == 2
+    err = capsys.readouterr().err
+    assert "jupyterhub-gpu report needs 'sqlalchemy'" in err
+    assert "pip install 'jupyterhub-gpu[hub]'" in err
+
+
+def test_package_data_is_declared(tmp_path: Path) -> None:
+    """Every file the package reads at run time is named in setup.cfg's package_data or
+    MANIFEST.in (the wheel test installs it for real)."""
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg")
+    declared = cfg["options.package_data"]
+    assert declared["jupyterhub_gpu.cli.files"].split(", ") == ["*.sh", "units/*.in", "site/*.in"]
+    shipped = sorted(
+        p.relative_to(REPO / "jupyterhub_gpu" / "cli" / "files").as_posix()
+        for p in (REPO / "jupyterhub_gpu" / "cli" / "files").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    )
+    assert shipped == [
+        "node-firewall.sh",
+        "site/jupyterhub_config.py.in",
+        "units/jupyterhub-gpu-agent.service.in",
+        "units/jupyterhub-gpu-firewall.service.in",
+        "units/jupyterhub-gpu-hub.service.in",
+    ]
+    base = [
+        r.split(">")[0].split("<")[0].strip()
+        for r in cfg["options"]["install_requires"].split("\n")
+        if r.strip()
+    ]
+    assert "jupyterhub" not in base and "sqlalchemy" not in base and "docker" not in base
+    assert "jupyterhub" in cfg["options.extras_require"]["hub"]
+
+
+def test_the_nodes_file_alone_lists_the_nodes(tmp_path: Path) -> None:
+    """``nodes = []`` with a nodes file (the site's one list): the spawner accepts it and
+    check_config reads the file's nodes only, not the local engine besides."""
+    from traitlets.config import Config
+
+    from jupyterhub_gpu.errors import ConfigError
+    from jupyterhub_gpu.hub.config import check_config
+    from jupyterhub_gpu.hub.spawner import GPUDockerSpawner
+
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text("nodes: []\n")
+    c = Config()
+    c.GPUDockerSpawner.nodes = []
+    c.GPUDockerSpawner.nodes_file = str(nodes)
+    with pytest.raises(ConfigError, match="declare at least one node"):
+        check_config(c)
+    entry = {"name": "gpu-a", "docker_url": "unix:///run/a.sock", "address": "10.0.0.12"}
+    nodes.write_text(yaml.safe_dump({"nodes": [entry, {**entry, "name": "local"}]}))
+    check_config(c)  # no second "local" from the default
+    assert GPUDockerSpawner(config=c).nodes == []
