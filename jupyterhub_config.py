@@ -13,8 +13,8 @@ c = get_config()  # type: ignore[name-defined]  # noqa: F821
 
 # --- the hub -----------------------------------------------------------------------
 c.JupyterHub.bind_url = "https://<HUB_HOSTNAME>/"
-c.JupyterHub.ssl_cert = "/etc/jupyterhub/tls/hub.crt"
-c.JupyterHub.ssl_key = "/etc/jupyterhub/tls/hub.key"
+c.JupyterHub.ssl_cert = "/etc/jupyterhub-gpu/tls/hub.crt"
+c.JupyterHub.ssl_key = "/etc/jupyterhub-gpu/tls/hub.key"
 # single-user servers on the GPU nodes call back to the hub at this address
 c.JupyterHub.hub_bind_url = "http://0.0.0.0:8081"
 c.JupyterHub.hub_connect_ip = "<HUB_IP_REACHABLE_FROM_NODES>"
@@ -49,9 +49,9 @@ c.GPUDockerSpawner.nodes = [
         "docker_url": "tcp://<gpu-a.example.org>:2376",
         "address": "<gpu-a IP the hub reaches servers at>",
         "tls": {
-            "ca_cert": "/etc/jupyterhub/docker-tls/ca.pem",
-            "client_cert": "/etc/jupyterhub/docker-tls/cert.pem",
-            "client_key": "/etc/jupyterhub/docker-tls/key.pem",
+            "ca_cert": "/etc/jupyterhub-gpu/docker-tls/ca.pem",
+            "client_cert": "/etc/jupyterhub-gpu/docker-tls/cert.pem",
+            "client_key": "/etc/jupyterhub-gpu/docker-tls/key.pem",
         },
         "agent_url": "https://<gpu-a.example.org>:9450",  # GPUs read through NVML there
         "labels": {"site": "<building>", "rack": "<rack>"},
@@ -61,7 +61,7 @@ c.GPUDockerSpawner.nodes = [
 # each node's GPUs come from its agent (agent_url, NVML on the node; docs/agent.md), the
 # agents' site secret from $JUPYTERHUB_GPU_SITE_SECRET. A node without an agent would need
 # c.GPUDockerSpawner.probe_mode = "declared" and an inventory_file instead.
-c.AgentClient.ca_cert = "/etc/jupyterhub/docker-tls/ca.pem"  # the agents' TLS (docs/agent.md)
+c.AgentClient.ca_cert = "/etc/jupyterhub-gpu/docker-tls/ca.pem"  # the agents' TLS (docs/agent.md)
 # drains made on the dashboard survive a restart
 c.GPUDockerSpawner.drains_file = f"{STATE}/drains.json"
 c.GPUDockerSpawner.accounting_url = f"sqlite:///{STATE}/jupyterhub-gpu-accounting.sqlite"
@@ -107,7 +107,7 @@ from jupyterhub_gpu.hub.extensions import configure_dashboard as add_dashboard  
 from jupyterhub_gpu.hub.extensions import configure_my_images as add_my_images  # noqa: E402
 from jupyterhub_gpu.hub.extensions import configure_reservations as add_reservations  # noqa: E402
 
-add_culler(c, config_file="/etc/jupyterhub/culler_config.py")
+add_culler(c, config_file="/etc/jupyterhub-gpu/culler_config.py")
 add_dashboard(c, show_names=True)  # False: users see only their own names (privacy)
 add_reservations(c)  # GPU reservations: jupyterhub-gpu reserve (docs/scheduling.md)
 # users save their environments as images (docs/my-images.md); saving is on with a registry

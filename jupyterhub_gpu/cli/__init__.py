@@ -73,19 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         known = "\n".join(f"  {name:12s} {what}" for name, what in COMMANDS.items())
         print(f"usage: jupyterhub-gpu COMMAND [options]\n\ncommands:\n{known}", file=sys.stderr)
         return 0 if args and args[0] in ("-h", "--help") else 2
-    if args[0] in MODULES or args[0] in ("firewall", "report", "reserve", "check-node"):
-        return _run(args[0], args[1:])
-    if args[0] == "check-node":
-        from jupyterhub_gpu.cli import check_node
-
-        return check_node.main(args[1:])
-    if args[0] == "reserve":
-        from jupyterhub_gpu.cli import reserve
-
-        return reserve.main(args[1:])
-    from jupyterhub_gpu.cli import report
-
-    return report.main(args[1:])
+    return _run(args[0], args[1:])
 
 
 if __name__ == "__main__":

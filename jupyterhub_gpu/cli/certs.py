@@ -245,14 +245,33 @@ def daemon_json(address: str, tls_dir: Path) -> str:
 
 
 DOCKER_DROP_IN_PATH = "/etc/systemd/system/docker.service.d/jupyterhub-gpu-tls.conf"
-DOCKER_DROP_IN = """\
-# jupyterhub-gpu: dockerd's listening addresses come from /etc/docker/daemon.json
-# ("hosts"); the stock unit's `-H fd://` would conflict with them, so ExecStart is
-# cleared and set again without it.
-[Service]
-ExecStart=
-ExecStart=/usr/bin/dockerd --containerd=/run/containerd/containerd.sock
-"""
+# Debian's docker.io installs /usr/sbin/dockerd, Docker's own packages /usr/bin/dockerd
+DOCKERD_PATHS = ("/usr/sbin/dockerd", "/usr/bin/dockerd")
+
+
+def dockerd_path(root: Path = Path("/")) -> str:
+    """Where this machine's dockerd is (under ``root``); Debian's path when none is."""
+    for path in DOCKERD_PATHS:
+        if (root / path.lstrip("/")).exists():
+            return path
+    return DOCKERD_PATHS[0]
+
+
+def docker_drop_in(dockerd: str) -> str:
+    """The docker.service drop-in: dockerd's listening addresses come from daemon.json
+    ("hosts"); the stock unit's ``-H fd://`` would conflict with them, so ExecStart is
+    cleared and set again without it."""
+    return (
+        "# jupyterhub-gpu: dockerd's listening addresses come from /etc/docker/daemon.json\n"
+        '# ("hosts"); the stock unit\'s `-H fd://` would conflict with them, so ExecStart is\n'
+        "# cleared and set again without it.\n"
+        "[Service]\n"
+        "ExecStart=\n"
+        f"ExecStart={dockerd} --containerd=/run/containerd/containerd.sock\n"
+    )
+
+
+DOCKER_DROP_IN = docker_drop_in(DOCKERD_PATHS[0])
 
 
 def node_instructions(site: Site, node: str, address: str) -> str:
@@ -261,7 +280,8 @@ def node_instructions(site: Site, node: str, address: str) -> str:
     return (
         f"Copy {folder}/ to {node}:{on_node}/ (keep key.pem 0600), then on {node}:\n\n"
         f"/etc/docker/daemon.json (merge with what is there):\n{daemon_json(address, on_node)}\n\n"
-        f"{DOCKER_DROP_IN_PATH}:\n{DOCKER_DROP_IN}\n"
+        f"{DOCKER_DROP_IN_PATH} (dockerd's path as `command -v dockerd` says on the node):\n"
+        f"{DOCKER_DROP_IN}\n"
         "systemctl daemon-reload && systemctl restart docker\n"
         "(`jupyterhub-gpu units install --node ... --docker-tls` writes both on the node.)"
     )

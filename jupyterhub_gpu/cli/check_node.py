@@ -105,7 +105,9 @@ def hub_private_ports(config: Config, hub_host: str | None) -> tuple[tuple[str, 
 
 
 def node_specs(config: Config) -> list[NodeSpec]:
-    nodes = list(setting(config, SPAWNERS[:1], "nodes", None) or [default_node()])
+    # the spawner's default node only when the site sets no nodes at all (nodes = [] with a
+    # nodes file is a site's usual layout: no phantom local node then)
+    nodes = list(setting(config, SPAWNERS[:1], "nodes", [default_node()]))
     path = str(setting(config, SPAWNERS[:1], "nodes_file", "") or "")
     return parse_nodes(nodes + load_nodes_file(path))
 

@@ -111,11 +111,31 @@ def firewall_unit(venv: Path, bridge: str, allow: list[str]) -> str:
     )
 
 
-def docker_tls_files(site: Site, address: str) -> dict[Path, str]:
-    from jupyterhub_gpu.cli.certs import DOCKER_DROP_IN as DROP_IN
-    from jupyterhub_gpu.cli.certs import daemon_json
+def docker_tls_files(site: Site, address: str, root: Path = Path("/")) -> dict[Path, str]:
+    from jupyterhub_gpu.cli.certs import daemon_json, docker_drop_in, dockerd_path
 
-    return {DOCKER_DROP_IN: DROP_IN, DAEMON_JSON: daemon_json(address, site.tls) + "\n"}
+    drop_in = docker_drop_in(dockerd_path(root))
+    return {DOCKER_DROP_IN: drop_in, DAEMON_JSON: daemon_json(address, site.tls) + "\n"}
+
+
+def merged_daemon_json(target: Path, text: str) -> str:
+    """Our settings merged into the node's existing daemon.json (e.g. the NVIDIA runtime
+    that ``nvidia-ctk runtime configure`` wrote); ConfigError when a key of ours is there
+    with another value, or the file is not a JSON object."""
+    wanted = json.loads(text)
+    try:
+        current = json.loads(target.read_text() or "{}")
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{target} is not readable JSON ({e}); fix it, then run again") from None
+    if not isinstance(current, dict):
+        raise ConfigError(f"{target} is not a JSON object; fix it, then run again")
+    clashes = {k: current[k] for k in wanted if k in current and current[k] != wanted[k]}
+    if clashes:
+        raise ConfigError(
+            f"{target} already sets {', '.join(sorted(clashes))} otherwise: merge these "
+            f"settings into it by hand, then run again without --docker-tls: {json.dumps(wanted)}"
+        )
+    return json.dumps({**current, **wanted}, indent=2) + "\n"
 
 
 def install(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
@@ -147,19 +167,10 @@ def install(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
         files[UNIT_DIR / FIREWALL_UNIT] = firewall_unit(venv, args.bridge, args.allow)
         enable += [AGENT_UNIT, FIREWALL_UNIT]
         if args.docker_tls:
-            for path, text in docker_tls_files(site, args.address).items():
+            for path, text in docker_tls_files(site, args.address, root).items():
                 target = root / path
                 if path == DAEMON_JSON and target.exists():
-                    try:
-                        current = json.loads(target.read_text() or "{}")
-                    except ValueError:
-                        current = None
-                    wanted = json.loads(text)
-                    if current != wanted:
-                        raise ConfigError(
-                            f"{target} exists: merge these settings into it, then run again "
-                            f"without --docker-tls: {json.dumps(wanted)}"
-                        )
+                    text = merged_daemon_json(target, text)
                 files[path] = text
     if not files:
         raise ConfigError("nothing to install: give --hub, or --node NAME (or both)")

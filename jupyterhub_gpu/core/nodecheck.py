@@ -5,22 +5,35 @@ node (its engine's answers, what a probe container could reach, what a container
 GPUs saw, the agent's answer, the shared home, the images). Each returns
 :class:`Check` lines; the command prints them (✓/✗ and the fix) or writes them as JSON.
 docs/nodes.md ("Checking a node") maps each check to its fix.
+
+The hub runs the cheap ones itself (:data:`HUB_CHECKS`) on every node it sees; what it
+makes of them is :func:`hub_verdict` (may servers go there?), :func:`verdict_log` (what
+its log says, once per change) and :func:`next_check_in` (section 7).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 from jupyterhub_gpu.core.catalog.compat import image_runs_on
 from jupyterhub_gpu.core.catalog.entries import CatalogEntry
 from jupyterhub_gpu.core.inventory import NodeInventory
 from jupyterhub_gpu.core.usernet import network_options, network_problem
+from jupyterhub_gpu.core.words import duration
 
 #: the label on every probe container (its value: the run's id); leftovers are removed by it
 PROBE_LABEL = "jupyterhub-gpu.check-node"
+#: on the hub's own probes, beside PROBE_LABEL: the hub's id (a hub removes only its own
+#: leftovers; the command removes every probe left behind)
+PROBE_OWNER_LABEL = "jupyterhub-gpu.check-node.owner"
+#: how a check that could not run begins its detail (:func:`not_run`)
+NOT_RUN = "not run:"
+#: how a check whose probe container failed begins its detail
+PROBE_FAILED = "the probe failed:"
 #: a clock further off than this many seconds from the hub's fails
 MAX_CLOCK_SKEW_S = 5.0
 #: what a node's GPU containers run: the UUIDs the NVIDIA toolkit shows them
@@ -43,7 +56,7 @@ class Check:
 
 def not_run(node: str, check: str, because: str) -> Check:
     """A check that could not run because an earlier one failed."""
-    return Check(node, check, False, f"not run: {because}", "fix the failed check it needs first")
+    return Check(node, check, False, f"{NOT_RUN} {because}", "fix the failed check it needs first")
 
 
 # ---------------------------------------------------------------- 1. engine
@@ -757,3 +770,153 @@ def render_text(reports: Sequence[NodeReport], color: bool = False) -> str:
                 lines.append(f"      fix: {c.fix}")
         lines.append("")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- 7. the hub's own checks
+#: the check groups the hub runs on each node it sees (the engine is always checked):
+#: a few seconds each, and they decide whether users' servers may go there
+HUB_CHECKS = frozenset({"user-network", "firewall"})
+#: failing, these keep the hub from placing servers on the node until a check passes: a
+#: user's container reaches the node, the hub or another container (firewall), the probe
+#: ran as root (firewall.probe), the user network lets containers talk (user-network)
+BLOCKING = frozenset({"firewall", "firewall.probe", "user-network"})
+#: seconds before a check that could not judge (engine down, no probe image) runs again
+RETRY_S = 30.0
+PASSED, FAILED, UNCHECKED = "passed", "failed", "unchecked"
+_WORDS = {"user-network": "user network", "firewall.probe": "firewall probe"}
+
+
+def hub_api_target(url: str) -> tuple[str, int] | None:
+    """Where user servers reach the hub's API, from its URL (``JupyterHub.hub_connect_url``,
+    or the API URL the hub gives servers); None for a loopback or unspecified address,
+    which a container on a node cannot use to reach the hub."""
+    try:
+        parts = urlsplit(url if "//" in url else f"http://{url}")
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return None
+    if not host or host in ("0.0.0.0", "::", "localhost", "::1") or host.startswith("127."):
+        return None
+    return host, port or (443 if parts.scheme == "https" else 80)
+
+
+def inconclusive(c: Check) -> bool:
+    """A failed line that says nothing of the node's set-up: the check could not run
+    (the engine did not answer, no probe image, the probe container failed), or the user
+    network is missing (the hub creates it)."""
+    if c.ok:
+        return False
+    if c.check == "engine" or c.detail.startswith((NOT_RUN, PROBE_FAILED)):
+        return True
+    return c.check == "user-network" and c.detail.endswith("does not exist")
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    """What the hub makes of one node's checks.
+
+    ``state``: :data:`PASSED`; :data:`FAILED`, no new servers there (``failed`` says why);
+    or :data:`UNCHECKED`, the checks could not judge (servers go there as before).
+    ``warnings``: the failed lines that keep nothing off the node (the hub's API out of
+    reach, the engine on plain TCP, why a check could not run). ``kept``: a failure kept
+    from an earlier check because this one could not judge: only a passing check ends it."""
+
+    node: str
+    state: str
+    failed: tuple[Check, ...] = ()
+    warnings: tuple[Check, ...] = ()
+    kept: bool = False
+
+    @property
+    def schedulable(self) -> bool:
+        return self.state != FAILED
+
+    @property
+    def key(self) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+        """What the log reports a change of: the state and the names of the failed lines
+        (of a failed node, those that keep it out)."""
+        warnings = () if self.state == FAILED else tuple(c.check for c in self.warnings)
+        return (self.state, tuple(c.check for c in self.failed), warnings)
+
+    @property
+    def what(self) -> str:
+        """The failed checks in words ("firewall", "user network and firewall")."""
+        names = list(dict.fromkeys(_WORDS.get(c.check, c.check) for c in self.failed))
+        return " and ".join(names) or "node"
+
+    @property
+    def note(self) -> str:
+        """Why the node takes no new servers and what to do (the dashboard's drain note);
+        "" when it takes them."""
+        if self.state != FAILED:
+            return ""
+        return " ".join(_line(c, 400) for c in self.failed)
+
+
+def _line(c: Check, limit: int = 0) -> str:
+    detail = c.detail if not limit or len(c.detail) <= limit else c.detail[: limit - 3] + "..."
+    text = f"{_WORDS.get(c.check, c.check)} check failed: {detail}."
+    return text + (f" Fix: {c.fix}." if c.fix else "")
+
+
+def hub_verdict(
+    node: str, checks: Sequence[Check], previous: NodeVerdict | None = None
+) -> NodeVerdict:
+    """The verdict of one run of :data:`HUB_CHECKS` on ``node``. A run that could not judge
+    the firewall keeps an earlier failure (``kept``): a node that failed stays out until a
+    check passes."""
+    failing = [c for c in checks if not c.ok]
+    blocking = tuple(c for c in failing if c.check in BLOCKING and not inconclusive(c))
+    others = tuple(c for c in failing if c not in blocking)
+    if blocking:
+        return NodeVerdict(node, FAILED, blocking, others)
+    judged = any(c.check == "firewall" and not inconclusive(c) for c in checks)
+    if judged:
+        return NodeVerdict(node, PASSED, (), others)
+    if previous is not None and previous.state == FAILED:
+        return replace(previous, warnings=others, kept=True)
+    return NodeVerdict(node, UNCHECKED, (), others)
+
+
+def next_check_in(verdict: NodeVerdict, interval: float) -> float:
+    """Seconds until the node's next check: ``interval``, or at most :data:`RETRY_S` when
+    this one could not judge."""
+    if verdict.state == UNCHECKED or verdict.kept:
+        return min(interval, RETRY_S)
+    return interval
+
+
+def verdict_log(
+    previous: NodeVerdict | None, verdict: NodeVerdict, next_in: float
+) -> tuple[str, str] | None:
+    """(level, message) for the hub's log when the verdict changed (one line per change,
+    naming the node, what the check saw and the fix); None when it did not."""
+    if previous is not None and previous.key == verdict.key:
+        return None
+    node, again = verdict.node, f"next check in {duration(next_in)}"
+    extra = ""
+    if verdict.warnings:
+        extra = " Also: " + " ".join(_line(c) for c in verdict.warnings)
+    if verdict.state == FAILED:
+        if len(verdict.failed) == 1:
+            c = verdict.failed[0]
+            lines = f"{c.detail}." + (f" Fix: {c.fix}." if c.fix else "")
+        else:
+            lines = " ".join(_line(c) for c in verdict.failed)
+        return (
+            "warning",
+            f"Node {node} failed its {verdict.what} check: {lines} No new servers there "
+            f"until a check passes ({again}).{extra}",
+        )
+    if verdict.state == UNCHECKED:
+        return (
+            "warning",
+            f"Node {node}: its firewall could not be checked; servers go there as before "
+            f"({again}).{extra}",
+        )
+    head = f"Node {node} passed its checks (engine, user network, firewall)"
+    if previous is not None and previous.state == FAILED:
+        head += f" again, after its {previous.what} check failed: it takes new servers"
+    if verdict.warnings:
+        return ("warning", f"{head}; but some lines failed.{extra}")
+    return ("info", f"{head}.")

@@ -119,16 +119,23 @@ class CheckSettings:
     uid_gid: tuple[int, int] = (65534, 65534)
     timeout: float = 10.0
     only: frozenset[str] = frozenset()  # run only these checks' groups ("" = all)
+    #: who runs the probes: "" the command (a run first removes every probe left on the
+    #: node); a hub's id for the hub's own checks (its probes carry PROBE_OWNER_LABEL, and
+    #: a run removes only that hub's leftovers, never a running command's probes)
+    owner: str = ""
 
     def wants(self, group: str) -> bool:
         return not self.only or group in self.only
 
 
-def remove_leftovers(client: docker.APIClient, run: str | None = None) -> int:
-    """Remove probe containers (of ``run``, or of any run when None); how many."""
-    label = rules.PROBE_LABEL if run is None else f"{rules.PROBE_LABEL}={run}"
+def remove_leftovers(client: docker.APIClient, run: str | None = None, owner: str = "") -> int:
+    """Remove probe containers (of ``run``, or of any run when None; only ``owner``'s when
+    given); how many."""
+    labels = [rules.PROBE_LABEL if run is None else f"{rules.PROBE_LABEL}={run}"]
+    if owner:
+        labels.append(f"{rules.PROBE_OWNER_LABEL}={owner}")
     n = 0
-    for c in client.containers(all=True, filters={"label": label}):
+    for c in client.containers(all=True, filters={"label": labels}):
         with suppress(docker.errors.NotFound, docker.errors.APIError):
             client.remove_container(c["Id"], force=True)
             n += 1
@@ -205,6 +212,7 @@ class Probes:
 
     def __init__(self, client: docker.APIClient, run: str, image: str, settings: CheckSettings):
         self.client, self.run, self.image, self.settings = client, run, image, settings
+        self._owner = {rules.PROBE_OWNER_LABEL: settings.owner} if settings.owner else {}
 
     def __enter__(self) -> Probes:
         return self
@@ -244,7 +252,7 @@ class Probes:
             command=list(args),
             user=user or f"{uid}:{gid}",
             environment=env,
-            labels={rules.PROBE_LABEL: self.run},
+            labels={rules.PROBE_LABEL: self.run, **self._owner},
             host_config=host_config,
             network_disabled=False,
         )
@@ -464,7 +472,7 @@ def check_node(
             if settings.wants("agent"):
                 add(rules.agent_checks(name, agent))
             return report
-        remove_leftovers(client)
+        remove_leftovers(client, owner=settings.owner)
         images = client.images()
         tags = [t for i in images for t in (i.get("RepoTags") or [])]
         digests = [d for i in images for d in (i.get("RepoDigests") or [])]
@@ -487,7 +495,7 @@ def check_node(
                                 name,
                                 group,
                                 False,
-                                "not run: no probe image on the node (one with python3)",
+                                f"{rules.NOT_RUN} no probe image on the node (one with python3)",
                                 "load the catalog's CPU image on the node, or give --image",
                             )
                         ]
@@ -507,7 +515,7 @@ def check_node(
                                         name,
                                         "firewall",
                                         False,
-                                        f"the probe failed: {_error(e)}",
+                                        f"{rules.PROBE_FAILED} {_error(e)}",
                                         "check the engine's log and the probe image",
                                     )
                                 ]

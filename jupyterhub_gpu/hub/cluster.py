@@ -8,7 +8,11 @@ One :class:`Cluster` per hub process, shared by every spawner:
   slow or dead node never holds up the others;
 - engine health (a cached ``ping``) and GPU inventories (node agents, read concurrently,
   or a local probe) assembled into a :class:`ClusterSnapshot` for the pure placement;
-- the ledger, rebuilt and reconciled from the labels of the containers on every node.
+- the ledger, rebuilt and reconciled from the labels of the containers on every node;
+- the node checks (``check_nodes``): engine, user network and firewall of every node the
+  hub sees, in the background, each on a thread of its own with a Docker client of its
+  own (never a spawn's); a node that fails takes no new servers until a check passes
+  (decided by :func:`jupyterhub_gpu.core.nodecheck.hub_verdict`).
 """
 
 from __future__ import annotations
@@ -16,11 +20,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,6 +33,7 @@ import docker
 import requests
 import yaml
 
+from jupyterhub_gpu.core import nodecheck as rules
 from jupyterhub_gpu.core.accounting.records import EndReason, utcnow
 from jupyterhub_gpu.core.accounting.usage import GPUSample, Usage, fold
 from jupyterhub_gpu.core.allocation import (
@@ -41,6 +47,7 @@ from jupyterhub_gpu.core.usernet import network_options, network_problem
 from jupyterhub_gpu.edges.accounting.store import AccountingStore, AccountingUnavailable, safe_url
 from jupyterhub_gpu.edges.agents import AgentEndpoint, Unreachable, agent_client
 from jupyterhub_gpu.edges.docker_nodes import node_client, tls_config
+from jupyterhub_gpu.edges.nodecheck import CheckSettings, check_node
 from jupyterhub_gpu.edges.probe import Probe, make_probe
 from jupyterhub_gpu.errors import ConfigError, GPUHubError
 from jupyterhub_gpu.hub.ledger import GPULedger
@@ -79,6 +86,10 @@ class ClusterSettings:
     reconcile_interval: float = 30.0
     reconcile_grace: float = 0.0  # extra seconds a hold must be old before it can be freed
     drains_file: str = ""  # where admins' drains are kept across restarts ("" = memory only)
+    #: the node checks' settings (GPUDockerSpawner.check_nodes; None: no checks); their
+    #: ``only`` is replaced by the hub's checks (core.nodecheck.HUB_CHECKS)
+    node_checks: CheckSettings | None = None
+    node_check_interval: float = 300.0  # seconds between checks of a node
 
 
 def _unreachable(error: BaseException, timed_out_counts: bool) -> bool:
@@ -131,6 +142,14 @@ class Cluster:
         self.reconcile_rounds = 0  # finished rounds; each logs one DEBUG line
         self._reconcile_lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
+        # node checks: each node's verdict, its last check (when, of which entry, next in),
+        # the checks running now, and the loop that starts them
+        self._verdicts: dict[str, rules.NodeVerdict] = {}
+        self._checked: dict[str, tuple[float, NodeSpec, float]] = {}
+        self._checking: dict[str, asyncio.Future[None]] = {}
+        self._check_task: asyncio.Task[None] | None = None
+        self._check_pool: ThreadPoolExecutor | None = None
+        self.check_changes = 0  # verdicts that changed whether a node takes servers
         self.recorder: Recorder | None = None
         self._usage: dict[str, Usage] = {}  # open allocation -> its usage so far
         self._unconfirmed: dict[str, str] | None = None  # open in the store at start: id -> node
@@ -268,6 +287,9 @@ class Cluster:
             raise
 
     def _mark_down(self, node: str, error: BaseException) -> None:
+        last = self._health.get(node)
+        if last is None or last[1]:  # it answered before: check it again once it answers
+            self._checked.pop(node, None)  # (a reboot may have lost its firewall)
         if not self.known_down(node):
             self.log.warning(
                 "Docker engine of node %s unreachable: %s", node, error or type(error).__name__
@@ -351,9 +373,12 @@ class Cluster:
         if inventory is not None:
             self._last_inventory[spec.name] = inventory
         known = inventory or self._last_inventory.get(spec.name) or NodeInventory(spec.name, "0")
+        verdict = self._verdicts.get(spec.name)
         return NodeState(
             known,
-            schedulable=not spec.drain and spec.name not in self.admin_drains,
+            schedulable=not spec.drain
+            and spec.name not in self.admin_drains
+            and (verdict is None or verdict.schedulable),
             reachable=engine and inventory is not None,
         )
 
@@ -365,6 +390,7 @@ class Cluster:
         two agent readings decides "warm" (see docs/placement.md).
         """
         await self.ensure_reconciled()
+        self.start_checking()
         states = tuple(await asyncio.gather(*(self._node_state(s) for s in self.specs())))
         if states != self._nodes:
             self._nodes = states
@@ -378,6 +404,87 @@ class Cluster:
         """The node states of the last snapshot (for metrics; no I/O)."""
         return self._nodes
 
+    # ------------------------------------------------------------------ node checks
+    def verdict(self, node: str) -> rules.NodeVerdict | None:
+        """The last verdict of ``node``'s checks (None: not checked yet, or checks off)."""
+        return self._verdicts.get(node)
+
+    def check_failures(self) -> dict[str, str]:
+        """The nodes whose checks keep servers off them: node -> why and what to do."""
+        return {n: v.note for n, v in self._verdicts.items() if not v.schedulable}
+
+    def start_checking(self) -> None:
+        """Start the node checks' loop if they are on and it isn't running (needs the event
+        loop; the cluster's first snapshot and the spawners' polls call it)."""
+        if self.settings.node_checks is not None and self._check_task is None:
+            self._check_task = asyncio.ensure_future(self._check_forever())
+
+    async def _check_forever(self) -> None:
+        """Start each node's check when it is due: a node not checked yet (a new one in the
+        nodes file included), one whose entry changed, one whose engine answers again
+        after it did not, and every ``node_check_interval`` s (sooner after a check that
+        could not judge). The nodes file is looked at every few seconds."""
+        pause = max(0.5, min(5.0, self.settings.node_check_interval, rules.RETRY_S))
+        while True:
+            try:
+                self._start_due_checks()
+            except Exception:
+                self.log.exception("Node checks: could not start them; will retry")
+            await asyncio.sleep(pause)
+
+    def _start_due_checks(self) -> None:
+        now = time.monotonic()
+        for spec in self.specs():
+            name = spec.name
+            if name in self._checking or self.known_down(name):
+                continue  # a node that does not answer is checked once it does
+            last = self._checked.get(name)
+            if last is None or last[1] != spec or now >= last[0] + last[2]:
+                self._checking[name] = asyncio.ensure_future(self._check_node(spec))
+
+    async def _check_node(self, spec: NodeSpec) -> None:
+        """One node's checks, on the checks' own threads; its verdict decides whether
+        servers go there, and a change is logged."""
+        settings = self.settings.node_checks
+        assert settings is not None
+        name = spec.name
+        try:
+            # the hub's user network exists before its firewall is probed from it (as the
+            # first server placed there would make it); an unfit one is the check's to say
+            with contextlib.suppress(ConfigError, *NODE_ERRORS):
+                await self.ensure_user_network(name, settings.user_network, settings.user_bridge)
+            if self._check_pool is None:
+                self._check_pool = ThreadPoolExecutor(2, thread_name_prefix="node-check")
+            run = f"hub-{secrets.token_hex(4)}"
+            hub_settings = replace(settings, only=rules.HUB_CHECKS)
+            try:
+                report = await asyncio.get_running_loop().run_in_executor(
+                    self._check_pool, check_node, spec, hub_settings, run
+                )
+                checks = report.checks
+            except Exception as e:  # whatever it was, it judged nothing
+                checks = [rules.not_run(name, "firewall", f"the check raised {e!r}")]
+            self._judge(spec, checks)
+        except Exception:
+            self.log.exception("Node %s: its checks failed; will retry", name)
+        finally:
+            self._checking.pop(name, None)
+
+    def _judge(self, spec: NodeSpec, checks: list[rules.Check]) -> None:
+        name = spec.name
+        previous = self._verdicts.get(name)
+        verdict = rules.hub_verdict(name, checks, previous)
+        next_in = rules.next_check_in(verdict, self.settings.node_check_interval)
+        self._verdicts[name] = verdict
+        self._checked[name] = (time.monotonic(), spec, next_in)
+        if previous is None or previous.schedulable != verdict.schedulable:
+            self.check_changes += 1  # a snapshot cached before it is out of date
+        line = rules.verdict_log(previous, verdict, next_in)
+        self.log.debug("Node %s checked: %s%s", name, verdict.state, " (kept)" * verdict.kept)
+        if line is not None:
+            level, message = line
+            self.log.log(logging.WARNING if level == "warning" else logging.INFO, message)
+
     # ------------------------------------------------------------------ reconciliation
     async def ensure_reconciled(self) -> None:
         if not self._reconciled:
@@ -390,6 +497,7 @@ class Cluster:
         interrupted spawns left) even if nobody spawns."""
         if self._task is None and self.settings.reconcile_interval > 0:
             self._task = asyncio.ensure_future(self._reconcile_forever())
+        self.start_checking()
 
     async def _reconcile_forever(self) -> None:
         while True:

@@ -163,6 +163,7 @@ def configure_culler(
     notes_file: str | None = None,
     deadlines_file: str | None = None,
     args: Sequence[str] = (),
+    site_secret: str | None = None,
 ) -> None:
     """Add the GPU idle culler (docs/culler.md): the service (run by the hub), its role with
     the fewest scopes it needs, and the hub API it learns the nodes' agents from
@@ -172,10 +173,11 @@ def configure_culler(
     ``notes_file`` and ``deadlines_file``: the files the culler writes and the hub reads
     (default: the spawner's ``cull_notes_file`` and ``cull_deadlines_file`` when set); they
     are set on both sides here. ``args``: more command-line options of the culler (e.g.
-    ``["--log-level=DEBUG"]``). The site secret reaches the culler from the hub's
-    environment (``$JUPYTERHUB_GPU_SITE_SECRET``), never through its command line.
+    ``["--log-level=DEBUG"]``). ``site_secret``: the agents' site secret (default: the
+    hub's ``$JUPYTERHUB_GPU_SITE_SECRET``); it reaches the culler in its environment,
+    never on its command line.
     """
-    from jupyterhub_gpu.core.tokens import OLD_SITE_SECRET_ENV, SITE_SECRET_ENV
+    from jupyterhub_gpu.core.tokens import SITE_SECRET_ENV, site_secret_from
     from jupyterhub_gpu.hub.api.cluster import AGENTS_SCOPE, AGENTS_SCOPES, AgentsAPIHandler
 
     register(
@@ -198,7 +200,7 @@ def configure_culler(
         spawner.cull_deadlines_file = deadlines_file
         command.append(f"--GPUIdleCuller.deadlines_file={deadlines_file}")
     command += list(args)
-    secret = os.environ.get(SITE_SECRET_ENV) or os.environ.get(OLD_SITE_SECRET_ENV, "")
+    secret = site_secret if site_secret is not None else site_secret_from(os.environ)
     hub = c.JupyterHub
     service = {"name": name, "command": command, "environment": {SITE_SECRET_ENV: secret}}
     hub.services = [*_value(hub, "services", []), service]

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, ClassVar, cast
+from urllib.parse import urlsplit
 
 import docker
 from docker.errors import APIError
@@ -35,6 +36,7 @@ from jupyterhub.spawner import SpawnException
 from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode, default, validate
 
 from jupyterhub_gpu.core import homes
+from jupyterhub_gpu.core import nodecheck as node_rules
 from jupyterhub_gpu.core.accounting.records import AllocationRecord, EndReason, stop_reason
 from jupyterhub_gpu.core.allocation import (
     Allocation,
@@ -84,6 +86,7 @@ from jupyterhub_gpu.core.saving.entries import (
 from jupyterhub_gpu.core.tokens import site_secret_from
 from jupyterhub_gpu.core.usernet import bridge_name_problem
 from jupyterhub_gpu.edges.home_dirs import ensure_home
+from jupyterhub_gpu.edges.nodecheck import CheckSettings
 from jupyterhub_gpu.errors import ConfigError, InvalidRequest, UserFacingError
 from jupyterhub_gpu.hub.admission import QueueingSpawnerMixin
 from jupyterhub_gpu.hub.cluster import NODE_ERRORS, Cluster, ClusterSettings
@@ -286,6 +289,29 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         state, e.g. ``/var/lib/jupyterhub-gpu/drains.json``. '' = drains last until the hub
         stops.""",
     )
+    check_nodes = Bool(
+        True,
+        config=True,
+        help="""Check every node the hub sees (those of ``nodes`` and ``nodes_file``, one
+        added while the hub runs included): its engine, its user network (inter-container
+        traffic off) and, from a probe container on the user bridge (a non-root uid, no
+        capabilities), the node firewall, as ``jupyterhub-gpu check-node --only
+        user-network,firewall`` does (docs/nodes.md). A node whose firewall or user
+        network check fails gets no new servers until a check passes; the hub's log says
+        why and what to do, once per change, and the dashboard shows it drained by
+        "check". The checks run in the background: no spawn waits for them, and a node
+        not checked yet takes servers as before. The probe runs the catalog's CPU image,
+        else ``image``, where the node has it, and is removed when the check ends.
+        False: no checks (servers go to every node that is up).""",
+    )
+    node_check_interval = Float(
+        300.0,
+        config=True,
+        help="""Seconds between two checks of a node (``check_nodes``). A check that could
+        not judge (no probe image, the probe failed) runs again within 30 s; a node whose
+        entry in the nodes file changes, or whose engine answers again after it did not,
+        is checked at once.""",
+    )
     cull_deadlines_file = Unicode(
         "",
         config=True,
@@ -307,6 +333,15 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         if proposal.value:  # [] when nodes_file lists them all (the cluster checks both)
             parse_nodes(proposal.value)  # raises ConfigError naming the entry and field
         return list(proposal.value)
+
+    @validate("node_check_interval")
+    def _positive_interval(self, proposal: Any) -> float:
+        if proposal.value <= 0:
+            raise ConfigError(
+                "GPUDockerSpawner.node_check_interval must be more than 0 seconds "
+                "(check_nodes = False turns the node checks off)"
+            )
+        return float(proposal.value)
 
     @validate("default_uid", "default_gid")
     def _no_root(self, proposal: Any) -> int:
@@ -470,10 +505,44 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
                 reconcile_interval=self.reconcile_interval,
                 accounting_url=self.accounting_url,
                 drains_file=self.drains_file,
+                node_checks=self._node_check_settings(),
+                node_check_interval=self.node_check_interval,
             ),
             self.log,
             deadlines_file=self.cull_deadlines_file,
             queue_policy=self.queue_policy,
+        )
+
+    def _node_check_settings(self) -> CheckSettings | None:
+        """What the hub's node checks need (``check_nodes``), None when they are off."""
+        if not self.check_nodes:
+            return None
+        hub = getattr(self, "hub", None)
+        api_url = self.hub_connect_url or str(getattr(hub, "api_url", "") or "")
+        hub_api = node_rules.hub_api_target(api_url) if api_url else None
+        private: tuple[tuple[str, int, str], ...] = ()
+        proxy = (getattr(getattr(self, "user", None), "settings", None) or {}).get("proxy")
+        try:  # the proxy's API port, tried on the hub's address (the command does the same)
+            proxy_port = urlsplit(str(getattr(proxy, "api_url", "") or "")).port
+        except ValueError:
+            proxy_port = None
+        if hub_api is not None and proxy_port:
+            private = ((hub_api[0], proxy_port, "the proxy's API on the hub's machine"),)
+        try:
+            catalog = tuple(self.catalog)
+        except (ConfigError, OSError):
+            catalog = ()  # the spawns will say what is wrong with it
+        return CheckSettings(
+            user_network=self.user_network,
+            user_bridge=self.user_bridge,
+            gpu_device_driver=self.gpu_device_driver,
+            catalog=catalog,
+            hub_api=hub_api,
+            hub_private=private,
+            images=(self.image,) if self.image else (),
+            timeout=self.docker_timeout,
+            only=node_rules.HUB_CHECKS,
+            owner=self.hub_id,
         )
 
     @property

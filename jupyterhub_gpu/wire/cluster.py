@@ -11,7 +11,7 @@ Shape (version 1)::
     {"version": 1, "generated_at": "...", "fresh": true, "hub_prefix": "/hub/",
      "named_servers": false, "named_server_limit": 0,
      "nodes": [{"name", "state": "up" | "drained" | "down", "reachable", "schedulable",
-                "drained_by": "admin" | "nodes file" | null, "drain_note", "driver",
+                "drained_by": "admin" | "nodes file" | "check" | null, "drain_note", "driver",
                 "cuda", "labels",
                 "gpus": [{"uuid", "index", "model", "label", "memory_mib",
                           "memory_used_mib", "utilization_pct", "temperature_c",
@@ -23,6 +23,9 @@ Shape (version 1)::
      "totals": {"nodes", "nodes_up", "gpus", "free", "held"},
      "queue": [], "reservations": []}
 
+A node's ``drained_by`` is one of :data:`DRAINED_BY` (or null: it takes servers, or it is
+down): an admin (``drain_note`` the admin's note), the nodes file's ``drain: true``, or the
+hub's node check (``drain_note`` what failed and the fix; it ends when a check passes).
 A GPU's ``status`` is one of :data:`GPU_STATUSES`; ``holder`` is the ledger's
 ``"user/server"`` (``orphan`` true for a hold whose server the hub has let go of, e.g. a
 stop that could not reach the node: the GPU stays held until its container is gone).
@@ -69,6 +72,8 @@ VERSION = 1
 #: offline: its node does not answer; drained: its node takes no new servers
 GPU_STATUSES = ("free", "held", "foreign", "broken", "offline", "drained")
 NODE_STATES = ("up", "drained", "down")
+#: who keeps a node from new servers: an admin, the nodes file, the hub's node check
+DRAINED_BY = ("admin", "nodes file", "check")
 
 
 @dataclass(frozen=True)
@@ -141,12 +146,15 @@ def _node(
     spec: NodeSpec | None,
     admin_drains: Mapping[str, str],
     orphans: AbstractSet[str],
+    check_failures: Mapping[str, str],
 ) -> dict[str, Any]:
-    drained_by = None
+    drained_by, note = None, ""
     if node.name in admin_drains:
-        drained_by = "admin"
+        drained_by, note = "admin", admin_drains[node.name]
     elif spec is not None and spec.drain:
         drained_by = "nodes file"
+    elif node.name in check_failures:
+        drained_by, note = "check", check_failures[node.name]
     state = "down" if not node.reachable else ("drained" if not node.schedulable else "up")
     inventory = node.inventory
     return {
@@ -155,7 +163,7 @@ def _node(
         "reachable": node.reachable,
         "schedulable": node.schedulable,
         "drained_by": drained_by,
-        "drain_note": admin_drains.get(node.name, ""),
+        "drain_note": note,
         "driver": inventory.driver_version,
         "cuda": inventory.cuda_driver_version,
         "labels": dict(spec.labels) if spec is not None else {},
@@ -255,15 +263,22 @@ def build_payload(
     orphans: AbstractSet[str] = frozenset(),
     queue: Sequence[Mapping[str, Any]] = (),
     reservations: Sequence[Mapping[str, Any]] = (),
+    check_failures: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The dashboard's JSON for ``snapshot`` (nodes, with the ledger's ``allocations``),
     the nodes' ``specs`` (labels, the nodes file's drain), the active ``servers`` and the
     admins' drains (node -> note). ``orphans``: the held GPUs whose server the hub has let
     go of (the ledger's orphaned holds). ``fresh`` is False when the nodes' states are the last
     ones known because reading them now failed. ``queue`` and ``reservations`` are passed
-    through as they are (their own features fill them)."""
+    through as they are (their own features fill them). ``check_failures``: the nodes
+    whose node check keeps servers off them (node -> what failed and the fix,
+    ``Cluster.check_failures()``)."""
     by_name = {s.name: s for s in specs}
-    nodes = [_node(snapshot, n, by_name.get(n.name), admin_drains, orphans) for n in snapshot.nodes]
+    failures = check_failures or {}
+    nodes = [
+        _node(snapshot, n, by_name.get(n.name), admin_drains, orphans, failures)
+        for n in snapshot.nodes
+    ]
     return {
         "version": VERSION,
         "generated_at": iso(now),
@@ -342,7 +357,7 @@ def _decode_node(n: _Reader) -> NodeEntry:
         state=n.choice("state", NODE_STATES),
         reachable=n.flag("reachable"),
         schedulable=n.flag("schedulable"),
-        drained_by=n.text_or_none("drained_by"),
+        drained_by=n.choice_or_none("drained_by", DRAINED_BY),
         drain_note=n.text("drain_note"),
         driver=n.text("driver"),
         cuda=n.text_or_none("cuda"),
@@ -597,6 +612,12 @@ class _Reader:
         if value not in choices:
             raise self._fail(key, f"one of {', '.join(choices)}", value)
         return str(value)
+
+    def choice_or_none(self, key: str, choices: Sequence[str]) -> str | None:
+        value = self.value(key)
+        if value is not None and value not in choices:
+            raise self._fail(key, f"one of {', '.join(choices)} or null", value)
+        return None if value is None else str(value)
 
     def flag(self, key: str) -> bool:
         value = self.value(key)

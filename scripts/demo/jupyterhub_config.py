@@ -150,7 +150,7 @@ c.JupyterHub.services = [
         "command": [
             sys.executable,
             "-m",
-            "jupyterhub_gpu.services.usage.app",
+            "jupyterhub_gpu.services.usage",
             f"--db={ACCOUNTING_URL}",
         ],
     },

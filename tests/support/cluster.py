@@ -172,9 +172,12 @@ def engine_crashed(engine: Engine) -> Iterator[None]:
 
 
 def remove_hub_containers(engine: Engine, hub_id: str) -> None:
-    """Remove the hub's containers (one may vanish meanwhile: auto-remove, a stopping hub)."""
+    """Remove the hub's containers (one may vanish meanwhile: auto-remove, a stopping hub),
+    its node checks' probes included (a hub stopped during a check leaves its probe)."""
     with engine.client() as client:
         listing = client.api.containers(all=True, filters={"label": f"jupyterhub-gpu.hub={hub_id}"})
+        probes = f"jupyterhub-gpu.check-node.owner={hub_id}"  # core.nodecheck.PROBE_OWNER_LABEL
+        listing += client.api.containers(all=True, filters={"label": probes})
         for c in listing:
             with suppress(docker.errors.NotFound):
                 client.api.remove_container(c["Id"], force=True)

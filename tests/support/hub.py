@@ -130,6 +130,10 @@ c.Authenticator.allow_all = True
 c.Spawner.start_timeout = 60
 c.Spawner.http_timeout = 60
 c.Spawner.debug = False
+# the hub's node checks (a probe container per node, docs/nodes.md) are off in test hubs,
+# so that the many hubs the suite starts do not each probe every node; the tests of the
+# checks turn them on (tests/integration/test_hub_node_check.py)
+c.GPUDockerSpawner.check_nodes = False
 """
             + self.extra_config
         )

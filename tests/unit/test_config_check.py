@@ -74,7 +74,7 @@ def test_demo_runs_node_a_agent_and_the_culler_as_services(
     )
     # the usage API reads the database the hub writes, and users may reach it
     usage_cmd = services["gpu-accounting"]["command"]
-    assert usage_cmd[1:3] == ["-m", "jupyterhub_gpu.services.usage.app"]
+    assert usage_cmd[1:3] == ["-m", "jupyterhub_gpu.services.usage"]
     assert usage_cmd[3] == f"--db={c.GPUDockerSpawner.accounting_url}"
     assert str(tmp_path) in c.GPUDockerSpawner.accounting_url
     (user_role,) = [r for r in c.JupyterHub.load_roles if r["name"] == "user"]
@@ -343,7 +343,8 @@ def test_site_example_config_loads_for_real(
     for placeholder, value in SITE_PLACEHOLDERS.items():
         text = text.replace(placeholder, value)
     etc = tmp_path / "etc"
-    text = text.replace("/etc/jupyterhub/", f"{etc}/").replace("/srv/jupyterhub/", f"{tmp_path}/")
+    text = text.replace("/etc/jupyterhub-gpu/", f"{etc}/")
+    text = text.replace("/srv/jupyterhub/", f"{tmp_path}/")
     text = text.replace("/var/lib/jupyterhub-gpu", str(tmp_path / "state"))
     (etc / "docker-tls").mkdir(parents=True)
     for pem in ("ca.pem", "cert.pem", "key.pem"):

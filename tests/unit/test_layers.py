@@ -316,3 +316,42 @@ def test_a_planted_circle_is_caught(tmp_path: Path) -> None:
     assert sorted(set(problems(copy)) - before) == [
         "circle: jupyterhub_gpu.core.planted_a -> jupyterhub_gpu.core.planted_b"
     ]
+
+
+@pytest.mark.parametrize(
+    "module", ["agent", "culler", "dashboard", "accounting.service", "services.usage"]
+)
+def test_the_old_and_new_service_commands_run(module: str) -> None:
+    """``python -m jupyterhub_gpu.culler`` (and the others sites' configurations name)
+    still start the service: asked for its help, it answers."""
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-m", f"jupyterhub_gpu.{module}", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "usage" in (r.stdout + r.stderr).lower() or "--" in r.stdout
+
+
+def test_the_old_public_names_are_the_new_objects() -> None:
+    from jupyterhub_gpu import config, reservations, spawner
+    from jupyterhub_gpu.auth import ldap, oauth
+    from jupyterhub_gpu.dashboard import hub
+    from jupyterhub_gpu.hub import extensions
+    from jupyterhub_gpu.hub.auth import ldap as new_ldap
+    from jupyterhub_gpu.hub.auth import oauth as new_oauth
+    from jupyterhub_gpu.hub.config import check_config
+    from jupyterhub_gpu.hub.spawner import GPUDockerSpawner
+    from jupyterhub_gpu.myimages import configure as add_my_images
+
+    assert spawner.GPUDockerSpawner is GPUDockerSpawner
+    assert config.check_config is check_config
+    assert ldap.GPULDAPAuthenticator is new_ldap.GPULDAPAuthenticator
+    assert oauth.make_identity_hook is new_oauth.make_identity_hook
+    assert hub.configure is extensions.configure_dashboard
+    assert reservations.configure is extensions.configure_reservations
+    assert add_my_images is extensions.configure_my_images

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -250,7 +251,7 @@ def test_certs_node_prints_the_docker_settings(
     out = capsys.readouterr().out
     assert '"tcp://10.0.0.14:2376"' in out and '"tlsverify": true' in out
     # the stock unit passes -H fd://: the drop-in clears ExecStart before setting it
-    assert "ExecStart=\nExecStart=/usr/bin/dockerd --containerd" in out
+    assert "ExecStart=\nExecStart=/usr/sbin/dockerd --containerd" in out  # Debian's path
     assert " -H " not in out
 
 
@@ -332,15 +333,24 @@ def test_units_install_docker_tls_and_bad_input(
     assert install(tmp_path) == 1
     root = tmp_path / "root"
     (root / "etc/docker").mkdir(parents=True)
-    (root / "etc/docker/daemon.json").write_text('{"log-driver": "journald"}')
-    assert install(tmp_path, *node, "--allow", "10.0.0.1:8081", "--docker-tls") == 1
-    err = capsys.readouterr().err
-    assert f"{root}/etc/docker/daemon.json exists: merge these settings" in err
-    assert '"hosts"' in err
-    (root / "etc/docker/daemon.json").unlink()
+    # a daemon.json with settings of its own (the NVIDIA runtime of nvidia-ctk): merged
+    nvidia = {"runtimes": {"nvidia": {"path": "nvidia-container-runtime", "args": []}}}
+    (root / "etc/docker/daemon.json").write_text(json.dumps(nvidia))
+    (root / "usr/bin").mkdir(parents=True)
+    (root / "usr/bin/dockerd").write_text("")  # Docker's own packages put it there
     assert install(tmp_path, *node, "--allow", "10.0.0.1:8081", "--docker-tls") == 0
+    merged = json.loads((root / "etc/docker/daemon.json").read_text())
+    assert merged["runtimes"] == nvidia["runtimes"] and merged["tlsverify"] is True
     drop_in = (root / "etc/systemd/system/docker.service.d/jupyterhub-gpu-tls.conf").read_text()
     assert "[Service]\nExecStart=\nExecStart=/usr/bin/dockerd" in drop_in
+    # one that sets our keys otherwise is refused, with what to merge by hand
+    (root / "etc/docker/daemon.json").write_text('{"hosts": ["fd://"], "log-driver": "journald"}')
+    assert install(tmp_path, *node, "--allow", "10.0.0.1:8081", "--docker-tls") == 1
+    err = capsys.readouterr().err
+    assert f"{root}/etc/docker/daemon.json already sets hosts otherwise" in err
+    assert '"tlsverify"' in err
+    (root / "etc/docker/daemon.json").unlink()
+    assert install(tmp_path, *node, "--allow", "10.0.0.1:8081", "--docker-tls") == 0
     daemon = yaml.safe_load((root / "etc/docker/daemon.json").read_text())
     assert daemon["hosts"] == ["unix:///var/run/docker.sock", "tcp://10.0.0.12:2376"]
     assert daemon["tlscert"] == "/etc/jupyterhub-gpu/tls/cert.pem" and daemon["tlsverify"]

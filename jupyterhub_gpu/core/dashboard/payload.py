@@ -39,8 +39,8 @@ class NodeEntry:
     state: str = "up"  # "up", "drained" or "down"
     reachable: bool = True
     schedulable: bool = True
-    drained_by: str | None = None  # "admin", "nodes file" or None
-    drain_note: str = ""
+    drained_by: str | None = None  # "admin", "nodes file", "check" (its node check) or None
+    drain_note: str = ""  # the admin's note; for "check", what failed and the fix
     driver: str = ""
     cuda: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)

@@ -301,8 +301,10 @@ def _state_label(node: NodeEntry) -> str:
     if node.state == "down":
         return "down: its engine or agent does not answer"
     if node.state == "drained":
-        by = node.drained_by or "admin"
         note = node.drain_note
+        if node.drained_by == "check":
+            return "no new servers: the hub's node check failed" + (f": {note}" if note else "")
+        by = node.drained_by or "admin"
         return f"drained by the {by}" + (f": {note}" if note else "")
     return "up"
 

@@ -2,7 +2,8 @@
 (added by :func:`jupyterhub_gpu.hub.extensions.configure_dashboard`).
 
 - ``GET  /hub/api/gpu/cluster`` (scope ``custom:gpu-cluster:read``): the payload of
-  :func:`jupyterhub_gpu.wire.cluster.build_payload` for the cluster, its servers and its drains;
+  :func:`jupyterhub_gpu.wire.cluster.build_payload` for the cluster, its servers, its drains
+  and the nodes its node checks keep servers off (``drained_by: "check"``);
 - ``POST /hub/api/gpu/nodes/{node}/drain`` ``{"note": "...", "by": "admin name"}`` and
   ``DELETE`` of the same path (scope ``custom:gpu-cluster:admin``): an admin's drain of a
   node (no new servers there; running ones untouched), kept in ``Cluster.admin_drains``
@@ -137,6 +138,7 @@ class SnapshotCache:
         self._at = float("-inf")
         self._task: asyncio.Future[ClusterSnapshot] | None = None
         self._failing = False
+        self._check_changes = 0  # the cluster's check_changes when the snapshot was asked
 
     def invalidate(self) -> None:
         self._at = float("-inf")
@@ -146,6 +148,10 @@ class SnapshotCache:
         held GPUs whose hold is an orphan's."""
         if cluster is not self._cluster:
             self._cluster, self._snapshot, self._task = cluster, None, None
+            self.invalidate()
+        changes = getattr(cluster, "check_changes", 0)
+        if changes != self._check_changes:  # a node check changed whether a node takes servers
+            self._check_changes = changes
             self.invalidate()
         fresh = time.monotonic() - self._at < self.max_age
         if not fresh:
@@ -238,6 +244,7 @@ class ClusterAPIHandler(_GPUAPIHandler):
                 orphans=orphans,
                 queue=waiting,
                 reservations=[reservation_entry(r) for r in queue.reservations] if queue else [],
+                check_failures=cluster.check_failures(),
                 **common,
             )
         self.write(json.dumps(payload))
