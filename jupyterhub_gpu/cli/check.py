@@ -22,6 +22,7 @@ import argparse
 import ast
 import difflib
 import importlib
+import shutil
 import stat
 import sys
 import traceback
@@ -323,11 +324,27 @@ def check(site: Site, config_path: Path) -> list[str]:
             "(which also keys the containers' seals) lands in the hub's working directory: "
             f"set it to {site.cookie_secret}."
         )
-    for key in ("cull_notes_file", "cull_deadlines_file"):
+    for key in ("cull_notes_file", "cull_deadlines_file", "drains_file"):
         if s.get(key) and Path(s[key]).parent not in reported:  # each folder once
             reported.add(Path(s[key]).parent)
             problems += folder_problems(Path(s[key]), f"GPUDockerSpawner.{key}")
-    return problems
+    return problems + proxy_problems(config, config_path)
+
+
+def proxy_problems(config: Any, config_path: Path) -> list[str]:
+    """The proxy the hub starts must be installed (JupyterHub only says so at start)."""
+    proxy = _section(config, "ConfigurableHTTPProxy")
+    if proxy.get("should_start", True) is False:
+        return []
+    command = proxy.get("command") or ["configurable-http-proxy"]
+    first = str(command[0] if isinstance(command, list | tuple) and command else command)
+    if shutil.which(first) is None:
+        return [
+            f"{config_path}: the proxy the hub starts, {first!r}, is not installed here: "
+            "install Node.js, then `npm install -g configurable-http-proxy` (docs/install.md), "
+            "or set ConfigurableHTTPProxy.command."
+        ]
+    return []
 
 
 def main(argv: list[str]) -> int:

@@ -585,3 +585,16 @@ def test_the_nodes_file_alone_lists_the_nodes(tmp_path: Path) -> None:
     nodes.write_text(yaml.safe_dump({"nodes": [entry, {**entry, "name": "local"}]}))
     check_config(c)  # no second "local" from the default
     assert GPUDockerSpawner(config=c).nodes == []
+
+
+def test_check_config_names_a_proxy_that_is_not_installed(ready: Site) -> None:
+    """JupyterHub says the proxy is missing only when it starts; check-config says it first."""
+    text = ready.config.read_text()
+    ready.config.write_text(
+        text + '\nc.ConfigurableHTTPProxy.command = ["/nowhere/configurable-http-proxy"]\n'
+    )
+    (found,) = problems(ready)
+    assert "'/nowhere/configurable-http-proxy', is not installed here" in found
+    assert "npm install -g configurable-http-proxy" in found
+    ready.config.write_text(text + "\nc.ConfigurableHTTPProxy.should_start = False\n")
+    assert problems(ready) == []  # a proxy run as its own service is not the hub's to check
