@@ -20,14 +20,16 @@ from typing import Any
 
 import pytest
 import yaml
+from traitlets.config import Config
 
 from jupyterhub_gpu.core import nodecheck as nc
 from jupyterhub_gpu.core.dashboard.view import _state_label
 from jupyterhub_gpu.core.inventory import ClusterSnapshot, NodeInventory, NodeState
 from jupyterhub_gpu.edges.nodecheck import CheckSettings, remove_leftovers
-from jupyterhub_gpu.errors import BadPayload
+from jupyterhub_gpu.errors import BadPayload, ConfigError
 from jupyterhub_gpu.hub import cluster as cluster_module
 from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings
+from jupyterhub_gpu.hub.spawner import GPUDockerSpawner
 from jupyterhub_gpu.wire.cluster import build_payload, decode_payload, payload_json
 from jupyterhub_gpu.wire.nodes_file import NodeSpec
 
@@ -421,11 +423,6 @@ def test_a_hub_removes_only_its_own_leftover_probes() -> None:
 
 
 def test_the_spawner_builds_the_checks_settings_from_its_own() -> None:
-    from traitlets.config import Config
-
-    from jupyterhub_gpu.errors import ConfigError
-    from jupyterhub_gpu.hub.spawner import GPUDockerSpawner
-
     c = Config()
     c.GPUDockerSpawner.hub_connect_url = "http://10.250.0.1:20123"
     c.GPUDockerSpawner.image = "site/cpu:1"
