@@ -257,29 +257,13 @@ def check(site: Site, config_path: Path) -> list[str]:
     if problems:
         return problems
     reported: set[Path] = set()
-    for path, what in (
-        (site.site_secret, "the node agents' site secret"),
-        (site.cookie_secret, "the hub's cookie secret"),
-        (site.hub_env, "the hub's environment, JUPYTERHUB_CRYPT_KEY"),
-    ):
-        if path.parent.parent == config_path.parent:  # the config is the site's
-            found = file_problems(path, what, _fix(site, path), secret=True)
-            problems += found
-            reported.update([path] if found else [])
+    problems += _secret_problems(site, config_path, reported)
     try:
         importlib.import_module("jupyterhub")
     except ImportError:
         return [*problems, f"{config_path}: the hub is not installed here ({HUB_INSTALL})."]
-    from traitlets.config.loader import PyFileConfigLoader
-
-    loader = PyFileConfigLoader(config_path.name, str(config_path.parent))
-    try:
-        loader.load_config()
-    except Exception as e:
-        said = _load_problem(e, config_path, reported)
-        if said:
-            problems.append(said)
-    config = loader.config
+    config, said = _load_config(config_path, reported)
+    problems += said
     if not _calls_check_config(config_path):
         problems.append(
             f"{config_path} does not call check_config(c): add `from jupyterhub_gpu.hub.config "
@@ -293,15 +277,74 @@ def check(site: Site, config_path: Path) -> list[str]:
         reported.add(path)
         problems += file_problems(path, what, _fix(site, path), secret=secret)
     s = _section(config, "Spawner", "DockerSpawner", "GPUDockerSpawner")
+    problems += _empty_nodes_problems(site, s)
+    problems += node_certificate_problems(site, s)
+    hub = _section(config, "JupyterHub")
+    problems += _database_problems(site, config_path, hub, s, reported)
+    if not hub.get("cookie_secret_file") and not hub.get("cookie_secret"):
+        problems.append(
+            f"{config_path}: JupyterHub.cookie_secret_file is not set, so the cookie secret "
+            "(which also keys the containers' seals) lands in the hub's working directory: "
+            f"set it to {site.cookie_secret}."
+        )
+    problems += _spawner_folder_problems(s, reported)
+    return problems + proxy_problems(config, config_path)
+
+
+def _secret_problems(site: Site, config_path: Path, reported: set[Path]) -> list[str]:
+    """The site's secrets, when the configuration is the site's; each one with a problem
+    goes into ``reported`` (said once)."""
+    problems: list[str] = []
+    for path, what in (
+        (site.site_secret, "the node agents' site secret"),
+        (site.cookie_secret, "the hub's cookie secret"),
+        (site.hub_env, "the hub's environment, JUPYTERHUB_CRYPT_KEY"),
+    ):
+        if path.parent.parent == config_path.parent:  # the config is the site's
+            found = file_problems(path, what, _fix(site, path), secret=True)
+            problems += found
+            reported.update([path] if found else [])
+    return problems
+
+
+def _load_config(config_path: Path, reported: set[Path]) -> tuple[Any, list[str]]:
+    """The configuration as traitlets loads it (what it got before any error), and the
+    problem that stopped it, if any."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    loader = PyFileConfigLoader(config_path.name, str(config_path.parent))
+    problems: list[str] = []
+    try:
+        loader.load_config()
+    except Exception as e:
+        said = _load_problem(e, config_path, reported)
+        if said:
+            problems.append(said)
+    return loader.config, problems
+
+
+def _empty_nodes_problems(site: Site, s: Mapping[str, Any]) -> list[str]:
+    """Neither GPUDockerSpawner.nodes nor the nodes file lists a node."""
     nodes_file = Path(s.get("nodes_file") or "")
     if "nodes" in s and not any(True for _ in _nodes(s)) and nodes_file.is_file():
-        problems.append(
+        return [
             f"{nodes_file} (GPUDockerSpawner.nodes_file) lists no node and "
             "GPUDockerSpawner.nodes is empty: add each GPU node (jupyterhub-gpu site "
             f"add-node NAME --address ADDR --etc {site.etc})."
-        )
-    problems += node_certificate_problems(site, s)
-    hub = _section(config, "JupyterHub")
+        ]
+    return []
+
+
+def _database_problems(
+    site: Site,
+    config_path: Path,
+    hub: Mapping[str, Any],
+    s: Mapping[str, Any],
+    reported: set[Path],
+) -> list[str]:
+    """The hub's and the accounting's SQLite databases: absolute paths, in folders that exist
+    (each folder once)."""
+    problems: list[str] = []
     for url, what in (
         (hub.get("db_url", RELATIVE_DEFAULTS["JupyterHub.db_url"]), "JupyterHub.db_url"),
         (
@@ -318,17 +361,17 @@ def check(site: Site, config_path: Path) -> list[str]:
         elif db is not None and db.parent not in reported:
             reported.add(db.parent)
             problems += folder_problems(db, what)
-    if not hub.get("cookie_secret_file") and not hub.get("cookie_secret"):
-        problems.append(
-            f"{config_path}: JupyterHub.cookie_secret_file is not set, so the cookie secret "
-            "(which also keys the containers' seals) lands in the hub's working directory: "
-            f"set it to {site.cookie_secret}."
-        )
+    return problems
+
+
+def _spawner_folder_problems(s: Mapping[str, Any], reported: set[Path]) -> list[str]:
+    """The folders of the culler's and the drains' files must exist (each folder once)."""
+    problems: list[str] = []
     for key in ("cull_notes_file", "cull_deadlines_file", "drains_file"):
         if s.get(key) and Path(s[key]).parent not in reported:  # each folder once
             reported.add(Path(s[key]).parent)
             problems += folder_problems(Path(s[key]), f"GPUDockerSpawner.{key}")
-    return problems + proxy_problems(config, config_path)
+    return problems
 
 
 def proxy_problems(config: Any, config_path: Path) -> list[str]:

@@ -75,65 +75,77 @@ class EngineFacts:
     plain_tcp_open: tuple[str, ...] = ()
 
 
+#: fixes of the engine's checks (engine_checks)
+_ENGINE_FIX = {
+    "start": (
+        "start the engine on the node (systemctl start docker) and check docker_url "
+        "{docker_url!r} in the node's entry"
+    ),
+    "tcp": (
+        "; over tcp:// the engine must run with --tlsverify and a certificate "
+        "signed by the CA in tls.ca_cert, the hub's tls.client_cert signed by the "
+        "CA the engine trusts (docs/nodes.md)"
+    ),
+    "plaintext": (
+        "run dockerd with --tlsverify --tlscacert --tlscert --tlskey -H "
+        "tcp://NODE_IP:2376 and give the node's entry tls: {ca_cert, client_cert, "
+        "client_key}; drop insecure_plaintext_docker_api (docs/nodes.md)"
+    ),
+    "no-verify": (
+        "start dockerd with --tlsverify (not just --tls) so it requires a client "
+        "certificate signed by its --tlscacert"
+    ),
+    "plain-tcp": (
+        'remove every -H tcp://...:2375 (and "hosts" in /etc/docker/daemon.json, '
+        "socat forwarders) from the node; use TLS on 2376 (docs/nodes.md)"
+    ),
+}
+
+
 def engine_checks(node: str, f: EngineFacts) -> list[Check]:
-    out: list[Check] = []
-    if not f.answered:
-        fix = (
-            "start the engine on the node (systemctl start docker) and check docker_url "
-            f"{f.docker_url!r} in the node's entry"
-        )
-        if f.docker_url.startswith("tcp://") and not f.insecure_plaintext:
-            fix += (
-                "; over tcp:// the engine must run with --tlsverify and a certificate "
-                "signed by the CA in tls.ca_cert, the hub's tls.client_cert signed by the "
-                "CA the engine trusts (docs/nodes.md)"
-            )
-        out.append(Check(node, "engine", False, f"no answer from {f.docker_url}: {f.error}", fix))
-    else:
-        how = "over TLS with the hub's client certificate" if f.tls else f"at {f.docker_url}"
-        out.append(
-            Check(node, "engine", True, f"Docker {f.version} (API {f.api_version}) answers {how}")
-        )
-    if f.insecure_plaintext or (f.docker_url.startswith("tcp://") and f.answered and not f.tls):
-        out.append(
-            Check(
-                node,
-                "engine.tls",
-                False,
-                f"the hub reaches the engine over plain TCP ({f.docker_url}), unauthenticated",
-                "run dockerd with --tlsverify --tlscacert --tlscert --tlskey -H "
-                "tcp://NODE_IP:2376 and give the node's entry tls: {ca_cert, client_cert, "
-                "client_key}; drop insecure_plaintext_docker_api (docs/nodes.md)",
-            )
-        )
-    elif f.without_cert == "answered":
-        out.append(
-            Check(
-                node,
-                "engine.tls",
-                False,
-                "the engine answered a client without a certificate",
-                "start dockerd with --tlsverify (not just --tls) so it requires a client "
-                "certificate signed by its --tlscacert",
-            )
-        )
-    elif f.without_cert == "refused":
-        out.append(Check(node, "engine.tls", True, "a client without a certificate is refused"))
-    if f.plain_tcp_open:
-        out.append(
-            Check(
-                node,
-                "engine.plain-tcp",
-                False,
-                f"a plain-TCP Docker API answers at {', '.join(f.plain_tcp_open)}: root on the "
-                "node for whoever reaches it",
-                'remove every -H tcp://...:2375 (and "hosts" in /etc/docker/daemon.json, '
-                "socat forwarders) from the node; use TLS on 2376 (docs/nodes.md)",
-            )
-        )
-    else:
-        out.append(Check(node, "engine.plain-tcp", True, "no plain-TCP Docker API answers"))
+    out = [_engine_answer_check(node, f)]
+    tls = _engine_tls_check(node, f)
+    if tls is not None:
+        out.append(tls)
+    out.append(_engine_plain_tcp_check(node, f))
     return out
+
+
+def _engine_answer_check(node: str, f: EngineFacts) -> Check:
+    """engine: does the engine answer the hub's client?"""
+    if f.answered:
+        how = "over TLS with the hub's client certificate" if f.tls else f"at {f.docker_url}"
+        return Check(
+            node, "engine", True, f"Docker {f.version} (API {f.api_version}) answers {how}"
+        )
+    fix = _ENGINE_FIX["start"].format(docker_url=f.docker_url)
+    if f.docker_url.startswith("tcp://") and not f.insecure_plaintext:
+        fix += _ENGINE_FIX["tcp"]
+    return Check(node, "engine", False, f"no answer from {f.docker_url}: {f.error}", fix)
+
+
+def _engine_tls_check(node: str, f: EngineFacts) -> Check | None:
+    """engine.tls: plain TCP, or TLS that does not require a client certificate."""
+    if f.insecure_plaintext or (f.docker_url.startswith("tcp://") and f.answered and not f.tls):
+        seen = f"the hub reaches the engine over plain TCP ({f.docker_url}), unauthenticated"
+        return Check(node, "engine.tls", False, seen, _ENGINE_FIX["plaintext"])
+    if f.without_cert == "answered":
+        seen = "the engine answered a client without a certificate"
+        return Check(node, "engine.tls", False, seen, _ENGINE_FIX["no-verify"])
+    if f.without_cert == "refused":
+        return Check(node, "engine.tls", True, "a client without a certificate is refused")
+    return None
+
+
+def _engine_plain_tcp_check(node: str, f: EngineFacts) -> Check:
+    """engine.plain-tcp: no unauthenticated Docker API on the node."""
+    if not f.plain_tcp_open:
+        return Check(node, "engine.plain-tcp", True, "no plain-TCP Docker API answers")
+    seen = (
+        f"a plain-TCP Docker API answers at {', '.join(f.plain_tcp_open)}: root on the "
+        "node for whoever reaches it"
+    )
+    return Check(node, "engine.plain-tcp", False, seen, _ENGINE_FIX["plain-tcp"])
 
 
 def network_checks(
@@ -224,6 +236,26 @@ def reached(outcome: str) -> bool:
     return outcome in ("open", "refused")
 
 
+#: fixes of the firewall's checks (firewall_checks)
+_FIREWALL_FIX = {
+    "root": "the engine ignored the container's user: check for userns/authorization plugins",
+    "apply": (
+        "apply the node firewall on the node, as root: scripts/node-firewall.sh --bridge "
+        "{bridge}{allow} (and at every boot, after docker.service; docs/nodes.md)"
+    ),
+    "icc": "; containers reach each other: the user network needs enable_icc=false",
+    "hub-api": (
+        "allow it in the node firewall: scripts/node-firewall.sh --bridge {bridge} "
+        "--allow {key}; check JupyterHub.hub_connect_url is an address the "
+        "nodes route to"
+    ),
+    "hub-api-unknown": (
+        "set c.JupyterHub.hub_connect_url (or hub_connect_ip) to the address servers "
+        "reach the hub at"
+    ),
+}
+
+
 def firewall_checks(
     node: str,
     targets: Sequence[Target],
@@ -236,77 +268,53 @@ def firewall_checks(
     from a probe container on the user bridge (non-root, no capabilities)."""
     out: list[Check] = []
     if uid == 0:
-        out.append(
-            Check(
-                node,
-                "firewall.probe",
-                False,
-                "the probe container ran as root",
-                "the engine ignored the container's user: check for userns/authorization plugins",
-            )
-        )
-    leaks = [t for t in targets if not t.must_reach and reached(outcomes.get(t.key, ""))]
-    if leaks:
-        seen = "; ".join(f"{t.key} ({t.what}: {outcomes[t.key]})" for t in leaks)
-        allow = f" --allow {hub_api[0]}:{hub_api[1]}" if hub_api else " --allow HUB_IP:HUB_API_PORT"
-        peer = any(t.what.startswith("another container") for t in leaks)
-        fix = (
-            f"apply the node firewall on the node, as root: scripts/node-firewall.sh --bridge "
-            f"{bridge}{allow} (and at every boot, after docker.service; docs/nodes.md)"
-        )
-        if peer:
-            fix += "; containers reach each other: the user network needs enable_icc=false"
-        out.append(Check(node, "firewall", False, f"a user's container reached {seen}", fix))
-    else:
-        blocked = [t for t in targets if not t.must_reach]
-        out.append(
-            Check(
-                node,
-                "firewall",
-                True,
-                f"a user's container (uid {uid}, no capabilities) reached none of "
-                f"{len(blocked)} private targets",
-            )
-        )
+        seen = "the probe container ran as root"
+        out.append(Check(node, "firewall.probe", False, seen, _FIREWALL_FIX["root"]))
+    out.append(_private_targets_check(node, targets, outcomes, uid, bridge, hub_api))
     for t in targets:
-        if not t.must_reach:
-            continue
-        outcome = outcomes.get(t.key, "not tried")
-        if outcome == "open":
-            out.append(Check(node, "firewall.hub-api", True, f"the hub's API {t.key} is reachable"))
-        elif outcome == "refused":
-            out.append(
-                Check(
-                    node,
-                    "firewall.hub-api",
-                    True,
-                    f"the hub's API {t.key} is let through (nothing answered: is the hub running?)",
-                )
-            )
-        else:
-            out.append(
-                Check(
-                    node,
-                    "firewall.hub-api",
-                    False,
-                    f"the hub's API {t.key} is out of reach from a user's container ({outcome})",
-                    f"allow it in the node firewall: scripts/node-firewall.sh --bridge {bridge} "
-                    f"--allow {t.key}; check JupyterHub.hub_connect_url is an address the "
-                    "nodes route to",
-                )
-            )
+        if t.must_reach:
+            out.append(_hub_api_check(node, t.key, outcomes.get(t.key, "not tried"), bridge))
     if hub_api is None:
-        out.append(
-            Check(
-                node,
-                "firewall.hub-api",
-                False,
-                "the hub's API address is unknown (not in the configuration)",
-                "set c.JupyterHub.hub_connect_url (or hub_connect_ip) to the address servers "
-                "reach the hub at",
-            )
-        )
+        seen = "the hub's API address is unknown (not in the configuration)"
+        out.append(Check(node, "firewall.hub-api", False, seen, _FIREWALL_FIX["hub-api-unknown"]))
     return out
+
+
+def _private_targets_check(
+    node: str,
+    targets: Sequence[Target],
+    outcomes: Mapping[str, str],
+    uid: int | None,
+    bridge: str,
+    hub_api: tuple[str, int] | None,
+) -> Check:
+    """firewall: a user's container reaches none of the targets it must not reach."""
+    leaks = [t for t in targets if not t.must_reach and reached(outcomes.get(t.key, ""))]
+    if not leaks:
+        blocked = [t for t in targets if not t.must_reach]
+        seen = (
+            f"a user's container (uid {uid}, no capabilities) reached none of "
+            f"{len(blocked)} private targets"
+        )
+        return Check(node, "firewall", True, seen)
+    seen = "; ".join(f"{t.key} ({t.what}: {outcomes[t.key]})" for t in leaks)
+    allow = f" --allow {hub_api[0]}:{hub_api[1]}" if hub_api else " --allow HUB_IP:HUB_API_PORT"
+    fix = _FIREWALL_FIX["apply"].format(bridge=bridge, allow=allow)
+    if any(t.what.startswith("another container") for t in leaks):
+        fix += _FIREWALL_FIX["icc"]
+    return Check(node, "firewall", False, f"a user's container reached {seen}", fix)
+
+
+def _hub_api_check(node: str, key: str, outcome: str, bridge: str) -> Check:
+    """firewall.hub-api: a user's container must reach the hub's API (``key``)."""
+    if outcome == "open":
+        return Check(node, "firewall.hub-api", True, f"the hub's API {key} is reachable")
+    if outcome == "refused":
+        seen = f"the hub's API {key} is let through (nothing answered: is the hub running?)"
+        return Check(node, "firewall.hub-api", True, seen)
+    seen = f"the hub's API {key} is out of reach from a user's container ({outcome})"
+    fix = _FIREWALL_FIX["hub-api"].format(bridge=bridge, key=key)
+    return Check(node, "firewall.hub-api", False, seen, fix)
 
 
 # ---------------------------------------------------------------- 3. GPU isolation
@@ -323,6 +331,28 @@ class GPUProbe:
     nvidia_smi: bool = False  # nvidia-smi was there (the toolkit injected it)
 
 
+#: fixes of the GPU isolation checks (gpu_checks; the toolkit's own: _toolkit_fix)
+_GPU_FIX = {
+    "extra": (
+        "the toolkit exposes GPUs the container was not given "
+        "({extra}): check /etc/nvidia-container-runtime/config.toml "
+        "(no default 'all' device list, no 'nvidia' default-runtime with "
+        "NVIDIA_VISIBLE_DEVICES=all in /etc/docker/daemon.json) and that the "
+        "hub's GPU UUIDs are the node's (docs/nodes.md)"
+    ),
+    "missing": (
+        "the toolkit did not expose the requested GPU: check the driver "
+        "(nvidia-smi on the node) and the UUIDs the agent reports"
+    ),
+    "none-error": "check the probe image and the engine's log",
+    "none-sees": (
+        "the toolkit exposes GPUs without a device request: remove a default "
+        "'nvidia' runtime that adds all GPUs, and set NVIDIA_VISIBLE_DEVICES=void "
+        "handling back to the toolkit's default (docs/nodes.md)"
+    ),
+}
+
+
 def gpu_checks(
     node: str,
     inventory: NodeInventory | None,
@@ -335,78 +365,38 @@ def gpu_checks(
         unknown = "the node's GPUs are unknown (no agent answer, declared inventory or NVML)"
         return [not_run(node, "gpu", unknown)]
     if one is not None:
-        want = set(one.given)
-        if one.error:
-            out.append(
-                Check(
-                    node,
-                    "gpu.one",
-                    False,
-                    f"a container given {', '.join(one.given)} did not run: {one.error}",
-                    _toolkit_fix(driver, one.error),
-                )
-            )
-        elif set(one.seen) == want and len(one.seen) == len(want):
-            out.append(
-                Check(node, "gpu.one", True, f"a container given {one.given[0]} sees exactly it")
-            )
-        elif not one.nvidia_smi:
-            out.append(
-                Check(
-                    node,
-                    "gpu.one",
-                    False,
-                    f"a container given {one.given[0]} has no nvidia-smi (the toolkit"
-                    " exposed nothing)",
-                    _toolkit_fix(driver, ""),
-                )
-            )
-        else:
-            extra = sorted(set(one.seen) - want)
-            out.append(
-                Check(
-                    node,
-                    "gpu.one",
-                    False,
-                    f"a container given {one.given[0]} sees {', '.join(one.seen) or 'no GPU'}",
-                    (
-                        "the toolkit exposes GPUs the container was not given "
-                        f"({', '.join(extra)}): check /etc/nvidia-container-runtime/config.toml "
-                        "(no default 'all' device list, no 'nvidia' default-runtime with "
-                        "NVIDIA_VISIBLE_DEVICES=all in /etc/docker/daemon.json) and that the "
-                        "hub's GPU UUIDs are the node's (docs/nodes.md)"
-                    )
-                    if extra
-                    else "the toolkit did not expose the requested GPU: check the driver "
-                    "(nvidia-smi on the node) and the UUIDs the agent reports",
-                )
-            )
+        out.append(_gpu_one_check(node, one, driver))
     if none is not None:
-        if none.error:
-            out.append(
-                Check(
-                    node,
-                    "gpu.none",
-                    False,
-                    f"a container without GPUs did not run: {none.error}",
-                    "check the probe image and the engine's log",
-                )
-            )
-        elif none.seen:
-            out.append(
-                Check(
-                    node,
-                    "gpu.none",
-                    False,
-                    f"a container given no GPU sees {', '.join(none.seen)}",
-                    "the toolkit exposes GPUs without a device request: remove a default "
-                    "'nvidia' runtime that adds all GPUs, and set NVIDIA_VISIBLE_DEVICES=void "
-                    "handling back to the toolkit's default (docs/nodes.md)",
-                )
-            )
-        else:
-            out.append(Check(node, "gpu.none", True, "a container given no GPU sees none"))
+        out.append(_gpu_none_check(node, none))
     return out
+
+
+def _gpu_one_check(node: str, one: GPUProbe, driver: str) -> Check:
+    """gpu.one: a container given one GPU sees exactly that one."""
+    want = set(one.given)
+    if one.error:
+        seen = f"a container given {', '.join(one.given)} did not run: {one.error}"
+        return Check(node, "gpu.one", False, seen, _toolkit_fix(driver, one.error))
+    if set(one.seen) == want and len(one.seen) == len(want):
+        return Check(node, "gpu.one", True, f"a container given {one.given[0]} sees exactly it")
+    if not one.nvidia_smi:
+        seen = f"a container given {one.given[0]} has no nvidia-smi (the toolkit exposed nothing)"
+        return Check(node, "gpu.one", False, seen, _toolkit_fix(driver, ""))
+    extra = sorted(set(one.seen) - want)
+    seen = f"a container given {one.given[0]} sees {', '.join(one.seen) or 'no GPU'}"
+    fix = _GPU_FIX["extra"].format(extra=", ".join(extra)) if extra else _GPU_FIX["missing"]
+    return Check(node, "gpu.one", False, seen, fix)
+
+
+def _gpu_none_check(node: str, none: GPUProbe) -> Check:
+    """gpu.none: a container given no GPU sees none."""
+    if none.error:
+        seen = f"a container without GPUs did not run: {none.error}"
+        return Check(node, "gpu.none", False, seen, _GPU_FIX["none-error"])
+    if none.seen:
+        seen = f"a container given no GPU sees {', '.join(none.seen)}"
+        return Check(node, "gpu.none", False, seen, _GPU_FIX["none-sees"])
+    return Check(node, "gpu.none", True, "a container given no GPU sees none")
 
 
 def _toolkit_fix(driver: str, error: str) -> str:
@@ -478,96 +468,67 @@ class AgentFacts:
     clock_skew_s: float | None = None  # node's Date minus the hub's clock
 
 
+#: fixes of the agent's checks (agent_checks)
+_AGENT_FIX = {
+    "token": (
+        "set c.GPUDockerSpawner.agent_token (or $JUPYTERHUB_GPU_AGENT_TOKEN) to the "
+        "site secret (docs/agent.md)"
+    ),
+    "no-answer": (
+        "start it on the node (jupyterhub-gpu-agent, docs/agent.md) listening on the "
+        "address and port of agent_url; the node firewall must let the hub in"
+    ),
+    "refused": (
+        "give the agent this node's own token: python -m jupyterhub_gpu.services.agent "
+        "--print-token --node {node} --site-secret-file FILE, in its "
+        "JUPYTERHUB_GPU_AGENT_TOKEN (docs/agent.md)"
+    ),
+    "error": "check the agent's log on the node",
+    "other-node": "start the agent with --node {node} (and this node's token), or fix agent_url",
+    "clock": (
+        "run NTP (chrony or systemd-timesyncd) on the node and the hub: agent "
+        "readings older than AgentClient.max_snapshot_age count as a stuck probe"
+    ),
+}
+
+
 def agent_checks(node: str, f: AgentFacts) -> list[Check]:
     if f.url is None:
-        return [
-            Check(
-                node,
-                "agent",
-                True,
-                "no agent_url: the hub reads GPUs with its own probe (declared inventory or NVML)",
-            )
-        ]
+        seen = "no agent_url: the hub reads GPUs with its own probe (declared inventory or NVML)"
+        return [Check(node, "agent", True, seen)]
     if not f.token:
-        return [
-            Check(
-                node,
-                "agent",
-                False,
-                "no token for the agent: the site secret is missing or shorter than 16 characters",
-                "set c.GPUDockerSpawner.agent_token (or $JUPYTERHUB_GPU_AGENT_TOKEN) to the "
-                "site secret (docs/agent.md)",
-            )
-        ]
-    out: list[Check] = []
-    if f.status is None:
-        out.append(
-            Check(
-                node,
-                "agent",
-                False,
-                f"the agent at {f.url} does not answer: {f.error}",
-                "start it on the node (jupyterhub-gpu-agent, docs/agent.md) listening on the "
-                "address and port of agent_url; the node firewall must let the hub in",
-            )
-        )
-    elif f.status in (401, 403):
-        out.append(
-            Check(
-                node,
-                "agent",
-                False,
-                f"the agent at {f.url} refused this node's token (HTTP {f.status})",
-                "give the agent this node's own token: python -m jupyterhub_gpu.services.agent "
-                f"--print-token --node {node} --site-secret-file FILE, in its "
-                "JUPYTERHUB_GPU_AGENT_TOKEN (docs/agent.md)",
-            )
-        )
-    elif f.status != 200 or f.error:
-        out.append(
-            Check(
-                node,
-                "agent",
-                False,
-                f"the agent at {f.url} answered HTTP {f.status}: {f.error}",
-                "check the agent's log on the node",
-            )
-        )
-    elif f.served_node != node:
-        out.append(
-            Check(
-                node,
-                "agent",
-                False,
-                f"the agent at {f.url} serves node {f.served_node!r}, not {node!r}",
-                f"start the agent with --node {node} (and this node's token), or fix agent_url",
-            )
-        )
-    else:
-        out.append(Check(node, "agent", True, f"the agent at {f.url} answers as {node}"))
+        seen = "no token for the agent: the site secret is missing or shorter than 16 characters"
+        return [Check(node, "agent", False, seen, _AGENT_FIX["token"])]
+    out = [_agent_answer_check(node, f.url, f)]
     if f.clock_skew_s is not None:
-        skew = round(f.clock_skew_s) or 0  # never "-0"
-        if abs(f.clock_skew_s) <= MAX_CLOCK_SKEW_S:
-            out.append(
-                Check(
-                    node,
-                    "clock",
-                    True,
-                    f"the node's clock is {skew:+d} s off the hub's",
-                )
-            )
-        else:
-            out.append(
-                Check(
-                    node,
-                    "clock",
-                    False,
-                    f"the node's clock is {skew:+d} s off the hub's",
-                    "run NTP (chrony or systemd-timesyncd) on the node and the hub: agent "
-                    "readings older than AgentClient.max_snapshot_age count as a stuck probe",
-                )
-            )
+        out.append(_clock_check(node, f.clock_skew_s))
     return out
+
+
+def _agent_answer_check(node: str, url: str, f: AgentFacts) -> Check:
+    """agent: the agent at ``url`` answers, to this node's token, as this node."""
+    if f.status is None:
+        seen = f"the agent at {url} does not answer: {f.error}"
+        return Check(node, "agent", False, seen, _AGENT_FIX["no-answer"])
+    if f.status in (401, 403):
+        seen = f"the agent at {url} refused this node's token (HTTP {f.status})"
+        return Check(node, "agent", False, seen, _AGENT_FIX["refused"].format(node=node))
+    if f.status != 200 or f.error:
+        seen = f"the agent at {url} answered HTTP {f.status}: {f.error}"
+        return Check(node, "agent", False, seen, _AGENT_FIX["error"])
+    if f.served_node != node:
+        seen = f"the agent at {url} serves node {f.served_node!r}, not {node!r}"
+        return Check(node, "agent", False, seen, _AGENT_FIX["other-node"].format(node=node))
+    return Check(node, "agent", True, f"the agent at {url} answers as {node}")
+
+
+def _clock_check(node: str, clock_skew_s: float) -> Check:
+    """clock: the node's clock is within MAX_CLOCK_SKEW_S of the hub's."""
+    skew = round(clock_skew_s) or 0  # never "-0"
+    seen = f"the node's clock is {skew:+d} s off the hub's"
+    if abs(clock_skew_s) <= MAX_CLOCK_SKEW_S:
+        return Check(node, "clock", True, seen)
+    return Check(node, "clock", False, seen, _AGENT_FIX["clock"])
 
 
 # ---------------------------------------------------------------- 5. shared home root
@@ -585,75 +546,67 @@ class HomeFacts:
     uid_gid: tuple[int, int] = (65534, 65534)
 
 
+#: fixes of the shared home's check (home_checks)
+_HOME_FIX = {
+    "hub": (
+        "mount the shared filesystem at {root} on the hub's machine too (the hub "
+        "creates homes there) and run check-node as root, as the hub runs"
+    ),
+    "probe": "check that {root} exists on the node and the engine may bind-mount it",
+    "not-shared": (
+        "mount the same shared export at {root} on the node as on the hub (fstab, "
+        "x-systemd.automount), then restart Docker so it sees the mount (docs/nodes.md)"
+    ),
+    "write": (
+        "mount it read-write on the node; for NFS check root_squash/all_squash and "
+        "idmapping; for CephFS the client's caps (rw on the path)"
+    ),
+    "owner": (
+        "the node and the hub map ids differently: use the same uid/gid mapping on both "
+        "(NFSv4 idmapd domain, no all_squash, the same LDAP/sssd)"
+    ),
+}
+
+
 def home_checks(node: str, f: HomeFacts) -> list[Check]:
     if not f.root:
         return [Check(node, "home", True, "no home_template: servers get no shared home")]
+    problem = _home_problem(f)
+    if problem is not None:
+        seen, fix = problem
+        return [Check(node, "home", False, seen, fix)]
+    uid, gid = f.uid_gid
+    seen = f"{f.root} is the hub's filesystem, writable as {uid}:{gid} with the right owner"
+    return [Check(node, "home", True, seen)]
+
+
+def _home_problem(f: HomeFacts) -> tuple[str, str] | None:
+    """What is wrong with the shared home root ``f.root`` (what was seen, the fix), if any."""
+    root = f.root
     if not f.on_hub or f.hub_error:
-        return [
-            Check(
-                node,
-                "home",
-                False,
-                f"the home root {f.root} on the hub's machine: {f.hub_error or 'missing'}",
-                f"mount the shared filesystem at {f.root} on the hub's machine too (the hub "
-                "creates homes there) and run check-node as root, as the hub runs",
-            )
-        ]
+        seen = f"the home root {root} on the hub's machine: {f.hub_error or 'missing'}"
+        return seen, _HOME_FIX["hub"].format(root=root)
     if f.probe_error:
-        return [
-            Check(
-                node,
-                "home",
-                False,
-                f"the probe container did not run: {f.probe_error}",
-                f"check that {f.root} exists on the node and the engine may bind-mount it",
-            )
-        ]
+        seen = f"the probe container did not run: {f.probe_error}"
+        return seen, _HOME_FIX["probe"].format(root=root)
     if not f.mounted or not f.marker_seen:
-        return [
-            Check(
-                node,
-                "home",
-                False,
-                f"{f.root} on the node is not the filesystem the hub sees (the hub's marker "
-                "file is not there)",
-                f"mount the same shared export at {f.root} on the node as on the hub (fstab, "
-                "x-systemd.automount), then restart Docker so it sees the mount (docs/nodes.md)",
-            )
-        ]
+        seen = (
+            f"{root} on the node is not the filesystem the hub sees (the hub's marker "
+            "file is not there)"
+        )
+        return seen, _HOME_FIX["not-shared"].format(root=root)
     uid, gid = f.uid_gid
     if not f.written:
-        return [
-            Check(
-                node,
-                "home",
-                False,
-                f"{f.root} is shared, but uid {uid}:{gid} cannot write its own folder there: "
-                f"{f.write_error}",
-                "mount it read-write on the node; for NFS check root_squash/all_squash and "
-                "idmapping; for CephFS the client's caps (rw on the path)",
-            )
-        ]
-    if f.owner != (uid, gid):
-        return [
-            Check(
-                node,
-                "home",
-                False,
-                f"a file written on the node as {uid}:{gid} belongs to "
-                f"{f.owner[0] if f.owner else '?'}:{f.owner[1] if f.owner else '?'} on the hub",
-                "the node and the hub map ids differently: use the same uid/gid mapping on both "
-                "(NFSv4 idmapd domain, no all_squash, the same LDAP/sssd)",
-            )
-        ]
-    return [
-        Check(
-            node,
-            "home",
-            True,
-            f"{f.root} is the hub's filesystem, writable as {uid}:{gid} with the right owner",
+        seen = (
+            f"{root} is shared, but uid {uid}:{gid} cannot write its own folder there: "
+            f"{f.write_error}"
         )
-    ]
+        return seen, _HOME_FIX["write"]
+    if f.owner != (uid, gid):
+        owner = f"{f.owner[0] if f.owner else '?'}:{f.owner[1] if f.owner else '?'}"
+        seen = f"a file written on the node as {uid}:{gid} belongs to {owner} on the hub"
+        return seen, _HOME_FIX["owner"]
+    return None
 
 
 # ---------------------------------------------------------------- 6. catalog
@@ -664,6 +617,14 @@ def image_present(reference: str, tags: Iterable[str], digests: Iterable[str] = 
     last = reference.rsplit("/", 1)[-1]
     ref = reference if ":" in last else f"{reference}:latest"
     return ref in set(tags)
+
+
+#: the fix of a catalog image missing on a node that could run it (catalog_checks)
+_CATALOG_PULL_FIX = (
+    "docker pull {image} on the node (or docker save | docker load from a "
+    "machine that has it; images/build.py builds the catalog); otherwise the "
+    "first spawn of it waits for the pull"
+)
 
 
 def catalog_checks(
@@ -680,56 +641,56 @@ def catalog_checks(
         by_image.setdefault(e.image, []).append(e)
     out: list[Check] = []
     for image, group in by_image.items():
-        slugs = ", ".join(e.slug for e in group)
-        runnable: list[str] = []
-        reasons: list[str] = []
-        for e in group:
-            if inventory is None:
-                ok, why = e.cpu_only, "the node's GPUs are unknown"
-            else:
-                ok, why = image_runs_on(e, inventory)
-            (runnable if ok else reasons).append(e.slug if ok else why)
+        runnable, reasons = _runnable_here(group, inventory)
         present = image_present(image, tags, digests)
-        name = f"catalog {image}"
-        if inventory is None and not runnable:  # GPU images, GPUs unknown: present or not
-            where = "present" if present else "missing on the node"
-            out.append(
-                Check(
-                    node,
-                    name,
-                    present,
-                    f"{slugs}: {where} (whether its GPUs fit is unknown: no GPU reading)",
-                    "" if present else f"docker pull {image} on the node",
-                )
-            )
-        elif not runnable:
-            note = reasons[0].split(": ", 1)[-1] if reasons else ""
-            out.append(
-                Check(
-                    node,
-                    name,
-                    True,
-                    f"{slugs}: {'present' if present else 'not here'}; cannot run on this node "
-                    f"({note}): placement skips it here",
-                )
-            )
-        elif present:
-            out.append(
-                Check(node, name, True, f"{slugs}: present; runs here ({', '.join(runnable)})")
-            )
-        else:
-            out.append(
-                Check(
-                    node,
-                    name,
-                    False,
-                    f"{slugs}: missing on the node (it could run here: {', '.join(runnable)})",
-                    f"docker pull {image} on the node (or docker save | docker load from a "
-                    "machine that has it; images/build.py builds the catalog); otherwise the "
-                    "first spawn of it waits for the pull",
-                )
-            )
+        out.append(_catalog_image_check(node, image, group, runnable, reasons, present, inventory))
     return out
+
+
+def _runnable_here(
+    group: Sequence[CatalogEntry], inventory: NodeInventory | None
+) -> tuple[list[str], list[str]]:
+    """The slugs of ``group`` that can run on the node, and why each other cannot."""
+    runnable: list[str] = []
+    reasons: list[str] = []
+    for e in group:
+        if inventory is None:
+            ok, why = e.cpu_only, "the node's GPUs are unknown"
+        else:
+            ok, why = image_runs_on(e, inventory)
+        (runnable if ok else reasons).append(e.slug if ok else why)
+    return runnable, reasons
+
+
+def _catalog_image_check(
+    node: str,
+    image: str,
+    group: Sequence[CatalogEntry],
+    runnable: Sequence[str],
+    reasons: Sequence[str],
+    present: bool,
+    inventory: NodeInventory | None,
+) -> Check:
+    """catalog IMAGE: the image of ``group`` is on the node where it can run there."""
+    slugs = ", ".join(e.slug for e in group)
+    name = f"catalog {image}"
+    if inventory is None and not runnable:  # GPU images, GPUs unknown: present or not
+        where = "present" if present else "missing on the node"
+        seen = f"{slugs}: {where} (whether its GPUs fit is unknown: no GPU reading)"
+        return Check(
+            node, name, present, seen, "" if present else f"docker pull {image} on the node"
+        )
+    if not runnable:
+        note = reasons[0].split(": ", 1)[-1] if reasons else ""
+        seen = (
+            f"{slugs}: {'present' if present else 'not here'}; cannot run on this node "
+            f"({note}): placement skips it here"
+        )
+        return Check(node, name, True, seen)
+    if present:
+        return Check(node, name, True, f"{slugs}: present; runs here ({', '.join(runnable)})")
+    seen = f"{slugs}: missing on the node (it could run here: {', '.join(runnable)})"
+    return Check(node, name, False, seen, _CATALOG_PULL_FIX.format(image=image))
 
 
 def probe_image(

@@ -450,8 +450,6 @@ def check_node(
     """Every check of one node; containers it starts are gone when it returns or raises.
     ``gpus``: the node's GPUs when known otherwise (``--local``: NVML)."""
     report = rules.NodeReport(spec.name)
-    add = report.checks.extend
-    name = spec.name
     client: docker.APIClient | None = None
     error = ""
     try:
@@ -459,82 +457,114 @@ def check_node(
     except (docker.errors.DockerException, requests.RequestException, OSError) as e:
         error = f"{type(e).__name__}: {e}"
     try:
-        engine = engine_facts(spec, client, error)
-        add(rules.engine_checks(name, engine))
-        agent, inventory = agent_facts(spec, settings)
-        inventory = inventory or gpus
-        if inventory is None:
-            inventory = declared_inventory(spec, settings)
-        if client is None or not engine.answered:
-            for group in ("user-network", "firewall", "gpu", "home", "catalog"):
-                if settings.wants(group):
-                    add([rules.not_run(name, group, "the engine does not answer")])
-            if settings.wants("agent"):
-                add(rules.agent_checks(name, agent))
-            return report
-        remove_leftovers(client, owner=settings.owner)
-        images = client.images()
-        tags = [t for i in images for t in (i.get("RepoTags") or [])]
-        digests = [d for i in images for d in (i.get("RepoDigests") or [])]
-        net: dict[str, Any] | None = None
-        try:
-            net = client.inspect_network(settings.user_network)
-        except docker.errors.NotFound:
-            net = None
-        if settings.wants("user-network"):
-            add(rules.network_checks(name, net, settings.user_network, settings.user_bridge))
-        cpu = [e.image for e in settings.catalog if e.cpu_only]
-        image = settings.probe_image or rules.probe_image(cpu, settings.images, tags)
-        agent_port = urlsplit(spec.agent_url).port if spec.agent_url else None
-        if image is None or (settings.probe_image and not rules.image_present(image, tags)):
-            for group in ("firewall", "gpu", "home"):
-                if settings.wants(group):
-                    add(
-                        [
-                            rules.Check(
-                                name,
-                                group,
-                                False,
-                                f"{rules.NOT_RUN} no probe image on the node (one with python3)",
-                                "load the catalog's CPU image on the node, or give --image",
-                            )
-                        ]
-                    )
-        else:
-            with Probes(client, run, image, settings) as probes:
-                if settings.wants("firewall"):
-                    if net is None:
-                        add([rules.not_run(name, "firewall", "no user network")])
-                    else:
-                        try:
-                            add(firewall_facts(probes, spec, settings, net, agent_port))
-                        except (docker.errors.DockerException, GPUHubError, ValueError) as e:
-                            add(
-                                [
-                                    rules.Check(
-                                        name,
-                                        "firewall",
-                                        False,
-                                        f"{rules.PROBE_FAILED} {_error(e)}",
-                                        "check the engine's log and the probe image",
-                                    )
-                                ]
-                            )
-                if settings.wants("gpu"):
-                    one = none = None
-                    if inventory is not None and inventory.gpus:
-                        one = gpu_probe(probes, [inventory.gpus[0].uuid])
-                        none = gpu_probe(probes, [])
-                    add(rules.gpu_checks(name, inventory, one, none, settings.gpu_device_driver))
-                if settings.wants("home"):
-                    add(rules.home_checks(name, home_facts(probes, settings)))
-        if settings.wants("agent"):
-            add(rules.agent_checks(name, agent))
-        if settings.wants("catalog"):
-            add(rules.catalog_checks(name, settings.catalog, tags, inventory, digests))
+        _run_checks(report, spec, settings, run, client, error, gpus)
         return report
     finally:
         if client is not None:
             with suppress(Exception):
                 remove_leftovers(client, run)
             client.close()
+
+
+def _run_checks(
+    report: rules.NodeReport,
+    spec: NodeSpec,
+    settings: CheckSettings,
+    run: str,
+    client: docker.APIClient | None,
+    error: str,
+    gpus: NodeInventory | None,
+) -> None:
+    """check_node's checks, in order, into ``report`` (``client``: None when ``error``)."""
+    add = report.checks.extend
+    name = spec.name
+    engine = engine_facts(spec, client, error)
+    add(rules.engine_checks(name, engine))
+    agent, inventory = agent_facts(spec, settings)
+    inventory = inventory or gpus
+    if inventory is None:
+        inventory = declared_inventory(spec, settings)
+    if client is None or not engine.answered:
+        groups = ("user-network", "firewall", "gpu", "home", "catalog")
+        add(_not_run_groups(name, settings, groups, "the engine does not answer"))
+        if settings.wants("agent"):
+            add(rules.agent_checks(name, agent))
+        return
+    remove_leftovers(client, owner=settings.owner)
+    images = client.images()
+    tags = [t for i in images for t in (i.get("RepoTags") or [])]
+    digests = [d for i in images for d in (i.get("RepoDigests") or [])]
+    net: dict[str, Any] | None = None
+    try:
+        net = client.inspect_network(settings.user_network)
+    except docker.errors.NotFound:
+        net = None
+    if settings.wants("user-network"):
+        add(rules.network_checks(name, net, settings.user_network, settings.user_bridge))
+    add(_probe_checks(spec, settings, run, client, tags, net, inventory))
+    if settings.wants("agent"):
+        add(rules.agent_checks(name, agent))
+    if settings.wants("catalog"):
+        add(rules.catalog_checks(name, settings.catalog, tags, inventory, digests))
+
+
+def _not_run_groups(
+    name: str, settings: CheckSettings, groups: Sequence[str], because: str
+) -> list[rules.Check]:
+    """A not-run line for each of ``groups`` the run wants."""
+    return [rules.not_run(name, group, because) for group in groups if settings.wants(group)]
+
+
+def _probe_checks(
+    spec: NodeSpec,
+    settings: CheckSettings,
+    run: str,
+    client: docker.APIClient,
+    tags: Sequence[str],
+    net: dict[str, Any] | None,
+    inventory: NodeInventory | None,
+) -> list[rules.Check]:
+    """The firewall, GPU and home checks: what probe containers on the node see."""
+    name = spec.name
+    cpu = [e.image for e in settings.catalog if e.cpu_only]
+    image = settings.probe_image or rules.probe_image(cpu, settings.images, tags)
+    agent_port = urlsplit(spec.agent_url).port if spec.agent_url else None
+    if image is None or (settings.probe_image and not rules.image_present(image, tags)):
+        seen = f"{rules.NOT_RUN} no probe image on the node (one with python3)"
+        fix = "load the catalog's CPU image on the node, or give --image"
+        groups = ("firewall", "gpu", "home")
+        return [rules.Check(name, g, False, seen, fix) for g in groups if settings.wants(g)]
+    out: list[rules.Check] = []
+    with Probes(client, run, image, settings) as probes:
+        if settings.wants("firewall"):
+            out += _firewall_probe_checks(probes, spec, settings, net, agent_port)
+        if settings.wants("gpu"):
+            one = none = None
+            if inventory is not None and inventory.gpus:
+                one = gpu_probe(probes, [inventory.gpus[0].uuid])
+                none = gpu_probe(probes, [])
+            out += rules.gpu_checks(name, inventory, one, none, settings.gpu_device_driver)
+        if settings.wants("home"):
+            out += rules.home_checks(name, home_facts(probes, settings))
+    return out
+
+
+def _firewall_probe_checks(
+    probes: Probes,
+    spec: NodeSpec,
+    settings: CheckSettings,
+    net: dict[str, Any] | None,
+    agent_port: int | None,
+) -> list[rules.Check]:
+    """The firewall's checks, or why its probe could not run."""
+    if net is None:
+        return [rules.not_run(spec.name, "firewall", "no user network")]
+    try:
+        return firewall_facts(probes, spec, settings, net, agent_port)
+    except (docker.errors.DockerException, GPUHubError, ValueError) as e:
+        seen = f"{rules.PROBE_FAILED} {_error(e)}"
+        return [
+            rules.Check(
+                spec.name, "firewall", False, seen, "check the engine's log and the probe image"
+            )
+        ]
