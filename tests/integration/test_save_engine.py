@@ -40,6 +40,8 @@ from jupyterhub_gpu.core.saving.data import (
 from jupyterhub_gpu.core.saving.limits import Limits
 from jupyterhub_gpu.core.saving.recipe import BUILD_ID_LABEL, LABEL, STAGING, WHEELHOUSE
 from jupyterhub_gpu.edges.builder import save as save_module
+from jupyterhub_gpu.edges.builder.output import read_output
+from jupyterhub_gpu.edges.builder.probe import OUTPUT_MAX
 from jupyterhub_gpu.edges.builder.save import SaveRequest, SaveSettings, save_environment
 from jupyterhub_gpu.edges.builder.wheelhouse import IndexSettings
 from tests.support.cluster import SITE_ADDRESS, TEST_IMAGE, Engine
@@ -461,6 +463,38 @@ def test_a_registry_that_cannot_be_reached_leaves_nothing(
     with engines[0].client() as c:
         tagged = [t for i in c.api.images() for t in i.get("RepoTags") or () if nowhere in t]
     assert tagged == []
+
+
+def test_a_container_that_prints_endlessly_is_read_up_to_the_limit(engines: list[Engine]) -> None:
+    """Issue 24: a saved image's Python can flood its stdout within the probe's timeout;
+    the hub's bounded read (what the probe reads with) keeps :data:`OUTPUT_MAX` of it and
+    kills the container, long before the timeout. ``yes`` stands in for that Python, as
+    the probe runs it: an entrypoint, as nobody, with no network."""
+    node_a = engines[0]
+    before = probes(node_a)
+    with api(node_a) as client:
+        host = client.create_host_config(network_mode="none", cap_drop=["ALL"])
+        cid = client.create_container(
+            TEST_IMAGE,
+            command=["flood"],
+            entrypoint=["/usr/bin/yes"],
+            user="65534:65534",
+            host_config=host,
+            labels={PROBE_LABEL: "1", **TEST_LABELS},
+        )["Id"]
+        try:
+            client.start(cid)
+            start = time.monotonic()
+            out = read_output(client, cid, OUTPUT_MAX, timeout=120)
+            seconds = time.monotonic() - start
+            assert out.cut and not out.timed_out
+            assert len(out.data) == OUTPUT_MAX
+            assert set(out.data.split(b"\n")[:-1]) == {b"flood"}
+            assert seconds < 60
+            assert client.wait(cid, timeout=30)["StatusCode"] != 0  # killed, not exited
+        finally:
+            client.remove_container(cid, force=True)
+    assert probes(node_a) <= before
 
 
 def test_a_prune_on_the_node_does_not_leave_the_build_behind(

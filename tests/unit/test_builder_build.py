@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,14 @@ from jupyterhub_gpu.core.saving.stream import BuildLog, PushLog, clean, parse_me
 from jupyterhub_gpu.edges.builder import build as build_mod
 from jupyterhub_gpu.edges.builder.build import BuildSettings, build_and_push, discard
 from jupyterhub_gpu.edges.builder.context import build_context
-from jupyterhub_gpu.edges.builder.probe import PROBE, base_user, parse_probe, probe_target
+from jupyterhub_gpu.edges.builder.output import Output, read_output
+from jupyterhub_gpu.edges.builder.probe import (
+    OUTPUT_MAX,
+    PROBE,
+    base_user,
+    parse_probe,
+    probe_target,
+)
 
 pytestmark = pytest.mark.unit
 REF = "reg.example:5000/saved/u-alice/my-env:20261124-153000-012345"
@@ -441,7 +449,7 @@ class ProbeEngine:
         self.status, self.output = status, output or probe_output()
         self.created: dict[str, Any] = {}
         self.host: dict[str, Any] = {}
-        self.removed = False
+        self.removed = self.killed = False
 
     def create_host_config(self, **kw: Any) -> dict[str, Any]:
         self.host = kw
@@ -457,8 +465,13 @@ class ProbeEngine:
     def wait(self, cid: str, timeout: float) -> dict[str, int]:
         return {"StatusCode": self.status}
 
-    def logs(self, cid: str, stdout: bool, stderr: bool) -> bytes:
-        return self.output.encode()
+    def logs(self, cid: str, stdout: bool, stderr: bool, stream: bool, follow: bool) -> Any:
+        assert stream and follow and stdout and not stderr  # never the whole body at once
+        data = self.output.encode()
+        return iter([data[i : i + 1000] for i in range(0, len(data), 1000)])
+
+    def kill(self, cid: str) -> None:
+        self.killed = True
 
     def remove_container(self, cid: str, force: bool) -> None:
         self.removed = True
@@ -496,6 +509,115 @@ def test_an_engine_refusing_the_probe_is_a_save_error() -> None:
     with pytest.raises(BuildFailed, match="/opt/venv/bin/python could not be started in it"):
         probe_target(engine, BASE)
     assert engine.removed
+
+
+# what a .pth file in a saved image can print after the probe's own answer (issue 24)
+FORGED = probe_output(libc_version="2.1000000000")
+IMPOSSIBLE = "the image reported an impossible"
+
+
+@pytest.mark.parametrize(
+    ("output", "match"),
+    [
+        (FORGED, r"impossible C library version 'glibc 2\.1000000000'"),
+        (probe_output(libc_version="2." + "9" * 4000), "impossible C library version"),
+        (probe_output(libc_version="2.100"), "impossible C library version 'glibc 2.100'"),
+        (probe_output(libc_version="2.4"), "impossible C library version"),
+        (probe_output(libc_version="2.-1"), "impossible C library version"),
+        (probe_output(libc_version="3.1"), "impossible C library version"),
+        (probe_output(libc_version="2.35.1"), "impossible C library version"),
+        (probe_output(libc_version="2.x"), "impossible C library version"),
+        (probe_output(libc_version="\uff12.\uff13\uff15"), "impossible C library version"),
+        (probe_output(libc_version=""), "impossible C library version"),
+        (probe_output(libc="musl", libc_version="1.1000000000"), "impossible C library version"),
+        (probe_output(libc="glibc" * 100), "impossible C library"),
+        (probe_output(python=[3, 10**300]), "impossible Python version"),
+        (probe_output(python=[3, -1]), "impossible Python version"),
+        (probe_output(python=[2, 7]), "impossible Python version"),
+        (probe_output(python=[3, 7]), "impossible Python version"),
+        (probe_output(python=[True, 10]), "unknown form"),
+        (probe_output(python=[3, 10.0]), "unknown form"),
+        (probe_output(libc_version=2.35), "unknown form"),
+        (probe_output(machine="x" * 10_000), "impossible machine"),
+        (probe_output(machine="x86_64\n{}"), "impossible machine"),
+        (probe_output(machine=""), "impossible machine"),
+        (probe_output(implementation="c" * 100), "impossible Python implementation"),
+        (probe_output(prefix="/" + "a" * 300), "impossible environment folder"),
+        (probe_output(prefix="opt/venv"), "impossible environment folder"),
+        (probe_output(prefix="/opt/\u202evenv"), "impossible environment folder"),
+        (probe_output(installed=[["a", "1"]] * 10_001), "impossible number of installed"),
+        # the real answer first, then a decoy as the last JSON line
+        (probe_output() + FORGED, "impossible C library version"),
+        (probe_output() + "{" + "[" * 100_000 + "\n", "printed no answer"),
+    ],
+)
+def test_hostile_probe_answers_are_refused_with_a_sentence(output: str, match: str) -> None:
+    with pytest.raises(BuildFailed, match=match) as caught:
+        parse_probe(output, BASE, "/opt/venv/bin/python")
+    text = str(caught.value)
+    assert text.startswith(f"The base image {BASE} could not be examined (")
+    assert len(text) < 300  # the image's value is shown cut short
+
+
+def test_real_libc_answers_are_kept() -> None:
+    for version, glibc in (("2.17", (2, 17)), ("2.5", (2, 5)), ("2.99", (2, 99))):
+        assert parse_probe(probe_output(libc_version=version), BASE, "p").glibc == glibc
+    musl = probe_output(libc="musl", libc_version="1.2.5")
+    assert parse_probe(musl, BASE, "p").glibc is None
+    assert parse_probe(probe_output(libc="libc", libc_version="6"), BASE, "p").glibc is None
+    assert parse_probe(probe_output(python=[3, 13]), BASE, "p").python == (3, 13)
+
+
+class EndlessEngine(ProbeEngine):
+    """A probe that prints forever, in 64 KiB chunks, until it is killed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chunks = 0
+
+    def logs(self, cid: str, stdout: bool, stderr: bool, stream: bool, follow: bool) -> Any:
+        assert stream and follow
+
+        def forever() -> Iterator[bytes]:
+            while not self.killed:
+                self.chunks += 1
+                yield b"x" * 65536
+
+        return forever()
+
+
+def test_a_probe_flooding_its_output_is_cut_at_the_limit_and_killed() -> None:
+    engine = EndlessEngine()
+    with pytest.raises(BuildFailed, match="printed more than 4 MiB"):
+        probe_target(engine, BASE)
+    assert engine.killed and engine.removed
+    # the hub read OUTPUT_MAX and one chunk more, never the whole stream
+    assert engine.chunks * 65536 <= OUTPUT_MAX + 65536
+
+
+def test_the_bounded_read_keeps_at_most_the_limit() -> None:
+    engine = EndlessEngine()
+    out = read_output(engine, "c1", limit=100_000, timeout=60)
+    assert out.cut and not out.timed_out and out.data == b"x" * 100_000 and engine.killed
+    small = read_output(ProbeEngine(output="hello\n"), "c1", limit=100, timeout=60)
+    assert small == Output(b"hello\n")
+
+
+def test_the_bounded_read_kills_a_container_still_running_at_the_deadline() -> None:
+    class Slow(ProbeEngine):
+        def logs(self, cid: str, stdout: bool, stderr: bool, stream: bool, follow: bool) -> Any:
+            def drip() -> Iterator[bytes]:
+                while not self.killed:
+                    time.sleep(0.01)
+                    yield b"."
+
+            return drip()
+
+    engine = Slow()
+    out = read_output(engine, "c1", limit=OUTPUT_MAX, timeout=0.2)
+    assert out.timed_out and not out.cut and engine.killed
+    with pytest.raises(BuildFailed, match="did not finish within 0 s"):
+        probe_target(Slow(), BASE, timeout=0.2)
 
 
 def test_base_user_reads_only_the_user() -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from jupyterhub_gpu.core.saving.data import FetchFailed, PipRequirement, Target
 from jupyterhub_gpu.edges.builder.wheelhouse import (
+    MAX_PLATFORM_TAGS,
     IndexSettings,
     check_wheels,
     download_argv,
@@ -47,6 +48,27 @@ def test_platform_tags_cover_every_manylinux_the_glibc_runs() -> None:
 )
 def test_unknown_libc_or_machine_means_pure_python_wheels_only(target: Target) -> None:
     assert platform_tags(target) == ["any"]
+
+
+@pytest.mark.parametrize(
+    "glibc", [(2, 1_000_000_000), (2, 10**100), (2, 100), (2, -5), (2, 4), (2, 0), (-1, 35)]
+)
+def test_platform_tags_are_bounded_whatever_the_target_says(glibc: tuple[int, int]) -> None:
+    # the forged probe answer of issue 24: 2.1000000000 would loop a billion times
+    for machine in ("x86_64", "aarch64", "i686"):
+        assert platform_tags(Target((3, 11), machine, glibc)) == ["any"]
+
+
+def test_platform_tags_never_yield_more_than_the_cap() -> None:
+    for machine in ("x86_64", "i686", "aarch64", "ppc64le", "s390x", "riscv64"):
+        for minor in range(-3, 200):
+            tags = platform_tags(Target((3, 11), machine, (2, minor)))
+            assert 1 <= len(tags) <= MAX_PLATFORM_TAGS
+    newest = platform_tags(Target((3, 11), "x86_64", (2, 99)))
+    assert newest[0] == "manylinux_2_99_x86_64" and newest[-1] == "manylinux1_x86_64"
+    # under the machine's floor: no manylinux tag applies, never an empty list (pip would
+    # then fetch for the hub's own platform)
+    assert platform_tags(Target((3, 11), "aarch64", (2, 12))) == ["any"]
 
 
 def test_the_download_command_line() -> None:

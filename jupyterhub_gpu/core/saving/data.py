@@ -127,6 +127,14 @@ class BuilderPolicy:
     max_packages: int = 500
 
 
+#: What a base image's probe may report (:mod:`.probe` refuses anything else; the image
+#: is the user's, so its answer is untrusted). glibc: 2.5 (manylinux1, the oldest glibc any
+#: wheel names) to 2.99 (2.42 came out in 2025, two a year); Python 3.8 (the probe needs
+#: ``importlib.metadata``) to 3.99.
+GLIBC_MINORS = range(5, 100)
+PYTHON_MINORS = range(8, 100)
+
+
 @dataclass(frozen=True)
 class Target:
     """The Python of the base image that wheels must fit (from :mod:`.probe`).

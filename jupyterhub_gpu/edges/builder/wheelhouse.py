@@ -21,10 +21,12 @@ from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from jupyterhub_gpu.core.saving.data import FetchFailed, PipRequirement, Target
+from jupyterhub_gpu.core.saving.data import GLIBC_MINORS, FetchFailed, PipRequirement, Target
 
 #: The oldest glibc each manylinux architecture has wheels for (PEP 600).
 _MANYLINUX_FLOOR = {"x86_64": 5, "i686": 5, "aarch64": 17, "ppc64le": 17, "s390x": 17}
+#: a hard cap on :func:`platform_tags` (glibc 2.99 on x86_64 gives 98)
+MAX_PLATFORM_TAGS = 128
 _LEGACY = {(2, 17): "manylinux2014", (2, 12): "manylinux2010", (2, 5): "manylinux1"}
 _NOT_FOUND = re.compile(r"No matching distribution found for (\S+)")
 _UNREACHABLE = (
@@ -64,17 +66,24 @@ class IndexSettings:
 
 def platform_tags(target: Target) -> list[str]:
     """pip ``--platform`` values for ``target``: every manylinux its glibc runs, newest
-    first (with the legacy aliases), or ``any`` (pure-Python wheels only) without glibc."""
+    first (with the legacy aliases), or ``any`` (pure-Python wheels only) without glibc,
+    or with a glibc outside :data:`GLIBC_MINORS` or under the machine's floor. Never more
+    than :data:`MAX_PLATFORM_TAGS`, whatever ``target`` says (it comes from the image)."""
     floor = _MANYLINUX_FLOOR.get(target.machine)
     if target.glibc is None or floor is None or target.glibc[0] != 2:
         return ["any"]
+    newest = target.glibc[1]
+    if newest not in GLIBC_MINORS or newest < floor:
+        return ["any"]
     tags: list[str] = []
-    for minor in range(target.glibc[1], floor - 1, -1):
+    for minor in range(newest, floor - 1, -1):
         tags.append(f"manylinux_2_{minor}_{target.machine}")
         legacy = _LEGACY.get((2, minor))
         if legacy and (legacy != "manylinux2010" or target.machine in ("x86_64", "i686")):
             tags.append(f"{legacy}_{target.machine}")
-    return tags
+        if len(tags) >= MAX_PLATFORM_TAGS:
+            break
+    return tags[:MAX_PLATFORM_TAGS]
 
 
 def download_argv(
