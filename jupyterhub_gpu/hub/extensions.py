@@ -173,7 +173,8 @@ def configure_culler(
     ``notes_file`` and ``deadlines_file``: the files the culler writes and the hub reads
     (default: the spawner's ``cull_notes_file`` and ``cull_deadlines_file`` when set); they
     are set on both sides here. ``args``: more command-line options of the culler (e.g.
-    ``["--log-level=DEBUG"]``). ``site_secret``: the agents' site secret (default: the
+    ``["--log-level=DEBUG"]``). The agents' CA, ``c.AgentClient.ca_cert`` when set
+    before this call, is passed on as ``GPUIdleCuller.agent_ca_cert``. ``site_secret``: the agents' site secret (default: the
     hub's ``$JUPYTERHUB_GPU_SITE_SECRET``); it reaches the culler in its environment,
     never on its command line.
     """
@@ -199,6 +200,9 @@ def configure_culler(
     if deadlines_file is not None:
         spawner.cull_deadlines_file = deadlines_file
         command.append(f"--GPUIdleCuller.deadlines_file={deadlines_file}")
+    ca_cert = c.AgentClient.ca_cert if "ca_cert" in c.AgentClient else ""
+    if ca_cert:  # the agents' CA: the culler reads them over HTTPS as the hub does
+        command.append(f"--GPUIdleCuller.agent_ca_cert={ca_cert}")
     command += list(args)
     secret = site_secret if site_secret is not None else site_secret_from(os.environ)
     hub = c.JupyterHub

@@ -15,7 +15,7 @@ import re
 import shlex
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,12 +151,14 @@ def run_step(
     timeout: float = 600,
     lines: list[str] | None = None,
     name: str = "docs/install.md",
+    wrap: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[str]:
     """Run ``step`` with bash on ``machine`` (a name for messages); StepFailed names the
-    guide's line when it fails. ``lines``: the guide's lines, to quote the failing one."""
+    guide's line when it fails. ``lines``: the guide's lines, to quote the failing one;
+    ``wrap``: a command to run bash under (e.g. ``nsenter --net=...`` for a node)."""
     text = script(variables_block, values, step)
     r = subprocess.run(
-        ["bash", "-c", text],
+        [*wrap, "bash", "-c", text],
         cwd=cwd,
         env=dict(env if env is not None else os.environ),
         capture_output=True,
@@ -172,6 +174,11 @@ def run_step(
             f"--- stderr\n{r.stderr[-3000:]}"
         )
     return r
+
+
+def one_line(block: Block, index: int) -> Block:
+    """Line ``index`` (0-based) of ``block`` as a block of its own, its line number kept."""
+    return Block(block.where, block.line + index, block.lines[index] + "\n")
 
 
 def commands(block: Block) -> list[str]:

@@ -744,3 +744,63 @@ def test_the_hubs_stop_signals_end_the_process_even_if_ignored(
         proc.kill()
         _, err = proc.communicate()
     assert "Stopping" in err, err
+
+
+# -- the agents' CA ----------------------------------------------------------------------
+
+
+def test_configure_culler_passes_the_agents_ca(tmp_path: Path) -> None:
+    """The culler reads the agents over HTTPS as the hub does: with the hub's
+    ``AgentClient.ca_cert`` (found missing by the install guide's test: every agent was
+    'unreachable' to the culler with CERTIFICATE_VERIFY_FAILED)."""
+    from jupyterhub_gpu.hub.extensions import configure_culler
+
+    with_ca, without = Config(), Config()
+    with_ca.AgentClient.ca_cert = "/etc/jupyterhub-gpu/tls/ca.pem"
+    for c in (with_ca, without):
+        configure_culler(c, site_secret="s" * 32)
+    (command,) = [s["command"] for s in with_ca.JupyterHub.services]
+    assert "--GPUIdleCuller.agent_ca_cert=/etc/jupyterhub-gpu/tls/ca.pem" in command
+    (command,) = [s["command"] for s in without.JupyterHub.services]
+    assert not [a for a in command if "agent_ca_cert" in a]
+
+
+def test_an_unreadable_agents_ca_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"agent_ca_cert: .*missing.pem can't be read"):
+        GPUIdleCuller(agent_ca_cert=str(tmp_path / "missing.pem"))
+
+
+async def test_https_agents_are_verified_with_the_sites_ca(tmp_path: Path) -> None:
+    """A real HTTPS agent whose certificate the site's CA signed: read with
+    ``agent_ca_cert``, refused without it (the system's CAs don't know the site's)."""
+    import ssl
+
+    from tornado import web
+    from tornado.httpserver import HTTPServer
+    from tornado.netutil import bind_sockets
+
+    from tests.support.pki import issue, make_ca
+
+    ca = make_ca(tmp_path, "site-ca")
+    cert, key = issue(tmp_path, ca, "gpu-a", "IP:127.0.0.1")
+    body = {"node": "gpu-a", "driver_version": "550.54.15", "gpus": []}
+
+    class Agent(web.RequestHandler):
+        def get(self) -> None:
+            self.write(body)
+
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    server = HTTPServer(web.Application([(r"/v1/gpus", Agent)]), ssl_options=context)
+    (sock,) = bind_sockets(0, "127.0.0.1")
+    server.add_sockets([sock])
+    url = f"https://127.0.0.1:{sock.getsockname()[1]}"
+    try:
+        trusting = GPUIdleCuller(agent_ca_cert=str(ca[1]))
+        node, readings = await read_agent(trusting._client(), url, "t" * 32, 5)
+        assert (node, readings) == ("gpu-a", [])
+        stranger = GPUIdleCuller()
+        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            await read_agent(stranger._client(), url, "t" * 32, 5)
+    finally:
+        server.stop()

@@ -27,6 +27,7 @@ import asyncio
 import inspect
 import json
 import os
+import ssl
 from collections.abc import Mapping
 from dataclasses import fields, replace
 from datetime import datetime, timezone
@@ -180,6 +181,22 @@ class GPUIdleCuller(HubService):
         each agent gets its own node's token, derived from it
         (:func:`~jupyterhub_gpu.core.tokens.node_token`).""",
     ).tag(config=True)
+    agent_ca_cert = Unicode(
+        "",
+        help="""CA bundle (PEM) that ``https://`` agents' certificates must chain to: the
+        site's CA, the hub's ``AgentClient.ca_cert`` (``configure_culler`` passes it).
+        Empty: the system's CAs.""",
+    ).tag(config=True)
+    @validate("agent_ca_cert")
+    def _readable_ca(self, proposal: Any) -> str:
+        path = str(proposal["value"])
+        if path and not os.access(path, os.R_OK):
+            raise ConfigError(
+                f"GPUIdleCuller.agent_ca_cert: {path} can't be read; name the site's CA "
+                "(the hub's AgentClient.ca_cert), or leave it empty"
+            )
+        return path
+
     notes_file = Unicode(
         "jupyterhub-gpu-cull-notes.json",
         help="JSON file of recent cull reasons per user, read by the hub to tell users; '' = off.",
@@ -254,7 +271,8 @@ class GPUIdleCuller(HubService):
 
     def _client(self) -> httpx.AsyncClient:
         if self.http_client is None:
-            self.http_client = httpx.AsyncClient()
+            verify = ssl.create_default_context(cafile=self.agent_ca_cert or None)
+            self.http_client = httpx.AsyncClient(verify=verify)
         return self.http_client
 
     def _tracker(self, uuid: str) -> GpuTracker:
