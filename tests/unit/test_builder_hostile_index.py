@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 import threading
 import tracemalloc
 import zipfile
@@ -319,7 +318,8 @@ def test_a_name_pinned_to_an_index_is_taken_from_it_found_or_not(
         retries=0,
     )
     engine = Engine()
-    with pytest.raises(SaveError, match="'ourlab-utils==1.0' was not found as a wheel") as failure:
+    missing = r"'ourlab-utils==1\.0' was not found as a wheel"
+    with pytest.raises(SaveError, match=missing) as failure:
         save_environment(engine, request(home), settings(index), [], print)
     assert private_url in str(failure.value)  # said where it was looked for
     assert "build" not in engine.names()

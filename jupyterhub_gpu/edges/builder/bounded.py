@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -72,14 +73,15 @@ class _Tail:
 
 
 def folder_bytes(root: Path) -> int:
-    """The bytes of the files under ``root`` (links not followed), each file name
+    """The bytes of the regular files under ``root`` (links not followed), each file name
     counted once at its largest size."""
     sizes: dict[str, int] = {}
     for folder, _dirs, files in os.walk(root):
         for name in files:
             with contextlib.suppress(OSError):  # removed while we looked
                 st = os.lstat(os.path.join(folder, name))
-                sizes[name] = max(sizes.get(name, 0), st.st_size)
+                if stat.S_ISREG(st.st_mode):
+                    sizes[name] = max(sizes.get(name, 0), st.st_size)
     return sum(sizes.values())
 
 

@@ -3,7 +3,7 @@
 :mod:`jupyterhub_gpu.core.saving.indexes` decides which index each name is taken from;
 it needs to know which extra indexes list which names. :func:`listed_pairs` asks each
 index's project page (``<index>/<name>/``, PEP 503 HTML or PEP 691 JSON, whichever the
-index sends) with a time limit, reading at most :data:`READ_MAX` bytes of it: a page
+index sends, uncompressed) with a time limit, reading at most :data:`READ_MAX` bytes: a page
 lists the project when it answers 200 and names at least one file within that prefix.
 404 and 410 mean "not listed". Anything else (an error status, no answer, a timeout)
 stops the save with a sentence: falling through to the next index would be the very
@@ -58,12 +58,16 @@ def lists_project(
     url = index.rstrip("/") + f"/{name}/"
     try:
         with client.stream(
-            "GET", url, headers={"Accept": ACCEPT}, timeout=min(timeout_s, left)
+            "GET",
+            url,
+            headers={"Accept": ACCEPT, "Accept-Encoding": "identity"},
+            timeout=min(timeout_s, left),
         ) as response:
             if response.status_code in (404, 410):
                 return False
-            if response.status_code != 200:
-                raise _unreachable(index)
+            encoding = response.headers.get("content-encoding", "identity").strip().lower()
+            if response.status_code != 200 or encoding not in ("", "identity"):
+                raise _unreachable(index)  # compressed though not asked: never decompressed
             head = bytearray()
             for chunk in response.iter_raw():
                 head += chunk
