@@ -138,8 +138,8 @@ def test_the_limit_left_of_the_users_total_bounds_the_download(
 def test_pip_flooding_its_output_stays_bounded_in_the_hub(
     home: Path, fake_pip: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Before the fix: ``capture_output`` held all of it; the hub's peak was 129 MiB
-    (the 64 MiB read, then decoded) and the test failed on the bound."""
+    """Before the fix: ``capture_output`` held all of it; the hub's peak was 192 MiB for
+    64 MiB of output (read, decoded, joined) and the test failed on the bound."""
     monkeypatch.setenv("FAKE_PIP_MODE", "flood")
     monkeypatch.setenv("FAKE_PIP_MB", "64")
     tracemalloc.start()
