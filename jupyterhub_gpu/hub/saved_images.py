@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from traitlets import Bool, Float, Int, List, Unicode, default, validate
+from traitlets import Bool, Dict, Float, Int, List, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
 from jupyterhub_gpu.core.catalog.entries import IMAGE_RE
 from jupyterhub_gpu.core.saving.data import BuilderPolicy
+from jupyterhub_gpu.core.saving.indexes import NAME_PATTERN
 from jupyterhub_gpu.core.saving.limits import Limits
 from jupyterhub_gpu.edges.builder.build import BuildSettings
 from jupyterhub_gpu.edges.builder.save import SaveSettings
@@ -73,13 +74,37 @@ class SavedImages(LoggingConfigurable):
 
     index_url = Unicode(
         "",
-        help="The package index the hub fetches saved packages from (pip's --index-url). "
-        "Empty: pip's own configuration of the hub's environment.",
+        help="""The default package index the hub fetches saved packages from (a PEP 503
+        simple index, e.g. ``https://pypi.org/simple``): it serves every name that no
+        ``index_for`` entry pins and no ``extra_index_urls`` index lists. Empty: the index
+        of pip's own configuration of the hub's environment (``pip.conf``,
+        ``PIP_INDEX_URL``); that configuration's extra indexes and find-links are not
+        used (list them here).""",
     ).tag(config=True)
 
-    extra_index_urls = List(Unicode(), help="More indexes (pip's --extra-index-url).").tag(
-        config=True
-    )
+    extra_index_urls = List(
+        Unicode(),
+        help="""More indexes, searched BEFORE ``index_url``, in this order (uv's
+        ``first-index`` rule, against dependency confusion): each package name is taken
+        from the first of them whose simple API lists the name, and from that index
+        only, never from two; a name none of them lists comes from ``index_url``. So a
+        private index here keeps its names even when someone publishes the same name,
+        at any version or build, on ``index_url``. An index here that does not answer
+        stops the save (it is never skipped). E.g. ``["https://download.pytorch.org/whl/cu121"]``
+        (which also lists numpy and others: pin those with ``index_for`` if its versions
+        don't suit).""",
+    ).tag(config=True)
+
+    index_for = Dict(
+        value_trait=Unicode(),
+        key_trait=Unicode(),
+        help="""Package names, or patterns of names with ``*`` and ``?``, and the one
+        index each is taken from, whatever the other indexes list (uv's pinning of a
+        package to an index); a pinned name not found there is not looked for elsewhere.
+        An exact name wins over patterns; otherwise the first matching pattern, in this
+        order. E.g. ``{"ourlab-*": "https://pypi.ourlab.example/simple",
+        "torch": "https://download.pytorch.org/whl/cu121"}``. Default: none.""",
+    ).tag(config=True)
 
     find_links = List(
         Unicode(),
@@ -132,6 +157,22 @@ class SavedImages(LoggingConfigurable):
         value = str(proposal["value"]).strip().rstrip("/")
         if value and not IMAGE_RE.match(f"{value}/x:y"):
             raise ValueError(f"SavedImages.registry must be host[:port], got {value!r}")
+        return value
+
+    @validate("index_for")
+    def _valid_index_for(self, proposal: Any) -> dict[str, str]:
+        value = dict(proposal["value"])
+        for name, url in value.items():
+            if not NAME_PATTERN.match(name):
+                raise ValueError(
+                    f"SavedImages.index_for: {name!r} is not a package name or a pattern of "
+                    "one (letters, digits, '.', '_', '-', '*', '?')"
+                )
+            if not url.startswith(("https://", "http://", "file://")):
+                raise ValueError(
+                    f"SavedImages.index_for[{name!r}] must be an index URL (https://, http:// "
+                    f"or file://), got {url!r}"
+                )
         return value
 
     @validate("max_images")
@@ -187,6 +228,7 @@ class SavedImages(LoggingConfigurable):
             index=IndexSettings(
                 index_url=self.index_url or None,
                 extra_index_urls=tuple(self.extra_index_urls),
+                index_for=tuple(self.index_for.items()),
                 find_links=tuple(self.find_links),
                 no_index=self.no_index,
                 trusted_hosts=tuple(self.trusted_hosts),

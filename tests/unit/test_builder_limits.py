@@ -115,3 +115,21 @@ def test_who_sees_a_saved_image(
     img: SavedImage, user: str, groups: list[str], visible: bool
 ) -> None:
     assert img.visible_to(user, groups) is visible
+
+
+def test_the_allowance_of_a_new_image_is_the_smaller_of_the_two_limits() -> None:
+    from jupyterhub_gpu.core.saving.limits import Allowance, allowance
+
+    limits = Limits(max_image_bytes=20 * GIB, max_total_bytes=50 * GIB)
+    assert allowance(IMAGES, "alice", limits) == Allowance(
+        20 * GIB, "the limit of 20 GiB a saved image may add"
+    )
+    assert allowance(IMAGES, "bob", limits) == Allowance(
+        10 * GIB, "the 10 GiB left of the 50 GiB your saved images may take"
+    )
+    assert allowance(IMAGES, "bob", Limits(max_image_bytes=None, max_total_bytes=40 * GIB)) == (
+        Allowance(0, "the 0 bytes left of the 40 GiB your saved images may take")
+    )
+    assert allowance(IMAGES, "bob", Limits(max_image_bytes=None, max_total_bytes=None)) == (
+        Allowance(None)
+    )

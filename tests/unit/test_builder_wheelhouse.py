@@ -6,7 +6,7 @@ against a local folder of wheels with ``--no-index`` (offline operation).
 
 from __future__ import annotations
 
-import subprocess
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -81,13 +81,14 @@ def test_the_download_command_line() -> None:
         retries=0,
     )
     argv = download_argv(REQS, Path("/tmp/w"), TARGET, index, python="/hub/bin/python")
-    assert argv[:8] == [
+    assert argv[:9] == [
         "/hub/bin/python",
         "-m",
         "pip",
         "download",
         "--no-deps",
         "--only-binary=:all:",
+        "--no-cache-dir",
         "--dest",
         "/tmp/w",
     ]
@@ -95,8 +96,11 @@ def test_the_download_command_line() -> None:
     assert "--python-version 3.10 --implementation cp --abi cp310 --abi abi3 --abi none" in joined
     assert "--platform manylinux_2_35_x86_64" in joined
     assert "--timeout 7 --retries 1" in joined  # at least one retry: pip only says why then
-    assert "--index-url https://mirror.example/simple/" in joined
-    assert "--extra-index-url https://download.pytorch.org/whl/cu121" in joined
+    assert "--index-url" not in joined  # no index given: pip's configured one
+    assert "--extra-index-url" not in joined  # never: one index per run
+    argv = download_argv(REQS, Path("/w"), TARGET, index, "/p", "https://download.pytorch.org/w")
+    assert argv[argv.index("--index-url") + 1] == "https://download.pytorch.org/w"
+    assert "--extra-index-url" not in argv
     assert "--trusted-host mirror.example --cert /etc/ssl/site-ca.pem" in joined
     assert argv[-3:] == ["--", "einops==0.8.0", "torch==2.3.1+cu121"]
 
@@ -157,35 +161,72 @@ def test_pip_failures_become_sentences(output: str, expected: str) -> None:
     assert "s3cret" not in message
 
 
+FAKE_PYTHON = """
+import json, os, sys, time
+here = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(here, "fake.json")) as f:
+    cfg = json.load(f)
+env = {k: os.environ.get(k) for k in ("PIP_NO_INPUT", "PIP_EXTRA_INDEX_URL", "TMPDIR")}
+with open(os.path.join(here, "calls.jsonl"), "a") as f:
+    f.write(json.dumps({"argv": sys.argv[1:], "env": env}) + "\\n")
+dest = sys.argv[sys.argv.index("--dest") + 1]
+for name in cfg["files"]:
+    with open(os.path.join(dest, name), "wb") as f:
+        f.write(b"PK\\x05\\x06" + bytes(18))  # an empty, valid zip
+sys.stderr.write(cfg["stderr"])
+time.sleep(cfg["sleep"])
+sys.exit(cfg["returncode"])
+"""
+
+
 class FakePip:
-    """A runner that records the command and leaves the files it is told to."""
+    """The hub's Python running ``-m pip``, replaced by a script that records its command
+    line and environment and leaves the files it is told to (as empty zips)."""
 
     def __init__(
-        self, files: list[str], returncode: int = 0, stderr: str = "", timeout: bool = False
+        self,
+        folder: Path,
+        files: list[str],
+        returncode: int = 0,
+        stderr: str = "",
+        sleep: float = 0,
     ) -> None:
-        self.files, self.returncode, self.stderr, self.timeout = files, returncode, stderr, timeout
-        self.calls: list[dict[str, Any]] = []
+        self.folder = folder / "fake-python"
+        self.folder.mkdir()
+        script = self.folder / "python"
+        script.write_text(f"#!{sys.executable}\n{FAKE_PYTHON}")
+        script.chmod(0o755)
+        self.python = str(script)
+        config = {"files": files, "returncode": returncode, "stderr": stderr, "sleep": sleep}
+        (self.folder / "fake.json").write_text(json.dumps(config))
 
-    def __call__(self, argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
-        self.calls.append({"argv": argv, **kw})
-        if self.timeout:
-            raise subprocess.TimeoutExpired(argv, kw["timeout"])
-        dest = Path(argv[argv.index("--dest") + 1])
-        for name in self.files:
-            (dest / name).write_bytes(b"PK")
-        return subprocess.CompletedProcess(argv, self.returncode, "", self.stderr)
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        path = self.folder / "calls.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return [json.loads(line) for line in lines]
 
 
 WHEELS = ["einops-0.8.0-py3-none-any.whl", "torch-2.3.1+cu121-cp310-cp310-linux_x86_64.whl"]
 
 
-def test_fetch_returns_one_wheel_per_requirement(tmp_path: Path) -> None:
-    pip = FakePip(WHEELS)
-    found = fetch_wheels(REQS, tmp_path, TARGET, IndexSettings(timeout_s=42), run=pip)
+@pytest.fixture
+def dest(tmp_path: Path) -> Path:
+    folder = tmp_path / "dest"
+    folder.mkdir()
+    return folder
+
+
+def test_fetch_returns_one_wheel_per_requirement(tmp_path: Path, dest: Path) -> None:
+    pip = FakePip(tmp_path, WHEELS)
+    found = fetch_wheels(REQS, dest, TARGET, IndexSettings(timeout_s=42), python=pip.python)
     assert [p.name for p in found] == WHEELS
     (call,) = pip.calls
-    assert call["timeout"] == 42 and call["check"] is False
+    assert call["argv"][:3] == ["-m", "pip", "download"]
     assert call["env"]["PIP_NO_INPUT"] == "1"
+    assert call["env"]["PIP_EXTRA_INDEX_URL"] == " "  # pip.conf's extra indexes: off
+    assert call["env"]["TMPDIR"] == str(dest / ".pip-tmp")  # watched, then removed
+    assert sorted(p.name for p in dest.iterdir()) == sorted(WHEELS)
 
 
 @pytest.mark.parametrize(
@@ -197,9 +238,12 @@ def test_fetch_returns_one_wheel_per_requirement(tmp_path: Path) -> None:
         (["einops-0.8.1-py3-none-any.whl", WHEELS[1]], "unexpected file"),
     ],
 )
-def test_fetch_checks_what_pip_left(tmp_path: Path, files: list[str], match: str) -> None:
+def test_fetch_checks_what_pip_left(
+    tmp_path: Path, dest: Path, files: list[str], match: str
+) -> None:
+    pip = FakePip(tmp_path, files)
     with pytest.raises(FetchFailed, match=match):
-        fetch_wheels(REQS, tmp_path, TARGET, IndexSettings(), run=FakePip(files))
+        fetch_wheels(REQS, dest, TARGET, IndexSettings(), python=pip.python)
 
 
 def test_a_symlink_in_the_wheelhouse_is_refused(tmp_path: Path) -> None:
@@ -209,15 +253,36 @@ def test_a_symlink_in_the_wheelhouse_is_refused(tmp_path: Path) -> None:
         check_wheels(tmp_path, REQS)
 
 
-def test_fetch_failures_and_timeouts(tmp_path: Path) -> None:
+def test_fetch_failures_and_timeouts(tmp_path: Path, dest: Path) -> None:
+    failing = FakePip(tmp_path, [], returncode=1, stderr=NOT_FOUND)
     with pytest.raises(FetchFailed, match=r"'torch==2\.3\.1\+cu121' was not found"):
-        fetch_wheels(
-            REQS, tmp_path, TARGET, IndexSettings(), run=FakePip([], returncode=1, stderr=NOT_FOUND)
-        )
-    with pytest.raises(FetchFailed, match="took more than 5 s"):
-        fetch_wheels(
-            REQS, tmp_path, TARGET, IndexSettings(timeout_s=5), run=FakePip([], timeout=True)
-        )
+        fetch_wheels(REQS, dest, TARGET, IndexSettings(), python=failing.python)
+    (tmp_path / "slow").mkdir()
+    slow = FakePip(tmp_path / "slow", [], sleep=60)
+    with pytest.raises(FetchFailed, match="took more than 1 s"):
+        fetch_wheels(REQS, dest, TARGET, IndexSettings(timeout_s=1), python=slow.python)
+
+
+def test_each_name_is_fetched_from_one_index_by_one_pip_run(tmp_path: Path, dest: Path) -> None:
+    """``einops`` is listed by the first extra index (a ``file://`` folder here), so it
+    is fetched from there only; ``torch`` by none, so from ``index_url``."""
+    private = tmp_path / "private"
+    (private / "einops").mkdir(parents=True)
+    (private / "einops" / "index.html").write_text("<a href='x'>x</a>")
+    (tmp_path / "empty").mkdir()
+    pip = FakePip(tmp_path, [])
+    index = IndexSettings(
+        index_url="https://mirror.example/simple/",
+        extra_index_urls=((tmp_path / "empty").as_uri(), private.as_uri()),
+    )
+    with pytest.raises(FetchFailed, match="not fetched"):  # the stand-in fetched nothing
+        fetch_wheels(REQS, dest, TARGET, index, python=pip.python)
+    runs = [(c["argv"][c["argv"].index("--index-url") + 1], c["argv"][-1]) for c in pip.calls]
+    assert runs == [
+        (private.as_uri(), "einops==0.8.0"),
+        ("https://mirror.example/simple/", "torch==2.3.1+cu121"),
+    ]
+    assert not any("--extra-index-url" in c["argv"] for c in pip.calls)
 
 
 def test_real_pip_fetches_from_an_offline_folder(tmp_path: Path) -> None:

@@ -1,8 +1,10 @@
 """Per-user limits on saved images: how many, how large each, how large together. Pure.
 
-Checked twice: before a save starts (:func:`check_new_save`: the count, and a name the
-user already uses) and after the build, when the size is known and before anything is
-pushed (:func:`check_added_size`). Messages give the numbers and say what to do.
+Checked before a save starts (:func:`check_new_save`: the count, and a name the user
+already uses), while the hub fetches the wheels and before it sends them anywhere
+(:func:`allowance`: what the download and the wheels' unpacked size may reach), and after
+the build, when the size is known and before anything is pushed (:func:`check_added_size`).
+Messages give the numbers and say what to do.
 """
 
 from __future__ import annotations
@@ -54,6 +56,33 @@ def check_new_save(images: Sequence[SavedImage], owner: str, name: str, limits: 
             f"Your saved images take {size_text(used)}, the most this hub allows is "
             f"{size_text(limits.max_total_bytes)}; delete one before saving another."
         )
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """The most bytes a new saved image of one user may add (``None``: no limit), and
+    which limit that is, for sentences: ``"the limit of 20 GiB a saved image may add"``."""
+
+    bytes: int | None
+    what: str = "no limit"
+
+
+def allowance(images: Sequence[SavedImage], owner: str, limits: Limits) -> Allowance:
+    """What ``owner``'s next saved image may add: the per-image limit, or what is left of
+    the total when that is less. The hub bounds its download and the wheels' unpacked
+    size by it (a wheel's files take at least their unpacked size in the image)."""
+    per_image = limits.max_image_bytes
+    left = None
+    if limits.max_total_bytes is not None:
+        used = sum(i.size_bytes for i in owned(images, owner))
+        left = max(0, limits.max_total_bytes - used)
+    if left is not None and (per_image is None or left < per_image):
+        total = size_text(limits.max_total_bytes or 0)
+        what = f"the {size_text(left)} left of the {total} your saved images may take"
+        return Allowance(left, what)
+    if per_image is not None:
+        return Allowance(per_image, f"the limit of {size_text(per_image)} a saved image may add")
+    return Allowance(None)
 
 
 def check_added_size(images: Sequence[SavedImage], owner: str, added: int, limits: Limits) -> None:

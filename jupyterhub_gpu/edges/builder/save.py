@@ -25,7 +25,12 @@ from jupyterhub_gpu.core.saving.data import (
     SaveError,
     Target,
 )
-from jupyterhub_gpu.core.saving.limits import Limits, check_added_size, check_new_save
+from jupyterhub_gpu.core.saving.limits import (
+    Limits,
+    allowance,
+    check_added_size,
+    check_new_save,
+)
 from jupyterhub_gpu.core.saving.plan import plan_save
 from jupyterhub_gpu.core.saving.recipe import dockerfile, image_labels, repository, tag_for
 from jupyterhub_gpu.core.saving.validate import image_name
@@ -109,9 +114,9 @@ def save_environment(
     labels = image_labels(request.owner, name, request.base_slug, request.base_image, plan, created)
     report(Progress("fetch", f"Fetching {len(plan.pip)} packages from the site's index", None))
     with tempfile.TemporaryDirectory(prefix="jupyterhub-gpu-wheels-") as folder:
-        wheels = fetch_wheels(plan.pip, Path(folder), target, settings.index)
-        limit = settings.limits.max_image_bytes
-        with build_context(text, wheels, limit) as context:
+        allowed = allowance(existing, request.owner, settings.limits)
+        wheels = fetch_wheels(plan.pip, Path(folder), target, settings.index, allowed)
+        with build_context(text, wheels, allowed.bytes) as context:
             digest, added = build_and_push(
                 client,
                 context,
