@@ -363,12 +363,12 @@ def test_other_pythons_are_noticed_without_listing_them(home: Path, scandir: _Co
     for minor in range(20, 40):
         site = home / f".local/lib/python3.{minor}/site-packages"
         site.mkdir(parents=True)
-        for i in range(200):
+        for i in range(100):
             (site / f"f{i}").write_text("")
     dist(home / SITE, "mine", "1.0")
     found = read_home(home, PY)
     assert names(found.pip) == [("mine", "1.0")]
-    assert scandir.entries < 100  # was every file of every other Python: 4,000
+    assert scandir.entries < 100  # was every file of every other Python: 2,000
     assert 0 < len(found.skipped) <= records.MAX_OTHER_PYTHONS + 1
     assert "Python 3.20" in found.skipped[0].reason
 
@@ -459,9 +459,7 @@ class _SlowOs:
         return self.real_open(*args, **kwargs)
 
 
-def test_reading_a_home_stops_at_its_deadline(
-    home: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_reading_a_home_stops_at_its_deadline(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from jupyterhub_gpu.errors import SaveError
 
     for i in range(400):  # ~3,000 opens: 15 s at 5 ms each
@@ -477,7 +475,7 @@ def test_reading_a_home_stops_at_its_deadline(
         pytest.fail("reading a slow home went on past its deadline (5 s and counting)")
     finally:
         pool.shutdown(wait=False)
-    assert "remove" in str(caught.value)
+    assert "Remove environments and packages you no longer use" in str(caught.value)
 
 
 def test_listing_a_slow_home_stops_at_its_deadline_with_what_it_found(
