@@ -494,3 +494,25 @@ def test_listing_a_slow_home_stops_at_its_deadline_with_what_it_found(
     finally:
         pool.shutdown(wait=False)
     assert 0 < len(found) < 2000
+
+
+def test_thousands_of_fake_environment_folders_are_not_all_opened(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(1500):
+        (home / f"miniconda3/envs/fake{n:04}").mkdir(parents=True)  # no conda-meta
+    conda_env(home / ".conda/envs/real", [])
+    opened: list[object] = []
+
+    class _CountingOs:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(os, name)
+
+        def open(self, *args: Any, **kwargs: Any) -> int:
+            opened.append(args[0])
+            return os.open(*args, **kwargs)
+
+    monkeypatch.setattr(records, "os", _CountingOs())
+    assert list_conda_envs(home) == (".conda/envs/real",)
+    # four opens per folder looked into (no link followed): was all 1,500 folders, 6,023 opens
+    assert len(opened) < 4 * records.MAX_ENV_CANDIDATES + 50

@@ -57,6 +57,7 @@ MAX_DISTS = 5_000  #: dist-info folders or conda records per environment
 MAX_DISTS_TOTAL = 10_000  #: dist-info folders read from one home in all
 MAX_OTHER_PYTHONS = 3  #: folders of other Python versions looked into (to report them)
 MAX_ENVS = 100  #: conda environments listed
+MAX_ENV_CANDIDATES = 200  #: folders below `<root>/envs` looked into, in all
 METADATA_HEAD = 64 * 1024  #: bytes of METADATA read (Name and Version are at the top)
 SMALL_FILE = 64 * 1024  #: INSTALLER, direct_url.json
 CONDA_RECORD_MAX = 32 * 1024 * 1024  #: one conda-meta JSON (its file list can be long)
@@ -387,16 +388,21 @@ def is_env_path(env: str) -> bool:
 def conda_envs_in(tree: _Tree, found: list[str]) -> None:
     """The conda environments below the tree's root, as ``/``-joined relative paths,
     appended to ``found`` (kept when the deadline stops the walk), at most
-    :data:`MAX_ENVS`; environments not named plainly are left out."""
+    :data:`MAX_ENVS`, looking into at most :data:`MAX_ENV_CANDIDATES` folders below the
+    roots' ``envs``; environments not named plainly are left out."""
+    candidates = MAX_ENV_CANDIDATES
     for root in CONDA_ROOTS:
         parts = root.split("/")
         if len(found) < MAX_ENVS and _is_env(tree, parts):
             found.append(root)
         for name, is_dir in tree.listdir([*parts, "envs"]) or []:
-            if len(found) >= MAX_ENVS:
-                return
             env = f"{root}/envs/{name}"
-            if is_dir and is_env_path(env) and _is_env(tree, [*parts, "envs", name]):
+            if not (is_dir and is_env_path(env)):
+                continue
+            if len(found) >= MAX_ENVS or candidates <= 0:
+                return
+            candidates -= 1
+            if _is_env(tree, [*parts, "envs", name]):
                 found.append(env)
 
 
