@@ -6,6 +6,7 @@ and tests/integration/test_my_images.py)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from concurrent.futures import Future
 from datetime import datetime, timezone
 from pathlib import Path
@@ -472,20 +473,6 @@ def test_registry_credentials_go_to_saved_images_only() -> None:
         SavedImages(registry_password="pw")
 
 
-class CountingSlots(asyncio.Semaphore):
-    """The save slots, counting the saves that asked for one and those that got it."""
-
-    def __init__(self, value: int) -> None:
-        super().__init__(value)
-        self.asked = self.got = 0
-
-    async def acquire(self) -> bool:
-        self.asked += 1
-        await super().acquire()
-        self.got += 1
-        return True
-
-
 async def test_saves_run_in_daemon_threads_at_most_concurrent_saves_at_once(
     store: AccountingStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -509,16 +496,14 @@ async def test_saves_run_in_daemon_threads_at_most_concurrent_saves_at_once(
         return _saved(request.owner, request.name)
 
     monkeypatch.setattr(service, "save_environment", fake_save)
-    monkeypatch.setattr(service.asyncio, "Semaphore", CountingSlots)  # made by the service
     svc = _service(store, concurrent_saves=1)
-    slots = svc._slots
-    assert isinstance(slots, CountingSlots)
     for user in ("alice", "bob", "carol"):
         await svc.start(replace(FACTS, owner=user), "env")
-    # the event: all three saves asked for the slot; one got it, its save runs ...
-    await wait_until_async(lambda: slots.asked == 3 and daemon, 10, "the saves to ask for a slot")
-    # ... and the others wait for it: no second save thread was started
-    assert slots.got == 1 and len(daemon) == 1 and svc._slots.locked()
+    # the event: one save runs, and the two others wait for its slot, in order ...
+    await wait_until_async(lambda: daemon, 10, "the first save to run")
+    assert svc._slots.running == {"alice"} and list(svc._slots.waiting) == ["bob", "carol"]
+    # ... so no second save thread was started
+    assert len(daemon) == 1
     release.set()
     await _finish(svc)
     assert most == 1 and daemon == [True, True, True]
@@ -668,7 +653,7 @@ async def while_ticking(work: Any) -> tuple[Any, float]:
     finally:
         ticks.append(time.monotonic())
         ticker.cancel()
-    return result, max(b - a for a, b in zip(ticks, ticks[1:], strict=False))
+    return result, max(b - a for a, b in itertools.pairwise(ticks))
 
 
 async def test_a_hostile_home_does_not_stall_the_hub_when_listed(
@@ -700,9 +685,7 @@ async def test_a_listing_that_hangs_answers_empty_at_its_deadline(
     monkeypatch.setattr(service, "CONDA_LIST_WAIT", 0.3, raising=False)
     svc = _service(store)
     try:
-        found, gap = await asyncio.wait_for(
-            while_ticking(svc.conda_envs("mallory", tmp_path)), 10
-        )
+        found, gap = await asyncio.wait_for(while_ticking(svc.conda_envs("mallory", tmp_path)), 10)
         assert found == () and gap < 1.0
     finally:
         stuck.set()
