@@ -516,3 +516,16 @@ def test_thousands_of_fake_environment_folders_are_not_all_opened(
     assert list_conda_envs(home) == (".conda/envs/real",)
     # four opens per folder looked into (no link followed): was all 1,500 folders, 6,023 opens
     assert len(opened) < 4 * records.MAX_ENV_CANDIDATES + 50
+
+
+def test_names_not_utf8_or_very_long_are_shown_escaped_and_short(home: Path) -> None:
+    site = home / SITE
+    site.mkdir(parents=True)
+    os.mkdir(os.fsencode(site) + b"/\xff\xfe-1.0.dist-info")  # no METADATA: skipped
+    (site / ("x" * 240 + ".dist-info")).mkdir()
+    (site / ("y" * 245 + ".egg-info")).mkdir()
+    found = read_home(home, PY)
+    assert found.pip == () and len(found.skipped) == 3
+    for skip in found.skipped:
+        assert len(skip.what) <= 130 and skip.what.isascii() and skip.what.isprintable()
+    assert any("\\udcff\\udcfe" in s.what for s in found.skipped)
