@@ -225,7 +225,7 @@ class MyImages:
             walk.add_done_callback(lambda done: self._listed(owner, home, done))
         try:
             return await asyncio.wait_for(asyncio.shield(walk), CONDA_LIST_WAIT)
-        except (OSError, asyncio.TimeoutError):
+        except Exception:  # no home yet, not in time, or a failure _listed logged
             return ()
 
     def _listed(self, owner: str, home: Path, walk: asyncio.Future[tuple[str, ...]]) -> None:
