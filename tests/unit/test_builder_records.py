@@ -529,3 +529,17 @@ def test_names_not_utf8_or_very_long_are_shown_escaped_and_short(home: Path) -> 
     for skip in found.skipped:
         assert len(skip.what) <= 130 and skip.what.isascii() and skip.what.isprintable()
     assert any("\\udcff\\udcfe" in s.what for s in found.skipped)
+
+
+def test_the_notes_on_what_was_left_out_are_capped(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = home / SITE
+    site.mkdir(parents=True)
+    for i in range(300):  # a note each: legacy installs and folders with no METADATA
+        (site / f"old{i}-1.0.egg-info").mkdir()
+        (site / f"bare{i}-1.0.dist-info").mkdir()
+    monkeypatch.setattr(records, "MAX_SKIPPED", 50, raising=False)
+    found = read_home(home, PY)
+    assert len(found.skipped) == 51  # was 600
+    assert "550 more" in found.skipped[-1].what

@@ -65,6 +65,7 @@ CONDA_RECORD_MAX = 32 * 1024 * 1024  #: one conda-meta JSON (its file list can b
 #: more once parsed, so 3 MiB of ``[],`` would be 64 MiB (a real conda record of 20,000
 #: files has about 150,000)
 MAX_JSON_ITEMS = 400_000
+MAX_SKIPPED = 200  #: notes on what was left out (then one line says how many more)
 READ_BUDGET = 256 * 1024 * 1024  #: bytes read from one home in all
 READ_SECONDS = 60.0  #: reading a home's records for a save (then the save fails)
 LIST_SECONDS = 5.0  #: listing a home's conda environments (then what was found so far)
@@ -486,4 +487,9 @@ def _read_home(tree: _Tree, python: tuple[int, int], conda_envs: Iterable[str]) 
         pip += found
         conda += records
         skipped += missed + missed_meta
+    if len(skipped) > MAX_SKIPPED:
+        more = len(skipped) - MAX_SKIPPED
+        skipped[MAX_SKIPPED:] = [
+            Skipped(f"{more} more things in your home", "were left out for such reasons too")
+        ]
     return HomeRecords(tuple(pip), tuple(conda), tuple(skipped))
