@@ -145,7 +145,11 @@ class SavedImages(LoggingConfigurable):
     ).tag(config=True)
 
     concurrent_saves = Int(
-        2, help="Saves the hub runs at once (each is a build on a node); more wait."
+        2,
+        help="Saves the hub runs at once (each is a build on a node); more wait. A user "
+        "has at most one save running or waiting, and waiting saves start in the order "
+        "they were asked, whoever asked; the page tells a waiting user how many saves are "
+        "ahead.",
     ).tag(config=True)
 
     @default("registry_url")

@@ -5,15 +5,22 @@ One :class:`MyImages` per hub process (:func:`my_images`), on the spawner's
 :class:`~jupyterhub_gpu.hub.cluster.Cluster`. A save runs the builder's blocking
 :func:`~jupyterhub_gpu.edges.builder.save.save_environment` in a thread pool of its own
 (``SavedImages.concurrent_saves``), with a Docker client of its own for the node that
-runs the server (the base image is there). A user has at most one save running. Nothing
+runs the server (the base image is there). A user has at most one save running or
+waiting, and waiting saves start in the order they were asked, whoever asked
+(:class:`SaveSlots`); a slot is free again only when its build's thread has ended. Nothing
 is half-saved: the builder leaves nothing on a failure, and an image pushed but not
 recorded (the database refused it) is deleted from the registry again.
+
+The conda environments a user's home offers (the "My images" page lists them) are found
+off the event loop, bounded (:func:`~jupyterhub_gpu.edges.builder.home_records.list_conda_envs`),
+one walk per user at a time, and kept for :data:`CONDA_LIST_SECONDS`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
@@ -27,12 +34,20 @@ from jupyterhub_gpu.core.saving.data import Progress, SavedImage, SaveError
 from jupyterhub_gpu.core.saving.limits import Limits, check_added_size, check_new_save
 from jupyterhub_gpu.core.saving.validate import image_name
 from jupyterhub_gpu.edges.accounting.store import AccountingStore, AccountingUnavailable
+from jupyterhub_gpu.edges.builder.home_records import LIST_SECONDS, list_conda_envs
 from jupyterhub_gpu.edges.builder.registry import delete_image
 from jupyterhub_gpu.edges.builder.save import SaveRequest, save_environment
 from jupyterhub_gpu.errors import NotFound, NotYourGroup, SaveBusy, SavingOff, StoreDown
 from jupyterhub_gpu.hub.saved_images import SavedImages
 
 T = TypeVar("T")
+
+#: how long a user's list of conda environments is reused before their home is looked
+#: at again (a page that polls, or many requests, walk it once)
+CONDA_LIST_SECONDS = 30.0
+#: how long a request waits for that walk (it stops itself at LIST_SECONDS; a file server
+#: that hangs inside one call can hold its thread longer): then it answers no environment
+CONDA_LIST_WAIT = LIST_SECONDS + 2.0
 
 
 @dataclass(frozen=True)
@@ -103,6 +118,58 @@ def image_json(image: SavedImage) -> dict[str, Any]:
     }
 
 
+class SaveSlots:
+    """The hub's save slots: at most ``size`` saves run at once, a user holds at most one
+    slot or one place in the queue, and waiting saves get a slot in the order they asked
+    for one, whoever asked (first come, first served across users).
+
+    A slot is given back by :meth:`release` when its save's thread has ended, never
+    before: a save the hub stops waiting for keeps its slot while its build runs on.
+    Used from the event loop only."""
+
+    def __init__(self, size: int) -> None:
+        self.size = max(1, size)
+        self.running: set[str] = set()
+        self.waiting: dict[str, asyncio.Future[None]] = {}  # in the order asked
+
+    def ask(self, owner: str) -> asyncio.Future[None]:
+        """A slot for ``owner``: a future done now, or when the saves ahead have ended."""
+        if owner in self.running or owner in self.waiting:
+            raise SaveBusy("Your save is still running; wait until it ends, then save again.")
+        ticket: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if len(self.running) < self.size and not self.waiting:
+            self.running.add(owner)
+            ticket.set_result(None)
+        else:
+            self.waiting[owner] = ticket
+        return ticket
+
+    def ahead(self, owner: str) -> int:
+        """How many saves run or wait before ``owner``'s (0 when it runs)."""
+        if owner in self.running:
+            return 0
+        order = list(self.waiting)
+        return len(self.running) + (order.index(owner) if owner in order else len(order))
+
+    def leave(self, owner: str) -> None:
+        """``owner`` stops waiting (out of the queue), or gives its slot back."""
+        ticket = self.waiting.pop(owner, None)
+        if ticket is not None:
+            ticket.cancel()
+        else:
+            self.release(owner)
+
+    def release(self, owner: str) -> None:
+        """``owner``'s save has ended: its slot goes to the first save waiting."""
+        self.running.discard(owner)
+        while self.waiting and len(self.running) < self.size:
+            first = next(iter(self.waiting))
+            ticket = self.waiting.pop(first)
+            if not ticket.done():
+                self.running.add(first)
+                ticket.set_result(None)
+
+
 class MyImages:
     def __init__(self, cluster: Any, settings: SavedImages, log: logging.Logger) -> None:
         self.cluster = cluster
@@ -110,10 +177,13 @@ class MyImages:
         self.log = log
         # saves at once; each runs in a daemon thread, so a hub that stops does not
         # wait for a build of up to build_timeout (the save is lost, docs/my-images.md)
-        self._slots = asyncio.Semaphore(max(1, settings.concurrent_saves))
+        self._slots = SaveSlots(settings.concurrent_saves)
         self._jobs: dict[str, SaveJob] = {}  # owner -> their latest save
         self._starting: set[str] = set()  # owners whose save is being checked
         self._tasks: set[asyncio.Task[None]] = set()
+        # owner -> (when, home, environments); owner -> the walk under way
+        self._envs: dict[str, tuple[float, Path, tuple[str, ...]]] = {}
+        self._listing: dict[str, asyncio.Future[tuple[str, ...]]] = {}
 
     # ------------------------------------------------------------------ records
     async def _store(self, fn: Callable[[AccountingStore], T]) -> T:
@@ -138,6 +208,36 @@ class MyImages:
 
     def job(self, owner: str) -> SaveJob | None:
         return self._jobs.get(owner)
+
+    # ------------------------------------------------------------------ conda listing
+    async def conda_envs(self, owner: str, home: Path) -> tuple[str, ...]:
+        """The conda environments of ``owner``'s ``home``: from a walk of the last
+        :data:`CONDA_LIST_SECONDS`, else from one walk in a thread of its own (requests
+        that come meanwhile wait for the same walk), waited for at most
+        :data:`CONDA_LIST_WAIT`; ``()`` for a home that can't be read (or not in time)."""
+        cached = self._envs.get(owner)
+        if cached and cached[1] == home and time.monotonic() - cached[0] < CONDA_LIST_SECONDS:
+            return cached[2]
+        walk = self._listing.get(owner)
+        if walk is None:
+            walk = asyncio.wrap_future(daemon_thread(lambda: list_conda_envs(home), "jhgpu-conda"))
+            self._listing[owner] = walk
+            walk.add_done_callback(lambda done: self._listed(owner, home, done))
+        try:
+            return await asyncio.wait_for(asyncio.shield(walk), CONDA_LIST_WAIT)
+        except Exception:  # no home yet, not in time, or a failure _listed logged
+            return ()
+
+    def _listed(self, owner: str, home: Path, walk: asyncio.Future[tuple[str, ...]]) -> None:
+        if self._listing.get(owner) is walk:
+            del self._listing[owner]
+        if walk.cancelled():
+            return
+        error = walk.exception()
+        if error is not None and not isinstance(error, OSError):
+            self.log.error("Listing %s's conda environments failed", owner, exc_info=error)
+        envs = walk.result() if error is None else ()
+        self._envs[owner] = (time.monotonic(), home, envs)
 
     # ------------------------------------------------------------------ save
     async def start(self, server: ServerFacts, name: str) -> SaveJob:
@@ -166,20 +266,30 @@ class MyImages:
             limits = self.settings.save_settings().limits
             check_new_save(existing, server.owner, name, limits)
             check_added_size(existing, server.owner, server.parent_bytes, limits)
+            ticket = self._slots.ask(server.owner)  # in the order asked, whoever asks
             job = SaveJob(
                 uuid.uuid4().hex[:16], server.owner, name, server.server, server.node,
                 time.time(),
             )  # fmt: skip
             job.add(Progress("start", f"Saving server {server.server or '(default)'} as {name!r}"))
+            if not ticket.done():
+                ahead = self._slots.ahead(server.owner)
+                job.add(Progress("queue", _queue_text(ahead, self._slots.size)))
             self._jobs[server.owner] = job
         finally:
             self._starting.discard(server.owner)
-        task = asyncio.ensure_future(self._run(job, server, existing))
+        task = asyncio.ensure_future(self._run(job, server, existing, ticket))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return job
 
-    async def _run(self, job: SaveJob, server: ServerFacts, existing: list[SavedImage]) -> None:
+    async def _run(
+        self,
+        job: SaveJob,
+        server: ServerFacts,
+        existing: list[SavedImage],
+        ticket: asyncio.Future[None],
+    ) -> None:
         loop = asyncio.get_running_loop()
         settings = self.settings.save_settings()
         assert server.home is not None
@@ -203,8 +313,7 @@ class MyImages:
                 client.close()
 
         try:
-            async with self._slots:
-                image = await in_daemon_thread(blocking)
+            image = await self._in_slot(job.owner, ticket, blocking)
             # built on a saved image: it holds that image's layers too (they stay in the
             # registry while this one uses them), so it counts them
             image = replace(image, size_bytes=image.size_bytes + server.parent_bytes)
@@ -226,6 +335,26 @@ class MyImages:
         self._end(job, "saved", f"Saved as {image.name!r}: start it under My images in the form.")
         self.log.info("%s saved %s (%s, %d bytes)", job.owner, image.name, image.reference,
                       image.size_bytes)  # fmt: skip
+
+    async def _in_slot(
+        self, owner: str, ticket: asyncio.Future[None], fn: Callable[[], SavedImage]
+    ) -> SavedImage:
+        """``fn()`` in a daemon thread once ``ticket`` gives ``owner`` a slot; the slot is
+        given back when the thread ends (a caller that stops waiting does not free it)."""
+        loop = asyncio.get_running_loop()
+        try:
+            await ticket
+            thread = daemon_thread(fn, "jhgpu-save")
+        except BaseException:  # cancelled while waiting, or no thread: nothing runs
+            self._slots.leave(owner)
+            raise
+
+        def ended(_: object) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the hub stopped
+                loop.call_soon_threadsafe(self._slots.release, owner)
+
+        thread.add_done_callback(ended)
+        return await asyncio.wrap_future(thread)
 
     async def _record(self, image: SavedImage, limits: Limits) -> None:
         """Record a pushed image, checking the name and the limits again in the same
@@ -285,10 +414,12 @@ class MyImages:
         self.log.info("%s deleted saved image %s (%s)", owner, name, found[0].reference)
 
 
-async def in_daemon_thread(fn: Callable[[], T]) -> T:
-    """``fn()`` in a daemon thread of its own (an executor's threads are joined when the
-    interpreter exits: a stopping hub would wait for the build)."""
+def daemon_thread(fn: Callable[[], T], name: str) -> concurrent.futures.Future[T]:
+    """``fn()`` started in a daemon thread of its own (an executor's threads are joined when
+    the interpreter exits: a stopping hub would wait for the build). The future is marked
+    running first, so it can't be cancelled: it ends when ``fn`` does."""
     future: concurrent.futures.Future[T] = concurrent.futures.Future()
+    future.set_running_or_notify_cancel()
 
     def run() -> None:
         try:
@@ -296,8 +427,16 @@ async def in_daemon_thread(fn: Callable[[], T]) -> T:
         except BaseException as e:  # handed to the awaiting side
             future.set_exception(e)
 
-    threading.Thread(target=run, name="jhgpu-save", daemon=True).start()
-    return await asyncio.wrap_future(future)
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future
+
+
+def _queue_text(ahead: int, size: int) -> str:
+    saves = "1 save" if ahead == 1 else f"{ahead} saves"
+    return (
+        f"Waiting for a save slot: {saves} ahead of yours (this hub runs {size} at once); "
+        "yours starts when one ends."
+    )
 
 
 def _check_record(mine: list[SavedImage], image: SavedImage, limits: Limits) -> None:

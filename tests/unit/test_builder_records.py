@@ -7,6 +7,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -307,3 +308,238 @@ def test_unreadable_conda_records_are_reported(home: Path) -> None:
     found = read_home(home, PY, ["miniconda3"])
     assert [r.name for r in found.conda] == ["ok"]
     assert [s.reason for s in found.skipped] == ["is not a readable conda record"]
+
+
+# ------------------------------------------------------------------ a hostile home's costs
+class _Counting:
+    """``os.scandir`` counting the entries a reader takes from every folder it lists."""
+
+    def __init__(self) -> None:
+        self.entries = 0
+        self.real = os.scandir
+
+    def __call__(self, path: Any) -> Any:
+        counter, inner = self, self.real(path)
+
+        class _It:
+            def __enter__(self) -> _It:
+                return self
+
+            def __exit__(self, *exc: object) -> None:
+                inner.close()
+
+            def __iter__(self) -> _It:
+                return self
+
+            def __next__(self) -> os.DirEntry[str]:
+                entry = next(inner)
+                counter.entries += 1
+                return entry
+
+        return _It()
+
+
+@pytest.fixture
+def scandir(monkeypatch: pytest.MonkeyPatch) -> _Counting:
+    counting = _Counting()
+    monkeypatch.setattr(os, "scandir", counting)
+    return counting
+
+
+def test_finding_environments_opens_conda_meta_without_listing_it(
+    home: Path, scandir: _Counting
+) -> None:
+    for n in range(3):
+        meta = home / f"miniconda3/envs/e{n}/conda-meta"
+        meta.mkdir(parents=True)
+        for i in range(300):
+            (meta / f"p{i}-1-0.json").write_text("{}")
+    assert list_conda_envs(home) == ("miniconda3/envs/e0", "miniconda3/envs/e1",
+                                     "miniconda3/envs/e2")  # fmt: skip
+    assert scandir.entries < 20  # was every record of every environment: 900
+
+
+def test_other_pythons_are_noticed_without_listing_them(home: Path, scandir: _Counting) -> None:
+    for minor in range(20, 40):
+        site = home / f".local/lib/python3.{minor}/site-packages"
+        site.mkdir(parents=True)
+        for i in range(100):
+            (site / f"f{i}").write_text("")
+    dist(home / SITE, "mine", "1.0")
+    found = read_home(home, PY)
+    assert names(found.pip) == [("mine", "1.0")]
+    assert scandir.entries < 100  # was every file of every other Python: 2,000
+    assert 0 < len(found.skipped) <= records.MAX_OTHER_PYTHONS + 1
+    assert "Python 3.20" in found.skipped[0].reason
+
+
+def test_reading_one_environment_does_not_walk_all_of_them(home: Path, scandir: _Counting) -> None:
+    for n in range(500):
+        (home / f"miniconda3/envs/e{n:03}/conda-meta").mkdir(parents=True)
+    conda_env(home / "miniconda3/envs/mine", [("ok", "1", "0", [])])
+    found = read_home(home, PY, ["miniconda3/envs/mine"])
+    assert [r.name for r in found.conda] == ["ok"]
+    assert scandir.entries < 50  # was every environment of the home: over 500
+
+
+def test_the_listing_is_capped(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for n in range(12):
+        (home / f".conda/envs/e{n:02}/conda-meta").mkdir(parents=True)
+    monkeypatch.setattr(records, "MAX_ENVS", 5, raising=False)
+    assert list_conda_envs(home) == tuple(f".conda/envs/e{n:02}" for n in range(5))
+
+
+def test_only_plain_environment_names_are_listed_or_read(home: Path) -> None:
+    envs = home / "miniconda3/envs"
+    for name in ("ok-1.2_x", "a\nb", "<img src=x>", "x" * 120):
+        (envs / name / "conda-meta").mkdir(parents=True)
+    os.makedirs(os.fsencode(envs) + b"/\xff\xfe/conda-meta")
+    assert list_conda_envs(home) == ("miniconda3/envs/ok-1.2_x",)
+    found = read_home(home, PY, ["miniconda3/envs/a\nb"])
+    assert found.skipped[0].reason == "is not a conda environment in your home"
+
+
+def test_the_packages_read_from_a_home_are_capped_in_all(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for env in ("miniconda3", "miniconda3/envs/a"):
+        conda_env(home / env, [])
+        for i in range(3):
+            dist(home / env / "lib/python3.11/site-packages", f"{env[-1]}p{i}", "1.0")
+    for i in range(3):
+        dist(home / SITE, f"local{i}", "1.0")
+    monkeypatch.setattr(records, "MAX_DISTS_TOTAL", 5, raising=False)
+    found = read_home(home, PY, ["miniconda3", "miniconda3/envs/a"])
+    assert len(found.pip) == 5  # was all 9
+    assert any("over 5 packages in all" in s.reason for s in found.skipped)
+
+
+def test_deeply_nested_json_is_unreadable_not_a_crash(home: Path) -> None:
+    dist(home / SITE, "deep", "1.0", direct_url="[" * 60_000)
+    env = conda_env(home / "miniconda3", [("ok", "1", "0", [])])
+    (env / "conda-meta/deep-1-0.json").write_text("[" * 200_000)
+    found = read_home(home, PY, ["miniconda3"])  # was RecursionError out of json.loads
+    assert [r.source for r in found.pip] == ["unknown"]
+    assert [r.name for r in found.conda] == ["ok"]
+    assert [s.reason for s in found.skipped] == ["is not a readable conda record"]
+
+
+def test_a_conda_record_of_millions_of_tiny_items_is_not_parsed(home: Path) -> None:
+    import tracemalloc
+
+    env = conda_env(home / "miniconda3", [])
+    # 3 MiB of '[],' is a million lists: about 64 MiB in the hub once parsed (the cap
+    # was 32 MiB per record, over 700 MiB in the hub)
+    body = b'{"name": "bomb", "version": "1", "build": "0", "channel": "c", "files": ['
+    (env / "conda-meta/bomb-1-0.json").write_bytes(body + b"[]," * 1_000_000 + b"[]]}")
+    tracemalloc.start()
+    try:
+        found = read_home(home, PY, ["miniconda3"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert found.conda == ()
+    assert [s.reason for s in found.skipped] == ["is not a readable conda record"]
+    assert peak < 16 * 2**20, f"reading the record took {peak / 2**20:.0f} MiB"
+
+
+class _SlowOs:
+    """``os`` as seen over a home on a slow file server: each open takes 5 ms."""
+
+    def __init__(self) -> None:
+        self.real_open = os.open
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    def open(self, *args: Any, **kwargs: Any) -> int:
+        import time
+
+        time.sleep(0.005)
+        return self.real_open(*args, **kwargs)
+
+
+def test_reading_a_home_stops_at_its_deadline(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyterhub_gpu.errors import SaveError
+
+    for i in range(400):  # ~3,000 opens: 15 s at 5 ms each
+        dist(home / SITE, f"p{i}", "1.0")
+    monkeypatch.setattr(records, "os", _SlowOs())
+    monkeypatch.setattr(records, "READ_SECONDS", 0.5, raising=False)
+    pool = ThreadPoolExecutor(1)
+    reading = pool.submit(read_home, home, PY)
+    try:
+        with pytest.raises(SaveError, match="took longer than") as caught:
+            reading.result(timeout=5)
+    except FutureTimeout:
+        pytest.fail("reading a slow home went on past its deadline (5 s and counting)")
+    finally:
+        pool.shutdown(wait=False)
+    assert "Remove environments and packages you no longer use" in str(caught.value)
+
+
+def test_listing_a_slow_home_stops_at_its_deadline_with_what_it_found(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(2000):
+        (home / f".conda/envs/e{n:04}/conda-meta").mkdir(parents=True)
+    monkeypatch.setattr(records, "os", _SlowOs())
+    monkeypatch.setattr(records, "LIST_SECONDS", 0.3, raising=False)
+    pool = ThreadPoolExecutor(1)
+    listing = pool.submit(list_conda_envs, home)
+    try:
+        found = listing.result(timeout=5)
+    except FutureTimeout:
+        pytest.fail("listing a slow home went on past its deadline (5 s and counting)")
+    finally:
+        pool.shutdown(wait=False)
+    assert 0 < len(found) < 2000
+
+
+def test_thousands_of_fake_environment_folders_are_not_all_opened(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(1500):
+        (home / f"miniconda3/envs/fake{n:04}").mkdir(parents=True)  # no conda-meta
+    conda_env(home / ".conda/envs/real", [])
+    opened: list[object] = []
+
+    class _CountingOs:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(os, name)
+
+        def open(self, *args: Any, **kwargs: Any) -> int:
+            opened.append(args[0])
+            return os.open(*args, **kwargs)
+
+    monkeypatch.setattr(records, "os", _CountingOs())
+    assert list_conda_envs(home) == (".conda/envs/real",)
+    # four opens per folder looked into (no link followed): was all 1,500 folders, 6,023 opens
+    assert len(opened) < 4 * records.MAX_ENV_CANDIDATES + 50
+
+
+def test_names_not_utf8_or_very_long_are_shown_escaped_and_short(home: Path) -> None:
+    site = home / SITE
+    site.mkdir(parents=True)
+    os.mkdir(os.fsencode(site) + b"/\xff\xfe-1.0.dist-info")  # no METADATA: skipped
+    (site / ("x" * 240 + ".dist-info")).mkdir()
+    (site / ("y" * 245 + ".egg-info")).mkdir()
+    found = read_home(home, PY)
+    assert found.pip == () and len(found.skipped) == 3
+    for skip in found.skipped:
+        assert len(skip.what) <= 130 and skip.what.isascii() and skip.what.isprintable()
+    assert any("\\udcff\\udcfe" in s.what for s in found.skipped)
+
+
+def test_the_notes_on_what_was_left_out_are_capped(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = home / SITE
+    site.mkdir(parents=True)
+    for i in range(300):  # a note each: legacy installs and folders with no METADATA
+        (site / f"old{i}-1.0.egg-info").mkdir()
+        (site / f"bare{i}-1.0.dist-info").mkdir()
+    monkeypatch.setattr(records, "MAX_SKIPPED", 50, raising=False)
+    found = read_home(home, PY)
+    assert len(found.skipped) == 51  # was 600
+    assert "550 more" in found.skipped[-1].what

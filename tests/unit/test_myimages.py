@@ -6,6 +6,7 @@ and tests/integration/test_my_images.py)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from concurrent.futures import Future
 from datetime import datetime, timezone
 from pathlib import Path
@@ -472,20 +473,6 @@ def test_registry_credentials_go_to_saved_images_only() -> None:
         SavedImages(registry_password="pw")
 
 
-class CountingSlots(asyncio.Semaphore):
-    """The save slots, counting the saves that asked for one and those that got it."""
-
-    def __init__(self, value: int) -> None:
-        super().__init__(value)
-        self.asked = self.got = 0
-
-    async def acquire(self) -> bool:
-        self.asked += 1
-        await super().acquire()
-        self.got += 1
-        return True
-
-
 async def test_saves_run_in_daemon_threads_at_most_concurrent_saves_at_once(
     store: AccountingStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -509,17 +496,196 @@ async def test_saves_run_in_daemon_threads_at_most_concurrent_saves_at_once(
         return _saved(request.owner, request.name)
 
     monkeypatch.setattr(service, "save_environment", fake_save)
-    monkeypatch.setattr(service.asyncio, "Semaphore", CountingSlots)  # made by the service
     svc = _service(store, concurrent_saves=1)
-    slots = svc._slots
-    assert isinstance(slots, CountingSlots)
     for user in ("alice", "bob", "carol"):
         await svc.start(replace(FACTS, owner=user), "env")
-    # the event: all three saves asked for the slot; one got it, its save runs ...
-    await wait_until_async(lambda: slots.asked == 3 and daemon, 10, "the saves to ask for a slot")
-    # ... and the others wait for it: no second save thread was started
-    assert slots.got == 1 and len(daemon) == 1 and svc._slots.locked()
+    # the event: one save runs, and the two others wait for its slot, in order ...
+    await wait_until_async(lambda: daemon, 10, "the first save to run")
+    assert svc._slots.running == {"alice"} and list(svc._slots.waiting) == ["bob", "carol"]
+    # ... so no second save thread was started
+    assert len(daemon) == 1
     release.set()
     await _finish(svc)
     assert most == 1 and daemon == [True, True, True]
     assert sorted(i.owner for i in store.saved_images()) == ["alice", "bob", "carol"]
+
+
+# ------------------------------------------------------------------ fair slots, the listing
+class _Blocking:
+    """A save function whose every save waits until the test lets that owner's save end
+    (or fail); it records when each save's thread starts and ends."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.order: list[str] = []
+        self.gates: dict[str, asyncio.Event] = {}
+        self.fail: set[str] = set()
+
+    def gate(self, owner: str) -> asyncio.Event:
+        return self.gates.setdefault(owner, asyncio.Event())
+
+    def __call__(self, client: Any, request: Any, *args: Any) -> Any:
+        owner = request.owner
+        self.order.append(f"{owner}-start")
+        gate = asyncio.run_coroutine_threadsafe(self._gate(owner), self.loop).result(10)
+        asyncio.run_coroutine_threadsafe(gate.wait(), self.loop).result(20)
+        self.order.append(f"{owner}-end")
+        if owner in self.fail:
+            raise InvalidPackage(f"{owner}'s package was not found.")
+        return _saved(request.owner, request.name)
+
+    async def _gate(self, owner: str) -> asyncio.Event:
+        return self.gate(owner)
+
+
+async def test_waiting_saves_start_in_the_order_asked_each_once(
+    store: AccountingStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataclasses import replace
+
+    saves = _Blocking(asyncio.get_running_loop())
+    monkeypatch.setattr(service, "save_environment", saves)
+    svc = _service(store, concurrent_saves=1)
+    await svc.start(replace(FACTS, owner="carol"), "env")
+    await wait_until_async(lambda: saves.order == ["carol-start"], 10, "carol's save to run")
+    alice = await svc.start(replace(FACTS, owner="alice"), "env")
+    bob = await svc.start(replace(FACTS, owner="bob"), "env")
+    # each is told it waits, and behind how many
+    assert "1 save ahead of yours" in alice.events[-1]["message"]
+    assert "2 saves ahead of yours" in bob.events[-1]["message"]
+    with pytest.raises(SaveBusy, match="still running"):  # one slot or place per user
+        await svc.start(replace(FACTS, owner="alice"), "env2")
+    saves.gate("carol").set()
+    await wait_until_async(lambda: "alice-start" in saves.order, 10, "alice's save to run")
+    assert svc._slots.running == {"alice"} and list(svc._slots.waiting) == ["bob"]
+    saves.gate("alice").set()
+    saves.gate("bob").set()
+    await _finish(svc)
+    assert saves.order == ["carol-start", "carol-end", "alice-start", "alice-end",
+                           "bob-start", "bob-end"]  # fmt: skip
+    assert alice.state == bob.state == "saved"
+    assert sorted(i.owner for i in store.saved_images()) == ["alice", "bob", "carol"]
+
+
+async def test_a_failed_save_gives_its_slot_to_the_next(
+    store: AccountingStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataclasses import replace
+
+    saves = _Blocking(asyncio.get_running_loop())
+    saves.fail.add("carol")
+    monkeypatch.setattr(service, "save_environment", saves)
+    svc = _service(store, concurrent_saves=1)
+    carol = await svc.start(replace(FACTS, owner="carol"), "env")
+    alice = await svc.start(replace(FACTS, owner="alice"), "env")
+    saves.gate("carol").set()
+    saves.gate("alice").set()
+    await _finish(svc)
+    assert carol.state == "failed" and alice.state == "saved"
+    assert saves.order == ["carol-start", "carol-end", "alice-start", "alice-end"]
+    assert not svc._slots.running and not svc._slots.waiting
+
+
+async def test_a_cancelled_save_keeps_its_slot_until_its_build_stops(
+    store: AccountingStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataclasses import replace
+
+    saves = _Blocking(asyncio.get_running_loop())
+    monkeypatch.setattr(service, "save_environment", saves)
+    svc = _service(store, concurrent_saves=1)
+    await svc.start(replace(FACTS, owner="carol"), "env")
+    (carol,) = svc._tasks
+    await wait_until_async(lambda: saves.order == ["carol-start"], 10, "carol's save to run")
+    await svc.start(replace(FACTS, owner="alice"), "env")
+    carol.cancel()  # the hub stops waiting for carol's save; her build thread runs on
+    with pytest.raises(asyncio.CancelledError):
+        await carol
+    # the event: alice's save either started (the slot was given back too early) or is
+    # still waiting in the queue (it is, for as long as carol's build runs)
+    await wait_until_async(
+        lambda: "alice-start" in saves.order or "alice" in getattr(svc._slots, "waiting", ()),
+        10, "alice's save to start or wait",
+    )  # fmt: skip
+    assert saves.order == ["carol-start"], "a second build ran beside carol's"
+    saves.gate("carol").set()
+    saves.gate("alice").set()
+    await _finish(svc)
+    assert saves.order == ["carol-start", "carol-end", "alice-start", "alice-end"]
+
+
+async def test_the_conda_listing_is_cached_per_user_for_a_while(
+    store: AccountingStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    walks: list[Path] = []
+
+    def listing(home: Path) -> tuple[str, ...]:
+        walks.append(home)
+        return ("miniconda3",)
+
+    monkeypatch.setattr(service, "list_conda_envs", listing)
+    svc = _service(store)
+    alice, bob = tmp_path / "alice", tmp_path / "bob"
+    found = await asyncio.gather(*(svc.conda_envs("alice", alice) for _ in range(5)))
+    assert found == [("miniconda3",)] * 5 and walks == [alice]  # one walk for them all
+    assert await svc.conda_envs("alice", alice) == ("miniconda3",) and walks == [alice]
+    await svc.conda_envs("bob", bob)
+    assert walks == [alice, bob]
+    monkeypatch.setattr(service, "CONDA_LIST_SECONDS", 0)  # the cache's time has passed
+    await svc.conda_envs("alice", alice)
+    assert walks == [alice, bob, alice]
+
+
+async def while_ticking(work: Any) -> tuple[Any, float]:
+    """``work``'s result, and the longest gap between two ticks of a ticker on the loop."""
+    import time
+
+    ticks = [time.monotonic()]
+
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(0.01)
+            ticks.append(time.monotonic())
+
+    ticker = asyncio.ensure_future(tick())
+    try:
+        result = await work
+    finally:
+        ticks.append(time.monotonic())
+        ticker.cancel()
+    return result, max(b - a for a, b in itertools.pairwise(ticks))
+
+
+async def test_a_hostile_home_does_not_stall_the_hub_when_listed(
+    store: AccountingStore, tmp_path: Path
+) -> None:
+    home = tmp_path / "mallory"
+    for n in range(3000):  # fake environments: folders the listing must look into
+        (home / f"miniconda3/envs/e{n:04}").mkdir(parents=True)
+    for n in range(150):
+        (home / f".conda/envs/r{n:03}/conda-meta").mkdir(parents=True)
+    svc = _service(store)
+    found, gap = await while_ticking(svc.conda_envs("mallory", home))
+    assert len(found) == 100  # the cap: the form offers no more
+    assert gap < 1.0, f"the hub's loop stood still for {gap:.2f} s"
+
+
+async def test_a_listing_that_hangs_answers_empty_at_its_deadline(
+    store: AccountingStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import threading
+
+    stuck = threading.Event()
+
+    def hung(home: Path) -> tuple[str, ...]:  # a home on a file server that hangs
+        stuck.wait(30)
+        return ("late",)
+
+    monkeypatch.setattr(service, "list_conda_envs", hung)
+    monkeypatch.setattr(service, "CONDA_LIST_WAIT", 0.3, raising=False)
+    svc = _service(store)
+    try:
+        found, gap = await asyncio.wait_for(while_ticking(svc.conda_envs("mallory", tmp_path)), 10)
+        assert found == () and gap < 1.0
+    finally:
+        stuck.set()

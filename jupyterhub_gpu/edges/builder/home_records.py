@@ -9,11 +9,22 @@ Reads, below the user's home on the hub's side of the shared filesystem:
   and the environment's own ``lib/pythonX.Y/site-packages``.
 
 The home belongs to the user, who may have filled it with traps: symbolic links to the
-hub's files, FIFOs that block a reader, huge files, millions of entries. Every path is
-opened one component at a time relative to the home with ``O_NOFOLLOW`` (no link is ever
-followed, and a link swapped in mid-read can't redirect it), files are read only when
-they are regular, up to a size cap, and listings and the total bytes read are capped.
-What can't be read is reported as :class:`~.model.Skipped`, never raised.
+hub's files, FIFOs that block a reader, huge files, millions of entries, JSON that parses
+into millions of objects or nests past the parser's depth. Every path is opened one
+component at a time relative to the home with ``O_NOFOLLOW`` (no link is ever followed,
+and a link swapped in mid-read can't redirect it), at fixed depths (nothing is walked
+recursively); files are read only when they are regular, up to a size cap; listings, the
+packages read, the total bytes read and the JSON items parsed are capped; a folder is
+opened, not listed, to learn that it exists or is empty; and all of it runs against a
+deadline (:data:`READ_SECONDS`, :data:`LIST_SECONDS`). What can't be read is reported as
+:class:`~.model.Skipped`, never raised; only a read past its deadline raises
+:class:`~jupyterhub_gpu.errors.SaveError`, with a sentence for the user.
+
+What the hub trusts of these records: only a list of names and versions to fetch from the
+site's index (each validated by :mod:`~jupyterhub_gpu.core.saving.validate`, at most
+``BuilderPolicy.max_packages`` of them). A record costs its writer nothing (a fake
+``METADATA`` naming a large package is a few bytes of their quota), so no size is taken
+from it: what a user is charged is what the build actually added, measured on the node.
 """
 
 from __future__ import annotations
@@ -22,11 +33,13 @@ import json
 import os
 import re
 import stat
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from jupyterhub_gpu.core.saving.data import CondaRecord, HomeRecords, PipRecord, Skipped, shown
+from jupyterhub_gpu.errors import SaveError
 
 #: Where conda environments live in a home: each root is an environment when it has
 #: ``conda-meta``, and so is each ``<root>/envs/<name>`` that has one.
@@ -41,28 +54,56 @@ CONDA_ROOTS: tuple[str, ...] = (
 )
 MAX_LISTING = 20_000  #: entries read from one folder
 MAX_DISTS = 5_000  #: dist-info folders or conda records per environment
-METADATA_HEAD = 256 * 1024  #: bytes of METADATA read (Name and Version are at the top)
+MAX_DISTS_TOTAL = 10_000  #: dist-info folders read from one home in all
+MAX_OTHER_PYTHONS = 3  #: folders of other Python versions looked into (to report them)
+MAX_ENVS = 100  #: conda environments listed
+MAX_ENV_CANDIDATES = 200  #: folders below `<root>/envs` looked into, in all
+METADATA_HEAD = 64 * 1024  #: bytes of METADATA read (Name and Version are at the top)
 SMALL_FILE = 64 * 1024  #: INSTALLER, direct_url.json
 CONDA_RECORD_MAX = 32 * 1024 * 1024  #: one conda-meta JSON (its file list can be long)
-READ_BUDGET = 512 * 1024 * 1024  #: bytes read from one home in all
+#: items (``,``, ``[``, ``{``) of one JSON file parsed; each costs the hub ~60 bytes or
+#: more once parsed, so 3 MiB of ``[],`` would be 64 MiB (a real conda record of 20,000
+#: files has about 150,000)
+MAX_JSON_ITEMS = 400_000
+MAX_SKIPPED = 200  #: notes on what was left out (then one line says how many more)
+READ_BUDGET = 256 * 1024 * 1024  #: bytes read from one home in all
+READ_SECONDS = 60.0  #: reading a home's records for a save (then the save fails)
+LIST_SECONDS = 5.0  #: listing a home's conda environments (then what was found so far)
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 _PYDIR = re.compile(r"^python(\d)\.(\d{1,2})$", re.ASCII)
+#: the environment names offered and opened: plain, short (conda refuses '/', ' ', ':', '#')
+_ENV_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,99}", re.ASCII)
 _DIST_IN_FILES = re.compile(r"^lib/python\d\.\d{1,2}/site-packages/([^/]+\.dist-info)/METADATA$")
 
 
 class _Tree:
-    """Reads below one root folder without following symbolic links, within a budget."""
+    """Reads below one root folder without following symbolic links, within a budget of
+    bytes, of dist-info folders and of time (``seconds``: then :class:`SaveError`)."""
 
-    def __init__(self, root: Path, budget: int | None = None) -> None:
+    def __init__(self, root: Path, seconds: float, budget: int | None = None) -> None:
         self.fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self.budget = READ_BUDGET if budget is None else budget
+        self.dists = MAX_DISTS_TOTAL  # dist-info folders left to read
+        self.deadline = time.monotonic() + seconds
 
     def close(self) -> None:
         os.close(self.fd)
 
+    def tick(self) -> None:
+        """Raise :class:`SaveError` past the deadline (called before every open and
+        every 256 entries listed: a slow file server, or a home of millions of entries)."""
+        if time.monotonic() > self.deadline:
+            raise SaveError(
+                f"Reading what you installed took longer than {READ_SECONDS:g} s: your home "
+                "holds too many files where pip and conda keep their records, or answers too "
+                "slowly. Remove environments and packages you no longer use, or choose fewer "
+                "conda environments, and save again."
+            )
+
     def _dir(self, parts: Sequence[str]) -> int:
+        self.tick()
         fd = os.dup(self.fd)
         try:
             for part in parts:
@@ -89,10 +130,34 @@ class _Tree:
                 for entry in it:
                     if len(entries) >= MAX_LISTING:
                         break
+                    if len(entries) % 256 == 255:
+                        self.tick()
                     entries.append((entry.name, entry.is_dir(follow_symlinks=False)))
             return sorted(entries)
         except OSError:
             return None
+        finally:
+            os.close(fd)
+
+    def is_dir(self, parts: Sequence[str]) -> bool:
+        """Whether ``parts`` is a folder (opened, not listed; never through a link)."""
+        try:
+            os.close(self._dir(parts))
+        except OSError:
+            return False
+        return True
+
+    def has_entries(self, parts: Sequence[str]) -> bool:
+        """Whether the folder ``parts`` holds anything (one entry read, not all)."""
+        try:
+            fd = self._dir(parts)
+        except OSError:
+            return False
+        try:
+            with os.scandir(fd) as it:
+                return next(iter(it), None) is not None
+        except OSError:
+            return False
         finally:
             os.close(fd)
 
@@ -149,6 +214,18 @@ def _read_all(fd: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
+def parse_json(data: bytes) -> Any:
+    """``data`` as JSON, or ``None`` when it is not JSON, holds over
+    :data:`MAX_JSON_ITEMS` items (counted in the bytes, before anything is parsed) or
+    nests deeper than the parser goes (``json`` raises ``RecursionError`` for that)."""
+    if data.count(b",") + data.count(b"[") + data.count(b"{") > MAX_JSON_ITEMS:
+        return None
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+
+
 def metadata_fields(head: bytes) -> tuple[str, str] | None:
     """``(Name, Version)`` from the header block of a ``METADATA`` file, or ``None``."""
     text = head.decode("utf-8", "replace")
@@ -169,10 +246,7 @@ def direct_url_source(data: bytes | None) -> tuple[str, str]:
     ``("unknown", "")`` for one that can't be read."""
     if data is None:
         return "", ""
-    try:
-        doc = json.loads(data)
-    except ValueError:
-        return "unknown", ""
+    doc = parse_json(data)
     if not isinstance(doc, dict) or not isinstance(doc.get("url"), str):
         return "unknown", ""
     url = doc["url"]
@@ -229,6 +303,16 @@ def read_site_packages(tree: _Tree, site: Sequence[str]) -> tuple[list[PipRecord
                     Skipped(shown(site), f"has over {MAX_DISTS} packages; the rest were not read")
                 )
                 break
+            if tree.dists <= 0:
+                skipped.append(
+                    Skipped(
+                        shown(site),
+                        f"is past the first {MAX_DISTS_TOTAL} packages your home holds (over "
+                        f"{MAX_DISTS_TOTAL} packages in all); the rest were not read",
+                    )
+                )
+                break
+            tree.dists -= 1
             found = _dist_info(tree, site, name)
             if isinstance(found, PipRecord):
                 records.append(found)
@@ -261,10 +345,20 @@ def _python_sites(
     records: list[PipRecord] = []
     skipped: list[Skipped] = []
     wanted = f"{python[0]}.{python[1]}"
+    others = 0
     for version, name in python_dirs(tree, [*prefix, "lib"]):
         site = [*prefix, "lib", name, "site-packages"]
         if version != python:
-            if tree.listdir(site):
+            if others == MAX_OTHER_PYTHONS:
+                skipped.append(
+                    Skipped(
+                        shown([*prefix, "lib"]),
+                        f"has folders for more than {MAX_OTHER_PYTHONS} other Python versions; "
+                        f"only those of Python {wanted} are part of this image",
+                    )
+                )
+            others += 1
+            if others <= MAX_OTHER_PYTHONS and tree.has_entries(site):
                 skipped.append(
                     Skipped(
                         shown(site),
@@ -280,28 +374,42 @@ def _python_sites(
 
 
 def _is_env(tree: _Tree, parts: Sequence[str]) -> bool:
-    return tree.listdir([*parts, "conda-meta"]) is not None
+    return tree.is_dir([*parts, "conda-meta"])
 
 
-def conda_envs_in(tree: _Tree) -> list[str]:
-    """The conda environments below the tree's root, as ``/``-joined relative paths."""
-    envs: list[str] = []
+def is_env_path(env: str) -> bool:
+    """Whether ``env`` has the shape of an environment :func:`list_conda_envs` offers: one
+    of :data:`CONDA_ROOTS`, or ``<root>/envs/<plain name>``."""
+    root, sep, name = env.rpartition("/envs/")
+    if not sep:
+        return env in CONDA_ROOTS
+    return root in CONDA_ROOTS and _ENV_NAME.fullmatch(name) is not None
+
+
+def conda_envs_in(tree: _Tree, found: list[str]) -> None:
+    """The conda environments below the tree's root, as ``/``-joined relative paths,
+    appended to ``found`` (kept when the deadline stops the walk), at most
+    :data:`MAX_ENVS`, looking into at most :data:`MAX_ENV_CANDIDATES` folders below the
+    roots' ``envs``; environments not named plainly are left out."""
+    candidates = MAX_ENV_CANDIDATES
     for root in CONDA_ROOTS:
         parts = root.split("/")
-        if _is_env(tree, parts):
-            envs.append(root)
+        if len(found) < MAX_ENVS and _is_env(tree, parts):
+            found.append(root)
         for name, is_dir in tree.listdir([*parts, "envs"]) or []:
-            if is_dir and not name.startswith(".") and _is_env(tree, [*parts, "envs", name]):
-                envs.append(f"{root}/envs/{name}")
-    return envs
+            env = f"{root}/envs/{name}"
+            if not (is_dir and is_env_path(env)):
+                continue
+            if len(found) >= MAX_ENVS or candidates <= 0:
+                return
+            candidates -= 1
+            if _is_env(tree, [*parts, "envs", name]):
+                found.append(env)
 
 
 def conda_record(data: bytes, filename: str, env: str) -> CondaRecord | None:
     """One ``conda-meta`` JSON: name, version, build from the file (or its name)."""
-    try:
-        doc: Any = json.loads(data)
-    except ValueError:
-        return None
+    doc = parse_json(data)
     if not isinstance(doc, dict):
         return None
     stem = filename[: -len(".json")]
@@ -341,32 +449,47 @@ def read_conda_env(tree: _Tree, env: str) -> tuple[list[CondaRecord], list[Skipp
 
 
 def list_conda_envs(home: Path) -> tuple[str, ...]:
-    """The conda environments in ``home`` (home-relative), for the user to choose from."""
-    tree = _Tree(home)
+    """The conda environments in ``home`` (home-relative), for the user to choose from: at
+    most :data:`MAX_ENVS`, and those found within :data:`LIST_SECONDS`."""
+    found: list[str] = []
+    tree = _Tree(home, LIST_SECONDS)
     try:
-        return tuple(conda_envs_in(tree))
+        conda_envs_in(tree, found)
+    except SaveError:
+        pass  # what was found in time (a home this slow offers no more)
     finally:
         tree.close()
+    return tuple(found)
 
 
 def read_home(home: Path, python: tuple[int, int], conda_envs: Iterable[str] = ()) -> HomeRecords:
     """pip's records of ``~/.local`` for ``python`` (the image's ``(major, minor)``), and
-    pip's and conda's records of each environment in ``conda_envs`` (names from
-    :func:`list_conda_envs`; any other name is skipped, never opened)."""
-    tree = _Tree(home)
+    pip's and conda's records of each environment in ``conda_envs`` (of the shape
+    :func:`list_conda_envs` offers; any other name is skipped, never opened).
+
+    Raises :class:`SaveError` when the reading takes over :data:`READ_SECONDS`."""
+    tree = _Tree(home, READ_SECONDS)
     try:
-        pip, skipped = _python_sites(tree, [".local"], python)
-        conda: list[CondaRecord] = []
-        known = set(conda_envs_in(tree))
-        for env in dict.fromkeys(conda_envs):
-            if env not in known:
-                skipped.append(Skipped(ascii(env)[:80], "is not a conda environment in your home"))
-                continue
-            found, missed = _python_sites(tree, env.split("/"), python)
-            records, missed_meta = read_conda_env(tree, env)
-            pip += found
-            conda += records
-            skipped += missed + missed_meta
-        return HomeRecords(tuple(pip), tuple(conda), tuple(skipped))
+        return _read_home(tree, python, conda_envs)
     finally:
         tree.close()
+
+
+def _read_home(tree: _Tree, python: tuple[int, int], conda_envs: Iterable[str]) -> HomeRecords:
+    pip, skipped = _python_sites(tree, [".local"], python)
+    conda: list[CondaRecord] = []
+    for env in dict.fromkeys(conda_envs):
+        if not (is_env_path(env) and _is_env(tree, env.split("/"))):
+            skipped.append(Skipped(ascii(env)[:80], "is not a conda environment in your home"))
+            continue
+        found, missed = _python_sites(tree, env.split("/"), python)
+        records, missed_meta = read_conda_env(tree, env)
+        pip += found
+        conda += records
+        skipped += missed + missed_meta
+    if len(skipped) > MAX_SKIPPED:
+        more = len(skipped) - MAX_SKIPPED
+        skipped[MAX_SKIPPED:] = [
+            Skipped(f"{more} more things in your home", "were left out for such reasons too")
+        ]
+    return HomeRecords(tuple(pip), tuple(conda), tuple(skipped))

@@ -16,8 +16,6 @@ Added to a hub's configuration by :func:`~jupyterhub_gpu.hub.extensions.configur
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import re
 from typing import Any
@@ -29,7 +27,6 @@ from tornado import web
 
 from jupyterhub_gpu.core.identity import Identity
 from jupyterhub_gpu.core.saving.entries import base_of, saved_entries, visible, with_saved
-from jupyterhub_gpu.edges.builder.home_records import list_conda_envs
 from jupyterhub_gpu.errors import UserFacingError
 from jupyterhub_gpu.hub.saves import MyImages, ServerFacts, image_json, my_images
 from jupyterhub_gpu.hub.spawner import GPUDockerSpawner
@@ -93,9 +90,7 @@ class ImagesAPIHandler(_Base):
         home = spawner._home_path(ident)
         envs: tuple[str, ...] = ()
         if home is not None and service.settings.enabled:
-            loop = asyncio.get_running_loop()
-            with contextlib.suppress(OSError):  # no home yet: no environment to offer
-                envs = await loop.run_in_executor(None, list_conda_envs, home)
+            envs = await service.conda_envs(user.name, home)  # cached, bounded, off the loop
         self.write(
             json.dumps(
                 {
