@@ -174,9 +174,9 @@ def configure_culler(
     (default: the spawner's ``cull_notes_file`` and ``cull_deadlines_file`` when set); they
     are set on both sides here. ``args``: more command-line options of the culler (e.g.
     ``["--log-level=DEBUG"]``). The agents' CA, ``c.AgentClient.ca_cert`` when set
-    before this call, is passed on as ``GPUIdleCuller.agent_ca_cert``. ``site_secret``: the agents' site secret (default: the
-    hub's ``$JUPYTERHUB_GPU_SITE_SECRET``); it reaches the culler in its environment,
-    never on its command line.
+    before this call, is passed on as ``GPUIdleCuller.agent_ca_cert``. ``site_secret``:
+    the agents' site secret (default: the hub's ``$JUPYTERHUB_GPU_SITE_SECRET``); it
+    reaches the culler in its environment, never on its command line.
     """
     from jupyterhub_gpu.core.tokens import SITE_SECRET_ENV, site_secret_from
     from jupyterhub_gpu.hub.api.cluster import AGENTS_SCOPE, AGENTS_SCOPES, AgentsAPIHandler
