@@ -187,6 +187,7 @@ class GPUIdleCuller(HubService):
         site's CA, the hub's ``AgentClient.ca_cert`` (``configure_culler`` passes it).
         Empty: the system's CAs.""",
     ).tag(config=True)
+
     @validate("agent_ca_cert")
     def _readable_ca(self, proposal: Any) -> str:
         path = str(proposal["value"])
