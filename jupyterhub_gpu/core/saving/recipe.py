@@ -197,7 +197,11 @@ def _audit_gpus(word: str, rest: str, line: str, no_gpu: str) -> str:
         name, _, value = rest.partition("=")
         if name != GPUS or not _GPUS_VALUE.fullmatch(value):
             raise ValueError(f"ENV not allowed in a saved image: {line[:80]!r}")
-        return "env" if value == NO_GPU and no_gpu != "env" else "restored"
+        if no_gpu == "env":
+            return "restored"  # the base's own value, after the RUN
+        if value != NO_GPU:
+            raise ValueError(f"ENV {GPUS} only to give the base's value back: {line[:80]!r}")
+        return "env"
     if word == "RUN" and no_gpu not in ("arg", "env"):
         raise ValueError(f"RUN without {GPUS}={NO_GPU} before it: {line[:80]!r}")
     return no_gpu
