@@ -32,6 +32,7 @@ from requests.exceptions import RequestException
 from jupyterhub_gpu.core.saving.recipe import BUILD_ARG
 
 log = logging.getLogger(__name__)
+CALL_TIMEOUT_S = 30.0  #: the watch's own call to the engine (the client's may be minutes)
 
 
 def api_url(client: Any, path: str) -> str:
@@ -43,7 +44,9 @@ def set_pids_limit(client: Any, container: str, limit: int) -> None:
     """The engine's process limit on a running container (API 1.40+; docker-py's
     ``update_container`` has no ``pids_limit``)."""
     response = client.post(
-        api_url(client, f"/containers/{container}/update"), json={"PidsLimit": limit}
+        api_url(client, f"/containers/{container}/update"),
+        json={"PidsLimit": limit},
+        timeout=CALL_TIMEOUT_S,
     )
     if response.status_code == 404:
         raise NotFound(f"no container {container}")
