@@ -144,6 +144,36 @@ class SavedImages(LoggingConfigurable):
         4.0, help="Memory of the build's install step on the node, GiB (0: no limit)."
     ).tag(config=True)
 
+    build_cpus = Float(
+        2.0,
+        help="""CPUs the build's install steps may use on the node, together (the CFS
+        quota of each step's container; fractions allowed, e.g. 0.5). 0: no limit. The
+        install steps run package code as root (a package's ``.pth`` files run at every
+        Python start), so this bounds what a hostile package takes from the node's users
+        for up to ``build_timeout``.""",
+    ).tag(config=True)
+
+    build_max_processes = Int(
+        256,
+        help="""Processes one install step of a build may have. A step that reaches it
+        is stopped and the save fails with a sentence (a fork bomb in a package); pip
+        itself needs a handful. Docker's build API has no process limit, so the hub
+        watches the build's containers and sets the engine's limit on each as it starts
+        (a fraction of a second after); ``build_cgroup_parent`` closes that gap. 0: no
+        limit (not advised).""",
+    ).tag(config=True)
+
+    build_cgroup_parent = Unicode(
+        "",
+        help="""The cgroup the build's install steps run under on every node (the build
+        API's ``cgroupparent``), e.g. a systemd slice ``jupyterhub-gpu-builds.slice`` with
+        ``TasksMax=512``, ``CPUQuota=200%`` and ``MemoryMax=8G``, or with the cgroupfs
+        driver a path such as ``/jupyterhub-gpu-builds`` whose ``pids.max`` the node's
+        set-up writes: limits every build on the node shares, from the first instant.
+        The engine must accept it (a systemd driver takes slice names only). Empty: the
+        engine's default.""",
+    ).tag(config=True)
+
     concurrent_saves = Int(
         2,
         help="Saves the hub runs at once (each is a build on a node); more wait. A user "
@@ -184,6 +214,23 @@ class SavedImages(LoggingConfigurable):
         if int(proposal["value"]) < 0:
             raise ValueError("SavedImages.max_images must be 0 (no limit) or more")
         return int(proposal["value"])
+
+    @validate("build_cpus")
+    def _cpus(self, proposal: Any) -> float:
+        value = float(proposal["value"])
+        if value < 0 or 0 < value < 0.01:
+            raise ValueError("SavedImages.build_cpus must be 0 (no limit) or at least 0.01")
+        return value
+
+    @validate("build_max_processes")
+    def _processes(self, proposal: Any) -> int:
+        value = int(proposal["value"])
+        if value < 0 or 0 < value < 16:
+            raise ValueError(
+                "SavedImages.build_max_processes must be 0 (no limit) or at least 16 "
+                "(pip needs a few)"
+            )
+        return value
 
     @validate("concurrent_saves")
     def _at_least_one(self, proposal: Any) -> int:
@@ -241,6 +288,9 @@ class SavedImages(LoggingConfigurable):
                 build_timeout_s=self.build_timeout,
                 push_timeout_s=self.push_timeout,
                 memory_bytes=_limit_bytes(self.build_memory_gib),
+                cpus=self.build_cpus or None,
+                max_processes=self.build_max_processes or None,
+                cgroup_parent=self.build_cgroup_parent,
                 auth_config=self.auth_config(),
             ),
             limits=Limits(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +27,12 @@ from jupyterhub_gpu.core.saving.data import (
 from jupyterhub_gpu.core.saving.limits import Limits, check_added_size
 from jupyterhub_gpu.core.saving.stream import BuildLog, PushLog, clean, parse_message
 from jupyterhub_gpu.edges.builder import build as build_mod
-from jupyterhub_gpu.edges.builder.build import BuildSettings, build_and_push, discard
+from jupyterhub_gpu.edges.builder.build import (
+    BuildSettings,
+    build_and_push,
+    build_query,
+    discard,
+)
 from jupyterhub_gpu.edges.builder.context import build_context
 from jupyterhub_gpu.edges.builder.output import Output, read_output
 from jupyterhub_gpu.edges.builder.probe import (
@@ -36,6 +42,7 @@ from jupyterhub_gpu.edges.builder.probe import (
     parse_probe,
     probe_target,
 )
+from jupyterhub_gpu.edges.builder.watch import BuildWatch
 
 pytestmark = pytest.mark.unit
 REF = "reg.example:5000/saved/u-alice/my-env:20261124-153000-012345"
@@ -89,6 +96,23 @@ PUSH_OK = [
 ]
 
 
+class FakeResponse:
+    """A streamed HTTP answer of the engine (requests' ``Response``, as used here)."""
+
+    def __init__(self, events: Iterator[Any], status: int = 200) -> None:
+        self.events, self.status_code, self.closed = events, status, False
+
+    def raise_for_status(self) -> None:
+        pass
+
+    def iter_content(self, chunk_size: Any = None) -> Iterator[bytes]:
+        for event in self.events:
+            yield json.dumps(event).encode() + b"\r\n"
+
+    def close(self) -> None:
+        self.closed = True
+
+
 class FakeEngine:
     """An ``APIClient`` stand-in: replays streams, records calls, raises when told.
 
@@ -103,6 +127,13 @@ class FakeEngine:
         self.tagged = {BASE: 1000}
         self.stage: dict[str, str] = {}
         self.left_containers: list[str] = []
+        # the build's watch: running containers (id -> environment, processes)
+        self.running: dict[str, tuple[list[str], int]] = {}
+        self.watch_calls: list[tuple[str, Any]] = []
+        self.killed = threading.Event()
+
+    base_url = "http+docker://localhost"
+    api_version = "1.41"
 
     def _replay(self, events: Any) -> Iterator[dict[str, Any]]:
         if isinstance(events, Exception):
@@ -110,9 +141,14 @@ class FakeEngine:
         for event in events:
             if isinstance(event, Exception):
                 raise event
+            if isinstance(event, threading.Event):  # the engine waits (a RUN step runs)
+                assert event.wait(10)
+                continue
             yield event
 
     def build(self, **kw: Any) -> Iterator[dict[str, Any]]:
+        """What ``POST /build`` does: ``kw`` has the context (``fileobj``), the query
+        (``params``), its tag and labels, and the idle ``timeout``."""
         self.calls.append(("build", kw))
         if isinstance(self.build_events, Exception):
             raise self.build_events
@@ -120,6 +156,20 @@ class FakeEngine:
         if any("aux" in e for e in self.build_events if isinstance(e, dict)):
             self.tagged[kw["tag"]] = 1000 + 5000
         return self._replay(self.build_events)
+
+    def post(
+        self, url: str, params: Any = None, data: Any = None, timeout: Any = None, **kw: Any
+    ) -> FakeResponse:
+        """The engine's HTTP API, as the build and the build's watch call it."""
+        assert url.startswith(f"{self.base_url}/v{self.api_version}/")
+        if url.endswith("/build"):
+            labels = json.loads(params["labels"])
+            tag = params["t"]
+            return FakeResponse(
+                self.build(fileobj=data, params=params, tag=tag, labels=labels, timeout=timeout)
+            )
+        self.watch_calls.append(("post", (url.rsplit("/", 2)[-2], kw.get("json"))))
+        return FakeResponse(iter(()))
 
     def push(self, repository: str, **kw: Any) -> Iterator[dict[str, Any]]:
         self.calls.append(("push", (repository, kw)))
@@ -134,6 +184,8 @@ class FakeEngine:
         return [{"Id": i, "ParentId": parent} for i, parent in self.stage.items()]
 
     def containers(self, all: bool = False, filters: dict[str, Any] | None = None) -> list[Any]:
+        if filters == {"status": "running"}:  # the build's watch
+            return [{"Id": c, "Created": int(time.time())} for c in self.running]
         self.calls.append(("containers", filters))
         assert all and filters == {"label": f"io.jupyterhub-gpu.build-id={BID}"}
         return [{"Id": c} for c in self.left_containers]
@@ -151,6 +203,18 @@ class FakeEngine:
                 image = self.stage.pop(image)
         else:
             self.tagged.pop(image, None)
+
+    def inspect_container(self, container: str) -> dict[str, Any]:
+        return {"Config": {"Env": self.running[container][0]}}
+
+    def stats(self, container: str, stream: bool, one_shot: bool) -> dict[str, Any]:
+        assert stream is False and one_shot is True
+        return {"pids_stats": {"current": self.running[container][1]}}
+
+    def kill(self, container: str) -> None:
+        self.watch_calls.append(("kill", container))
+        self.running.pop(container)
+        self.killed.set()
 
     def prune_images(self, filters: dict[str, Any]) -> None:
         raise APIError("409", explanation="a prune operation is already running")
@@ -292,12 +356,20 @@ def test_a_save_builds_without_network_then_pushes() -> None:
     (digest, added), events = save(engine)
     assert (digest, added) == (DIGEST, 5000)
     (_, kw) = engine.calls[0]
-    assert kw["network_mode"] == "none" and kw["custom_context"] is True
-    assert kw["rm"] is True and kw["forcerm"] is True and kw["decode"] is True
-    assert kw["nocache"] is True and kw["pull"] is False and kw["use_config_proxy"] is False
-    assert kw["tag"] == REF and kw["timeout"] == 33
-    assert kw["labels"] == {"io.jupyterhub-gpu.saved.owner": "alice"}
-    assert "buildargs" not in kw or not kw["buildargs"]
+    assert kw["timeout"] == 33
+    assert kw["params"] == {
+        "t": REF,
+        "rm": "1",
+        "forcerm": "1",
+        "nocache": "1",
+        "pull": "0",
+        "networkmode": "none",
+        "labels": json.dumps({"io.jupyterhub-gpu.saved.owner": "alice"}),
+        # no GPU in any RUN step, and the build's id for its watch; no proxy settings
+        "buildargs": json.dumps({"NVIDIA_VISIBLE_DEVICES": "void", "JUPYTERHUB_GPU_BUILD": BID}),
+        "cpuperiod": 100_000,
+        "cpuquota": 200_000,  # two CPUs
+    }
     repo, push_kw = engine.calls[1][1]
     assert repo == REF.rsplit(":", 1)[0] and push_kw["tag"] == "20261124-153000-012345"
     # only the install stage goes, by its last image (which takes its parents along)
@@ -310,7 +382,7 @@ def test_a_save_builds_without_network_then_pushes() -> None:
 
 
 @pytest.mark.parametrize(
-    ("build", "push", "match", "removed"),
+    ("build", "push", "match"),
     [
         (
             [
@@ -320,34 +392,30 @@ def test_a_save_builds_without_network_then_pushes() -> None:
             ],
             PUSH_OK,
             "Package 'torch==2.3.1\\+cu121' failed",
-            False,
         ),
-        (APIError("500", explanation="no such image: " + BASE), PUSH_OK, "no such image", False),
-        ([*steps(), ReadTimeout()], PUSH_OK, "said nothing for 33 s", False),
-        (steps(), PUSH_OK, "ended without an image", False),
+        (APIError("500", explanation="no such image: " + BASE), PUSH_OK, "no such image"),
+        ([*steps(), ReadTimeout()], PUSH_OK, "said nothing for 33 s"),
+        (steps(), PUSH_OK, "ended without an image"),
         (
             BUILD_OK,
             [PUSH_OK[1], {"error": "unauthorized: authentication required"}],
             "the registry refused it: unauthorized",
-            True,
         ),
         (
             BUILD_OK,
             APIError("denied", explanation="denied: requested access is denied"),
             "registry refused it: denied",
-            True,
         ),
-        (BUILD_OK, PUSH_OK[:8], "did not confirm the image", True),
+        (BUILD_OK, PUSH_OK[:8], "did not confirm the image"),
     ],
 )
-def test_a_failed_save_says_why_and_leaves_nothing(
-    build: Any, push: Any, match: str, removed: bool
-) -> None:
+def test_a_failed_save_says_why_and_leaves_nothing(build: Any, push: Any, match: str) -> None:
     engine = FakeEngine(build, push)
     with pytest.raises(BuildFailed, match=match):
         save(engine)
     assert REF not in engine.tagged
-    assert (("remove_image", REF) in engine.calls) is removed
+    # removed whatever the build said: a build cut off after its tag still made it
+    assert ("remove_image", REF) in engine.calls
     assert engine.stage == {}
 
 
@@ -368,6 +436,51 @@ def test_a_build_that_runs_too_long_is_stopped(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(build_mod.time, "monotonic", lambda: next(clock))
     with pytest.raises(BuildFailed, match="build took too long"):
         save(FakeEngine())
+
+
+def test_the_query_bounds_memory_swap_cpu_and_may_name_a_cgroup_parent() -> None:
+    settings = BuildSettings(memory_bytes=2**30, cpus=0.5, cgroup_parent="builds.slice")
+    query = build_query(REF, {}, BID, settings)
+    assert query["memory"] == query["memswap"] == 2**30  # no swap beyond the memory
+    assert (query["cpuquota"], query["cpuperiod"]) == (50_000, 100_000)
+    assert query["cgroupparent"] == "builds.slice"
+    unbounded = build_query(REF, {}, BID, BuildSettings(cpus=None))
+    assert not {"memory", "memswap", "cpuquota", "cpuperiod", "cgroupparent"} & set(unbounded)
+
+
+MARK = f"JUPYTERHUB_GPU_BUILD={BID}"
+
+
+def test_the_watch_limits_the_builds_containers_and_kills_one_at_the_limit() -> None:
+    engine = FakeEngine()
+    engine.running = {
+        "server": (["NVIDIA_VISIBLE_DEVICES=GPU-1"], 900),  # a user's: not the build's
+        "other-build": (["JUPYTERHUB_GPU_BUILD=fedcba9876543210"], 900),
+        "pip": ([MARK, "NVIDIA_VISIBLE_DEVICES=void"], 3),
+        "bomb": ([MARK], 256),
+    }
+    watch = BuildWatch(engine, BID, 256)
+    watch.look()
+    assert ("post", ("pip", {"PidsLimit": 256})) in engine.watch_calls
+    assert ("post", ("bomb", {"PidsLimit": 256})) in engine.watch_calls
+    assert [c for c in engine.watch_calls if c[0] == "kill"] == [("kill", "bomb")]
+    assert {c[1][0] for c in engine.watch_calls if c[0] == "post"} == {"pip", "bomb"}
+    assert watch.reason is not None and "more than 256 processes" in watch.reason
+    watch.look()  # each container is limited once
+    assert len([c for c in engine.watch_calls if c[0] == "post"]) == 2
+
+
+def test_a_build_its_watch_stopped_says_why_and_leaves_nothing() -> None:
+    engine = FakeEngine()
+    engine.running = {"bomb": ([MARK], 999)}
+    engine.build_events = [
+        *steps(),
+        engine.killed,  # the RUN step runs until the watch kills it
+        {"error": "The command returned a non-zero code: 137", "errorDetail": {"code": 137}},
+    ]
+    with pytest.raises(BuildFailed, match=r"^A package started more than 256 processes"):
+        save(engine)
+    assert REF not in engine.tagged and engine.stage == {}
 
 
 def test_discard_removes_a_stage_cut_off_with_its_containers() -> None:
@@ -484,7 +597,11 @@ def test_the_probe_runs_the_base_locked_down_and_removes_it() -> None:
     assert engine.created["user"] == "65534:65534" and engine.created["network_disabled"] is True
     assert engine.created["entrypoint"] == ["/opt/venv/bin/python"]
     assert engine.created["command"] == ["-c", PROBE]
-    assert "environment" not in engine.created
+    # no GPU, whatever the image's own ENV or the node's default runtime says
+    assert engine.created["environment"] == {"NVIDIA_VISIBLE_DEVICES": "void"}
+    assert "device_requests" not in engine.host and "runtime" not in engine.host
+    assert engine.host["nano_cpus"] == 10**9 and engine.host["pids_limit"] == 64
+    assert engine.host["mem_limit"] == "512m"
     assert engine.host["network_mode"] == "none" and engine.host["cap_drop"] == ["ALL"]
     assert engine.host["read_only"] is True and engine.host["security_opt"] == ["no-new-privileges"]
     failed = ProbeEngine(status=127)

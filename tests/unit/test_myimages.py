@@ -198,6 +198,27 @@ def test_settings_turn_into_the_builders_data() -> None:
     with pytest.raises(Exception, match="host\\[:port\\]"):
         SavedImages(registry="http://x y")
     assert not SavedImages().enabled
+    # the build's bounds: two CPUs and 256 processes unless the admin says otherwise
+    build = built.build
+    assert (build.cpus, build.max_processes, build.cgroup_parent) == (2.0, 256, "")
+    assert build.memory_bytes == 4 * 2**30
+    s = SavedImages(build_cpus=0, build_max_processes=0, build_cgroup_parent="builds.slice")
+    build = s.save_settings().build
+    assert (build.cpus, build.max_processes, build.cgroup_parent) == (None, None, "builds.slice")
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "match"),
+    [
+        ("build_cpus", -1.0, "build_cpus must be 0"),
+        ("build_cpus", 0.001, "build_cpus must be 0"),
+        ("build_max_processes", 5, "build_max_processes must be 0"),
+        ("build_max_processes", -1, "build_max_processes must be 0"),
+    ],
+)
+def test_build_bounds_that_would_not_work_stop_the_hub(option: str, value: Any, match: str) -> None:
+    with pytest.raises(Exception, match=match):
+        SavedImages(**{option: value})
 
 
 # ------------------------------------------------------------------ the service

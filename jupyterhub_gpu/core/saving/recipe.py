@@ -13,9 +13,16 @@ The Dockerfile has two stages, both ``FROM`` the catalog image the server ran:
 
 Safety (docs/my-images.md): every ``RUN`` is in exec form (a JSON array: no shell ever
 parses a package name), package names and versions come from :mod:`.validate`, nothing
-the user controls is written into the Dockerfile except those, there is no ``ENV`` (so
-``NVIDIA_*``/``CUDA_*`` stay as the base sets them) and the image ends as the base's
-non-root user. Labels (owner, name, ...) go through the build API's ``labels``, never
+the user controls is written into the Dockerfile except those, and the image ends as the
+base's non-root user. No ``RUN`` sees a GPU, whatever the node's default runtime: stage 1
+sets ``ENV NVIDIA_VISIBLE_DEVICES=void`` (stage 1 never reaches the image); the final
+stage takes it as a build argument (:func:`build_args`; an ``ARG`` is in a ``RUN``'s
+environment but not in the image's), unless the base sets the variable itself (a CUDA
+base sets ``all``, and an image's ``ENV`` wins over a build argument): then ``ENV ...=void``
+before its ``RUN`` and the base's own value again after it, so the image's environment
+is the base's exactly. ``ARG`` :data:`BUILD_ARG` marks the build's containers (their
+environment) for the build's watch (:mod:`jupyterhub_gpu.edges.builder.watch`).
+Labels (owner, name, ...) go through the build API's ``labels``, never
 through the Dockerfile, where a newline in a value would start a new instruction.
 :func:`audit_dockerfile` re-checks every generated file against these rules.
 """
@@ -47,7 +54,11 @@ _USER = re.compile(
 _PATH = re.compile(r"^(?:/[A-Za-z0-9._+-]+)+$")
 _BUILD_ID = re.compile(r"^[0-9a-f]{8,64}$")
 _REGISTRY = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]{1,5})?$")
-_INSTRUCTIONS = frozenset({"FROM", "LABEL", "USER", "COPY", "RUN"})
+_INSTRUCTIONS = frozenset({"FROM", "LABEL", "USER", "COPY", "RUN", "ARG", "ENV"})
+GPUS = "NVIDIA_VISIBLE_DEVICES"  #: what the NVIDIA runtime reads: which GPUs a container gets
+NO_GPU = "void"  #: no GPU, and no driver files either (the NVIDIA container toolkit)
+BUILD_ARG = "JUPYTERHUB_GPU_BUILD"  #: the build id, in every RUN container's environment
+_GPUS_VALUE = re.compile(r"^[A-Za-z0-9,:._/-]{0,200}$")
 
 # Stage 1, after pip: copy each named distribution's installed files (from its RECORD),
 # under the environment's prefix only, to STAGING, readable by every uid.
@@ -89,6 +100,11 @@ def _run(*argv: str) -> str:
     return "RUN " + json.dumps(list(argv))
 
 
+def build_args(build_id: str) -> dict[str, str]:
+    """The build arguments the Dockerfile declares (the build API's ``buildargs``)."""
+    return {GPUS: NO_GPU, BUILD_ARG: build_id}
+
+
 def install_stage(base: str, plan: Plan, target: Target, build_id: str) -> list[str]:
     python = _check_path(target.python_path, "Python")
     names = [r.name for r in plan.pip]
@@ -98,6 +114,9 @@ def install_stage(base: str, plan: Plan, target: Target, build_id: str) -> list[
     return [
         f"FROM {base} AS install",
         f'LABEL {BUILD_ID_LABEL}="{build_id}"',
+        f"ARG {BUILD_ARG}",
+        f"ARG {GPUS}",
+        f"ENV {GPUS}={NO_GPU}",
         "USER root",
         f"COPY {CONTEXT_WHEELS}/ {WHEELHOUSE}/",
         _run(*pip, "--", *(r.spec for r in plan.pip)),
@@ -105,8 +124,34 @@ def install_stage(base: str, plan: Plan, target: Target, build_id: str) -> list[
     ]
 
 
-def dockerfile(base: str, plan: Plan, target: Target, build_id: str, base_user: str) -> str:
-    """The saved image's Dockerfile (see the module's docstring)."""
+def _without_gpus(base_gpus: str | None, uninstall: list[str]) -> list[str]:
+    """The final stage's ``RUN``, with no GPU, leaving the image's environment as is."""
+    if base_gpus is None:
+        return [f"ARG {BUILD_ARG}", f"ARG {GPUS}", "USER root", _run(*uninstall)]
+    if not _GPUS_VALUE.fullmatch(base_gpus):
+        raise InvalidPackage(
+            f"The base image sets {GPUS} to a value this hub does not expect; ask your "
+            "admin to check the catalog image."
+        )
+    return [
+        f"ARG {BUILD_ARG}",
+        f"ENV {GPUS}={NO_GPU}",
+        "USER root",
+        _run(*uninstall),
+        f"ENV {GPUS}={base_gpus}",
+    ]
+
+
+def dockerfile(
+    base: str,
+    plan: Plan,
+    target: Target,
+    build_id: str,
+    base_user: str,
+    base_gpus: str | None = None,
+) -> str:
+    """The saved image's Dockerfile (see the module's docstring). ``base_gpus``: the
+    base image's own ``NVIDIA_VISIBLE_DEVICES`` (``None``: it sets none)."""
     if not IMAGE_RE.fullmatch(base) or not (":" in base.rsplit("/", 1)[-1] or "@" in base):
         raise InvalidPackage(
             f"The base image {base!r} is not a pinned image reference; ask "
@@ -133,31 +178,62 @@ def dockerfile(base: str, plan: Plan, target: Target, build_id: str, base_user: 
     ]
     if plan.replaces:
         uninstall = [target.python_path, "-I", "-m", "pip", "uninstall", "--yes"]
-        lines += ["USER root", _run(*uninstall, "--disable-pip-version-check", *plan.replaces)]
+        uninstall += ["--disable-pip-version-check", *plan.replaces]
+        lines += _without_gpus(base_gpus, uninstall)
     lines += [f"COPY --from=install {STAGING}/ {prefix}/", f"USER {final_user(base_user)}"]
     text = "\n".join(lines) + "\n"
     audit_dockerfile(text)
     return text
 
 
+def _audit_gpus(word: str, rest: str, line: str, no_gpu: str) -> str:
+    """The stage's GPU state after ``line``: ``""`` (the base's), ``"arg"`` or ``"env"``
+    (``ENV ...=void``; a later ``ENV`` gives the base's value back: ``"restored"``)."""
+    if word == "ARG":
+        if rest not in (BUILD_ARG, GPUS):
+            raise ValueError(f"ARG not allowed in a saved image: {line[:80]!r}")
+        return "arg" if rest == GPUS and not no_gpu else no_gpu
+    if word == "ENV":
+        name, _, value = rest.partition("=")
+        if name != GPUS or not _GPUS_VALUE.fullmatch(value):
+            raise ValueError(f"ENV not allowed in a saved image: {line[:80]!r}")
+        if no_gpu == "env":
+            return "restored"  # the base's own value, after the RUN
+        if value != NO_GPU:
+            raise ValueError(f"ENV {GPUS} only to give the base's value back: {line[:80]!r}")
+        return "env"
+    if word == "RUN" and no_gpu not in ("arg", "env"):
+        raise ValueError(f"RUN without {GPUS}={NO_GPU} before it: {line[:80]!r}")
+    return no_gpu
+
+
 def audit_dockerfile(text: str) -> None:
     """Raise ``ValueError`` unless every line is a comment, blank, or one of FROM, LABEL
-    (stage 1's build id only), USER (never root at the end), COPY, or an exec-form RUN."""
+    (stage 1's build id only), USER (never root at the end), COPY, an exec-form RUN with
+    no GPU (``ARG`` or ``ENV NVIDIA_VISIBLE_DEVICES=void`` before it in its stage), ARG
+    (:func:`build_args`' names) and ENV (``NVIDIA_VISIBLE_DEVICES`` only; the final
+    stage gives the base's value back after its ``RUN``)."""
     last_user = ""
+    no_gpu = ""
     for line in text.splitlines():
         if not line.strip() or line.startswith("#"):
             continue
         word, _, rest = line.partition(" ")
         if word not in _INSTRUCTIONS or line.endswith("\\"):
             raise ValueError(f"instruction not allowed in a saved image: {line[:80]!r}")
+        if word == "FROM":
+            no_gpu = ""
         if word == "RUN" and not isinstance(json.loads(rest), list):
             raise ValueError(f"RUN must be in exec form: {line[:80]!r}")
+        no_gpu = _audit_gpus(word, rest, line, no_gpu)
         if word == "LABEL" and not rest.startswith(BUILD_ID_LABEL + "="):
             raise ValueError(f"labels go through the build API: {line[:80]!r}")
         if word == "USER":
             last_user = rest
     if final_user(last_user) != last_user:
         raise ValueError(f"the image must end as a non-root user, not {last_user!r}")
+    if no_gpu == "env":
+        raise ValueError(f"the image must end with the base's {GPUS}, not {NO_GPU}")
 
 
 def owner_component(owner: str) -> str:

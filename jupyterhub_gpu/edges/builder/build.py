@@ -1,10 +1,15 @@
 """Building a saved image on a node's engine and pushing it to the registry (an edge).
 
 Blocking calls on a docker-py ``APIClient`` (the hub runs them in the node's thread pool
-with :meth:`Cluster.run`): the build gets the tar context as is (``custom_context``),
-``network_mode="none"`` (everything it installs is in the context), no cache, no proxy
-settings, the image's labels through the API, and removes its containers whatever
-happens (``rm``, ``forcerm``). Progress goes to ``report`` (called on the worker thread:
+with :meth:`Cluster.run`): the build gets the tar context as is, no network (everything
+it installs is in the context), no cache, no proxy settings, the image's labels through
+the API, removes its containers whatever happens (``rm``, ``forcerm``), and bounds its
+RUN steps (:func:`build_query`): memory without swap, CPU (``cpuquota``), no GPU (the
+Dockerfile's build arguments, :func:`~jupyterhub_gpu.core.saving.recipe.build_args`),
+an optional cgroup parent, and processes (:class:`~.watch.BuildWatch`). The query goes
+to ``POST /build`` directly: docker-py's ``build()`` refuses ``cpuquota``/``cpuperiod``
+(its ``container_limits`` takes memory, memswap, cpushares and cpusetcpus only).
+Progress goes to ``report`` (called on the worker thread:
 the hub hands it to its loop with ``call_soon_threadsafe``). A failure inside the build
 or push stream, or an engine's error answer, is a :class:`BuildFailed` that says which
 package failed; before it is raised, what the save made on the node is removed (the
@@ -16,19 +21,23 @@ node down).
 
 from __future__ import annotations
 
+import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import IO, Any
 
-from docker.errors import APIError, NotFound
-from requests.exceptions import ReadTimeout
+from docker.errors import APIError, NotFound, create_api_error_from_http_exception
+from docker.utils.json_stream import json_stream
+from requests.exceptions import ConnectionError, HTTPError, ReadTimeout
+from urllib3.exceptions import ReadTimeoutError
 
 from jupyterhub_gpu.core.saving.data import BuildFailed, PipRequirement, Progress
-from jupyterhub_gpu.core.saving.recipe import BUILD_ID_LABEL
+from jupyterhub_gpu.core.saving.recipe import BUILD_ID_LABEL, build_args
 from jupyterhub_gpu.core.saving.stream import BuildLog, PushLog, clean, parse_message
+from jupyterhub_gpu.edges.builder.watch import BuildWatch, api_url
 
 log = logging.getLogger(__name__)
 Report = Callable[[Progress], None]
@@ -38,14 +47,76 @@ Report = Callable[[Progress], None]
 class BuildSettings:
     """Limits of one save on a node. ``idle_timeout_s``: how long the engine may stay
     silent (e.g. pip installing a large wheel); ``build_timeout_s``/``push_timeout_s``: the
-    whole build and push. ``memory_bytes``: the memory of the build's RUN steps.
+    whole build and push. ``memory_bytes``: the memory of the build's RUN steps (no
+    swap beyond it); ``cpus``: their CPU time, in CPUs; ``max_processes``: the processes
+    one RUN step may have (:class:`~.watch.BuildWatch`); ``cgroup_parent``: the node's
+    cgroup the RUN steps run under (empty: the engine's own); ``None``: no limit.
     ``auth_config``: registry credentials for the push (never logged or shown)."""
 
     build_timeout_s: float = 1800.0
     idle_timeout_s: float = 900.0
     push_timeout_s: float = 1800.0
     memory_bytes: int | None = None
+    cpus: float | None = 2.0
+    max_processes: int | None = 256
+    cgroup_parent: str = ""
     auth_config: Mapping[str, str] | None = None
+
+
+CPU_PERIOD_US = 100_000  #: the CFS period the CPU bound is a share of (the engine's default)
+
+
+def build_query(
+    reference: str, labels: Mapping[str, str], build_id: str, settings: BuildSettings
+) -> dict[str, Any]:
+    """The query of ``POST /build`` for one save (moby's ``build_routes.go`` reads it)."""
+    query: dict[str, Any] = {
+        "t": reference,
+        "rm": "1",
+        "forcerm": "1",
+        "nocache": "1",
+        "pull": "0",
+        "networkmode": "none",
+        "labels": json.dumps(dict(labels)),
+        "buildargs": json.dumps(build_args(build_id)),
+    }
+    if settings.memory_bytes:
+        query["memory"] = query["memswap"] = settings.memory_bytes
+    if settings.cpus:
+        query["cpuperiod"] = CPU_PERIOD_US
+        query["cpuquota"] = max(1000, round(settings.cpus * CPU_PERIOD_US))
+    if settings.cgroup_parent:
+        query["cgroupparent"] = settings.cgroup_parent
+    return query
+
+
+def post_build(
+    client: Any, context: IO[bytes], query: Mapping[str, Any], timeout: float
+) -> Iterator[Any]:
+    """``POST /build`` with ``query`` and the tar ``context``; the engine's messages."""
+    response = client.post(
+        api_url(client, "/build"),
+        params=dict(query),
+        data=context,
+        headers={"Content-Type": "application/x-tar"},
+        stream=True,
+        timeout=timeout,
+    )
+    try:
+        response.raise_for_status()
+    except HTTPError as e:
+        response.close()
+        raise create_api_error_from_http_exception(e) from None
+    return _messages(response)
+
+
+def _messages(response: Any) -> Iterator[Any]:
+    """The engine's JSON messages; closing it (or its end) closes the connection, and a
+    build whose connection closes is cancelled by the engine."""
+    try:
+        yield from json_stream(response.iter_content(chunk_size=None))
+    finally:
+        response.close()
 
 
 def split_reference(reference: str) -> tuple[str, str]:
@@ -74,6 +145,7 @@ def build_image(
     requirements: Sequence[PipRequirement],
     report: Report,
     settings: BuildSettings,
+    build_id: str,
 ) -> str:
     """Build the context into ``reference``; the image ID, or :class:`BuildFailed`."""
     build = BuildLog(requirements)
@@ -87,34 +159,33 @@ def build_image(
         if shown is not None:
             report(shown)
 
-    limits = {"memory": settings.memory_bytes} if settings.memory_bytes else None
+    query = build_query(reference, labels, build_id, settings)
     report(Progress("build", "Building the image", 0))
-    try:
-        stream = client.build(
-            fileobj=context,
-            custom_context=True,
-            tag=reference,
-            labels=dict(labels),
-            network_mode="none",
-            rm=True,
-            forcerm=True,
-            nocache=True,
-            pull=False,
-            decode=True,
-            use_config_proxy=False,
-            timeout=settings.idle_timeout_s,
-            container_limits=limits,
-        )
-        _follow(stream, fold, time.monotonic() + settings.build_timeout_s, "build")
-    except APIError as e:
-        failed.append(str(e.explanation or e))
-    except ReadTimeout:
-        failed.append(f"the node's engine said nothing for {settings.idle_timeout_s:.0f} s")
+    with BuildWatch(client, build_id, settings.max_processes) as watch:
+        try:
+            stream = post_build(client, context, query, settings.idle_timeout_s)
+            try:
+                _follow(stream, fold, time.monotonic() + settings.build_timeout_s, "build")
+            finally:
+                getattr(stream, "close", lambda: None)()
+        except APIError as e:
+            failed.append(str(e.explanation or e))
+        except (ReadTimeout, ConnectionError) as e:
+            if not isinstance(e, ReadTimeout) and not _timed_out(e):
+                raise  # the node can't be reached: the caller marks it down
+            failed.append(f"the node's engine said nothing for {settings.idle_timeout_s:.0f} s")
+    if watch.reason:
+        raise BuildFailed(watch.reason)
     if failed:
         raise BuildFailed(build.failure(failed[0]))
     if not build.image_id:
         raise BuildFailed("The build ended without an image; nothing was saved. Tell your admin.")
     return build.image_id
+
+
+def _timed_out(error: ConnectionError) -> bool:
+    """Whether requests' ``ConnectionError`` is a read timeout of a streamed body."""
+    return any(isinstance(arg, ReadTimeoutError) for arg in error.args)
 
 
 def push_image(client: Any, reference: str, report: Report, settings: BuildSettings) -> str:
@@ -208,16 +279,15 @@ def build_and_push(
     check_size: Callable[[int], None] = lambda added: None,
 ) -> tuple[str, int]:
     """Build, check the size (``check_size(added_bytes)`` may raise, e.g. the user's
-    limit), push; ``(digest, added_bytes)``. On any failure the image is removed."""
-    made: str | None = None
+    limit), push; ``(digest, added_bytes)``. On any failure (a cut-off thread's
+    ``BaseException`` too) the image, if tagged, and the install stage are removed."""
     try:
-        build_image(client, context, reference, labels, requirements, report, settings)
-        made = reference
+        build_image(client, context, reference, labels, requirements, report, settings, build_id)
         added = added_bytes(client, reference, base)
         check_size(added)
         digest = push_image(client, reference, report, settings)
     except BaseException:
-        discard(client, made, build_id)
+        discard(client, reference, build_id)  # tagged even when the build said it failed
         raise
     discard(client, None, build_id)
     report(Progress("done", "Saved", 100))

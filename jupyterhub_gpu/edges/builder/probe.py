@@ -3,11 +3,13 @@
 Wheels are fetched on the hub's side for the image's Python, not the hub's: version,
 machine, glibc, the virtual environment's prefix and the distributions it already has
 (so a saved image doesn't re-install them). :func:`probe_target` runs the base image once,
-as nobody, with no network, no capabilities, a read-only root and small limits, and
+as nobody, with no network, no capabilities, no GPU (``NVIDIA_VISIBLE_DEVICES=void``
+whatever the image or the node's default runtime says, no device requests), a read-only
+root and small limits (memory, processes, one CPU), and
 reads at most :data:`OUTPUT_MAX` bytes of its output (:func:`.output.read_output`);
 :func:`parse_probe` checks its last JSON line, an untrusted answer, against bounds.
 :func:`base_user` reads only the image's configured ``User`` (never its environment or
-labels).
+labels); :func:`base_gpus` its own ``NVIDIA_VISIBLE_DEVICES``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from jupyterhub_gpu.core.saving.data import (
     InvalidPackage,
     Target,
 )
+from jupyterhub_gpu.core.saving.recipe import GPUS, NO_GPU
 from jupyterhub_gpu.core.saving.stream import clean
 from jupyterhub_gpu.core.saving.validate import pip_name, pip_version
 from jupyterhub_gpu.edges.builder.output import read_output
@@ -40,6 +43,7 @@ PROBE = (
     "  'installed': [[d.metadata['Name'] or '', d.version or ''] for d in m.distributions()]}))\n"
 )
 PROBE_USER = "65534:65534"
+PROBE_CPUS = 1  #: CPUs the probe may use
 OUTPUT_MAX = 4 * 1024 * 1024  #: bytes of the probe's stdout the hub reads at most
 INSTALLED_MAX = 10_000  #: distributions (a large conda environment has about 1,000)
 PATH_MAX = 255  #: characters of the environment's prefix
@@ -162,6 +166,7 @@ def probe_target(
         read_only=True,
         mem_limit="512m",
         pids_limit=64,
+        nano_cpus=PROBE_CPUS * 10**9,
         tmpfs={"/tmp": "size=16m"},
     )
     try:
@@ -170,6 +175,7 @@ def probe_target(
             command=["-c", PROBE],
             entrypoint=[python_path],
             user=PROBE_USER,
+            environment={GPUS: NO_GPU},  # over the image's own (a CUDA base says "all")
             network_disabled=True,
             host_config=host,
             labels={"io.jupyterhub-gpu.probe": "1"},
@@ -208,3 +214,12 @@ def base_user(client: Any, base: str) -> str:
     config = client.inspect_image(base).get("Config") or {}
     user = config.get("User")
     return user if isinstance(user, str) else ""
+
+
+def base_gpus(client: Any, base: str) -> str | None:
+    """The base image's own ``NVIDIA_VISIBLE_DEVICES`` (``None`` when it sets none)."""
+    config = client.inspect_image(base).get("Config") or {}
+    for item in config.get("Env") or ():
+        if isinstance(item, str) and item.startswith(GPUS + "="):
+            return item.partition("=")[2]
+    return None

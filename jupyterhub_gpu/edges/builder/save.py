@@ -37,7 +37,7 @@ from jupyterhub_gpu.core.saving.validate import image_name
 from jupyterhub_gpu.edges.builder.build import BuildSettings, build_and_push
 from jupyterhub_gpu.edges.builder.context import build_context
 from jupyterhub_gpu.edges.builder.home_records import read_home
-from jupyterhub_gpu.edges.builder.probe import base_user, probe_target
+from jupyterhub_gpu.edges.builder.probe import base_gpus, base_user, probe_target
 from jupyterhub_gpu.edges.builder.wheelhouse import IndexSettings, fetch_wheels
 
 
@@ -110,7 +110,8 @@ def save_environment(
     report(Progress("fetch", "Reading what you installed", None))
     target, plan = plan_for(client, request, settings)
     user = base_user(client, request.base_image)
-    text = dockerfile(request.base_image, plan, target, build_id, user)
+    gpus = base_gpus(client, request.base_image)
+    text = dockerfile(request.base_image, plan, target, build_id, user, gpus)
     labels = image_labels(request.owner, name, request.base_slug, request.base_image, plan, created)
     report(Progress("fetch", f"Fetching {len(plan.pip)} packages from the site's index", None))
     with tempfile.TemporaryDirectory(prefix="jupyterhub-gpu-wheels-") as folder:
