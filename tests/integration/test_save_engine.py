@@ -32,6 +32,7 @@ from docker.errors import APIError, NotFound
 from jupyterhub_gpu.core.saving.data import (
     BuildFailed,
     FetchFailed,
+    InvalidPackage,
     LimitReached,
     Progress,
     SavedImage,
@@ -413,9 +414,11 @@ def test_a_package_missing_from_the_index_is_named(
     )
 
 
-def test_a_package_that_fails_in_the_build_is_named(
+def test_a_wheel_that_writes_outside_its_folder_is_refused_before_the_build(
     engines: list[Engine], real_registry: Distribution, links: Path, tmp_path: Path
 ) -> None:
+    """The wheel's zip directory names ``../../../../escaped.py``: refused on the hub from
+    the directory alone (it was a build failure, in pip, before the archive checks)."""
     mine = pip_install_home(engines[0], tmp_path / "home", links, ["gamma==0.9.1"])
     add_record(mine, "escaper", "1.0")
     request = SaveRequest(OWNER, "escape", "singleuser-test", TEST_IMAGE, mine)
@@ -424,8 +427,9 @@ def test_a_package_that_fails_in_the_build_is_named(
         real_registry,
         request,
         settings(real_registry.address, links),
-        BuildFailed,
-        r"^Package 'escaper==1\.0' failed: .*outside the target directory",
+        InvalidPackage,
+        r"^The wheel of 'escaper==1\.0' .* holds a file named '\.\./\.\./\.\./\.\./escaped\.py', "
+        "outside the folder it installs to",
     )
 
 
