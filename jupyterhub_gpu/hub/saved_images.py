@@ -123,6 +123,14 @@ class SavedImages(LoggingConfigurable):
         2, help="Saves the hub runs at once (each is a build on a node); more wait."
     ).tag(config=True)
 
+    node_sweep_interval = Float(
+        300.0,
+        help="""Seconds between two sweeps of the nodes for saved images that no record
+        names any more (deleted while a container used them or while their node was
+        down; a save a hub left half-done): each node removes those that no container,
+        running or stopped, uses. A delete also sweeps at once. 0: only at deletes.""",
+    ).tag(config=True)
+
     @default("registry_url")
     def _default_registry_url(self) -> str:
         return f"https://{self.registry}" if self.registry else ""
@@ -133,6 +141,12 @@ class SavedImages(LoggingConfigurable):
         if value and not IMAGE_RE.match(f"{value}/x:y"):
             raise ValueError(f"SavedImages.registry must be host[:port], got {value!r}")
         return value
+
+    @validate("node_sweep_interval")
+    def _not_negative_interval(self, proposal: Any) -> float:
+        if float(proposal["value"]) < 0:
+            raise ValueError("SavedImages.node_sweep_interval must be 0 (off) or more seconds")
+        return float(proposal["value"])
 
     @validate("max_images")
     def _not_negative(self, proposal: Any) -> int:
