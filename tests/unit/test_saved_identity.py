@@ -151,3 +151,43 @@ def test_a_saved_image_is_pinned_by_digest_alone() -> None:
     assert record().pinned == f"{REPO}@{D1}"
     assert record("", "r:5000/ns/x:1").pinned == "r:5000/ns/x:1"
     assert record(D1, "r:5000/ns/x:1").pinned == f"r:5000/ns/x@{D1}"
+
+
+class _Engine:
+    """A node's engine as the sweep uses it: listings, and removals that refuse (409)
+    the last name of an image a container uses, as the real engine does."""
+
+    def __init__(self, images: list[dict], containers: list[dict], late: list[dict]) -> None:
+        self._images, self._containers = images, containers
+        self._in_use = containers + late  # late: containers made after the listing
+        self.removed: list[str] = []
+
+    def images(self) -> list[dict]:
+        return self._images
+
+    def containers(self, all: bool = False) -> list[dict]:
+        assert all  # stopped containers count too
+        return self._containers
+
+    def remove_image(self, reference: str) -> None:
+        from docker.errors import APIError
+
+        image = next(i for i in self._images if reference in i["RepoTags"] + i["RepoDigests"])
+        if any(c["ImageID"] == image["Id"] for c in self._in_use):
+            raise APIError("conflict", response=type("R", (), {"status_code": 409})())
+        self.removed.append(reference)
+
+
+def test_the_sweep_removes_by_name_and_leaves_what_a_container_uses() -> None:
+    from jupyterhub_gpu.edges.builder.node_images import sweep_node
+
+    gone = {"Id": "sha256:g", "RepoTags": [f"{REPO}:t"], "RepoDigests": [f"{REPO}@{D2}"],
+            "Labels": LABELS, "Created": 0}  # fmt: skip
+    used = {**gone, "Id": "sha256:u", "RepoTags": [], "RepoDigests": [f"{REPO}@{D2[:-1]}3"]}
+    kept = {**gone, "Id": "sha256:k", "RepoTags": [], "RepoDigests": [f"{REPO}@{D1}"]}
+    late = {**gone, "Id": "sha256:l", "RepoTags": [], "RepoDigests": [f"{REPO}@{D2[:-1]}4"]}
+    base = {"Id": "sha256:b", "RepoTags": ["python:3.11"], "RepoDigests": [], "Created": 0}
+    engine = _Engine([gone, used, kept, late, base], [{"ImageID": "sha256:u"}],
+                     late=[{"ImageID": "sha256:l"}])  # fmt: skip
+    assert sweep_node(engine, [record()], REG, NOW, GRACE) == ["sha256:g"]
+    assert engine.removed == [f"{REPO}:t", f"{REPO}@{D2}"]
