@@ -182,6 +182,14 @@ class SavedImages(LoggingConfigurable):
         "ahead.",
     ).tag(config=True)
 
+    node_sweep_interval = Float(
+        300.0,
+        help="""Seconds between two sweeps of the nodes for saved images that no record
+        names any more (deleted while a container used them or while their node was
+        down; a save a hub left half-done): each node removes those that no container,
+        running or stopped, uses. A delete also sweeps at once. 0: only at deletes.""",
+    ).tag(config=True)
+
     @default("registry_url")
     def _default_registry_url(self) -> str:
         return f"https://{self.registry}" if self.registry else ""
@@ -208,6 +216,12 @@ class SavedImages(LoggingConfigurable):
                     f"or file://), got {url!r}"
                 )
         return value
+
+    @validate("node_sweep_interval")
+    def _not_negative_interval(self, proposal: Any) -> float:
+        if float(proposal["value"]) < 0:
+            raise ValueError("SavedImages.node_sweep_interval must be 0 (off) or more seconds")
+        return float(proposal["value"])
 
     @validate("max_images")
     def _not_negative(self, proposal: Any) -> int:

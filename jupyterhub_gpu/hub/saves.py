@@ -14,6 +14,12 @@ recorded (the database refused it) is deleted from the registry again.
 The conda environments a user's home offers (the "My images" page lists them) are found
 off the event loop, bounded (:func:`~jupyterhub_gpu.edges.builder.home_records.list_conda_envs`),
 one walk per user at a time, and kept for :data:`CONDA_LIST_SECONDS`.
+
+Nodes keep no saved image nobody can start: the build node's copy is removed after the
+push (the builder), and :meth:`MyImages.sweep` removes from every node the saved images
+that no record names and no container uses, at once after a delete and every
+``SavedImages.node_sweep_interval`` (for a node that was down, or a container that still
+used the image then; :func:`~jupyterhub_gpu.core.saving.identity.stale_images`).
 """
 
 from __future__ import annotations
@@ -31,16 +37,26 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from jupyterhub_gpu.core.saving.data import Progress, SavedImage, SaveError
+from jupyterhub_gpu.core.saving.identity import SavedRegistry, saved_registry
 from jupyterhub_gpu.core.saving.limits import Limits, check_added_size, check_new_save
 from jupyterhub_gpu.core.saving.validate import image_name
 from jupyterhub_gpu.edges.accounting.store import AccountingStore, AccountingUnavailable
 from jupyterhub_gpu.edges.builder.home_records import LIST_SECONDS, list_conda_envs
+from jupyterhub_gpu.edges.builder.node_images import sweep_node
 from jupyterhub_gpu.edges.builder.registry import delete_image
 from jupyterhub_gpu.edges.builder.save import SaveRequest, save_environment
-from jupyterhub_gpu.errors import NotFound, NotYourGroup, SaveBusy, SavingOff, StoreDown
+from jupyterhub_gpu.errors import (
+    NotFound,
+    NotYourGroup,
+    SaveBusy,
+    SavingOff,
+    StoreDown,
+    UserFacingError,
+)
 from jupyterhub_gpu.hub.saved_images import SavedImages
 
 T = TypeVar("T")
+RESOLVE_TTL_S = 300.0  #: how long the registry's resolved addresses are trusted
 
 #: how long a user's list of conda environments is reused before their home is looked
 #: at again (a page that polls, or many requests, walk it once)
@@ -184,6 +200,10 @@ class MyImages:
         # owner -> (when, home, environments); owner -> the walk under way
         self._envs: dict[str, tuple[float, Path, tuple[str, ...]]] = {}
         self._listing: dict[str, asyncio.Future[tuple[str, ...]]] = {}
+        self._registry: tuple[float, SavedRegistry] | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self._sweep_lock = asyncio.Lock()
+        self.sweeps = 0  # finished sweeps (each logs what it removed)
 
     # ------------------------------------------------------------------ records
     async def _store(self, fn: Callable[[AccountingStore], T]) -> T:
@@ -389,6 +409,79 @@ class MyImages:
         job.state, job.message, job.finished = state, message, time.time()
         job.add(Progress("done" if state == "saved" else "failed", message))
 
+    # ------------------------------------------------------------------ nodes' copies
+    async def registry(self) -> SavedRegistry:
+        """Every spelling of the saved images' registry: as configured, and the same port
+        on each address its host name resolves to (cached :data:`RESOLVE_TTL_S`)."""
+        now = time.monotonic()
+        if self._registry is not None and now - self._registry[0] < RESOLVE_TTL_S:
+            return self._registry[1]
+        host = self.settings.registry.rsplit(":", 1)[0] if self.settings.registry else ""
+        addresses: list[str] = []
+        if host and not host.replace(".", "").isdigit():
+            try:
+                infos = await asyncio.wait_for(
+                    asyncio.get_running_loop().getaddrinfo(host, None), 5.0
+                )
+                addresses = sorted({str(info[4][0]) for info in infos})
+            except (OSError, asyncio.TimeoutError) as e:
+                self.log.warning("Could not resolve the saved images' registry %s: %s", host, e)
+        found = saved_registry(self.settings.registry, self.settings.namespace, addresses)
+        self._registry = (now, found)
+        return found
+
+    def start_sweeping(self) -> None:
+        """Start the periodic sweep of the nodes if it isn't running (needs the loop)."""
+        interval = self.settings.node_sweep_interval
+        wanted = self.settings.enabled and interval > 0 and self.cluster.recorder is not None
+        if wanted and self._sweeper is None:
+            self._sweeper = asyncio.ensure_future(self._sweep_forever(interval))
+
+    async def _sweep_forever(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.sweep()
+            except UserFacingError as e:  # the database is down: nothing is removed
+                self.log.info("Sweep of saved images skipped: %s", e)
+            except Exception:
+                self.log.exception("Sweep of saved images failed; will retry")
+
+    async def sweep(self) -> dict[str, list[str]]:
+        """Remove from every reachable node the saved images no record names and no
+        container uses; node -> the image IDs removed. Reads every record first: a
+        database that does not answer removes nothing (raises)."""
+        async with self._sweep_lock:
+            records = await self.images()
+            registry = await self.registry()
+            grace = self.settings.build_timeout + self.settings.push_timeout
+            nodes = [spec.name for spec in self.cluster.specs()]
+            results = await asyncio.gather(
+                *(self._sweep_node(n, records, registry, grace) for n in nodes)
+            )
+            self.sweeps += 1
+        removed = {n: r for n, r in zip(nodes, results, strict=True) if r}
+        for node, ids in removed.items():
+            self.log.info("Removed %d saved image(s) no record names from node %s: %s",
+                          len(ids), node, ", ".join(i[7:19] for i in ids))  # fmt: skip
+        return removed
+
+    async def _sweep_node(
+        self, node: str, records: list[SavedImage], registry: SavedRegistry, grace: float
+    ) -> list[str]:
+        if not await self.cluster.engine_ok(node):
+            return []  # swept again at the next round
+
+        def work() -> list[str]:
+            client = self.cluster.client(node)
+            return sweep_node(client, records, registry, time.time(), grace)
+
+        try:
+            return await self.cluster.run(node, work, 60.0)
+        except Exception as e:
+            self.log.warning("Sweep of saved images on node %s failed: %s", node, e)
+            return []
+
     # ------------------------------------------------------------------ share, delete
     async def share(
         self, owner: str, name: str, group: str | None, owner_groups: Collection[str]
@@ -412,6 +505,11 @@ class MyImages:
         await asyncio.get_running_loop().run_in_executor(None, self._delete, found[0])
         await self._store(lambda store: store.delete_saved_image(owner, name))
         self.log.info("%s deleted saved image %s (%s)", owner, name, found[0].reference)
+        self.start_sweeping()
+        try:  # the nodes' copies; a node down or a container using one: the next sweep
+            await self.sweep()
+        except UserFacingError as e:
+            self.log.info("Nodes not swept after a delete: %s", e)
 
 
 def daemon_thread(fn: Callable[[], T], name: str) -> concurrent.futures.Future[T]:

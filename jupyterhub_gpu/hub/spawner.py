@@ -77,12 +77,13 @@ from jupyterhub_gpu.core.placement import availability
 from jupyterhub_gpu.core.placement.request import Placement, PlacementRequest
 from jupyterhub_gpu.core.progress import describe_gpus
 from jupyterhub_gpu.core.saving.entries import (
+    PREFIX,
     Unlisted,
-    is_saved_reference,
     is_saved_slug,
     saved_entries,
     with_saved,
 )
+from jupyterhub_gpu.core.saving.identity import NodeImage, in_registry, start_refusal
 from jupyterhub_gpu.core.tokens import site_secret_from
 from jupyterhub_gpu.core.usernet import bridge_name_problem
 from jupyterhub_gpu.edges.home_dirs import ensure_home
@@ -394,6 +395,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         # why the hub itself ended the last server (a reservation took its GPUs), for the
         # spawn form until the next start; kept in state across the stop and hub restarts
         self._ended_note = ""
+        self._saved_choice: tuple[str, str] | None = None  # (owner, name) of a saved: slug
 
     # ------------------------------------------------------------------ state
     node_name = Unicode("")
@@ -671,15 +673,35 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         entries, unlisted = saved_entries(catalog, images, ident.username, ident.groups)
         return with_saved(catalog, entries), unlisted
 
-    def _not_a_saved_image(self, reference: str) -> None:
+    async def _not_a_saved_image(self, reference: str) -> None:
         """A saved image is started by its name (``saved:owner/name``), which checks who
-        may: never by its registry reference through an admin's image patterns."""
-        saved = my_images(self.cluster, self.config, self.log).settings
-        if saved.enabled and is_saved_reference(reference, saved.prefix):
+        may: never by its registry reference through an admin's image patterns. This
+        refuses a reference under the registry before placing (any spelling of its host
+        the hub knows); :meth:`_check_saved` then asks the node what the image is."""
+        service = my_images(self.cluster, self.config, self.log)
+        if service.settings.enabled and in_registry(reference, await service.registry()):
             raise InvalidRequest(
-                "Saved images are started by their name under My images "
-                "(image 'saved:OWNER/NAME'), not by their registry reference."
+                f"The image {reference!r} is a saved image; start it by its name under My "
+                "images (image 'saved:OWNER/NAME'), if its owner shares it with you."
             )
+
+    async def _check_saved(self, image: str, info: dict[str, Any], pulled: bool) -> None:
+        """Refuse to start a saved image (what ``image`` is on the node: ``info``, the
+        engine's inspect) unless the user chose it by its slug (core.saving.identity);
+        an image this spawn pulled for nothing is untagged again."""
+        service = my_images(self.cluster, self.config, self.log)
+        if not service.settings.enabled:
+            return
+        found = NodeImage.from_engine(info)
+        refusal = start_refusal(image, found, await service.registry(), self._saved_choice)
+        if refusal is None:
+            return
+        self.log.warning("%s asked for saved image %s as %r: refused", self.holder,
+                         found.id[:19], image)  # fmt: skip
+        if pulled:
+            with contextlib.suppress(*NODE_ERRORS):
+                await self.docker("remove_image", image)
+        raise InvalidRequest(refusal)
 
     async def _render_options_form(self) -> str:
         snapshot = await self.cluster.snapshot()
@@ -797,9 +819,11 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         return str(self.image)
 
     async def pull_image(self, image: str) -> None:
-        """Pull a missing image on the chosen node, reporting the percentage."""
+        """Pull a missing image on the chosen node, reporting the percentage; then check
+        what it is (:meth:`_check_saved`)."""
         try:
-            await self.docker("inspect_image", image)
+            info = await self.docker("inspect_image", image)
+            await self._check_saved(image, info, pulled=False)
             return
         except docker.errors.NotFound:
             if self.pull_policy.lower() == "never":
@@ -816,6 +840,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             self.log,
             my_images(self.cluster, self.config, self.log).settings.auth_config(image),
         )
+        await self._check_saved(image, await self.docker("inspect_image", image), pulled=True)
 
     async def get_command(self) -> list[str]:
         """DockerSpawner's (``cmd``, else the image's CMD); an image without a CMD runs
@@ -867,7 +892,10 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             )
             entry = resolve_entry(catalog, options)
             if entry.custom:
-                self._not_a_saved_image(entry.image)
+                await self._not_a_saved_image(entry.image)
+            chosen = options.image[len(PREFIX) :] if entry.saved_from else ""
+            owner, _, name = chosen.rpartition("/")
+            self._saved_choice = (owner, name) if chosen else None
             names = {g.model for n in snapshot.nodes for g in n.inventory.gpus}
             request = placement_request(options, entry, bounds, names)
         except UserFacingError as e:
@@ -1028,6 +1056,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
 
     async def poll(self) -> int | str | None:
         self.cluster.start_reconciling()  # a restarted hub polls its servers first of all
+        my_images(self.cluster, self.config, self.log).start_sweeping()
         if not self.node_name:
             return 0
         if self.cluster.known_down(self.node_name):

@@ -14,6 +14,7 @@ image from the registry.
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import shutil
@@ -24,12 +25,14 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
-from tests.conftest import gpu_inventory
+from tests.conftest import CATALOG, gpu_inventory
 from tests.support.browser import chromium_page, hub_login, screenshot
 from tests.support.cluster import Engine
 from tests.support.distribution import Distribution
 from tests.support.hub import TOKEN_ROLE_CONFIG, Hub
+from tests.support.waiting import wait_until
 from tests.support.wheels import module_name, package_wheel
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
@@ -264,3 +267,95 @@ def test_save_my_environment_and_start_it_on_another_node(
     assert alice("DELETE", "/gpu/users/alice/images/env1").status_code == 204
     assert registry.tags(repo) == []
     assert alice.images()["images"] == [] and bob.images()["images"] == []
+
+
+# ------------------------------------------------ issue 24: one spelling, nothing left on nodes
+
+
+def spawn_events(hub: Hub, user: str, server: str, options: dict[str, Any]) -> list[dict[str, Any]]:
+    """Spawn ``user``'s ``server`` with ``options`` and follow its progress to the end (a
+    spawn refused at once is one failed event with the hub's sentence)."""
+    r = hub.spawn(user, options, server=server)
+    if r.status_code == 400:
+        return [{"failed": True, "message": r.json()["message"]}]
+    assert r.status_code in (201, 202), r.text
+    events = []
+    url = f"{hub.url}/hub/api/users/{user}/servers/{server}/progress"
+    with httpx.stream("GET", url, headers={"Authorization": f"token {hub.token}"},
+                      timeout=300) as stream:  # fmt: skip
+        for line in stream.iter_lines():
+            if line.startswith("data:"):
+                events.append(json.loads(line[5:]))
+    return events
+
+
+def node_images(engine: Engine) -> dict[str, int]:
+    """The node's images (not the intermediate ones), id -> size: what its disk holds."""
+    with engine.client() as client:
+        return {i["Id"]: int(i["Size"]) for i in client.api.images()}
+
+
+def test_other_spellings_are_refused_and_deletes_leave_no_images_on_the_node(
+    make_hub: Callable[..., Hub], engines: list[Engine], registry: Distribution,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    node_a = engines[0]
+    index = tmp_path / "site-index"
+    index.mkdir()
+    package_wheel(index, PACKAGE, "1.2.0", 64 * 1024)
+    catalog = tmp_path / "catalog.yaml"
+    data = yaml.safe_load(CATALOG.read_text())
+    catalog.write_text(yaml.safe_dump({**data, "allowed_image_patterns": ["*"]}))
+    hub = make_hub(
+        [node_a], [gpu_inventory(node_a.name, "a1a1a1a1", [RTX])],
+        extra_config(registry, index, max_images=3)
+        + f"c.GPUDockerSpawner.catalog_file = {str(catalog)!r}\n"
+        + "c.SavedImages.node_sweep_interval = 1\n",
+    )  # fmt: skip
+    for name in ("alice", "bob"):
+        assert hub.create_user(name).status_code == 201
+    alice = As(hub, "alice")
+    assert hub.spawn("alice", ON_GPU, server="work").status_code in (201, 202)
+    work = hub.wait_ready("alice", "work")["state"]
+    wheels = tmp_path / "homes" / "alice" / "wheels"
+    wheels.mkdir()
+    package_wheel(wheels, PACKAGE, "1.2.0", 64 * 1024)
+    code, out = in_server(engines, work, "python", "-m", "pip", "install", "--user",
+                          "--no-index", "--find-links", "/home/alice/wheels", PACKAGE)  # fmt: skip
+    assert code == 0, out
+    before = node_images(node_a)
+
+    # 1. a save-delete loop leaves the node's images as they were (3 cycles)
+    for cycle in range(3):
+        job = alice.save("loop", "work")
+        assert job["state"] == "saved", job["message"]
+        assert alice("DELETE", "/gpu/users/alice/images/loop").status_code == 204
+        assert node_images(node_a) == before, f"cycle {cycle + 1}: {len(node_images(node_a))}"
+
+    # 2. alice's private image, started by her by its name (by digest, not its tag)
+    job = alice.save("env", "work")
+    assert job["state"] == "saved", job["message"]
+    image = job["image"]
+    events = spawn_events(hub, "alice", "mine", {**ON_GPU, "gpu_count": 0,
+                                                 "image": "saved:alice/env"})  # fmt: skip
+    assert events[-1].get("ready") is True, events[-3:]
+    repo = image["reference"].rsplit(":", 1)[0]
+    with node_a.client() as client:
+        used = client.api.inspect_container(hub.server("alice", "mine")["state"]["object_id"])
+        assert used["Config"]["Image"] == f"{repo}@{image['digest']}"
+        image_id = client.api.inspect_image(used["Image"])["Id"]
+
+    # 3. bob, by any other spelling of it: refused, with what to do
+    for spelling in (image_id, image_id.split(":")[1][:12], f"{repo}@{image['digest']}"):
+        events = spawn_events(hub, "bob", "x", {"image": spelling, "gpu_count": 0,
+                                                "cpu": 0.5, "mem_gib": 1})  # fmt: skip
+        assert events[-1].get("failed") is True, (spelling, events[-3:])
+        assert "start it by its name under My images" in events[-1]["message"], events[-1]
+        assert hub.server("bob", "x") is None
+
+    # 4. deleted while "mine" runs on it: the image stays until the server is gone
+    assert alice("DELETE", "/gpu/users/alice/images/env").status_code == 204
+    assert image_id in node_images(node_a)
+    hub.stop_server("alice", "mine")
+    wait_until(lambda: image_id not in node_images(node_a), 30, "the sweep removed the image")
+    assert node_images(node_a) == before

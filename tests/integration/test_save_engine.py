@@ -225,6 +225,7 @@ class Saved:
     seconds: float
     build_id: str
     probes: set[str]  # probes() on node-a before the save
+    left: list[str]  # images_of() node-a right after the save
 
 
 @pytest.fixture(scope="module")
@@ -266,8 +267,11 @@ def saved(
         )
         seconds = time.monotonic() - start
     print(f"\nsaved {image.reference} in {seconds:.1f} s")
-    yield Saved(image, events, seconds, build_id, before)
-    remove_image(node_a, image.reference)
+    left = images_of(node_a, real_registry, "my-env")  # the build's copy: gone after the push
+    with node_a.client() as client:  # node-a runs it again: pulled by digest, as a spawn does
+        client.api.pull(image.pinned.split("@")[0], tag=image.digest)
+    yield Saved(image, events, seconds, build_id, before, left)
+    remove_image(node_a, image.pinned)
 
 
 def save_fails(
@@ -328,7 +332,7 @@ def test_another_node_pulls_it_and_runs_it_with_an_empty_home(
         pulled = client.api.inspect_image(image.pinned)["Id"]
     try:
         with node_a.client() as client:
-            assert pulled == client.api.inspect_image(image.reference)["Id"]
+            assert pulled == client.api.inspect_image(image.pinned)["Id"]
         args = [f"{name}:{module_name(name)}" for name, _, _ in PACKAGES]
         seen = json.loads(run(node_b, image.pinned, ["python", "-c", INSPECT, *args], empty))
         for name, version, _ in PACKAGES:
@@ -351,7 +355,7 @@ def test_labels_say_what_it_is_and_nothing_else_changed(
     saved: Saved, engines: list[Engine]
 ) -> None:
     with engines[0].client() as client:
-        image = client.api.inspect_image(saved.image.reference)
+        image = client.api.inspect_image(saved.image.pinned)
         base = client.api.inspect_image(TEST_IMAGE)
     labels = image["Config"]["Labels"]
     assert labels[LABEL + "owner"] == OWNER
@@ -375,7 +379,7 @@ def test_the_image_adds_the_packages_and_little_else(
     saved: Saved, engines: list[Engine], home: Path
 ) -> None:
     with engines[0].client() as client:
-        size = int(client.api.inspect_image(saved.image.reference)["Size"])
+        size = int(client.api.inspect_image(saved.image.pinned)["Size"])
         base = int(client.api.inspect_image(TEST_IMAGE)["Size"])
     added = size - base
     packages = tree_bytes(home / ".local")  # what pip installed for the user
@@ -392,6 +396,7 @@ def test_a_save_leaves_nothing_of_its_build_on_the_node(
     assert saved.image.reference.endswith("-" + saved.build_id[:6])  # the tag names the build
     assert stage_of(engines[0], saved.build_id) == set()
     assert probes(engines[0]) <= saved.probes
+    assert saved.left == []  # nor its image: it is in the registry (issue 24)
 
 
 # ---------------------------------------------------------------- (b) failures leave nothing
@@ -564,8 +569,8 @@ def test_a_newer_base_package_is_replaced_by_the_users_version(
             f"print(json.dumps([six.__version__, six.FAKE, md.version('six'), "
             f"sorted(glob.glob('{SITE}/six*'))]))"
         )
-        seen: list[Any] = json.loads(run(node_a, image.reference, ["python", "-c", check], empty))
+        seen: list[Any] = json.loads(run(node_a, image.pinned, ["python", "-c", check], empty))
         files = [f"{SITE}/six-1.16.0.dist-info", f"{SITE}/six.py"]
         assert seen == ["1.16.0", True, "1.16.0", files]  # 1.17.0's files are gone
     finally:
-        remove_image(node_a, image.reference)
+        remove_image(node_a, image.pinned)

@@ -372,13 +372,16 @@ def test_a_save_builds_without_network_then_pushes() -> None:
     }
     repo, push_kw = engine.calls[1][1]
     assert repo == REF.rsplit(":", 1)[0] and push_kw["tag"] == "20261124-153000-012345"
-    # only the install stage goes, by its last image (which takes its parents along)
-    assert engine.names() == ["build", "push", "containers", "images", "remove_image"]
+    # the pushed image leaves the node (it is in the registry: issue 24), then the
+    # install stage, by its last image (which takes its parents along)
+    names = ["build", "push", "remove_image", "containers", "images", "remove_image"]
+    assert engine.names() == names
+    assert engine.calls[2] == ("remove_image", REF)
     assert engine.calls[-1] == ("remove_image", "stage-3")
     assert engine.stage == {}
     assert events[0] == Progress("build", "Building the image", 0)
     assert events[-1] == Progress("done", "Saved", 100)
-    assert REF in engine.tagged
+    assert REF not in engine.tagged
 
 
 @pytest.mark.parametrize(

@@ -169,9 +169,9 @@ class Progress:
 @dataclass(frozen=True)
 class SavedImage:
     """An image a user saved: ``reference`` is ``registry/repo:tag``, ``digest`` the
-    registry's ``sha256:...`` (pull by ``reference@digest``). ``shared_with`` is one of
-    the owner's groups, or ``None`` (private); it is the hub's record, not an image label
-    (labels can't change after the build)."""
+    registry's ``sha256:...`` (pulled by ``repo@digest``: :attr:`pinned`). ``shared_with``
+    is one of the owner's groups, or ``None`` (private); it is the hub's record, not an
+    image label (labels can't change after the build)."""
 
     owner: str
     name: str
@@ -191,8 +191,13 @@ class SavedImage:
 
     @property
     def pinned(self) -> str:
-        """``reference@digest`` when the digest is known: what a spawn should pull."""
-        return f"{self.reference}@{self.digest}" if self.digest else self.reference
+        """``repository@digest`` (the tag dropped: a tag can be moved, a digest names
+        the content) when the digest is known: what a spawn pulls and runs."""
+        if not self.digest:
+            return self.reference
+        repository, _, tag = self.reference.rpartition(":")
+        name = repository if repository and "/" not in tag else self.reference
+        return f"{name}@{self.digest}"
 
 
 @dataclass(frozen=True)

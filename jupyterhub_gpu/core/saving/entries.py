@@ -29,16 +29,6 @@ def is_saved_slug(slug: object) -> bool:
     return isinstance(slug, str) and slug.startswith(PREFIX)
 
 
-def is_saved_reference(reference: str, prefix: str) -> bool:
-    """Whether ``reference`` names an image under the saved images' ``prefix``
-    (``<registry>/<namespace>/``), in any spelling the engine would accept for it."""
-    ref, want = reference.strip().lower(), prefix.lower()
-    for alias in ("docker.io/", "index.docker.io/"):
-        if ref.startswith(alias) and not want.startswith(alias):
-            ref = ref[len(alias) :]
-    return ref.startswith(want)
-
-
 @dataclass(frozen=True)
 class Unlisted:
     """A saved image the user can see but not start, and why."""

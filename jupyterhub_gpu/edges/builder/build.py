@@ -14,7 +14,10 @@ the hub hands it to its loop with ``call_soon_threadsafe``). A failure inside th
 or push stream, or an engine's error answer, is a :class:`BuildFailed` that says which
 package failed; before it is raised, what the save made on the node is removed (the
 tagged image, and the install stage's images and containers by their build-id label), so
-a failed save leaves nothing; a save that succeeds leaves only its image. A node that
+a failed save leaves nothing; a save that succeeds leaves nothing either: its image is
+in the registry, and the build node's copy is removed after the push (a node that runs
+it pulls it by digest, like any other; the hub's sweep removes pulled copies whose record
+is gone, hub/saves.py), so saves and deletes can't fill a node's disk. A node that
 can't be reached raises what docker-py raises (the caller's ``Cluster.run`` marks the
 node down).
 """
@@ -249,17 +252,18 @@ def remove_stage(client: Any, build_id: str) -> None:
             client.remove_image(image["Id"], force=True)
 
 
-def discard(client: Any, reference: str | None, build_id: str) -> None:
-    """Remove what a save made on the node: the image (when given) and the install
-    stage (:func:`remove_stage`). Best effort: logs failures."""
+def discard(client: Any, reference: str | None, build_id: str, after: str = "a failed") -> None:
+    """Remove what a save made on the node: the image (when given; its tag, and with
+    it the repo digest the push added) and the install stage (:func:`remove_stage`).
+    Best effort: logs failures (the hub's sweep removes a pushed image left behind)."""
     if reference:
         try:
             client.remove_image(reference, force=True)
         except APIError as e:
             if getattr(e, "status_code", None) != 404:
-                log.warning("Could not remove %s after a failed save: %s", reference, e)
+                log.warning("Could not remove %s after %s save: %s", reference, after, e)
         except Exception as e:  # the node went away; the hub's clean-up is not this
-            log.warning("Could not remove %s after a failed save: %s", reference, e)
+            log.warning("Could not remove %s after %s save: %s", reference, after, e)
     try:
         remove_stage(client, build_id)
     except Exception as e:
@@ -279,8 +283,9 @@ def build_and_push(
     check_size: Callable[[int], None] = lambda added: None,
 ) -> tuple[str, int]:
     """Build, check the size (``check_size(added_bytes)`` may raise, e.g. the user's
-    limit), push; ``(digest, added_bytes)``. On any failure (a cut-off thread's
-    ``BaseException`` too) the image, if tagged, and the install stage are removed."""
+    limit), push; ``(digest, added_bytes)``. Whatever the outcome, the image is removed
+    from the node (after a success it is in the registry); on a failure (a cut-off
+    thread's ``BaseException`` too) the install stage is removed with it."""
     try:
         build_image(client, context, reference, labels, requirements, report, settings, build_id)
         added = added_bytes(client, reference, base)
@@ -289,6 +294,6 @@ def build_and_push(
     except BaseException:
         discard(client, reference, build_id)  # tagged even when the build said it failed
         raise
-    discard(client, None, build_id)
+    discard(client, reference, build_id, after="a successful")
     report(Progress("done", "Saved", 100))
     return digest, added
