@@ -2,17 +2,43 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.ldap_fixture import ldap_server  # noqa: F401
-from tests.support.agent import AgentProcess
-from tests.support.cluster import REPO, TEST_IMAGE, Engine, cluster_up, remove_hub_containers
-from tests.support.distribution import Distribution
-from tests.support.hub import Hub
+
+def _import_the_package_under_test() -> None:
+    """With ``$JHGPU_UNDER_TEST`` (scripts/test.sh: the wheel installed apart), import
+    ``jupyterhub_gpu`` from there, not from the working tree that pytest put first on
+    ``sys.path`` for the ``tests`` package; later imports of its modules follow it."""
+    under_test = os.environ.get("JHGPU_UNDER_TEST")
+    if not under_test:
+        return
+    tree = Path(__file__).resolve().parents[1]
+    before = list(sys.path)
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != tree]
+    try:
+        import jupyterhub_gpu
+    finally:
+        sys.path[:] = before
+    where = Path(jupyterhub_gpu.__file__).resolve()
+    if not where.is_relative_to(Path(under_test).resolve()):
+        raise pytest.UsageError(
+            f"JHGPU_UNDER_TEST is {under_test}, but jupyterhub_gpu was imported from {where}"
+        )
+
+
+_import_the_package_under_test()
+
+from tests.ldap_fixture import ldap_server  # noqa: E402, F401
+from tests.support.agent import AgentProcess  # noqa: E402
+from tests.support.cluster import REPO, TEST_IMAGE, Engine, cluster_up, remove_hub_containers  # noqa: E402
+from tests.support.distribution import Distribution  # noqa: E402
+from tests.support.hub import Hub  # noqa: E402
 
 CATALOG = REPO / "scripts" / "demo" / "catalog.yaml"
 

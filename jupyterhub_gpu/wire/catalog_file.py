@@ -25,7 +25,6 @@ entry (index and slug) and the field, and says what is expected.
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -288,18 +287,7 @@ def load_catalog(path: str | Path) -> Catalog:
 
 
 def default_catalog_path() -> Path:
-    """The catalog that ships with the project.
-
-    A source checkout (or editable install) has it at ``<repo>/images/catalog.yaml``; an
-    installed copy may live at ``<prefix>/share/jupyterhub-gpu/images/catalog.yaml``.
-    Returns the first that exists, else the source-checkout path (the caller's
-    :func:`load_catalog` then says it is missing).
-    """
-    candidates = [
-        Path(__file__).resolve().parents[2] / "images" / "catalog.yaml",
-        Path(sys.prefix) / "share" / "jupyterhub-gpu" / "images" / "catalog.yaml",
-    ]
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    return candidates[0]
+    """The catalog that ships with the project: package data,
+    ``jupyterhub_gpu/data/catalog.yaml`` (in a checkout a link to ``images/catalog.yaml``,
+    the file images/build.py builds from; a wheel carries the file itself)."""
+    return Path(__file__).resolve().parents[1] / "data" / "catalog.yaml"

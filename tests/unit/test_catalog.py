@@ -343,7 +343,12 @@ def shipped() -> Catalog:
 
 
 def test_default_catalog_path_is_the_shipped_one() -> None:
-    assert default_catalog_path() == IMAGES / "catalog.yaml"
+    """The package's own copy (a wheel has no images/ folder), the same file."""
+    import jupyterhub_gpu
+
+    path = default_catalog_path()
+    assert path.is_relative_to(Path(jupyterhub_gpu.__file__).resolve().parent)
+    assert path.read_bytes() == (IMAGES / "catalog.yaml").read_bytes()
 
 
 def test_shipped_catalog_has_real_combinations(shipped: Catalog) -> None:

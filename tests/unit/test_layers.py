@@ -209,8 +209,12 @@ def test_no_import_breaks_the_layers() -> None:
 
 def test_every_top_folder_is_a_layer_with_its_rule_written() -> None:
     """A newcomer reads the architecture from the tree: every folder at the top is a
-    layer (or an old path), and its ``__init__`` says what it may import."""
-    for folder in sorted(p for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"):
+    layer (or an old path), and its ``__init__`` says what it may import; ``data/`` holds
+    the package's data files (the shipped catalog) and no code."""
+    assert not list((PACKAGE / "data").rglob("*.py"))
+    for folder in sorted(
+        p for p in PACKAGE.iterdir() if p.is_dir() and p.name not in ("__pycache__", "data")
+    ):
         assert folder.name in MAY_IMPORT or folder.name in OLD_PATHS, folder.name
         doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())) or ""
         if folder.name in MAY_IMPORT:
