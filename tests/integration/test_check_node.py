@@ -409,8 +409,13 @@ def test_ctrl_c_leaves_no_probe_container(node: Engine, write_config: Any) -> No
     """Interrupted while its probes run, the command removes them before it exits."""
     config = write_config()
     argv = [str(REPO / ".venv" / "bin" / "jupyterhub-gpu"), "check-node", "-f", config]
+    # SIGINT as a terminal sends it, whatever this run inherited: a suite started in the
+    # background by a shell without job control ignores SIGINT, and so would the command
     proc = subprocess.Popen(
-        [*argv, "--only", "firewall,gpu"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [*argv, "--only", "firewall,gpu"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
 
