@@ -71,8 +71,9 @@ c.GPUDockerSpawner.home_template = "/mnt/cephfs/home/{username}"
 c.GPUDockerSpawner.home_container_path = "/home/{username}"
 
 # --- images and limits (docs/spawn-form.md) -------------------------------------------
-# Users choose an image from the catalog (default: images/catalog.yaml of the package;
-# your own, pointing at your registry, with c.GPUDockerSpawner.catalog_file = "...").
+# Users choose an image from the catalog (default: the one the package ships,
+# jupyterhub_gpu/data/catalog.yaml; your own, pointing at your registry, with
+# c.GPUDockerSpawner.catalog_file = "...").
 # The spawner sets image, cpu_limit and mem_limit per server from the user's choice
 # within these bounds (check_config warns if you set them).
 c.GPUDockerSpawner.pull_policy = "ifnotpresent"
