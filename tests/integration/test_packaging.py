@@ -42,7 +42,10 @@ HUB_ONLY = {"jupyterhub", "dockerspawner", "docker", "sqlalchemy", "alembic", "o
 
 
 def run(*argv: str | Path, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run([str(a) for a in argv], capture_output=True, text=True)
+    # the installed environments alone: not the copy under test that scripts/test.sh
+    # puts on PYTHONPATH (it would shadow what each venv installed)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "JHGPU_UNDER_TEST")}
+    r = subprocess.run([str(a) for a in argv], capture_output=True, text=True, env=env)
     if ok:
         assert r.returncode == 0, f"{argv}: {r.stdout}\n{r.stderr}"
     return r
