@@ -139,6 +139,7 @@ class Cluster:
         self._images: dict[str, frozenset[str]] = {}
         self._images_at: dict[str, float] = {}
         self._image_reads: dict[str, asyncio.Future[None]] = {}
+        self._pulls_seen: dict[str, int] = {}  # per node: pulls noted (see image_pulled)
         self._nodes: tuple[NodeState, ...] = ()  # the last snapshot's, reused while equal
         self._our_containers: set[str] = set()
         self.pending: set[str] = set()  # holders whose spawn is in progress
@@ -418,6 +419,7 @@ class Cluster:
     async def _read_images(self, node: str) -> None:
         """List ``node``'s images on its thread pool (bounded by ``docker_timeout``); a
         listing that fails keeps the last known set (or none)."""
+        pulls = self._pulls_seen.get(node, 0)
         try:
             if self.known_down(node):
                 raise OSError("its engine did not answer lately")
@@ -428,11 +430,17 @@ class Cluster:
             self.log.debug("Images of node %s not listed, kept as they were: %s", node, e)
             self._images.setdefault(node, frozenset())
             return
-        self._images[node] = locality.held(listing if isinstance(listing, list) else [])
+        found = locality.held(listing if isinstance(listing, list) else [])
+        if self._pulls_seen.get(node, 0) != pulls:  # a pull ended while it was listed
+            found |= self._images.get(node, frozenset())
+        self._images[node] = found
 
     def image_pulled(self, node: str, image: str) -> None:
-        """The hub pulled ``image`` on ``node``: it holds it from the next snapshot on."""
+        """The hub pulled ``image`` on ``node``: it holds it from the next snapshot on, and
+        the next snapshot lists the node again (for the image's digest and ID)."""
         self._images[node] = self._images.get(node, frozenset()) | locality.wanted(image)
+        self._pulls_seen[node] = self._pulls_seen.get(node, 0) + 1
+        self._images_at.pop(node, None)
 
     async def snapshot(self) -> ClusterSnapshot:
         """Every node's state now, with the ledger's allocations (reconciled once at first).

@@ -158,14 +158,32 @@ def test_a_slow_engine_never_holds_up_a_snapshot(
 
 
 def test_the_hubs_own_pull_counts_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the hub's pull the node holds the image at once; a listing the engine
+    answered before the pull ended (it lacks the image) does not take it away; the node
+    is listed again at the next snapshot."""
     fleet = engines()
     cluster = make_cluster(tmp_path, monkeypatch, fleet)
     image = "reg:5000/team/torch:2.8"
+    log = logging.getLogger("t")
+
+    async def settled() -> None:
+        for _ in range(200):
+            if not cluster._image_reads:
+                return
+            await asyncio.sleep(0.01)
 
     async def scenario() -> None:
         assert not wanted(image) & images_of(await cluster.snapshot())["gpu-b"]
-        await pull(cluster, "gpu-b", image, 10.0, lambda pct, msg: None, logging.getLogger("t"))
-        assert wanted(image) <= images_of(await cluster.snapshot())["gpu-b"]
-        assert fleet["gpu-b"].calls == 1  # known without listing again
+        gate = fleet["gpu-b"].gate = threading.Event()
+        cluster._images_at.pop("gpu-b")  # a listing falls due and starts, without the image
+        await cluster.snapshot()
+        await pull(cluster, "gpu-b", image, 10.0, lambda pct, msg: None, log)
+        assert wanted(image) <= images_of(await cluster.snapshot())["gpu-b"]  # at once
+        gate.set()  # the old listing ends after the pull
+        await settled()
+        assert fleet["gpu-b"].calls == 2
+        assert wanted(image) <= images_of(await cluster.snapshot())["gpu-b"]  # kept
+        await settled()
+        assert fleet["gpu-b"].calls == 3  # listed again after the pull
 
     asyncio.run(scenario())
