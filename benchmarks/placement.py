@@ -32,6 +32,16 @@ Two parts (see docs/placement.md for the definitions and the measured numbers):
    groups of GPU-hours received / max-min fair share, per hour of replay; see
    ``jain_fairness``) is averaged over them.
 
+3. **Image locality** (``--images K``, off by default): each replayed pod runs one of K
+   images (``img1``..), drawn with weights 1/k (Zipf) from ``random.Random(--image-seed)``;
+   each node starts with a random subset (each image with probability ``--image-share``,
+   at most ``--image-slots``), a pod started on a node without its image pulls it there
+   (the least recently started image no running pod uses is dropped when the node is
+   full: a disk budget). ``ours`` and ``fairshare`` are replayed twice on the first
+   sub-cluster: with the image in the request (locality) and without (``*_blind``: the
+   placement before locality). Reported: pulls, the share of starts that found their
+   image (``local_share``), ``pulls_avoided`` and the waits of each run.
+
 Trace: Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads with
 Fragmentation Gradient Descent", USENIX ATC '23 (alibaba/clusterdata, cluster-trace-gpu-v2023).
 """
@@ -60,6 +70,7 @@ from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeInventory, N
 from jupyterhub_gpu.core.placement import NoFit, Placement, PlacementRequest, place
 from jupyterhub_gpu.core.placement.baselines import best_fit, first_fit, random_fit, spread
 from jupyterhub_gpu.core.placement.index import clear_cache, index_for
+from jupyterhub_gpu.core.placement.locality import wanted
 from jupyterhub_gpu.core.scheduling import (
     ClusterState,
     QueuedRequest,
@@ -462,6 +473,152 @@ class Simulation:
         return started
 
 
+class ImageSimulation(Simulation):
+    """The replay with images: which node holds which image, pulls, and a disk budget.
+
+    ``images[p]`` is pod ``p``'s image (an index); the pods' requests name it (locality)
+    or not (blind: the same starts are counted, placement just doesn't know). Every start
+    on a node without the image is a pull that adds it; past ``slots`` images, the least
+    recently started one that no running pod uses is dropped.
+    """
+
+    def __init__(
+        self,
+        nodes: tuple[NodeState, ...],
+        pods: list[Pod],
+        images: list[int],
+        held: dict[str, list[int]],
+        slots: int,
+        backfill: bool,
+    ) -> None:
+        super().__init__(nodes, pods, backfill)
+        self.images, self.initial, self.slots = images, held, slots
+        self.node_of = {g.uuid: n.name for n in nodes for g in n.inventory.gpus}
+        self.names = {k: wanted(f"img{k}") for k in set(images)}
+        self.names.update({k: wanted(f"img{k}") for ks in held.values() for k in ks})
+        self.reset()
+
+    def reset(self) -> None:
+        # node -> image -> last start (initial images: -1, in their order)
+        self.held: dict[str, dict[int, float]] = {
+            n: {k: -1.0 - i for i, k in enumerate(ks)} for n, ks in self.initial.items()
+        }
+        self.in_use: Counter[tuple[str, int]] = Counter()
+        self.where: dict[int, tuple[str, int]] = {}
+        self.pulls = self.hits = 0
+        self._now_nodes: tuple[NodeState, ...] | None = None
+
+    def replay(self, policy: Policy, settings: SchedulerSettings) -> SimResult:
+        self.reset()
+        return super().replay(policy, settings)
+
+    def _nodes_now(self) -> tuple[NodeState, ...]:
+        if self._now_nodes is None:
+            self._now_nodes = tuple(
+                dataclasses.replace(
+                    n, images=frozenset().union(*(self.names[k] for k in self.held[n.name]))
+                )
+                for n in self.nodes
+            )
+        return self._now_nodes
+
+    def _schedule(
+        self, policy: Policy, snapshot: ClusterSnapshot, queue: list[int], now: float
+    ) -> list[tuple[int, tuple[str, ...]]]:
+        now_snapshot = ClusterSnapshot(self._nodes_now(), snapshot.allocations)
+        started = super()._schedule(policy, now_snapshot, queue, now)
+        for p, uuids in started:
+            node, image = self.node_of[uuids[0]], self.images[p]
+            held = self.held[node]
+            if image in held:
+                self.hits += 1
+            else:
+                self.pulls += 1
+                self._make_room(node)
+                self._now_nodes = None
+            held[image] = now
+            self.in_use[(node, image)] += 1
+            self.where[p] = (node, image)
+        return started
+
+    def _make_room(self, node: str) -> None:
+        held = self.held[node]
+        while len(held) >= self.slots:
+            idle = [k for k in held if not self.in_use[(node, k)]]
+            if not idle:
+                break  # every image in use: over budget until one is free
+            del held[min(idle, key=held.__getitem__)]
+
+    def _finished(self, p: int, now: float) -> None:
+        super()._finished(p, now)
+        self.in_use[self.where.pop(p)] -= 1
+
+
+def image_replay(args: argparse.Namespace) -> dict[str, object]:
+    """``--images``: locality against the same replay without it, on the first sub-cluster."""
+    trace_dir = Path(args.traces) / "alibaba-gpu-v2023"
+    pods = load_pods(
+        trace_dir / "openb_pod_list_gpuspec33.csv",
+        args.max_pods,
+        not args.cluster,
+        args.groups,
+        args.group_seed,
+    )
+    if args.cluster:
+        nodes = tuple(NodeState(n) for n in load_inventory_file(args.cluster))
+    else:
+        path = trace_dir / "openb_node_list_gpu_node.csv"
+        nodes = trace_cluster(path, args.nodes, pods, random.Random(args.seed))
+    index = index_for(nodes)
+    fits, _ = scale_arrivals(
+        [p for p in pods if index.candidates(p.request)], len(index.slot_of), args.load
+    )
+    k = args.images
+    draw = random.Random(args.image_seed)
+    images = draw.choices(range(1, k + 1), weights=group_weights(k), k=len(fits))
+    start = random.Random(args.seed + 7919)
+    held = {}
+    for n in nodes:
+        some = [i for i in range(1, k + 1) if start.random() < args.image_share]
+        held[n.name] = start.sample(some, min(len(some), args.image_slots))
+    named = [
+        dataclasses.replace(p, request=dataclasses.replace(p.request, image=wanted(f"img{i}")))
+        for p, i in zip(fits, images, strict=True)
+    ]
+    runs = {
+        "ours": (named, place, SchedulerSettings.fifo(args.queue == "backfill")),
+        "ours_blind": (fits, place, SchedulerSettings.fifo(args.queue == "backfill")),
+        "fairshare": (named, place, SchedulerSettings(backfill=args.queue == "backfill")),
+        "fairshare_blind": (fits, place, SchedulerSettings(backfill=args.queue == "backfill")),
+    }
+    out: dict[str, object] = {
+        "images": k,
+        "image_share": args.image_share,
+        "image_slots": args.image_slots,
+        "image_seed": args.image_seed,
+        "pods": len(fits),
+        "nodes": len(nodes),
+    }
+    for name, (replayed, policy, settings) in runs.items():
+        sim = ImageSimulation(
+            nodes, replayed, images, held, args.image_slots, args.queue == "backfill"
+        )
+        result = sim.replay(policy, settings)
+        metrics = policy_metrics([result])
+        out[name] = {
+            "pulls": sim.pulls,
+            "local_share": sim.hits / len(fits),
+            "wait_mean_s": metrics["wait_mean_s"],
+            "wait_p95_s": metrics["wait_p95_s"],
+            "allocation_rate": metrics["allocation_rate"],
+        }
+    for name in ("ours", "fairshare"):
+        blind, local = out[f"{name}_blind"], out[name]
+        assert isinstance(blind, dict) and isinstance(local, dict)
+        local["pulls_avoided"] = blind["pulls"] - local["pulls"]
+    return out
+
+
 def _windows(lo: float, hi: float, width: float, end: float) -> list[tuple[int, float]]:
     """(window number, seconds of [lo, hi) inside it), for windows of ``width`` up to ``end``."""
     hi = min(hi, end)
@@ -629,6 +786,24 @@ def print_tables(result: dict[str, object]) -> None:
     if "latency_10x8_median_ms" in result:
         print_latency(result)
     print_replay(result)
+    if "image_locality" in result:
+        print_images(result["image_locality"])
+
+
+def print_images(images: object) -> None:
+    assert isinstance(images, dict)
+    print(
+        f"\nImage locality: {images['images']} images (Zipf), {images['pods']} pods on "
+        f"{images['nodes']} nodes, each starting with an image at {images['image_share']}, "
+        f"at most {images['image_slots']} per node"
+    )
+    print(f"{'run':>16} {'pulls':>7} {'local':>7} {'avoided':>8} {'wait mean':>10} {'p95':>9}")
+    for name in ("ours", "ours_blind", "fairshare", "fairshare_blind"):
+        r = images[name]
+        print(
+            f"{name:>16} {r['pulls']:7d} {r['local_share']:7.1%} "
+            f"{r.get('pulls_avoided', ''):>8} {r['wait_mean_s']:10.1f} {r['wait_p95_s']:9.1f}"
+        )
 
 
 def print_latency(result: dict[str, object]) -> None:
@@ -698,6 +873,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--decisions", type=int, default=2000, help="warm decisions per size")
     p.add_argument("--cold", type=int, default=5, help="cold decisions per size")
     p.add_argument("--skip-latency", action="store_true", help="only the replay")
+    p.add_argument(
+        "--images", type=int, default=0, help="K images for the locality replay (0: off)"
+    )
+    p.add_argument(
+        "--image-share", type=float, default=0.3, help="chance a node starts with an image"
+    )
+    p.add_argument("--image-slots", type=int, default=3, help="images a node keeps (disk)")
+    p.add_argument("--image-seed", type=int, default=5, help="seed of the pods' images")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p.parse_args(argv)
 
@@ -712,6 +895,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     }
     if not args.skip_latency:
         result.update(latency(args))
+    if args.images > 0:
+        result["image_locality"] = image_replay(args)
     rep = replay(args)
     result["replay"] = rep
     result["policies"] = rep["policies"]

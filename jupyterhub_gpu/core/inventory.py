@@ -73,11 +73,17 @@ class NodeInventory:
 
 @dataclass(frozen=True)
 class NodeState:
-    """A node as placement sees it: its inventory plus the hub's view of it."""
+    """A node as placement sees it: its inventory plus the hub's view of it.
+
+    ``images`` are the identities of the images its engine holds (tags, repo digests and
+    IDs, spelled as :mod:`jupyterhub_gpu.core.placement.locality` spells them), as last
+    read; empty when unknown.
+    """
 
     inventory: NodeInventory
     schedulable: bool = True  # False when drained by an admin
     reachable: bool = True  # False when its engine or agent did not answer in time
+    images: frozenset[str] = frozenset()
 
     @property
     def name(self) -> str:

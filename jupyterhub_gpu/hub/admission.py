@@ -38,6 +38,7 @@ from jupyterhub_gpu.core.form.user_quota import (
 )
 from jupyterhub_gpu.core.inventory import ClusterSnapshot
 from jupyterhub_gpu.core.placement import place
+from jupyterhub_gpu.core.placement.locality import cpu_node
 from jupyterhub_gpu.core.placement.request import NoFit, Placement, PlacementRequest
 from jupyterhub_gpu.core.scheduling import Policies, QueuedRequest, Refuse, Wait, never_fits
 from jupyterhub_gpu.core.words import duration
@@ -151,7 +152,7 @@ class QueueingSpawnerMixin(_SpawnerBase):
         if request.gpu_count:  # queue_policy's quotas, as the queue checks a queued spawn
             request = self._within_quotas(snapshot, request, group, queue)
         if request.gpu_count == 0:
-            decision: Placement | NoFit = Placement(self._least_busy_node(snapshot), ())
+            decision: Placement | NoFit = Placement(self._cpu_node(snapshot, request), ())
         elif queue and len(self.queue):
             raise MustQueue("Others are waiting for GPUs before you.")
         elif queue and self.queue.fencing():
@@ -196,16 +197,14 @@ class QueueingSpawnerMixin(_SpawnerBase):
             return False
         return True
 
-    def _least_busy_node(self, snapshot: ClusterSnapshot) -> str:
-        names = [n.name for n in snapshot.nodes if n.schedulable and n.reachable]
-        if not names:
-            raise SpawnException(
-                "No node can take a new server right now (all drained or unreachable). "
-                "Try again in a few minutes or ask an admin.",
-                reason="no_capacity",
-                status_code=503,
-            )
-        return min(names, key=lambda n: (self.ledger.servers_on(n), n))
+    def _cpu_node(self, snapshot: ClusterSnapshot, request: PlacementRequest) -> str:
+        """The node of a server without GPUs: one that holds its image, else the one with
+        the fewest servers (:func:`~jupyterhub_gpu.core.placement.locality.cpu_node`)."""
+        servers = {n.name: self.ledger.servers_on(n.name) for n in snapshot.nodes}
+        decision = cpu_node(snapshot, request, servers)
+        if isinstance(decision, NoFit):
+            raise SpawnException(decision.reason, reason="no_capacity", status_code=503)
+        return decision.node
 
     # ------------------------------------------------------------------ the queue
     async def _wait_in_line(

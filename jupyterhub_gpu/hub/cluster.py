@@ -7,7 +7,10 @@ One :class:`Cluster` per hub process, shared by every spawner:
 - one Docker client and one thread pool per node, every call bounded by a timeout, so a
   slow or dead node never holds up the others;
 - engine health (a cached ``ping``) and GPU inventories (node agents, read concurrently,
-  or a local probe) assembled into a :class:`ClusterSnapshot` for the pure placement;
+  or a local probe) assembled into a :class:`ClusterSnapshot` for the pure placement,
+  with the images each engine holds (its listing, read at most every
+  ``image_refresh_interval`` s per node in the background, and added to at once after
+  the hub's own pull there), so placement can prefer a node that needs no pull;
 - the ledger, rebuilt and reconciled from the labels of the containers on every node;
 - the node checks (``check_nodes``): engine, user network and firewall of every node the
   hub sees, in the background, each on a thread of its own with a Docker client of its
@@ -43,6 +46,7 @@ from jupyterhub_gpu.core.allocation import (
     interrupted,
 )
 from jupyterhub_gpu.core.inventory import ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.core.placement import locality
 from jupyterhub_gpu.core.usernet import network_options, network_problem
 from jupyterhub_gpu.edges.accounting.store import AccountingStore, AccountingUnavailable, safe_url
 from jupyterhub_gpu.edges.agents import AgentEndpoint, Unreachable, agent_client
@@ -90,6 +94,7 @@ class ClusterSettings:
     #: ``only`` is replaced by the hub's checks (core.nodecheck.HUB_CHECKS)
     node_checks: CheckSettings | None = None
     node_check_interval: float = 300.0  # seconds between checks of a node
+    image_refresh_interval: float = 45.0  # seconds between two image listings of a node
 
 
 def _unreachable(error: BaseException, timed_out_counts: bool) -> bool:
@@ -129,6 +134,12 @@ class Cluster:
         self._probes: dict[str, Probe] = {}
         self._health: dict[str, tuple[float, bool]] = {}
         self._last_inventory: dict[str, NodeInventory] = {}
+        # images each engine holds (locality identities), when each was last listed (or
+        # tried), and the listings under way
+        self._images: dict[str, frozenset[str]] = {}
+        self._images_at: dict[str, float] = {}
+        self._image_reads: dict[str, asyncio.Future[None]] = {}
+        self._pulls_seen: dict[str, int] = {}  # per node: pulls noted (see image_pulled)
         self._nodes: tuple[NodeState, ...] = ()  # the last snapshot's, reused while equal
         self._our_containers: set[str] = set()
         self.pending: set[str] = set()  # holders whose spawn is in progress
@@ -369,7 +380,9 @@ class Cluster:
             return None
 
     async def _node_state(self, spec: NodeSpec) -> NodeState:
-        engine, inventory = await asyncio.gather(self.engine_ok(spec.name), self._inventory(spec))
+        engine, inventory, images = await asyncio.gather(
+            self.engine_ok(spec.name), self._inventory(spec), self.images_on(spec.name)
+        )
         if inventory is not None:
             self._last_inventory[spec.name] = inventory
         known = inventory or self._last_inventory.get(spec.name) or NodeInventory(spec.name, "0")
@@ -380,7 +393,54 @@ class Cluster:
             and spec.name not in self.admin_drains
             and (verdict is None or verdict.schedulable),
             reachable=engine and inventory is not None,
+            images=images,
         )
+
+    # ------------------------------------------------------------------ images
+    async def images_on(self, node: str) -> frozenset[str]:
+        """The images ``node``'s engine holds, as last listed (locality identities; empty
+        when unknown). A listing older than ``image_refresh_interval`` is renewed in the
+        background; only a node never listed yet is waited for, at most ``ping_timeout``
+        s (alongside its inventory), so placement never waits on a slow engine."""
+        now = time.monotonic()
+        due = now >= self._images_at.get(node, -1e18) + self.settings.image_refresh_interval
+        if due and node not in self._image_reads:
+            self._images_at[node] = now
+            read = asyncio.ensure_future(self._read_images(node))
+            self._image_reads[node] = read
+            read.add_done_callback(lambda _: self._image_reads.pop(node, None))
+        pending = self._image_reads.get(node)
+        if node not in self._images and pending is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(pending), self.settings.ping_timeout)
+            self._images.setdefault(node, frozenset())  # waited once: never again
+        return self._images.get(node, frozenset())
+
+    async def _read_images(self, node: str) -> None:
+        """List ``node``'s images on its thread pool (bounded by ``docker_timeout``); a
+        listing that fails keeps the last known set (or none)."""
+        pulls = self._pulls_seen.get(node, 0)
+        try:
+            if self.known_down(node):
+                raise OSError("its engine did not answer lately")
+            listing = await self.run(
+                node, lambda: self.client(node).images(), self.settings.docker_timeout
+            )
+        except Exception as e:  # best effort: placement goes on without it
+            self.log.debug("Images of node %s not listed, kept as they were: %s", node, e)
+            self._images.setdefault(node, frozenset())
+            return
+        found = locality.held(listing if isinstance(listing, list) else [])
+        if self._pulls_seen.get(node, 0) != pulls:  # a pull ended while it was listed
+            found |= self._images.get(node, frozenset())
+        self._images[node] = found
+
+    def image_pulled(self, node: str, image: str) -> None:
+        """The hub pulled ``image`` on ``node``: it holds it from the next snapshot on, and
+        the next snapshot lists the node again (for the image's digest and ID)."""
+        self._images[node] = self._images.get(node, frozenset()) | locality.wanted(image)
+        self._pulls_seen[node] = self._pulls_seen.get(node, 0) + 1
+        self._images_at.pop(node, None)
 
     async def snapshot(self) -> ClusterSnapshot:
         """Every node's state now, with the ledger's allocations (reconciled once at first).

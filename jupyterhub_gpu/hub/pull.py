@@ -55,6 +55,7 @@ async def pull(
     report(0, f"Pulling {image} on node {node} (not there yet)")
     try:
         await cluster.run(node, work, timeout)
+        cluster.image_pulled(node, image)  # placement prefers this node for it from now on
     except (asyncio.TimeoutError, TimeoutError):
         raise ImageUnavailable(
             f"Pulling {image} on node {node} took more than {timeout:.0f} s; try again "

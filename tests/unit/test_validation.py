@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ from jupyterhub_gpu.core.form import (
     validate_options,
 )
 from jupyterhub_gpu.core.inventory import ClusterSnapshot, NodeState
+from jupyterhub_gpu.core.saving.data import SavedImage
+from jupyterhub_gpu.core.saving.entries import saved_entries, with_saved
 from jupyterhub_gpu.errors import ConfigError, InvalidRequest
 from jupyterhub_gpu.wire.catalog_file import parse_catalog
 from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
@@ -379,6 +382,35 @@ def test_placement_request_without_gpus_has_no_image_constraints(
     req = placement_request(opts, resolve_entry(catalog, opts), bounds, [])
     assert req.gpu_count == 0 and req.min_driver_version is None
     assert req.min_compute_capability is None and req.max_compute_capability is None
+
+
+def test_placement_request_names_the_image_a_saved_one_by_its_digest(
+    catalog: Catalog, bounds: UserBounds, models: Any
+) -> None:
+    """Placement's locality gets the identities of what the spawn runs: the catalog
+    entry's reference, or a saved image's repo@digest (not its saved: slug or tag)."""
+    opts = check({"gpu_count": 1, "image": "pytorch-2.3-cuda12.1"}, catalog, bounds, models)
+    req = placement_request(opts, resolve_entry(catalog, opts), bounds, [])
+    assert req.image == {"docker.io/jupyterhub-gpu/pytorch-2.3-cuda12.1:1"}
+    cpu = check({"gpu_count": 0, "image": "python-cpu"}, catalog, bounds, models)
+    cpu_req = placement_request(cpu, resolve_entry(catalog, cpu), bounds, [])
+    assert cpu_req.image == {"docker.io/jupyterhub-gpu/python-cpu:1"}
+    digest = "sha256:" + "ab" * 32
+    saved = SavedImage(
+        "alice",
+        "env",
+        "pytorch-2.3-cuda12.1",
+        "jupyterhub-gpu/pytorch-2.3-cuda12.1:1",
+        "localhost:5000/jupyterhub-gpu/saved/alice/env:1",
+        (),
+        0,
+        datetime.now(timezone.utc),
+        digest=digest,
+    )
+    full = with_saved(catalog, saved_entries(catalog, [saved], "alice", [])[0])
+    mine = check({"gpu_count": 1, "image": "saved:alice/env"}, full, bounds, models)
+    mine_req = placement_request(mine, resolve_entry(full, mine), bounds, [])
+    assert mine_req.image == {f"localhost:5000/jupyterhub-gpu/saved/alice/env@{digest}"}
 
 
 # ---------------------------------------------------------------- resources

@@ -30,6 +30,7 @@ from jupyterhub_gpu.core.catalog.compat import (
 from jupyterhub_gpu.core.catalog.entries import IMAGE_RE, Catalog, CatalogEntry
 from jupyterhub_gpu.core.form.availability import ModelAvailability, short_model_name
 from jupyterhub_gpu.core.form.resources import UserBounds
+from jupyterhub_gpu.core.placement.locality import wanted
 from jupyterhub_gpu.core.placement.request import PlacementRequest
 from jupyterhub_gpu.errors import InvalidRequest
 
@@ -457,7 +458,8 @@ def placement_request(
     options: SpawnOptions, entry: CatalogEntry, bounds: UserBounds, models: Iterable[str]
 ) -> PlacementRequest:
     """The :class:`PlacementRequest` for validated options; "any model" becomes the
-    models the user's groups may use (``models``: every model name in the cluster)."""
+    models the user's groups may use (``models``: every model name in the cluster); the
+    image's identities let placement prefer a node that holds it."""
     if options.gpu_model is not None:
         allowed: frozenset[str] | None = frozenset({options.gpu_model})
     elif bounds.allowed_models is None:
@@ -471,6 +473,7 @@ def placement_request(
         min_memory_mib=math.ceil(options.min_gpu_memory_gib * 1024),
         allowed_models=allowed,
         **constraints,
+        image=wanted(entry.image),  # a saved image's entry runs its repo@digest
     )
 
 

@@ -2,8 +2,9 @@
 
 ``place(snapshot, request)`` returns a :class:`Placement` (node + GPU uuids) or a
 :class:`NoFit` whose ``reason`` is a sentence for the user; ``availability(snapshot)``
-summarises free GPUs per model for the spawn form. The baselines in :mod:`.baselines`
-exist for the benchmark.
+summarises free GPUs per model for the spawn form. :mod:`.locality` says which nodes
+hold a request's image (a tie-break of ``place``; the first rule for a server without
+GPUs: ``locality.cpu_node``). The baselines in :mod:`.baselines` exist for the benchmark.
 """
 
 from jupyterhub_gpu.core.placement.explain import ModelAvailability, availability

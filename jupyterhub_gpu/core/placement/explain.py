@@ -8,6 +8,7 @@ then lists what IS free and says what the user can do about it.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import NamedTuple
 
 from jupyterhub_gpu.core.inventory import ClusterSnapshot
@@ -211,7 +212,8 @@ def explain(view: View, request: PlacementRequest) -> str:
     gap, instead = static if static is not None else (_busy_gap(view, request), None)
     free = free_now(view)
     if free is None:
-        if static is None and request == PlacementRequest(request.gpu_count):
+        plain = replace(request, image=frozenset())  # the image never decides a fit
+        if static is None and plain == PlacementRequest(request.gpu_count):
             return f"No GPU is free right now. {instead or 'Try later.'}"
         return f"{gap}, and no other GPU is free right now. {instead or 'Try later.'}"
     return f"{gap}; free now: {free}. {_advice(view, request, instead)}"

@@ -44,10 +44,13 @@ _INDEX_CACHE_SIZE = 4  # inventories remembered
 
 
 class ClassSlots(NamedTuple):
-    """The slots of one GPU class that could hold a request, and their GPU count."""
+    """The slots of one GPU class that could hold a request, and their GPU count;
+    ``holders``: those of the slots whose node holds the request's image, in the same
+    order (empty when the request names no image or no node holds it)."""
 
     slots: tuple[int, ...]
     gpus: int
+    holders: tuple[int, ...] = ()
 
 
 def gpu_class(gpu: GPU) -> GPUClass:
@@ -155,7 +158,8 @@ class ClusterIndex:
         """Slots that could ever hold ``request``, grouped by class (smallest class first).
 
         Within a class, slots are ordered by their node's live load, then node name, then
-        slot number: the static part of every tie-break. Cached per request shape.
+        slot number: the static part of every tie-break. Cached per request shape (the
+        image included: it decides each class's ``holders``).
         """
         hit = self._candidates.get(request)  # a dict read is atomic; writes take the lock
         if hit is not None:
@@ -166,18 +170,19 @@ class ClusterIndex:
             if self.slot_matches(s, request, driver):
                 by_rank.setdefault(self.slot_rank[s], []).append(s)
         live, name, node = self.node_live, self.node_name, self.slot_node
-        result = tuple(
-            ClassSlots(
-                tuple(sorted(slots, key=lambda s: (live[node[s]], name[node[s]], s))),
-                sum(self.slot_size[s] for s in slots),
-            )
-            for _, slots in sorted(by_rank.items())
-        )
+        want = request.image
+        held = [bool(want) and not want.isdisjoint(n.images) for n in self.nodes]
+        result = []
+        for _, slots in sorted(by_rank.items()):
+            ordered = tuple(sorted(slots, key=lambda s: (live[node[s]], name[node[s]], s)))
+            holders = tuple(s for s in ordered if held[node[s]])
+            result.append(ClassSlots(ordered, sum(self.slot_size[s] for s in slots), holders))
+        found = tuple(result)
         with self._lock:
             if len(self._candidates) >= _CANDIDATE_CACHE_SIZE:
                 self._candidates.clear()  # many request shapes: start over
-            self._candidates[request] = result
-        return result
+            self._candidates[request] = found
+        return found
 
     # -- dynamic state -------------------------------------------------------------------
 

@@ -26,9 +26,26 @@ The rules, in order:
    nodes for multi-GPU requests: fragmentation, as in Weng et al., USENIX ATC '23.
 4. **Topology** (``gpu_count > 1``): among equally packed nodes, one whose free GPUs share
    a ``topology_group`` wins; on the node, the GPUs come from one group when they can.
-5. **Least loaded.** Remaining ties go to the node with the lowest live load (mean of
+5. **Image locality.** Among the nodes still tied (same class, same GPUs left free after
+   the placement, and, for several GPUs, a shared topology group if the rule-4 choice has
+   one), one that already holds the request's image (``request.image`` meets
+   ``NodeState.images``) wins: its start needs no pull of 5-15 GB. It never breaks a whole
+   free node (of ``KEEP_WHOLE_GPUS`` or more) that the rule-4 choice would keep.
+6. **Least loaded.** Remaining ties go to the node with the lowest live load (mean of
    max(utilisation, memory used) over its GPUs), then node name; on the node, to the GPUs
    with the lowest live load, then the lowest index.
+
+What locality may trade, and what it never does: it replaces only the least-loaded
+tie-break (rule 6) between nodes that rules 1-4 find equally good. The class is chosen
+before it looks (rule 2 runs on the choice without images), so a heavy request keeps its
+strong GPU and a small class keeps its fair share; the packing score is the same
+(only nodes with exactly as many free GPUs qualify); a topology group is never given up
+for it, since that bandwidth lasts the server's life while a pull is paid once (and the
+pre-puller can pay it ahead). Reservations, quotas and the queue's fairness live in
+``core.scheduling`` and admission, before ``place``: locality can't reach them. When no
+node holds the image (or the request names none) every decision is exactly the one
+without locality. A server without GPUs is placed by
+:func:`~jupyterhub_gpu.core.placement.locality.cpu_node`, where locality comes first.
 """
 
 from __future__ import annotations
@@ -64,16 +81,50 @@ def place(snapshot: ClusterSnapshot, request: PlacementRequest) -> Placement | N
     view = View(snapshot)
     count = request.gpu_count
     options: list[ClassOption] = []
-    size = view.index.slot_size
+    groups: dict[int, ClassSlots] = {}
     for group in view.index.candidates(request):
         slot, free = best_slot(view, group, count)
         if slot != _NO_SLOT:
-            whole = view.free(slot) == size[slot] and size[slot] >= max(KEEP_WHOLE_GPUS, count + 1)
-            options.append(ClassOption(slot, free, group.gpus, whole))
+            options.append(ClassOption(slot, free, group.gpus, _breaks_whole(view, slot, count)))
+            groups[slot] = group
     if not options:
         return NoFit(explain(view, request))
     slot = fair_share(options, count)
+    slot = local_slot(view, groups[slot], slot, count)
     return view.placement(slot, choose_devices(view.free_devices(slot), count))
+
+
+def _breaks_whole(view: View, slot: int, count: int) -> bool:
+    """Whether placing ``count`` GPUs on ``slot`` breaks up a whole free node that rule 2
+    would rather keep for a multi-GPU server."""
+    size = view.index.slot_size[slot]
+    return view.free(slot) == size and size >= max(KEEP_WHOLE_GPUS, count + 1)
+
+
+def local_slot(view: View, group: ClassSlots, chosen: int, count: int) -> int:
+    """Rule 5: a slot of ``group`` as good as ``chosen`` by rules 1-4 on a node that holds
+    the image (the first in the static order), else ``chosen``.
+
+    As good: as many free GPUs (the same packing), no whole free node broken where
+    ``chosen`` breaks none, and, for several GPUs, a shared topology group where
+    ``chosen`` has one. At most ``_TOPOLOGY_LOOKS`` holders are checked for a group.
+    """
+    holders = group.holders
+    if not holders or chosen in holders:
+        return chosen
+    free, whole = view.free(chosen), _breaks_whole(view, chosen, count)
+    grouped = count > 1 and _group_fits(view.free_devices(chosen), count)
+    looks = 0
+    for s in holders:
+        if view.free(s) != free or (_breaks_whole(view, s, count) and not whole):
+            continue
+        if grouped and not _group_fits(view.free_devices(s), count):
+            looks += 1
+            if looks >= _TOPOLOGY_LOOKS:
+                break
+            continue
+        return s
+    return chosen
 
 
 def fair_share(options: Sequence[ClassOption], count: int) -> int:

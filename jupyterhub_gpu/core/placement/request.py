@@ -14,6 +14,10 @@ class PlacementRequest:
     ``min_driver_version`` comes from the image's CUDA version (see the catalog);
     ``compute_capabilities`` is the inclusive range of architectures the image was
     built for, ``None`` for any.
+    ``image`` holds the identities of the image the server runs
+    (:func:`~jupyterhub_gpu.core.placement.locality.wanted`: a catalog entry's reference,
+    a saved image's ``repo@digest``); empty when unknown. It never decides whether or on
+    which GPUs a request fits, only which of equally good nodes wins (``policy`` rule 5).
     """
 
     gpu_count: int
@@ -22,6 +26,7 @@ class PlacementRequest:
     min_driver_version: str | None = None
     min_compute_capability: tuple[int, int] | None = None
     max_compute_capability: tuple[int, int] | None = None
+    image: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
