@@ -14,9 +14,10 @@ admin's disk budget (bytes of *our* images on that node):
 - **removals**: while the node is over budget, or to make room for a chosen pull, our
   images that no container uses: first those no longer in the catalog, then those in it
   but not chosen, each least recently used first. To get back under budget, chosen ones
-  go last, least recently used (and lowest priority) first; a chosen image is never
-  removed to make room for another one (that would pull and remove the same images
-  round after round).
+  go last, least recently used first, and only when that brings the node within its
+  budget (images that containers use may keep it over); a chosen image is never removed
+  to make room for another one (that would pull and remove the same images round after
+  round).
 
 Never removed: an image a container (running or stopped) uses; a saved image ("My
 images": its own sweep removes those); an image that is not ours. Ours means a catalog
@@ -261,7 +262,10 @@ def plan_node(
                 used -= image.size
 
     if not unlimited and used > budget_bytes:
-        remove_until(budget_bytes, (0, 1, 2))
+        remove_until(budget_bytes, (0, 1))
+        chosen_free = sum(i.size for i in free if rank(i) == 2)
+        if used - chosen_free <= budget_bytes:  # a chosen one goes only if that is enough
+            remove_until(budget_bytes, (2,))
     pulls: list[CatalogEntry] = []
     for entry in wanted:
         size = sizes.get(entry.slug)

@@ -42,6 +42,7 @@ from jupyterhub_gpu.core.prepull import (
     NodeFacts,
     NodePlan,
     choose_entries,
+    known_sizes,
     parse_selection,
     plan,
 )
@@ -281,6 +282,7 @@ class PrePullRunner:
             idle = [s for s in states if s.name not in self.workers]
             listed = await asyncio.gather(*(self._facts(s, registry) for s in idle))
             facts = [f for f in listed if f is not None]
+            self._sizes.update(known_sizes(list(catalog), facts))
             plans = plan(facts, chosen, catalog, self.settings.budget_bytes, self._sizes)
             now = time.time()
             for name, node_plan in plans.items():

@@ -70,7 +70,7 @@ def test_selection_parses(value: object, expected: Selection) -> None:
 
 @pytest.mark.parametrize("value", ["most-used:0", "most-used", "some", [], [""], 3, ["a", 1]])
 def test_bad_selection_is_refused_with_a_sentence(value: object) -> None:
-    with pytest.raises(ValueError, match="PrePuller.images is .*catalog slug"):
+    with pytest.raises(ValueError, match=r"PrePuller.images is .*catalog slug"):
         parse_selection(value)
 
 
@@ -78,9 +78,9 @@ def test_policy_config_refuses_bad_values_with_a_sentence() -> None:
     assert PrePuller().images == "all" and not PrePuller().enabled
     with pytest.raises(TraitError, match="most-used:N"):
         PrePuller(images="most-used:-1")
-    with pytest.raises(TraitError, match="disk_budget_gib is -1.0; it must be 0 or more"):
+    with pytest.raises(TraitError, match=r"disk_budget_gib is -1\.0; it must be 0 or more"):
         PrePuller(disk_budget_gib=-1)
-    with pytest.raises(TraitError, match="interval is 0.0; it must be more than 0"):
+    with pytest.raises(TraitError, match=r"interval is 0\.0; it must be more than 0"):
         PrePuller(interval=0)
     c = Config()
     c.PrePuller.images = "everything"
@@ -94,7 +94,7 @@ def test_configure_prepuller_sets_the_policy_and_the_api() -> None:
     assert c.PrePuller.enabled is True and c.PrePuller.images == ["torch"]
     assert PrePuller(config=c).budget_bytes == 80 * GIB
     assert any(h[0] == r"/api/gpu/prepull" for h in c.JupyterHub.extra_handlers)
-    with pytest.raises(TypeError, match="unknown setting.*budget"):
+    with pytest.raises(TypeError, match=r"unknown setting.*budget"):
         configure_prepuller(Config(), budget=3)
     bad = Config()
     with pytest.raises(TraitError, match="most-used:N"):
@@ -203,8 +203,8 @@ def test_an_image_a_container_uses_is_never_removed() -> None:
     gone = img(f"{REG}/old:1", 30, labels={CATALOG_LABEL: "old"}, in_use=True)
     torch = img(f"{REG}/torch:2.8", 5, in_use=True)
     cpu = img(f"{REG}/cpu:1", 1)
-    nplan = plan([node("a", gone, torch, cpu)], (CPU, TORCH), CATALOG, 1 * GIB)["a"]
-    assert [r.image for r in nplan.removals] == [cpu]
+    nplan = plan([node("a", gone, torch, cpu)], (TORCH,), CATALOG, 1 * GIB)["a"]
+    assert [r.image for r in nplan.removals] == [cpu]  # not chosen: it goes; the others stay
     assert nplan.used_bytes == 36 * GIB
 
 
@@ -239,3 +239,13 @@ def test_room_is_made_for_a_chosen_pull_from_unchosen_images_only() -> None:
 def test_one_plan_node_matches_plan() -> None:
     a = node("a", img(f"{REG}/cpu:1", 1))
     assert plan_node(a, (CPU, TORCH), CATALOG, 0) == plan([a], (CPU, TORCH), CATALOG, 0)["a"]
+
+
+def test_a_chosen_image_goes_only_when_that_brings_the_node_within_budget() -> None:
+    used = img(f"{REG}/old:1", 3, labels={CATALOG_LABEL: "old"}, in_use=True)
+    cpu = img(f"{REG}/cpu:1", 1)
+    # 4 GiB, budget 2: the image in use keeps the node over it whatever goes
+    assert plan([node("a", used, cpu)], (CPU,), CATALOG, 2 * GIB)["a"].removals == ()
+    assert [
+        r.image for r in plan([node("a", used, cpu)], (CPU,), CATALOG, 3 * GIB)["a"].removals
+    ] == [cpu]
