@@ -153,7 +153,7 @@ def runner(
 
 
 def open_all(fake: FakePull) -> None:
-    for (node, image) in [(n, i) for n, i, _ in fake.calls]:
+    for node, image in [(n, i) for n, i, _ in fake.calls]:
         fake.gate(node, image).set()
 
 
