@@ -312,3 +312,30 @@ async def test_a_background_pull_stops_when_a_spawn_starts_pulling_there() -> No
     assert spawn is not None
     spawn.__exit__(None, None, None)
     assert not pulls_on(cluster).spawning("a")
+
+
+async def test_most_used_reads_the_spawn_counts_and_says_when_it_cannot() -> None:
+    cluster = FakeCluster(a=Engine())
+    fake = FakePull(cluster)
+    asked: list[Any] = []
+
+    async def counts(since: Any) -> Mapping[str, int]:
+        asked.append(since)
+        return {"torch": 3, "cpu": 1}
+
+    r = PrePullRunner(
+        cluster,  # type: ignore[arg-type]
+        PrePuller(enabled=True, images="most-used:1"),
+        lambda: Catalog((CPU, TORCH)),
+        log,
+        pull_fn=fake,
+        spawn_counts=counts,
+    )
+    plans = await r.round()
+    assert plans["a"].pulls == (TORCH,) and len(asked) == 1
+    await wait_until_async(lambda: fake.calls, 5, "the pull")
+    open_all(fake)
+    await r.idle()
+    off = runner(cluster, [Catalog((CPU, TORCH))], fake, images="most-used:1")
+    assert (await off.round())["a"].pulls == ()
+    assert "accounting database" in off.state()["message"]
