@@ -278,6 +278,8 @@ class PrePullRunner:
             chosen = await self._chosen(catalog)
             registry = await self.saved_registry() if self.saved_registry else None
             snapshot = await self.cluster.snapshot()
+            for gone in set(self.nodes) - {s.name for s in snapshot.nodes}:
+                del self.nodes[gone]  # a node taken out of the configuration
             states = [s for s in snapshot.nodes if s.reachable]
             idle = [s for s in states if s.name not in self.workers]
             listed = await asyncio.gather(*(self._facts(s, registry) for s in idle))

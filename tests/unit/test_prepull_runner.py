@@ -221,6 +221,9 @@ async def test_a_new_node_and_a_new_entry_are_served_at_the_next_round() -> None
         "a": ["cpu", "torch"],
         "b": ["cpu", "torch"],
     }
+    del cluster.engines["a"]  # taken out of the nodes file
+    await r.round()
+    assert list(r.state()["nodes"]) == ["b"]
 
 
 async def test_removal_never_of_an_image_a_container_uses() -> None:
