@@ -234,7 +234,8 @@ class PrePullRunner:
         while True:
             try:
                 await self.round()
-            except Exception:
+            except Exception as e:  # a bad catalog edit, a database down: the next round
+                self.message = f"The last round failed, it is tried again: {e}"
                 self.log.exception("Pre-puller round failed; will retry")
             await asyncio.sleep(self.settings.interval)
 
