@@ -25,6 +25,7 @@ turned into another error). A builtin base in brackets is kept for code that cat
     ├── QueueRefused                  user: the request can never start (HTTP 503)
     ├── _BadNumber [ValueError]       nobody: a bad agent number; becomes ProbeError
     ├── _StreamError                  nobody: a pull stream error; becomes ImageUnavailable
+    ├── PullYielded                   nobody: a pre-pull stopped for a spawn's pull; retried
     └── UserFacingError               user: a request can't be served; message shown as is
         ├── InvalidRequest            user: bad or tampered input (HTTP 400)
         ├── NoCapacity                user: nothing free fits now (HTTP 503, says what is free)
@@ -141,6 +142,11 @@ class _BadNumber(GPUHubError, ValueError):
 
 class _StreamError(GPUHubError):
     """An error reported inside a ``docker pull`` event stream."""
+
+
+class PullYielded(GPUHubError):
+    """The pre-puller's pull stopped because a spawn started pulling on that node; it is
+    tried again at a later round."""
 
 
 class UserFacingError(GPUHubError):

@@ -15,6 +15,7 @@ from traitlets import HasTraits
 
 from jupyterhub_gpu.edges.agents import AgentClient
 from jupyterhub_gpu.hub.auth.ldap import GPULDAPAuthenticator
+from jupyterhub_gpu.hub.prepull import PrePuller
 from jupyterhub_gpu.hub.saved_images import SavedImages
 from jupyterhub_gpu.hub.spawner import GPUDockerSpawner
 from jupyterhub_gpu.services.agent.app import GPUAgent
@@ -30,6 +31,7 @@ CLASSES: list[type[HasTraits]] = [
     GPUDashboard,
     GPUAgent,
     SavedImages,
+    PrePuller,
 ]
 
 

@@ -11,11 +11,13 @@ Call them at the end of ``jupyterhub_config.py``, after ``c.JupyterHub.services`
 ``load_roles`` are set::
 
     from jupyterhub_gpu.hub.extensions import (
-        configure_culler, configure_dashboard, configure_my_images, configure_reservations)
+        configure_culler, configure_dashboard, configure_my_images, configure_prepuller,
+        configure_reservations)
     configure_culler(c, config_file="/etc/jupyterhub-gpu/culler_config.py")
     configure_dashboard(c)
     configure_my_images(c)
     configure_reservations(c)
+    configure_prepuller(c, images="all", disk_budget_gib=80)
 """
 
 from __future__ import annotations
@@ -241,10 +243,34 @@ def configure_reservations(c: Config) -> None:
     register(c, [*RESERVATIONS, *NOTICES], template_vars={"jhgpu_notices": True})
 
 
+def configure_prepuller(c: Config, **policy: Any) -> None:
+    """Turn the pre-puller on (docs/prepull.md): ``c.PrePuller.enabled``, any of its
+    settings given here (``images="most-used:3"``, ``disk_budget_gib=80``, ...; an unknown
+    one is refused), and its API (``/hub/api/gpu/prepull``: its state, and a round now).
+    The hub starts its rounds with its first spawn form, server start or poll."""
+    from jupyterhub_gpu.hub.api.cluster import CUSTOM_SCOPES
+    from jupyterhub_gpu.hub.api.prepull import HANDLERS
+    from jupyterhub_gpu.hub.prepull import PrePuller
+
+    known = set(PrePuller.class_trait_names(config=True)) - {"enabled"}
+    unknown = sorted(set(policy) - known)
+    if unknown:
+        raise TypeError(
+            f"configure_prepuller: unknown setting(s) {', '.join(unknown)}; "
+            f"it knows {', '.join(sorted(known))}."
+        )
+    PrePuller(**policy)  # a bad value is refused here, with its sentence
+    c.PrePuller.enabled = True
+    for key, value in policy.items():
+        setattr(c.PrePuller, key, value)
+    register(c, HANDLERS, custom_scopes=CUSTOM_SCOPES)
+
+
 __all__ = [
     "configure_culler",
     "configure_dashboard",
     "configure_my_images",
+    "configure_prepuller",
     "configure_reservations",
     "register",
 ]

@@ -5,21 +5,72 @@ reported once per 5% step, from the Docker worker thread through ``call_soon_thr
 A registry error (in the HTTP answer or inside the event stream) or a pull over its time
 limit is an :class:`ImageUnavailable` whose message is for the user; an engine that can't
 be reached raises what :meth:`Cluster.run` raises, so the caller reports a dead node.
+
+Spawns come first: every pull is counted in the cluster's :class:`NodePulls`. A
+``background`` pull (the pre-puller's, :mod:`.prepull`) does not start while a spawn's
+pull runs on its node, and stops (closing its own connection to the engine, which ends the
+engine's download unless a spawn waits for the same image) as soon as one starts there:
+it raises :class:`PullYielded` and is tried again at a later round.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+import weakref
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 
 from docker.errors import APIError
 
 from jupyterhub_gpu.core.progress import PullProgress, pull_error
-from jupyterhub_gpu.errors import ImageUnavailable, _StreamError
+from jupyterhub_gpu.errors import ImageUnavailable, PullYielded, _StreamError
 from jupyterhub_gpu.hub.cluster import Cluster
 
 STEP = 5  # percent between two progress messages
+
+
+class NodePulls:
+    """The pulls running on each node now: the spawns' and the background ones'."""
+
+    def __init__(self) -> None:
+        self.spawns: Counter[str] = Counter()  # node -> spawn pulls running there
+        self.background: dict[str, str] = {}  # node -> the image a background pull pulls
+
+    def spawning(self, node: str) -> bool:
+        return self.spawns[node] > 0
+
+    @contextmanager
+    def spawn(self, node: str) -> Iterator[None]:
+        self.spawns[node] += 1
+        try:
+            yield
+        finally:
+            self.spawns[node] -= 1
+
+    @contextmanager
+    def in_background(self, node: str, image: str) -> Iterator[None]:
+        if self.spawning(node):
+            raise PullYielded(f"a spawn is pulling on node {node}")
+        if node in self.background:
+            raise PullYielded(f"node {node} is pulling {self.background[node]} already")
+        self.background[node] = image
+        try:
+            yield
+        finally:
+            del self.background[node]
+
+
+_PULLS: weakref.WeakKeyDictionary[Cluster, NodePulls] = weakref.WeakKeyDictionary()
+
+
+def pulls_on(cluster: Cluster) -> NodePulls:
+    """The cluster's :class:`NodePulls` (one per cluster)."""
+    found = _PULLS.get(cluster)
+    if found is None:
+        found = _PULLS[cluster] = NodePulls()
+    return found
 
 
 async def pull(
@@ -30,19 +81,45 @@ async def pull(
     report: Callable[[int, str], None],
     log: logging.Logger,
     auth_config: Mapping[str, str] | None = None,
+    *,
+    background: bool = False,
 ) -> None:
     """Pull ``image`` on ``node``; ``report(percent, message)`` runs on the event loop.
 
-    docker-py splits ``image`` into repository and tag (``latest`` when there is none)."""
+    docker-py splits ``image`` into repository and tag (``latest`` when there is none).
+    ``background``: the pre-puller's pull, which yields to spawns (:class:`NodePulls`)."""
+    pulls = pulls_on(cluster)
+    if background:
+        with pulls.in_background(node, image):
+            await _pull(cluster, node, image, timeout, report, log, auth_config, pulls)
+    else:
+        with pulls.spawn(node):
+            await _pull(cluster, node, image, timeout, report, log, auth_config, None)
+
+
+async def _pull(
+    cluster: Cluster,
+    node: str,
+    image: str,
+    timeout: float,
+    report: Callable[[int, str], None],
+    log: logging.Logger,
+    auth_config: Mapping[str, str] | None,
+    yield_to: NodePulls | None,
+) -> None:
     loop, progress = asyncio.get_running_loop(), PullProgress()
     shown = -1
+    # a background pull has a client of its own: closing it ends the pull's connection
+    client = cluster.new_client(node, timeout) if yield_to is not None else cluster.client(node)
 
     def work() -> None:  # in the node's thread pool
         nonlocal shown
-        stream = cluster.client(node).pull(
+        stream = client.pull(
             image, stream=True, decode=True, auth_config=dict(auth_config or {}) or None
         )
         for event in stream:
+            if yield_to is not None and yield_to.spawning(node):
+                raise PullYielded(f"a spawn started pulling on node {node}")
             error = pull_error(event)
             if error:
                 raise _StreamError(error)
@@ -68,3 +145,6 @@ async def pull(
             f"Could not pull {image} on node {node}: {why}. "
             "Ask an admin to check this image's catalog entry and its registry."
         ) from None
+    finally:
+        if yield_to is not None:
+            client.close()  # a pull still running in its thread ends with its connection

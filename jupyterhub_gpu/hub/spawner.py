@@ -33,7 +33,7 @@ import docker
 from docker.errors import APIError
 from dockerspawner import DockerSpawner
 from jupyterhub.spawner import SpawnException
-from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode, default, validate
+from traitlets import Bool, Dict, Enum, Float, Int, List, TraitError, Unicode, default, validate
 
 from jupyterhub_gpu.core import homes
 from jupyterhub_gpu.core import nodecheck as node_rules
@@ -93,6 +93,7 @@ from jupyterhub_gpu.hub.admission import QueueingSpawnerMixin
 from jupyterhub_gpu.hub.cluster import NODE_ERRORS, Cluster, ClusterSettings
 from jupyterhub_gpu.hub.ledger import GPULedger
 from jupyterhub_gpu.hub.metrics import SPAWN_DECISIONS
+from jupyterhub_gpu.hub.prepull import PrePullRunner, catalog_reader, prepuller
 from jupyterhub_gpu.hub.pull import ImageUnavailable, pull
 from jupyterhub_gpu.hub.queue import MustQueue, SpawnQueue
 from jupyterhub_gpu.hub.runtime import HubRuntime, runtime_of
@@ -814,6 +815,19 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         self._event(70, "Starting the container")
         return await super().create_object()
 
+    def _prepuller(self) -> PrePullRunner:
+        """The hub's pre-puller (:mod:`.prepull`), reading the catalog this spawner reads."""
+        path = str(self.catalog_file or default_catalog_path())
+        return prepuller(self.cluster, self.config, self.log, catalog_reader(path, self.log))
+
+    def _start_prepuller(self) -> None:
+        """Start the pre-puller's rounds if it is on; a bad ``c.PrePuller`` setting is
+        logged (with its sentence) and never stops a spawn."""
+        try:
+            self._prepuller().start()
+        except (TraitError, ValueError) as e:
+            self.log.error("Pre-puller not started: %s", e)
+
     async def check_allowed(self, image: str) -> str:
         """The image was resolved from the catalog by ``start``; DockerSpawner asks again."""
         return str(self.image)
@@ -924,6 +938,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         self._start_done = False
         self._forget_placement()  # the hub cleared the state; be sure nothing is left held
         self._ended_note = ""  # the form showed why the last server ended; it starts again
+        self._start_prepuller()
         try:
             check_name_lengths(self._derived_names, self.user.name, self.name, self.escape)
             with contextlib.suppress(Exception):  # reservations known before placing
@@ -1057,6 +1072,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
     async def poll(self) -> int | str | None:
         self.cluster.start_reconciling()  # a restarted hub polls its servers first of all
         my_images(self.cluster, self.config, self.log).start_sweeping()
+        self._start_prepuller()
         if not self.node_name:
             return 0
         if self.cluster.known_down(self.node_name):

@@ -51,6 +51,7 @@ from jupyterhub_gpu.core.dashboard.payload import (
     GpuEntry,
     ModelEntry,
     NodeEntry,
+    PrePullEntry,
     QueueEntry,
     ReservationEntry,
     ServerEntry,
@@ -264,6 +265,7 @@ def build_payload(
     queue: Sequence[Mapping[str, Any]] = (),
     reservations: Sequence[Mapping[str, Any]] = (),
     check_failures: Mapping[str, str] | None = None,
+    prepull: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The dashboard's JSON for ``snapshot`` (nodes, with the ledger's ``allocations``),
     the nodes' ``specs`` (labels, the nodes file's drain), the active ``servers`` and the
@@ -272,7 +274,8 @@ def build_payload(
     ones known because reading them now failed. ``queue`` and ``reservations`` are passed
     through as they are (their own features fill them). ``check_failures``: the nodes
     whose node check keeps servers off them (node -> what failed and the fix,
-    ``Cluster.check_failures()``)."""
+    ``Cluster.check_failures()``). ``prepull``: the pre-puller's nodes
+    (:func:`prepull_entries`; the key is left out when there are none)."""
     by_name = {s.name: s for s in specs}
     failures = check_failures or {}
     nodes = [
@@ -301,7 +304,26 @@ def build_payload(
         "totals": _totals(nodes),
         "queue": [dict(q) for q in queue],
         "reservations": [dict(r) for r in reservations],
+        **({"prepull": [dict(p) for p in prepull]} if prepull else {}),
     }
+
+
+def prepull_entries(state: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The payload's ``prepull`` list from the pre-puller's state
+    (:meth:`~jupyterhub_gpu.hub.prepull.PrePullRunner.state`), one entry per node."""
+    return [
+        {
+            "node": name,
+            "has": list(s.get("has") or ()),
+            "needs": list(s.get("needs") or ()),
+            "pulling": s.get("pulling") or None,
+            "percent": int(s.get("percent") or 0),
+            "last_error": s.get("last_error") or None,
+            "used_gib": float(s.get("used_gib") or 0.0),
+            "budget_gib": float(s.get("budget_gib") or 0.0),
+        }
+        for name, s in sorted((state.get("nodes") or {}).items())
+    ]
 
 
 # ---------------------------------------------------------------------- the dashboard's side
@@ -331,6 +353,22 @@ def decode_payload(raw: object) -> ClusterPayload:
         queue=tuple(_decode_queue_entry(q) for q in p.objects("queue")),
         reservations=tuple(_decode_reservation(r) for r in p.objects("reservations")),
         message=message or "",
+        prepull=tuple(_decode_prepull(e) for e in p.objects("prepull"))
+        if isinstance(raw, dict) and "prepull" in raw
+        else (),
+    )
+
+
+def _decode_prepull(e: _Reader) -> PrePullEntry:
+    return PrePullEntry(
+        node=e.text("node"),
+        has=e.texts("has"),
+        needs=e.texts("needs"),
+        pulling=e.text_or_none("pulling") or "",
+        percent=e.integer("percent", 0),
+        last_error=e.text_or_none("last_error") or "",
+        used_gib=e.number("used_gib", 0.0),
+        budget_gib=e.number("budget_gib", 0.0),
     )
 
 
@@ -462,6 +500,20 @@ def payload_json(payload: ClusterPayload) -> dict[str, Any]:
         "queue": [_queue_json(q) for q in payload.queue],
         "reservations": [_reservation_json(r) for r in payload.reservations],
     }
+    if payload.prepull:
+        out["prepull"] = [
+            {
+                "node": e.node,
+                "has": list(e.has),
+                "needs": list(e.needs),
+                "pulling": e.pulling or None,
+                "percent": e.percent,
+                "last_error": e.last_error or None,
+                "used_gib": e.used_gib,
+                "budget_gib": e.budget_gib,
+            }
+            for e in payload.prepull
+        ]
     if payload.message:
         out["message"] = payload.message
     return out

@@ -316,3 +316,14 @@ def test_readers_never_create_a_database(tmp_path: Path) -> None:
     status, text = run(["--db", f"sqlite:///{typo}"])
     assert status == 2 and "has no accounting tables" in text, text
     assert not typo.exists() or typo.stat().st_size == 0
+
+
+def test_image_counts_are_the_spawns_per_slug_since_a_time(tmp_path: Path) -> None:
+    store = AccountingStore(f"sqlite:///{tmp_path / 'acc.sqlite'}")
+    store.upgrade()
+    old = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    new = datetime(2026, 2, 1, tzinfo=timezone.utc)
+    for i, (slug, at) in enumerate([("pt", new), ("pt", new), ("tf", new), ("tf", old)]):
+        store.open(AllocationRecord(f"a{i}", "u", "", "", "n1", (), "", slug, "", started_at=at))
+    assert store.image_counts(datetime(2026, 1, 15)) == {"pt": 2, "tf": 1}
+    assert store.image_counts(datetime(2026, 3, 1)) == {}

@@ -448,3 +448,32 @@ def test_an_admins_stop_note_reaches_its_owner_only(tmp_path: Path) -> None:
     assert messages_for(path, "bob", NOW) == []  # older than a week
     assert messages_for(path, "carol", NOW) == [] and messages_for("", "alice", NOW) == []
     assert json.loads(path.read_text())["bob"][0]["server"] == ""
+
+
+def test_the_prepullers_state_reaches_the_dashboard_page() -> None:
+    from jupyterhub_gpu.wire.cluster import prepull_entries
+
+    state = {
+        "nodes": {
+            "node-b": {"has": ["cpu"], "needs": ["torch"], "pulling": "torch", "percent": 40,
+                       "last_error": None, "used_gib": 1.25, "budget_gib": 50.0},
+            "node-a": {"has": ["cpu", "torch"], "needs": [], "pulling": None, "percent": 0,
+                       "last_error": "Could not pull x on node node-a: manifest unknown.",
+                       "used_gib": 9.0, "budget_gib": 50.0},
+        }
+    }  # fmt: skip
+    raw = raw_payload()
+    raw["prepull"] = prepull_entries(state)
+    p = decode_payload(json.loads(json.dumps(raw)))
+    assert [e.node for e in p.prepull] == ["node-a", "node-b"]
+    assert payload_json(p)["prepull"] == raw["prepull"]  # the one shape, both ways
+    assert "prepull" not in payload_json(decode_payload(raw_payload()))  # off: no key
+    viewer = Viewer("alice")
+    view = cluster_view(redact(p, viewer, False), viewer, History(), now=NOW)
+    html = render_live(view, PAGE, "x")
+    assert "Pre-pulled images" in html
+    assert "torch (40%)" in html and "1.2 of 50.0 GiB" in html
+    assert "manifest unknown" in html
+    bad = {**raw, "prepull": [{**raw["prepull"][0], "percent": -1}]}
+    with pytest.raises(ValueError, match=r"prepull\[0\]\.percent"):
+        decode_payload(bad)

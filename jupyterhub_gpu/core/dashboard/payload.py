@@ -117,6 +117,22 @@ class ReservationEntry:
 
 
 @dataclass(frozen=True)
+class PrePullEntry:
+    """One node as the hub's pre-puller sees it (docs/prepull.md): the chosen catalog
+    slugs it has and still needs, the one it pulls now (``""``: none) and how far, its last
+    error, and the GiB of catalog images it holds against its budget (0: none)."""
+
+    node: str
+    has: tuple[str, ...] = ()
+    needs: tuple[str, ...] = ()
+    pulling: str = ""
+    percent: int = 0
+    last_error: str = ""
+    used_gib: float = 0.0
+    budget_gib: float = 0.0
+
+
+@dataclass(frozen=True)
 class ClusterPayload:
     version: int = 1
     generated_at: datetime | None = None
@@ -131,3 +147,4 @@ class ClusterPayload:
     queue: tuple[QueueEntry, ...] = ()
     reservations: tuple[ReservationEntry, ...] = ()
     message: str = ""  # why there is nothing to show ("": not in the JSON)
+    prepull: tuple[PrePullEntry, ...] = ()  # the pre-puller's nodes (none: not in the JSON)

@@ -21,6 +21,7 @@ from jupyterhub_gpu.core.dashboard.payload import (
     ClusterPayload,
     GpuEntry,
     NodeEntry,
+    PrePullEntry,
     QueueEntry,
     ReservationEntry,
     ServerEntry,
@@ -182,6 +183,7 @@ class ClusterView:
     queue: list[dict[str, str]]
     reservations: list[dict[str, str]]
     own_servers: list[ServerView] = field(default_factory=list)
+    prepull: list[dict[str, str]] = field(default_factory=list)
 
 
 def server_view(s: ServerEntry, viewer: Viewer, now: datetime) -> ServerView:
@@ -409,4 +411,23 @@ def cluster_view(
         queue=_queue_rows(payload.queue, now),
         reservations=_reservation_rows(payload.reservations),
         own_servers=[s for s in servers if s.mine],
+        prepull=_prepull_rows(payload.prepull),
     )
+
+
+def _prepull_rows(entries: Sequence[PrePullEntry]) -> list[dict[str, str]]:
+    """One row per node of the pre-puller: has, needs, pulling, disk, last error."""
+    rows = []
+    for e in entries:
+        budget = f" of {e.budget_gib:.1f}" if e.budget_gib else ""
+        rows.append(
+            {
+                "node": e.node,
+                "has": ", ".join(e.has) or "-",
+                "needs": ", ".join(e.needs) or "-",
+                "pulling": f"{e.pulling} ({e.percent}%)" if e.pulling else "-",
+                "disk": f"{e.used_gib:.1f}{budget} GiB",
+                "error": e.last_error or "",
+            }
+        )
+    return rows

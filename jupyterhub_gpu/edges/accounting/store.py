@@ -14,7 +14,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, inspect, or_, select, update
+from sqlalchemy import Engine, create_engine, event, func, inspect, or_, select, update
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -235,6 +235,14 @@ class AccountingStore:
                 )
                 for r in s.execute(q)
             ]
+
+    def image_counts(self, since: datetime) -> dict[str, int]:
+        """Catalog slug -> the allocations started since ``since`` (naive UTC) with it
+        (the pre-puller's ``most-used:N``)."""
+        a = AllocationRow
+        q = select(a.image, func.count()).where(a.started_at >= since).group_by(a.image)
+        with self.session() as s:
+            return {str(image): int(n) for image, n in s.execute(q) if image}
 
     # ------------------------------------------------------------------ reservations
     def reservations(self, ending_after: datetime) -> list[Reservation]:

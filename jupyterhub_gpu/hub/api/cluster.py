@@ -37,7 +37,13 @@ from jupyterhub_gpu.core.saving.entries import is_saved_slug
 from jupyterhub_gpu.hub.cluster import Cluster
 from jupyterhub_gpu.hub.runtime import runtime_of
 from jupyterhub_gpu.wire.agent_list import encode_agent_list
-from jupyterhub_gpu.wire.cluster import ServerInfo, build_payload, queue_entries, reservation_entry
+from jupyterhub_gpu.wire.cluster import (
+    ServerInfo,
+    build_payload,
+    prepull_entries,
+    queue_entries,
+    reservation_entry,
+)
 from jupyterhub_gpu.wire.deadlines import load_deadlines
 
 log = logging.getLogger("jupyterhub_gpu.hub.api")  # outside a handler; the hub's otherwise
@@ -203,6 +209,16 @@ def _not_kept(cluster: Cluster, error: OSError) -> str:
     )
 
 
+def _prepull() -> list[dict[str, Any]]:
+    """The pre-puller's nodes for the payload (none while it is off or not started)."""
+    from jupyterhub_gpu.hub.prepull import running_prepuller
+
+    runner = running_prepuller()
+    if runner is None or not runner.settings.enabled:
+        return []
+    return prepull_entries(runner.state())
+
+
 class _GPUAPIHandler(APIHandler):
     def initialize(self, cache: SnapshotCache) -> None:
         self.cache = cache
@@ -245,6 +261,7 @@ class ClusterAPIHandler(_GPUAPIHandler):
                 queue=waiting,
                 reservations=[reservation_entry(r) for r in queue.reservations] if queue else [],
                 check_failures=cluster.check_failures(),
+                prepull=_prepull(),
                 **common,
             )
         self.write(json.dumps(payload))

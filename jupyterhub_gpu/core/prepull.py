@@ -1,0 +1,337 @@
+"""The pre-puller's decisions: which catalog images each node should hold, and which of
+ours it should let go of. Pure functions over plain data (docs/prepull.md).
+
+Zero to JupyterHub pre-pulls every image onto every node; kubelet's image GC removes
+images unused by any container, least recently used first, once the disk passes a high
+threshold, down to a low one. Here the same two halves are planned per node, within the
+admin's disk budget (bytes of *our* images on that node):
+
+- **pulls**: the chosen catalog entries (:func:`choose_entries`) that the node's driver
+  and GPUs can run (:func:`~.catalog.compat.image_runs_on`; CPU-only entries anywhere),
+  that it does not hold yet, in priority order, as long as they fit the budget. An
+  image's size is learnt from any node that holds it; an image of unknown size is pulled
+  only while the node is under budget (its size is known at the next round).
+- **removals**: while the node is over budget, or to make room for a chosen pull, our
+  images that no container uses: first those no longer in the catalog, then those in it
+  but not chosen, each least recently used first. To get back under budget, chosen ones
+  go last, least recently used first, and only when that brings the node within its
+  budget (images that containers use may keep it over); a chosen image is never removed
+  to make room for another one (that would pull and remove the same images round after
+  round).
+
+Never removed: an image a container (running or stopped) uses; a saved image ("My
+images": its own sweep removes those); an image that is not ours. Ours means a catalog
+image (by reference) or one labelled :data:`CATALOG_LABEL` by ``images/build.py``.
+Images that share layers are counted whole: the budget is an upper bound on what the
+engine's ``docker system df`` reports.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from jupyterhub_gpu.core.catalog.compat import image_runs_on
+from jupyterhub_gpu.core.catalog.entries import Catalog, CatalogEntry
+from jupyterhub_gpu.core.inventory import NodeInventory
+
+CATALOG_LABEL = "io.jupyterhub-gpu.catalog-slug"  #: set by images/ Dockerfiles
+#: labels that make an image one of another part's (saved images, a build's stage 1)
+FOREIGN_LABEL_PREFIXES = ("io.jupyterhub-gpu.saved.", "io.jupyterhub-gpu.build-id")
+GIB = 1024**3
+
+_MOST_USED = re.compile(r"^most-used:([0-9]+)$")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which catalog entries to pre-pull: every one, the named slugs, or the ``top`` most
+    spawned lately."""
+
+    kind: str  # "all", "list" or "most-used"
+    slugs: tuple[str, ...] = ()
+    top: int = 0
+
+
+def parse_selection(value: object) -> Selection:
+    """``"all"``, ``"most-used:N"`` or a list of catalog slugs; ``ValueError`` with a
+    sentence otherwise."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text == "all":
+            return Selection("all")
+        found = _MOST_USED.match(text)
+        if found and int(found.group(1)) > 0:
+            return Selection("most-used", top=int(found.group(1)))
+        raise ValueError(
+            f"PrePuller.images is {value!r}; write 'all', 'most-used:N' with N at least 1 "
+            "(e.g. 'most-used:3'), or a list of catalog slugs."
+        )
+    if isinstance(value, list | tuple):
+        slugs = [s.strip() if isinstance(s, str) else s for s in value]
+        bad = [s for s in slugs if not isinstance(s, str) or not s]
+        if bad or not slugs:
+            raise ValueError(
+                f"PrePuller.images is {value!r}; a list must name at least one catalog slug, "
+                "each a non-empty string (e.g. ['pytorch-2.8-cuda12.8', 'cpu'])."
+            )
+        return Selection("list", slugs=tuple(dict.fromkeys(slugs)))
+    raise ValueError(
+        f"PrePuller.images is {value!r}; write 'all', 'most-used:N' or a list of catalog slugs."
+    )
+
+
+def choose_entries(
+    catalog: Catalog | Iterable[CatalogEntry],
+    selection: Selection,
+    spawns: Mapping[str, int] | None = None,
+) -> tuple[tuple[CatalogEntry, ...], tuple[str, ...]]:
+    """The entries to pre-pull, highest priority first, and the listed slugs the catalog
+    lacks. ``spawns``: slug -> spawns lately (for ``most-used``; ties in catalog order).
+    Saved and custom entries are never chosen."""
+    entries = [e for e in catalog if not e.custom and not e.saved_from]
+    if selection.kind == "all":
+        return tuple(entries), ()
+    if selection.kind == "list":
+        by_slug = {e.slug: e for e in entries}
+        chosen = tuple(by_slug[s] for s in selection.slugs if s in by_slug)
+        return chosen, tuple(s for s in selection.slugs if s not in by_slug)
+    counts = spawns or {}
+    order = {e.slug: i for i, e in enumerate(entries)}
+    used = [e for e in entries if counts.get(e.slug, 0) > 0]
+    used.sort(key=lambda e: (-counts[e.slug], order[e.slug]))
+    return tuple(used[: selection.top]), ()
+
+
+@dataclass(frozen=True)
+class HeldImage:
+    """An image on a node, as its engine lists it.
+
+    ``in_use``: a container (running or stopped) was made from it. ``saved``: a saved
+    image (by its labels or its name under the saved images' registry). ``last_used``:
+    seconds since the epoch it was last seen in use (0: never, then ``created``)."""
+
+    id: str
+    references: tuple[str, ...] = ()
+    size: int = 0
+    in_use: bool = False
+    saved: bool = False
+    labels: Mapping[str, str] = field(default_factory=dict)
+    last_used: float = 0.0
+    created: float = 0.0
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What the planner knows of one node."""
+
+    inventory: NodeInventory
+    images: tuple[HeldImage, ...] = ()
+    reachable: bool = True
+    schedulable: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.inventory.name
+
+
+@dataclass(frozen=True)
+class Removal:
+    image: HeldImage
+    why: str  # "not in the catalog", "not chosen", "least recently used"
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """One node's round: images to pull (in order), images to remove, and why some
+    chosen ones are left out (slug -> sentence)."""
+
+    node: str
+    pulls: tuple[CatalogEntry, ...] = ()
+    removals: tuple[Removal, ...] = ()
+    held: tuple[str, ...] = ()  # chosen slugs the node holds
+    skipped: Mapping[str, str] = field(default_factory=dict)
+    used_bytes: int = 0  # our images on the node now
+    budget_bytes: int = 0
+
+
+def normal_reference(reference: str) -> str:
+    """``reference`` as an engine names it: lower-case host and path, Docker Hub's
+    ``docker.io/library/`` dropped, ``:latest`` when it has no tag and no digest."""
+    ref = reference.strip()
+    name, at, digest = ref.partition("@")
+    slash = name.rfind("/")
+    tag = ""
+    if ":" in name[slash + 1 :]:
+        name, tag = name.rsplit(":", 1)
+    for prefix in ("docker.io/library/", "index.docker.io/library/", "docker.io/"):
+        if name.lower().startswith(prefix):
+            name = name[len(prefix) :]
+            break
+    name = name.lower()
+    if at:
+        return f"{name}@{digest}"
+    return f"{name}:{tag or 'latest'}"
+
+
+def holds(image: HeldImage, entry: CatalogEntry) -> bool:
+    """Whether ``image`` is ``entry``'s image (by tag, or by digest when pinned)."""
+    wanted = normal_reference(entry.image)
+    return wanted in {normal_reference(r) for r in image.references}
+
+
+def foreign(image: HeldImage) -> bool:
+    """A saved image or a build's: left to the part of the hub that made it."""
+    return image.saved or any(k.startswith(p) for k in image.labels for p in FOREIGN_LABEL_PREFIXES)
+
+
+def ours(image: HeldImage, catalog_refs: frozenset[str]) -> bool:
+    """A catalog image, or one our builder labelled with its catalog slug (and no saved
+    image: those are never the pre-puller's)."""
+    if foreign(image):
+        return False
+    if image.labels.get(CATALOG_LABEL):
+        return True
+    return any(normal_reference(r) in catalog_refs for r in image.references)
+
+
+def known_sizes(entries: Sequence[CatalogEntry], nodes: Sequence[NodeFacts]) -> dict[str, int]:
+    """slug -> the image's size on a node that holds it (the largest seen)."""
+    sizes: dict[str, int] = {}
+    for node in nodes:
+        for image in node.images:
+            for entry in entries:
+                if image.size > 0 and holds(image, entry):
+                    sizes[entry.slug] = max(sizes.get(entry.slug, 0), image.size)
+    return sizes
+
+
+def _lru(image: HeldImage) -> tuple[float, str]:
+    return (image.last_used or image.created, image.id)
+
+
+def plan_node(
+    node: NodeFacts,
+    chosen: Sequence[CatalogEntry],
+    catalog: Catalog | Iterable[CatalogEntry],
+    budget_bytes: int,
+    sizes: Mapping[str, int] | None = None,
+) -> NodePlan:
+    """One node's pulls and removals (see the module's docstring). ``budget_bytes`` <= 0
+    means no budget: nothing is removed and every chosen image is pulled."""
+    sizes = sizes or {}
+    all_entries = [e for e in catalog if not e.custom and not e.saved_from]
+    catalog_refs = frozenset(normal_reference(e.image) for e in all_entries)
+    chosen_refs = {normal_reference(e.image) for e in chosen}
+    mine = [i for i in node.images if ours(i, catalog_refs)]
+    used = sum(i.size for i in mine)
+    unlimited = budget_bytes <= 0
+    held = [e.slug for e in chosen if any(holds(i, e) for i in node.images)]
+    skipped: dict[str, str] = {}
+    wanted: list[CatalogEntry] = []
+    for entry in chosen:
+        if entry.slug in held:
+            continue
+        ok, reason = image_runs_on(entry, node.inventory)
+        if not ok:
+            skipped[entry.slug] = reason
+        elif not node.schedulable:
+            skipped[entry.slug] = f"{node.name}: drained, takes no servers"
+        else:
+            wanted.append(entry)
+
+    def rank(image: HeldImage) -> int:
+        refs = {normal_reference(r) for r in image.references}
+        if not refs & catalog_refs:
+            return 0  # labelled ours, no longer in the catalog
+        return 1 if not refs & chosen_refs else 2
+
+    free = sorted((i for i in mine if not i.in_use), key=lambda i: (rank(i), _lru(i)))
+    why = {0: "not in the catalog", 1: "not chosen", 2: "least recently used"}
+    removals: list[Removal] = []
+
+    def remove_until(limit: int, ranks: tuple[int, ...]) -> None:
+        nonlocal used
+        for image in list(free):
+            if used <= limit:
+                return
+            if rank(image) in ranks:
+                free.remove(image)
+                removals.append(Removal(image, why[rank(image)]))
+                used -= image.size
+
+    if not unlimited and used > budget_bytes:
+        remove_until(budget_bytes, (0, 1))
+        chosen_free = sum(i.size for i in free if rank(i) == 2)
+        if used - chosen_free <= budget_bytes:  # a chosen one goes only if that is enough
+            remove_until(budget_bytes, (2,))
+    pulls: list[CatalogEntry] = []
+    for entry in wanted:
+        size = sizes.get(entry.slug)
+        if unlimited:
+            pulls.append(entry)
+            continue
+        if size is None:
+            if used < budget_bytes:
+                pulls.append(entry)
+                used = budget_bytes  # nothing more this round: its size is unknown
+            else:
+                skipped[entry.slug] = f"{node.name}: over its disk budget"
+            continue
+        if used + size > budget_bytes:
+            removable = sum(i.size for i in free if rank(i) < 2)
+            if used - removable + size > budget_bytes:
+                skipped[entry.slug] = (
+                    f"{node.name}: {size / GIB:.1f} GiB does not fit its disk budget"
+                )
+                continue
+            remove_until(budget_bytes - size, (0, 1))
+        pulls.append(entry)
+        used += size
+    return NodePlan(
+        node=node.name,
+        pulls=tuple(pulls),
+        removals=tuple(removals),
+        held=tuple(held),
+        skipped=skipped,
+        used_bytes=sum(i.size for i in mine),
+        budget_bytes=budget_bytes,
+    )
+
+
+def plan(
+    nodes: Sequence[NodeFacts],
+    chosen: Sequence[CatalogEntry],
+    catalog: Catalog | Iterable[CatalogEntry],
+    budget_bytes: int,
+    remembered: Mapping[str, int] | None = None,
+) -> dict[str, NodePlan]:
+    """Every reachable node's plan (an unreachable one is planned at a later round).
+    ``remembered``: slug -> size of images pulled before (none of the nodes may hold it
+    now); a size seen on a node now wins."""
+    entries = list(catalog)
+    sizes = {**(remembered or {}), **known_sizes(entries, nodes)}
+    return {
+        n.name: plan_node(n, chosen, entries, budget_bytes, sizes) for n in nodes if n.reachable
+    }
+
+
+__all__ = [
+    "CATALOG_LABEL",
+    "GIB",
+    "HeldImage",
+    "NodeFacts",
+    "NodePlan",
+    "Removal",
+    "Selection",
+    "choose_entries",
+    "foreign",
+    "holds",
+    "known_sizes",
+    "normal_reference",
+    "ours",
+    "parse_selection",
+    "plan",
+    "plan_node",
+]
