@@ -214,8 +214,12 @@ def make_cluster(
     async def network(node: str, name: str, bridge: str) -> None:
         return None
 
+    async def images_on(node: str) -> frozenset[str]:
+        return frozenset()  # no engines to list (a failed listing marks the node down)
+
     cluster.engine_ok = engine_ok  # type: ignore[method-assign]
     cluster.ensure_user_network = network  # type: ignore[method-assign]
+    cluster.images_on = images_on  # type: ignore[method-assign]
     return cluster, checks, nodes_file
 
 
