@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from jupyterhub_gpu.core.words import duration
+
 
 class PullProgress:
     """Progress of a ``docker pull`` event stream, folded one event at a time.
@@ -68,12 +70,45 @@ class PullProgress:
     def unpacked(self) -> int | None:
         return self._share(self._unpacked)
 
-    def message(self, image: str, node: str, percent: int) -> str:
-        """What the spawn page shows at ``percent`` (a 5% step of :attr:`percent`)."""
+    @property
+    def done_bytes(self) -> int:
+        """Bytes downloaded plus bytes unpacked: what grows while the pull makes progress."""
+        return self._downloaded + self._unpacked
+
+    def message(self, image: str, node: str, percent: int, elapsed: float | None = None) -> str:
+        """What the spawn page shows at ``percent`` (a 5% step of :attr:`percent`): the
+        phases, the compressed bytes the layers weigh, and, ``elapsed`` seconds into the
+        pull, about how long is left at the pace so far (:func:`time_left`)."""
+        left = time_left(percent, elapsed) if elapsed is not None else None
+        eta = f"; about {duration(left)} left" if left is not None else ""
         return (
             f"Pulling {image} on node {node}: {percent}% "
-            f"(downloaded {self.downloaded or 0}%, unpacked {self.unpacked or 0}%)"
+            f"(downloaded {self.downloaded or 0}% of {size_words(self._size)}, "
+            f"unpacked {self.unpacked or 0}%{eta})"
         )
+
+
+def time_left(percent: int, elapsed: float) -> float | None:
+    """Seconds left at the pace so far, once there is a pace to go by (5% and 2 s in);
+    ``None`` before, and at 100%. An estimate: layers whose size the engine has not
+    reported yet are not counted, so it may grow."""
+    if percent < 5 or percent >= 100 or elapsed < 2:
+        return None
+    return elapsed * (100 - percent) / percent
+
+
+def size_words(size_bytes: int) -> str:
+    """``6.2 GB``, ``14 GB``, ``850 MB``, ``12 kB``, ``400 bytes`` (decimal units, as
+    registries and disks count)."""
+    if size_bytes >= 10**10:
+        return f"{size_bytes / 10**9:.0f} GB"
+    if size_bytes >= 10**9:
+        return f"{size_bytes / 10**9:.1f} GB"
+    if size_bytes >= 10**6:
+        return f"{size_bytes // 10**6} MB"
+    if size_bytes >= 10**3:
+        return f"{size_bytes // 10**3} kB"
+    return f"{max(size_bytes, 0)} bytes"
 
 
 def pull_error(event: Mapping[str, Any]) -> str | None:

@@ -243,19 +243,26 @@ class QueueingSpawnerMixin(_SpawnerBase):
 
     def run_pre_spawn_hook(self) -> Any:
         """JupyterHub bounds ``start`` by ``start_timeout``, read right after this hook (it
-        awaits what the hook returns): a wait in the GPU queue must not count, so the bound
-        grows by the wait of the group the spawn is charged to (:meth:`_spawn_wait`;
-        ``_create`` keeps the configured one for what follows the queue)."""
+        awaits what the hook returns): a wait in the GPU queue must not count, nor an image
+        pull that makes progress, so the bound grows by the wait of the group the spawn is
+        charged to (:meth:`_spawn_wait`) and by the pull's own bound
+        (:meth:`_pull_allowance`); ``_create`` keeps the configured one for the start."""
         return self._extend_start_timeout()
 
     async def _extend_start_timeout(self) -> None:
         hub = cast(Any, self)  # start_timeout: JupyterHub's Integer trait
         if self._start_budget is None:
             self._start_budget = float(hub.start_timeout)
-        hub.start_timeout = int(self._start_budget + await self._spawn_wait())
+        wait = await self._spawn_wait()
+        hub.start_timeout = int(self._start_budget + wait + self._pull_allowance())
         result = super().run_pre_spawn_hook()
         if inspect.isawaitable(result):
             await result
+
+    def _pull_allowance(self) -> float:
+        """Seconds an image pull before the start may take (the spawner's
+        ``pull_timeout``), which ``start_timeout`` does not count either."""
+        return 0.0
 
     async def _spawn_wait(self) -> float:
         """How long this spawn may wait in the GPU queue: the ``max_queue_wait`` of the

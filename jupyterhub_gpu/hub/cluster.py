@@ -137,6 +137,7 @@ class Cluster:
         # images each engine holds (locality identities), when each was last listed (or
         # tried), and the listings under way
         self._images: dict[str, frozenset[str]] = {}
+        self._image_sizes: dict[str, int] = {}  # identity -> size on disk, as last listed
         self._images_at: dict[str, float] = {}
         self._image_reads: dict[str, asyncio.Future[None]] = {}
         self._pulls_seen: dict[str, int] = {}  # per node: pulls noted (see image_pulled)
@@ -431,9 +432,14 @@ class Cluster:
             self._images.setdefault(node, frozenset())
             return
         found = locality.held(listing if isinstance(listing, list) else [])
+        self._image_sizes.update(locality.sizes(listing if isinstance(listing, list) else []))
         if self._pulls_seen.get(node, 0) != pulls:  # a pull ended while it was listed
             found |= self._images.get(node, frozenset())
         self._images[node] = found
+
+    def image_sizes(self) -> dict[str, int]:
+        """identity -> size in bytes (on disk) of every image some node's engine listed."""
+        return dict(self._image_sizes)
 
     def image_pulled(self, node: str, image: str) -> None:
         """The hub pulled ``image`` on ``node``: it holds it from the next snapshot on, and

@@ -2,9 +2,13 @@
 
 The percentage (downloading and unpacking, see :class:`~.progress.PullProgress`) is
 reported once per 5% step, from the Docker worker thread through ``call_soon_threadsafe``.
-A registry error (in the HTTP answer or inside the event stream) or a pull over its time
-limit is an :class:`ImageUnavailable` whose message is for the user; an engine that can't
-be reached raises what :meth:`Cluster.run` raises, so the caller reports a dead node.
+Each message has the bytes the layers weigh and, at the pace so far, about how long is
+left. A registry error (in the HTTP answer or inside the event stream), a pull over its
+time limit, or one that made no progress (no new byte downloaded or unpacked) for its
+stall limit is an :class:`ImageUnavailable` whose message is for the user; an engine that
+can't be reached raises what :meth:`Cluster.run` raises, so the caller reports a dead node.
+A pull that keeps making progress may take its time: the spawner bounds it by
+``pull_timeout`` and ``pull_stall_timeout``, not by ``start_timeout``.
 
 Spawns come first: every pull is counted in the cluster's :class:`NodePulls`. A
 ``background`` pull (the pre-puller's, :mod:`.prepull`) does not start while a spawn's
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
@@ -29,6 +34,7 @@ from jupyterhub_gpu.errors import ImageUnavailable, PullYielded, _StreamError
 from jupyterhub_gpu.hub.cluster import Cluster
 
 STEP = 5  # percent between two progress messages
+STALL_TIMEOUT = 120.0  # seconds without progress before a pull fails (pull_stall_timeout)
 
 
 class NodePulls:
@@ -83,18 +89,23 @@ async def pull(
     auth_config: Mapping[str, str] | None = None,
     *,
     background: bool = False,
+    stall_timeout: float = STALL_TIMEOUT,
 ) -> None:
     """Pull ``image`` on ``node``; ``report(percent, message)`` runs on the event loop.
 
-    docker-py splits ``image`` into repository and tag (``latest`` when there is none).
+    ``timeout`` bounds the whole pull; ``stall_timeout`` the time without progress (no
+    new bytes downloaded or unpacked): a large image that keeps coming may take its
+    time, a stalled one fails after ``stall_timeout`` s, with a sentence. docker-py
+    splits ``image`` into repository and tag (``latest`` when there is none).
     ``background``: the pre-puller's pull, which yields to spawns (:class:`NodePulls`)."""
     pulls = pulls_on(cluster)
+    args = (cluster, node, image, timeout, stall_timeout, report, log, auth_config)
     if background:
         with pulls.in_background(node, image):
-            await _pull(cluster, node, image, timeout, report, log, auth_config, pulls)
+            await _pull(*args, pulls)
     else:
         with pulls.spawn(node):
-            await _pull(cluster, node, image, timeout, report, log, auth_config, None)
+            await _pull(*args, None)
 
 
 async def _pull(
@@ -102,6 +113,7 @@ async def _pull(
     node: str,
     image: str,
     timeout: float,
+    stall_timeout: float,
     report: Callable[[int, str], None],
     log: logging.Logger,
     auth_config: Mapping[str, str] | None,
@@ -109,14 +121,17 @@ async def _pull(
 ) -> None:
     loop, progress = asyncio.get_running_loop(), PullProgress()
     shown = -1
-    # a background pull has a client of its own: closing it ends the pull's connection
-    client = cluster.new_client(node, timeout) if yield_to is not None else cluster.client(node)
+    started = last_progress = time.monotonic()
+    # a client of its own, closed at the end: a yielding pull stops at its next event;
+    # a stalled one is given up here (its thread ends when the engine's stream does)
+    client = cluster.new_client(node, timeout)
 
     def work() -> None:  # in the node's thread pool
-        nonlocal shown
+        nonlocal shown, last_progress
         stream = client.pull(
             image, stream=True, decode=True, auth_config=dict(auth_config or {}) or None
         )
+        done = 0
         for event in stream:
             if yield_to is not None and yield_to.spawning(node):
                 raise PullYielded(f"a spawn started pulling on node {node}")
@@ -124,14 +139,34 @@ async def _pull(
             if error:
                 raise _StreamError(error)
             pct = progress.add(event)
+            if progress.done_bytes > done:
+                done, last_progress = progress.done_bytes, time.monotonic()
             if pct is not None and pct - pct % STEP > shown:
                 shown = pct - pct % STEP
-                message = progress.message(image, node, shown)
+                message = progress.message(image, node, shown, time.monotonic() - started)
                 loop.call_soon_threadsafe(report, shown, message)
 
+    def stalled() -> str:
+        return (
+            f"Pulling {image} on node {node} made no progress for {stall_timeout:g} s "
+            f"(at {progress.percent or 0}%): its registry or the node's network or disk may be "
+            "stuck. Try again later; if it keeps happening, ask an admin to check the "
+            "registry and the node."
+        )
+
     report(0, f"Pulling {image} on node {node} (not there yet)")
+    running = asyncio.ensure_future(cluster.run(node, work, timeout))
     try:
-        await cluster.run(node, work, timeout)
+        while True:
+            done, _ = await asyncio.wait({running}, timeout=min(stall_timeout / 4, 5.0))
+            if done:
+                break
+            if time.monotonic() - last_progress > stall_timeout:
+                log.warning(
+                    "Pull of %s on node %s stalled at %s%%", image, node, progress.percent or 0
+                )
+                raise ImageUnavailable(stalled())
+        running.result()
         cluster.image_pulled(node, image)  # placement prefers this node for it from now on
     except (asyncio.TimeoutError, TimeoutError):
         raise ImageUnavailable(
@@ -146,5 +181,6 @@ async def _pull(
             "Ask an admin to check this image's catalog entry and its registry."
         ) from None
     finally:
-        if yield_to is not None:
-            client.close()  # a pull still running in its thread ends with its connection
+        client.close()  # a pull still running in its thread ends with its connection
+        if not running.done():
+            running.cancel()

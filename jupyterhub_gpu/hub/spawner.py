@@ -242,7 +242,21 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
     docker_timeout = Float(
         10.0, config=True, help="Seconds before a Docker call to a node is abandoned."
     )
-    pull_timeout = Float(600.0, config=True, help="Seconds before an image pull is abandoned.")
+    pull_timeout = Float(
+        1800.0,
+        config=True,
+        help="""Seconds before a spawn's image pull is abandoned, however it goes. The pull
+        does not count against ``start_timeout`` (which bounds the container's start
+        after it): JupyterHub's bound on the whole start is raised by this much.""",
+    )
+    pull_stall_timeout = Float(
+        120.0,
+        config=True,
+        help="""Seconds a spawn's image pull may go without progress (no new byte
+        downloaded or unpacked) before it fails with a sentence: a large image that keeps
+        coming may take up to ``pull_timeout``, a stuck registry, network or disk does not
+        hold the user that long.""",
+    )
     user_network = Unicode(
         "jupyterhub-gpu-users",
         config=True,
@@ -726,6 +740,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             unlisted=unlisted,
             charge_groups=charge_groups,
             reserved=reserved,
+            image_sizes=self.cluster.image_sizes(),
         )
 
     # ------------------------------------------------------------------ placement
@@ -832,6 +847,9 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         """The image was resolved from the catalog by ``start``; DockerSpawner asks again."""
         return str(self.image)
 
+    def _pull_allowance(self) -> float:
+        return self.pull_timeout
+
     async def pull_image(self, image: str) -> None:
         """Pull a missing image on the chosen node, reporting the percentage; then check
         what it is (:meth:`_check_saved`)."""
@@ -853,6 +871,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             lambda pct, message: self._event(40 + pct // 4, message),
             self.log,
             my_images(self.cluster, self.config, self.log).settings.auth_config(image),
+            stall_timeout=self.pull_stall_timeout,
         )
         await self._check_saved(image, await self.docker("inspect_image", image), pulled=True)
 
@@ -997,7 +1016,10 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             self._events_changed.set()
 
     async def _create(self, ident: Identity, options: SpawnOptions) -> tuple[str, int]:
-        """Create and start the container within the configured ``start_timeout``."""
+        """Pull the image if the node lacks it (bounded by ``pull_timeout`` and
+        ``pull_stall_timeout``: a pull making progress may take its time), then create and
+        start the container within the configured ``start_timeout``."""
+        await self.pull_image(str(self.image))
         budget = self._start_budget or float(cast(Any, self).start_timeout)
         try:
             async with self._start_slot():

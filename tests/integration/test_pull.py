@@ -30,7 +30,8 @@ pytestmark = pytest.mark.integration
 RTX = ("NVIDIA GeForce RTX 3090", 24576, "8.6")
 NAME = "jupyterhub-gpu/pulltest"
 PERCENT = re.compile(
-    r"^Pulling (\S+) on node node-b: (\d+)% \(downloaded (\d+)%, unpacked (\d+)%\)$"
+    r"^Pulling (\S+) on node node-b: (\d+)% \(downloaded (\d+)% of (\d+) MB, unpacked (\d+)%"
+    r"(?:; about (?:\d+ s|\d+ min) left)?\)$"
 )
 
 
@@ -110,7 +111,10 @@ def test_a_missing_image_is_pulled_with_progress(
         shown = [int(m[2]) for m in map(PERCENT.match, messages) if m]
         assert shown and shown == sorted(set(shown)), messages  # rising, each step once
         assert shown[-1] == 100 and all(p % 5 == 0 for p in shown), shown
-        phases = [(int(m[3]), int(m[4])) for m in map(PERCENT.match, messages) if m]
+        phases = [(int(m[3]), int(m[5])) for m in map(PERCENT.match, messages) if m]
+        # the bytes the layers weigh: the test image's and the 160 MiB layer's (167 MB)
+        assert all(int(m[4]) >= 167 for m in map(PERCENT.match, messages) if m and int(m[2]) >= 50)
+        assert any("left)" in m for m in messages), messages  # and a time left, once paced
         assert phases[-1] == (100, 100), phases
         # unpacking is shown as it goes, not only as the last step
         assert any(down == 100 and 0 < unpacked < 100 for down, unpacked in phases), phases

@@ -46,6 +46,9 @@ class Engine:
     def pull(self, image: str, **kwargs: Any) -> list[dict[str, Any]]:
         return [{"status": "Downloaded newer image for " + image}]
 
+    def close(self) -> None:
+        pass
+
 
 def make_cluster(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engines: dict[str, Engine], **kw: Any

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from jupyterhub_gpu.core.progress import PullProgress, describe_gpus, pull_error
+from jupyterhub_gpu.core.progress import (
+    PullProgress,
+    describe_gpus,
+    pull_error,
+    size_words,
+    time_left,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -48,7 +54,12 @@ def test_pull_percent_aggregates_layers_by_bytes_downloading_then_unpacking() ->
     p = folded(events)
     assert (p.downloaded, p.unpacked, p.percent) == (100, 25, 62)  # 100 of 400 unpacked
     assert p.message("reg/img:1", "node-b", 60) == (
-        "Pulling reg/img:1 on node node-b: 60% (downloaded 100%, unpacked 25%)"
+        "Pulling reg/img:1 on node node-b: 60% (downloaded 100% of 400 bytes, unpacked 25%)"
+    )
+    # 60% in 90 s: about 60 s left at that pace
+    assert p.message("reg/img:1", "node-b", 60, elapsed=90.0) == (
+        "Pulling reg/img:1 on node node-b: 60% (downloaded 100% of 400 bytes, unpacked 25%; "
+        "about 60 s left)"
     )
     events += [{"id": "a", "status": "Pull complete"}, extracting("b", 150, 300)]
     assert pull_percent(events) == 81  # 250 of 400 unpacked
@@ -100,3 +111,19 @@ def test_pull_error_reads_in_band_errors() -> None:
     )
     assert pull_error({"errorDetail": {"message": "blob unknown"}}) == "blob unknown"
     assert pull_error(downloading("a", 1, 2)) is None
+
+
+def test_time_left_goes_by_the_pace_so_far_once_there_is_one() -> None:
+    assert time_left(25, 120.0) == 360.0
+    assert time_left(4, 120.0) is None  # too early to say
+    assert time_left(50, 1.0) is None
+    assert time_left(100, 300.0) is None  # done
+
+
+@pytest.mark.parametrize(
+    ("size", "words"),
+    [(6_234_000_000, "6.2 GB"), (14_600_000_000, "15 GB"), (850_000_000, "850 MB"),
+     (12_345, "12 kB"), (400, "400 bytes")],
+)  # fmt: skip
+def test_sizes_in_words(size: int, words: str) -> None:
+    assert size_words(size) == words

@@ -203,25 +203,25 @@ def test_the_start_timeout_grows_by_the_charged_group_s_wait(
     groups: tuple[str, ...],
     extension: int,
 ) -> None:
-    s = spawner(monkeypatch, groups, options, start_timeout=60)
+    s = spawner(monkeypatch, groups, options, start_timeout=60, pull_timeout=1000)
     hook = s.run_pre_spawn_hook()
     asyncio.run(hook)
-    assert s.start_timeout == 60 + extension
+    assert s.start_timeout == 60 + extension + 1000  # and by the pull's own bound
     asyncio.run(s.run_pre_spawn_hook())  # a second start: from the configured bound again
-    assert s.start_timeout == 60 + extension
+    assert s.start_timeout == 60 + extension + 1000
 
 
 def test_unreadable_groups_give_the_longest_wait(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    s = spawner(monkeypatch, start_timeout=60, max_queue_wait=30)
+    s = spawner(monkeypatch, start_timeout=60, max_queue_wait=30, pull_timeout=1000)
 
     async def broken() -> Identity:
         raise RuntimeError("no auth state")
 
     monkeypatch.setattr(s, "identity", broken)
     asyncio.run(s.run_pre_spawn_hook())
-    assert s.start_timeout == 60 + 600
+    assert s.start_timeout == 60 + 600 + 1000
 
 
 def test_the_wait_in_line_uses_the_group_s_wait(

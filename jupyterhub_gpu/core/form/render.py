@@ -17,6 +17,7 @@ import jinja2
 from jupyterhub_gpu.core.catalog.compat import ImageAvailability, catalog_availability
 from jupyterhub_gpu.core.catalog.entries import Catalog, CatalogEntry, format_cc_range
 from jupyterhub_gpu.core.form.availability import ModelAvailability, gpu_model_availability
+from jupyterhub_gpu.core.form.readiness import readiness
 from jupyterhub_gpu.core.form.resources import UserBounds
 from jupyterhub_gpu.core.form.validation import ANY_MODEL, finite_number, whole_number
 from jupyterhub_gpu.core.inventory import ClusterSnapshot
@@ -61,7 +62,7 @@ def visible_entries(catalog: Catalog, bounds: UserBounds) -> tuple[CatalogEntry,
     )
 
 
-def _facts(entry: CatalogEntry, info: ImageAvailability) -> str:
+def _facts(entry: CatalogEntry, info: ImageAvailability, ready: str = "") -> str:
     parts = [entry.cuda_label]
     if entry.min_driver:
         parts.append(f"driver >= {entry.min_driver}")
@@ -70,6 +71,8 @@ def _facts(entry: CatalogEntry, info: ImageAvailability) -> str:
         parts.append(f"compute capability {cc}")
     if info.runnable and info.nodes:
         parts.append("runs on " + ", ".join(info.nodes))
+    if info.runnable and ready:
+        parts.append(ready)
     return " · ".join(parts)
 
 
@@ -77,6 +80,7 @@ def _image_choices(
     entries: Sequence[CatalogEntry],
     availability: Mapping[str, ImageAvailability],
     allowed_models: Sequence[str],
+    ready: Mapping[str, str] | None = None,
 ) -> list[ImageChoice]:
     choices = []
     for e in entries:
@@ -87,7 +91,7 @@ def _image_choices(
                 display_name=e.display_name,
                 description=e.description,
                 cuda_label=e.cuda_label,
-                facts=_facts(e, info),
+                facts=_facts(e, info, (ready or {}).get(e.slug, "")),
                 gpu=not e.cpu_only,
                 disabled=not info.runnable,
                 reason=info.reason,
@@ -157,6 +161,7 @@ def render_form(
     charge_groups: Sequence[str] = (),
     reserved: Sequence[str] = (),
     unlisted: Sequence[Any] = (),
+    ready: Mapping[str, str] | None = None,
 ) -> str:
     """The form's HTML (inserted into JupyterHub's ``spawn.html``).
 
@@ -174,9 +179,11 @@ def render_form(
     ``unlisted``: saved images the user sees but can't start (``slug``, ``display_name``,
     ``reason``: :class:`~jupyterhub_gpu.core.saving.entries.Unlisted`), shown disabled under
     "My images" with the reason. Saved images (``saved_from``) are listed there too.
+    ``ready``: slug -> where the image is ready (:func:`~.readiness.readiness`), shown
+    with its facts.
     """
     allowed = [m for m in models if bounds.model_allowed(m.model)]
-    images = _image_choices(catalog_view, availability, [m.model for m in allowed])
+    images = _image_choices(catalog_view, availability, [m.model for m in allowed], ready)
     choice = initial_choices(images, allowed, bounds, previous_choices)
     selected = next((i for i in images if i.slug == choice["image"]), None)
     return (
@@ -215,13 +222,25 @@ def spawn_form_html(
     charge_groups: Sequence[str] = (),
     reserved: Sequence[str] = (),
     unlisted: Sequence[Any] = (),
+    image_sizes: Mapping[str, int] | None = None,
 ) -> str:
     """Everything in one call: the user's images, their availability on ``snapshot``'s
-    nodes, per-model free counts (``free_counts`` from placement, if given) and the form,
-    with the newest of ``notes`` above it, the charge group select and the notice of
-    reserved GPUs (see :func:`render_form`)."""
+    nodes and where each is ready (``image_sizes``: identity -> bytes on disk, for what
+    a first start pulls), per-model free counts (``free_counts`` from placement, if
+    given) and the form, with the newest of ``notes`` above it, the charge group select
+    and the notice of reserved GPUs (see :func:`render_form`)."""
     view = visible_entries(catalog, bounds)
     availability = catalog_availability(view, snapshot.nodes)
+    by_name = {n.name: n for n in snapshot.nodes}
+    ready = {
+        e.slug: readiness(
+            e.image,
+            [by_name[name] for name in availability[e.slug].nodes if name in by_name],
+            image_sizes or {},
+        )
+        for e in view
+        if not e.custom
+    }
     models = gpu_model_availability(snapshot, free_counts)
     return render_form(
         view,
@@ -233,4 +252,5 @@ def spawn_form_html(
         charge_groups=charge_groups,
         reserved=reserved,
         unlisted=unlisted,
+        ready=ready,
     )

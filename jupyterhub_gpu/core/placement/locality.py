@@ -91,6 +91,21 @@ def held(listing: Iterable[Mapping[str, Any]]) -> frozenset[str]:
     return frozenset(found)
 
 
+def sizes(listing: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """identity -> the image's size in bytes (``Size``: on disk, unpacked), for every
+    identity of every image of one engine's listing (as :func:`held` reads it)."""
+    found: dict[str, int] = {}
+    for image in listing:
+        if not isinstance(image, Mapping):
+            continue
+        size = image.get("Size")
+        if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+            continue
+        for one in held([image]):
+            found[one] = max(found.get(one, 0), size)
+    return found
+
+
 def holds(images: frozenset[str], want: frozenset[str]) -> bool:
     """Whether a node holding ``images`` has the image named by ``want``."""
     return bool(want) and not want.isdisjoint(images)
