@@ -246,7 +246,11 @@ def make_cluster(agents: FakeAgents, config: Config, log: logging.Logger) -> Clu
     async def engine_ok(node: str) -> bool:
         return True
 
+    async def images_on(node: str) -> frozenset[str]:
+        return frozenset()  # no engines to list (a failed listing logs the engine down)
+
     cluster.engine_ok = engine_ok  # type: ignore[method-assign]
+    cluster.images_on = images_on  # type: ignore[method-assign]
     return cluster
 
 
