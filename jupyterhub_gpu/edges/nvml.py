@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import re
 import socket
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -39,6 +38,10 @@ from typing import Any
 
 import pynvml
 
+from jupyterhub_gpu.core.attribution.processes import (
+    MAX_CGROUP_TEXT,
+    container_id_from_cgroup,
+)
 from jupyterhub_gpu.core.inventory import GPU, NodeInventory
 from jupyterhub_gpu.errors import ProbeError
 
@@ -47,35 +50,17 @@ log = logging.getLogger(__name__)
 #: Xids caused by the application, not the GPU (Kubernetes device plugin's list).
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 
-_CONTAINER_RE = re.compile(r"(?:/docker-([0-9a-f]{64})\.scope|/docker/([0-9a-f]{64}))(?=/|$)")
 _MIB = 1024 * 1024
 
 
 # --- pure helpers (unit-tested without a GPU) -------------------------------------------
 
 
-def container_id_from_cgroup(text: str) -> str | None:
-    """The Docker container id in a ``/proc/<pid>/cgroup`` text, or ``None`` (host process).
-
-    Matches ``.../docker-<64 hex>.scope`` (systemd driver) and ``/docker/<64 hex>``
-    (cgroupfs driver), in cgroup v1 and v2 layouts. With nested containers the outermost
-    one (the one the host's engine knows) wins.
-    """
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        match = _CONTAINER_RE.search(parts[2])
-        if match:
-            return match.group(1) or match.group(2)
-    return None
-
-
 def read_proc_cgroup(pid: int) -> str | None:
     """The text of ``/proc/<pid>/cgroup``, or ``None`` when it can't be read."""
     try:
         with open(f"/proc/{int(pid)}/cgroup", encoding="utf-8", errors="replace") as f:
-            return f.read()
+            return f.read(MAX_CGROUP_TEXT)
     except OSError:
         return None
 

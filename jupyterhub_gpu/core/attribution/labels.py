@@ -1,0 +1,98 @@
+"""A share allocation's container labels, read strictly (pure).
+
+A container that holds part of a GPU carries, besides the usual labels
+(:func:`jupyterhub_gpu.core.containers.server_labels`)::
+
+    jupyterhub-gpu.share             = "K/N"   # K shares held of the GPU's N, e.g. "1/4"
+    jupyterhub-gpu.share_memory_mib  = "6144"  # the share's memory, MiB
+
+A whole-GPU allocation has neither. :func:`parse_share` is the one reader of the pair:
+``None`` for a whole GPU, a :class:`Share` for a share, and :class:`ShareLabelError`
+(saying which label is wrong and what it should look like) for anything else, including
+one label without the other. Labels are written by the hub but read back from a node's
+engine, so they are bounded like any other input.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+SHARE_LABEL = "jupyterhub-gpu.share"
+SHARE_MEMORY_LABEL = "jupyterhub-gpu.share_memory_mib"
+GPUS_LABEL = "jupyterhub-gpu.gpus"
+ALLOCATION_LABEL = "jupyterhub-gpu.allocation"
+
+MAX_SHARES = 64  # shares of one GPU: no policy splits a card finer
+MAX_SHARE_MIB = 1 << 24  # 16 TiB, as the agent wire's bound
+_FRACTION_RE = re.compile(r"^([0-9]{1,3})/([0-9]{1,3})$")
+_MIB_RE = re.compile(r"^[0-9]{1,9}$")
+
+
+class ShareLabelError(ValueError):
+    """A container's share labels are malformed (the message names the label)."""
+
+
+@dataclass(frozen=True)
+class Share:
+    """``held`` shares of a GPU split into ``of``, with ``memory_mib`` of its memory."""
+
+    held: int
+    of: int
+    memory_mib: int
+
+    @property
+    def fraction(self) -> float:
+        return self.held / self.of
+
+    def __str__(self) -> str:
+        return f"{self.held}/{self.of} ({self.memory_mib} MiB)"
+
+
+def _show(value: str) -> str:
+    text = value[:40]
+    return repr(text + ("..." if len(value) > 40 else ""))
+
+
+def parse_share(labels: Mapping[str, str]) -> Share | None:
+    """The share a container's ``labels`` describe, or ``None`` for a whole-GPU one."""
+    fraction = labels.get(SHARE_LABEL)
+    memory = labels.get(SHARE_MEMORY_LABEL)
+    if fraction is None and memory is None:
+        return None
+    if fraction is None or memory is None:
+        present, absent = (
+            (SHARE_LABEL, SHARE_MEMORY_LABEL)
+            if memory is None
+            else (SHARE_MEMORY_LABEL, SHARE_LABEL)
+        )
+        raise ShareLabelError(
+            f"the container has {present} but not {absent}: a share needs both "
+            "(the hub writes them together; recreate the server)"
+        )
+    if not isinstance(fraction, str) or not (match := _FRACTION_RE.match(fraction)):
+        raise ShareLabelError(
+            f"{SHARE_LABEL} must be 'K/N' (K shares held of N, e.g. '1/4'), "
+            f"got {_show(str(fraction))}"
+        )
+    held, of = int(match.group(1)), int(match.group(2))
+    if not 1 <= held < of <= MAX_SHARES:
+        raise ShareLabelError(
+            f"{SHARE_LABEL} must have 1 <= K < N <= {MAX_SHARES} (K = N is a whole GPU, "
+            f"which has no share labels), got {fraction!r}"
+        )
+    if not isinstance(memory, str) or not _MIB_RE.match(memory):
+        raise ShareLabelError(
+            f"{SHARE_MEMORY_LABEL} must be a whole number of MiB such as '6144', "
+            f"got {_show(str(memory))}"
+        )
+    mib = int(memory)
+    if not 1 <= mib <= MAX_SHARE_MIB:
+        raise ShareLabelError(f"{SHARE_MEMORY_LABEL} must be 1 to {MAX_SHARE_MIB} MiB, got {mib}")
+    return Share(held, of, mib)
+
+
+def labelled_gpus(labels: Mapping[str, str]) -> tuple[str, ...]:
+    """The GPU UUIDs a container's ``jupyterhub-gpu.gpus`` label names (none if absent)."""
+    return tuple(u for u in labels.get(GPUS_LABEL, "").split(",") if u)
