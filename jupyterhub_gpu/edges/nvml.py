@@ -40,10 +40,12 @@ import pynvml
 
 from jupyterhub_gpu.core.attribution.processes import (
     MAX_CGROUP_TEXT,
+    GpuProcess,
     container_id_from_cgroup,
 )
 from jupyterhub_gpu.core.inventory import GPU, NodeInventory
 from jupyterhub_gpu.errors import ProbeError
+from jupyterhub_gpu.wire.agent import MAX_PROCESSES
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,12 @@ _MIB = 1024 * 1024
 
 
 # --- pure helpers (unit-tested without a GPU) -------------------------------------------
+
+
+def _used_bytes(proc: Any) -> int | None:
+    """A process's ``usedGpuMemory`` (pynvml gives ``None`` when NVML can't tell)."""
+    used = getattr(proc, "usedGpuMemory", None)
+    return None if used is None else int(used)
 
 
 def read_proc_cgroup(pid: int) -> str | None:
@@ -75,6 +83,50 @@ def containers_of_pids(
         text = read_cgroup(pid)
         found.add("" if text is None else container_id_from_cgroup(text) or "")
     return tuple(sorted(found))
+
+
+def fold_process_samples(
+    samples: Iterable[tuple[int, int, int]], since_us: int
+) -> tuple[dict[int, float], int]:
+    """NVML's per-process utilisation samples ``(pid, timestamp us, smUtil)`` newer than
+    ``since_us`` -> (each pid's mean SM utilisation, the newest timestamp seen).
+
+    A value outside 0-100 (drivers answer garbage for exited processes) is dropped."""
+    sums: dict[int, list[float]] = {}
+    newest = since_us
+    for pid, stamp, sm in samples:
+        if stamp <= since_us or not 0 <= sm <= 100:
+            continue
+        newest = max(newest, stamp)
+        acc = sums.setdefault(pid, [0.0, 0.0])
+        acc[0] += sm
+        acc[1] += 1
+    return {pid: total / count for pid, (total, count) in sums.items()}, newest
+
+
+def gpu_processes(
+    procs: Iterable[tuple[int, int | None]],
+    utilization: Mapping[int, float] | None,
+    read_cgroup: Callable[[int], str | None] = read_proc_cgroup,
+) -> tuple[GpuProcess, ...] | None:
+    """NVML's compute processes ``(pid, used bytes or None)`` -> what the agent reports.
+
+    ``utilization`` is :func:`fold_process_samples`'s answer (a pid without a sample did
+    not run: 0 %), or ``None`` when the card can't tell (each process's is then ``None``).
+    More than :data:`~jupyterhub_gpu.wire.agent.MAX_PROCESSES` processes: ``None`` (no
+    per-process data; the culler then judges by the whole GPU, never by a partial list).
+    """
+    listed = list(itertools.islice(procs, MAX_PROCESSES + 1))
+    if len(listed) > MAX_PROCESSES:
+        return None
+    out: dict[int, GpuProcess] = {}
+    for pid, used in listed:
+        text = read_cgroup(pid)
+        container = "" if text is None else container_id_from_cgroup(text) or ""
+        util = None if utilization is None else min(utilization.get(pid, 0.0), 100.0)
+        memory = None if used is None or used < 0 else int(used) // _MIB
+        out[pid] = GpuProcess(pid, container, memory, util)
+    return tuple(out[pid] for pid in sorted(out))
 
 
 def format_cuda_version(value: int) -> str:
@@ -216,6 +268,7 @@ class NVMLProbe:
         self._event_set = self._register_xid_events()
         self._xid_failures: dict[str, int] = {}
         self._reported: dict[str, str] = {}
+        self._util_seen: dict[str, int] = {}  # uuid -> newest process sample read (us)
 
     def read(self) -> NodeInventory:
         self._drain_xid_events()
@@ -379,7 +432,27 @@ class NVMLProbe:
             temperature_c=None if temp is None else float(temp),
             healthy=judge_health(checks.values()),
             process_containers=containers_of_pids(int(p.pid) for p in procs),
+            processes=gpu_processes(
+                ((int(p.pid), _used_bytes(p)) for p in procs), self._process_utilization(d)
+            ),
         )
+
+    def _process_utilization(self, d: _Device) -> dict[int, float] | None:
+        """Each process's mean SM utilisation since the last read; ``None`` when the card
+        can't tell (NOT_SUPPORTED, e.g. MIG instances) or the query fails."""
+        since = self._util_seen.get(d.uuid, 0)
+        try:
+            samples = pynvml.nvmlDeviceGetProcessUtilization(d.handle, since)
+        except pynvml.NVMLError as e:
+            code = getattr(e, "value", None)
+            if code in (pynvml.NVML_SUCCESS, pynvml.NVML_ERROR_NOT_FOUND):
+                return {}  # no sample since the last read: nothing ran
+            log.debug("per-process utilisation of %s unavailable: %s", d.uuid, e)
+            return None
+        util, self._util_seen[d.uuid] = fold_process_samples(
+            ((int(s.pid), int(s.timeStamp), int(s.smUtil)) for s in samples), since
+        )
+        return util
 
     def _health_checks(self, d: _Device) -> dict[str, bool | None]:
         h = d.handle
