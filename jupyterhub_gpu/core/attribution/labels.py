@@ -96,3 +96,25 @@ def parse_share(labels: Mapping[str, str]) -> Share | None:
 def labelled_gpus(labels: Mapping[str, str]) -> tuple[str, ...]:
     """The GPU UUIDs a container's ``jupyterhub-gpu.gpus`` label names (none if absent)."""
     return tuple(u for u in labels.get(GPUS_LABEL, "").split(",") if u)
+
+
+#: The spawner-state keys that carry a share (the culler reads them, as the hub's API
+#: shows each server's state): the same values as the two labels, and DockerSpawner's
+#: ``object_id`` (the container id the agent's processes are attributed to).
+STATE_SHARE = "share"
+STATE_SHARE_MEMORY = "share_memory_mib"
+STATE_CONTAINER = "object_id"
+
+
+def share_from_state(state: Mapping[str, object]) -> Share | None:
+    """The share a server's spawner state records (``None``: a whole GPU), read by the
+    same rules as the labels; :class:`ShareLabelError` for a malformed one."""
+    labels: dict[str, str] = {}
+    for key, label in ((STATE_SHARE, SHARE_LABEL), (STATE_SHARE_MEMORY, SHARE_MEMORY_LABEL)):
+        value = state.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise ShareLabelError(f"{label} must be text, got {type(value).__name__}")
+        labels[label] = str(value)
+    return parse_share(labels)

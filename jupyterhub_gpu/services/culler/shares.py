@@ -1,0 +1,92 @@
+"""The culler's view of GPU shares (issue #26): each share judged by its own processes.
+
+A share server's spawner state names its share (``share``, ``share_memory_mib``) and its
+container (``object_id``). Its GPU's readings then feed, besides the GPU's own tracker, a
+tracker of that server's processes alone (:func:`~jupyterhub_gpu.core.attribution.
+processes.share_reading`), keyed ``"<gpu uuid>@<container id>"``: the idleness judgement
+reads that one, so a neighbour's training never keeps an idle share, and an idle GPU
+never hides a share's work. Where the agent reports no per-process data (an older agent,
+a card without per-process utilisation) the share's reading is the whole GPU's: it can
+only keep a server longer, never cull one early.
+
+Memory: each round a share's own processes' memory is judged against its share
+(:func:`~jupyterhub_gpu.core.attribution.memory.judge_memory`) when it is known to be its
+own (never on the GPU-wide fallback).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from jupyterhub_gpu.core.attribution.memory import MemoryPolicy, MemoryVerdict, judge_memory
+from jupyterhub_gpu.core.attribution.processes import ShareReading, share_reading
+from jupyterhub_gpu.core.culling.tracker import GpuTracker
+from jupyterhub_gpu.services.culler.client import GpuReading
+
+SEPARATOR = "@"
+
+
+def share_key(uuid: str, container: str) -> str:
+    """The tracker key of one share server's use of one GPU."""
+    return f"{uuid}{SEPARATOR}{container}"
+
+
+def gpu_of_key(key: str) -> str:
+    return key.split(SEPARATOR, 1)[0]
+
+
+@dataclass
+class ShareWatch:
+    """Which (GPU, container) pairs are share servers, and their latest own readings."""
+
+    def __post_init__(self) -> None:
+        self._watched: dict[str, set[str]] = {}  # uuid -> containers of share servers
+        self._last: dict[str, ShareReading] = {}  # share key -> its latest reading
+        self._over_since: dict[str, datetime] = {}  # holder -> start of its over-memory
+        self._seen: set[str] = set()  # share keys asked for this round
+
+    def watch(self, uuid: str, container: str) -> str:
+        """Track ``container``'s own use of ``uuid`` from the next poll; returns its key."""
+        self._watched.setdefault(uuid, set()).add(container)
+        key = share_key(uuid, container)
+        self._seen.add(key)
+        return key
+
+    def feed(self, reading: GpuReading, at: datetime, tracker: Callable[[str], GpuTracker]) -> None:
+        """Feed one GPU reading to the trackers of the shares watched on that GPU."""
+        for container in sorted(self._watched.get(reading.uuid, ())):
+            own = share_reading(
+                reading.processes, container, reading.utilization_pct, reading.memory_used_mib
+            )
+            key = share_key(reading.uuid, container)
+            self._last[key] = own
+            tracker(key).add(at, own.utilization_pct, own.memory_used_mib)
+
+    def judge_memory(
+        self, holder: str, key: str, share_mib: int, now: datetime, policy: MemoryPolicy
+    ) -> MemoryVerdict:
+        last = self._last.get(key)
+        used = last.memory_used_mib if last is not None and last.own else None
+        verdict = judge_memory(used, share_mib, self._over_since.get(holder), now, policy)
+        if verdict.over_since is None:
+            self._over_since.pop(holder, None)
+        else:
+            self._over_since[holder] = verdict.over_since
+        return verdict
+
+    def end_round(self, holders: Iterable[str]) -> frozenset[str]:
+        """Forget shares not asked for this round (their servers are gone) and the
+        over-memory episodes of servers not judged; returns the share keys still current
+        (the culler drops the trackers of the others)."""
+        current = frozenset(self._seen)
+        for uuid in list(self._watched):
+            self._watched[uuid] = {c for c in self._watched[uuid] if share_key(uuid, c) in current}
+            if not self._watched[uuid]:
+                del self._watched[uuid]
+        self._last = {k: v for k, v in self._last.items() if k in current}
+        keep = set(holders)
+        self._over_since = {h: t for h, t in self._over_since.items() if h in keep}
+        self._seen = set()
+        return current
