@@ -131,6 +131,17 @@ def _sum_util(procs: Iterable[GpuProcess]) -> float | None:
     return min(sum(v for v in values if v is not None), 100.0)
 
 
+def container_totals(
+    processes: Iterable[GpuProcess],
+) -> dict[str, tuple[int | None, float | None]]:
+    """One GPU's processes summed per container (``""``: host processes): memory MiB and
+    utilisation %, each ``None`` when one of its processes has no such reading."""
+    groups: dict[str, list[GpuProcess]] = {}
+    for p in processes:
+        groups.setdefault(p.container, []).append(p)
+    return {c: (_sum_memory(ps), _sum_util(ps)) for c, ps in sorted(groups.items())}
+
+
 def attribute(
     processes: Mapping[str, Iterable[GpuProcess]], containers: Iterable[Container]
 ) -> Attribution:
