@@ -101,11 +101,19 @@ async def test_a_host_process_on_the_gpu_keeps_no_share_and_culls_none(
     assert decisions["alice"].cull and decisions["bob"].cull
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [{"share": "quarter"}, {"share_memory_mib": None}, {"object_id": None}, {"object_id": "x"}],
+)
 async def test_a_malformed_share_in_state_is_judged_as_a_whole_gpu(
-    shared: SharedWorld, tmp_path: Path
+    shared: SharedWorld, tmp_path: Path, bad: dict[str, Any]
 ) -> None:
-    shared.users[0] = shared.user("alice", share_server("alice", A, share="quarter"))
+    name, model = share_server("alice", A)
+    model["state"].update(bad)
+    model["state"] = {k: v for k, v in model["state"].items() if v is not None}
+    shared.users[0] = shared.user("alice", (name, model))
     decisions = await round_after_polls(shared, tmp_path)
+    # the busy GPU keeps it: never culled on a share the culler can't read
     assert not decisions["alice"].cull and decisions["alice"].signal is Signal.GPU
 
 

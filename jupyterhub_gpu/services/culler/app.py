@@ -49,12 +49,7 @@ from traitlets import (
     validate,
 )
 
-from jupyterhub_gpu.core.attribution.labels import (
-    STATE_CONTAINER,
-    Share,
-    ShareLabelError,
-    share_from_state,
-)
+from jupyterhub_gpu.core.attribution.labels import Share, ShareLabelError
 from jupyterhub_gpu.core.attribution.memory import ACTIONS, MemoryPolicy, MemoryState
 from jupyterhub_gpu.core.culling.access import server_access
 from jupyterhub_gpu.core.culling.idleness import (
@@ -80,7 +75,12 @@ from jupyterhub_gpu.services.culler.client import (
     read_agent,
     read_kernels,
 )
-from jupyterhub_gpu.services.culler.shares import SEPARATOR, ShareWatch, gpu_of_key
+from jupyterhub_gpu.services.culler.shares import (
+    SEPARATOR,
+    ShareWatch,
+    gpu_of_key,
+    share_of_state,
+)
 from jupyterhub_gpu.wire.cull_notes import (
     CullNote,
     add_note,
@@ -463,25 +463,14 @@ class GPUIdleCuller(HubService):
         return gpus
 
     def _share_of(self, full: str, state: Mapping[str, Any]) -> tuple[Share, str] | None:
-        """A share server's share and container, or ``None`` for a whole-GPU one. A
-        malformed share, or one without its container id, is judged as a whole GPU (by
-        the GPU's readings: that can keep it longer, never cull it early)."""
+        """A share server's share and container; ``None`` for a whole GPU, and for a
+        malformed share (warned once): judged by the GPU's readings, which can keep it
+        longer, never cull it early."""
         try:
-            share = share_from_state(state)
+            return share_of_state(state)
         except ShareLabelError as e:
             self._warn_once(f"share:{full}", f"{full}: judged as a whole GPU: {e}")
             return None
-        container = state.get(STATE_CONTAINER)
-        if share is None:
-            return None
-        if not isinstance(container, str) or len(container) != 64 or SEPARATOR in container:
-            self._warn_once(
-                f"share:{full}",
-                f"{full}: a share without its container id ({STATE_CONTAINER}) in its spawner "
-                "state is judged as a whole GPU",
-            )
-            return None
-        return share, container
 
     def _judge_share_memory(
         self, full: str, server: Mapping[str, Any], decision: Decision, now: datetime
@@ -492,16 +481,13 @@ class GPUIdleCuller(HubService):
         if share is None or not isinstance(state, Mapping) or decision.cull:
             return decision
         holder = full if "/" in full else f"{full}/"
-        for uuid in map(str, state.get("gpu_uuids") or ()):
-            key = self._shares.watch(uuid, share[1])
-            verdict = self._shares.judge_memory(
-                holder, key, share[0].memory_mib, now, self.memory_policy()
-            )
-            if verdict.state is MemoryState.STOP:
-                return Decision(True, verdict.message, Signal.SHARE_MEMORY)
-            if verdict.state is MemoryState.OVER and verdict.over_since is not None:
-                self.log.info("Share %s over its memory: %s", full, verdict.message)
-                self._share_notices[holder] = ShareNotice(verdict.over_since, uuid, verdict.message)
+        uuids = [str(u) for u in state.get("gpu_uuids") or ()]
+        over = self._shares.judge_server(holder, *share, uuids, now, self.memory_policy())
+        if over is not None and over.state is MemoryState.STOP:
+            return Decision(True, over.message, Signal.SHARE_MEMORY)
+        if over is not None:
+            self.log.info("Share %s over its memory: %s", full, over.message)
+            self._share_notices[holder] = over.notice
         return decision
 
     async def _decide(

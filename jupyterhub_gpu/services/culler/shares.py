@@ -16,16 +16,31 @@ own (never on the GPU-wide fallback).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from jupyterhub_gpu.core.attribution.memory import MemoryPolicy, MemoryVerdict, judge_memory
+from jupyterhub_gpu.core.attribution.labels import (
+    STATE_CONTAINER,
+    Share,
+    ShareLabelError,
+    share_from_state,
+)
+from jupyterhub_gpu.core.attribution.memory import (
+    MemoryPolicy,
+    MemoryState,
+    MemoryVerdict,
+    judge_memory,
+)
 from jupyterhub_gpu.core.attribution.processes import ShareReading, share_reading
 from jupyterhub_gpu.core.culling.tracker import GpuTracker
 from jupyterhub_gpu.services.culler.client import GpuReading
+from jupyterhub_gpu.wire.share_notices import ShareNotice
 
 SEPARATOR = "@"
+_CONTAINER_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 def share_key(uuid: str, container: str) -> str:
@@ -35,6 +50,31 @@ def share_key(uuid: str, container: str) -> str:
 
 def gpu_of_key(key: str) -> str:
     return key.split(SEPARATOR, 1)[0]
+
+
+def share_of_state(state: Mapping[str, Any]) -> tuple[Share, str] | None:
+    """A server's share and its container id from its spawner state; ``None`` for a
+    whole-GPU server; :class:`ShareLabelError` for a malformed share or one without its
+    container id (64 hex digits, DockerSpawner's ``object_id``)."""
+    share = share_from_state(state)
+    if share is None:
+        return None
+    container = state.get(STATE_CONTAINER)
+    if not isinstance(container, str) or not _CONTAINER_RE.match(container):
+        raise ShareLabelError(
+            f"a share's spawner state needs its container id ({STATE_CONTAINER}, 64 hex "
+            "digits) to find its processes"
+        )
+    return share, container
+
+
+@dataclass(frozen=True)
+class OverMemory:
+    """A share over its memory on one GPU: warn (``OVER``) or stop (``STOP``)."""
+
+    state: MemoryState
+    message: str
+    notice: ShareNotice
 
 
 @dataclass
@@ -75,6 +115,28 @@ class ShareWatch:
         else:
             self._over_since[holder] = verdict.over_since
         return verdict
+
+    def judge_server(
+        self,
+        holder: str,
+        share: Share,
+        container: str,
+        uuids: Iterable[str],
+        now: datetime,
+        policy: MemoryPolicy,
+    ) -> OverMemory | None:
+        """Judge a share server's memory on each of its GPUs; ``None`` when it is within
+        its share (or its memory is unknown), else the worst verdict."""
+        found: OverMemory | None = None
+        for uuid in uuids:
+            key = self.watch(uuid, container)
+            v = self.judge_memory(holder, key, share.memory_mib, now, policy)
+            if v.state is MemoryState.OK or v.over_since is None:
+                continue
+            over = OverMemory(v.state, v.message, ShareNotice(v.over_since, uuid, v.message))
+            if found is None or over.state is MemoryState.STOP:
+                found = over
+        return found
 
     def end_round(self, holders: Iterable[str]) -> frozenset[str]:
         """Forget shares not asked for this round (their servers are gone) and the
