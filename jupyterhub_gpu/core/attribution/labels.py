@@ -19,6 +19,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from jupyterhub_gpu.errors import ShareLabelError
+
 SHARE_LABEL = "jupyterhub-gpu.share"
 SHARE_MEMORY_LABEL = "jupyterhub-gpu.share_memory_mib"
 GPUS_LABEL = "jupyterhub-gpu.gpus"
@@ -28,10 +30,6 @@ MAX_SHARES = 64  # shares of one GPU: no policy splits a card finer
 MAX_SHARE_MIB = 1 << 24  # 16 TiB, as the agent wire's bound
 _FRACTION_RE = re.compile(r"^([0-9]{1,3})/([0-9]{1,3})$")
 _MIB_RE = re.compile(r"^[0-9]{1,9}$")
-
-
-class ShareLabelError(ValueError):
-    """A container's share labels are malformed (the message names the label)."""
 
 
 @dataclass(frozen=True)
