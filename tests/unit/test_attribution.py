@@ -6,7 +6,12 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from jupyterhub_gpu.core.attribution.labels import Share, ShareLabelError, parse_share
+from jupyterhub_gpu.core.attribution.labels import (
+    Share,
+    ShareLabelError,
+    parse_share,
+    state_share,
+)
 from jupyterhub_gpu.core.attribution.memory import (
     MemoryPolicy,
     MemoryState,
@@ -50,6 +55,23 @@ def test_parse_share_whole_gpu_and_share() -> None:
     share = parse_share(labels("x", GPU0, "1/4", "6144"))
     assert share == Share(1, 4, 6144)
     assert share is not None and share.fraction == 0.25
+    assert parse_share(labels("x", GPU0, "1/1", "10240")) == Share(1, 1, 10240)  # a MIG share
+
+
+def test_state_share_reads_the_spawners_list() -> None:
+    assert state_share({}) is None
+    assert state_share({"share": [2, 4, 12288, "mps"]}) == Share(2, 4, 12288)
+    for bad, needle in [
+        ("1/4", "must be [count, of, memory_mib, mode]"),
+        ([1, 4, 6144], "must be [count, of, memory_mib, mode]"),
+        ([1, 4, "6144", "mps"], "whole numbers"),
+        ([True, 4, 6144, "mps"], "whole numbers"),
+        ([5, 4, 6144, "mps"], "1 <= K <= N"),
+        ([1, 4, 0, "mps"], "1 to"),
+    ]:
+        with pytest.raises(ShareLabelError, match="share") as e:
+            state_share({"share": bad})
+        assert needle in str(e.value), (bad, str(e.value))
 
 
 @pytest.mark.parametrize(
@@ -58,9 +80,8 @@ def test_parse_share_whole_gpu_and_share() -> None:
         ("1/4", None, "needs both"),
         (None, "6144", "needs both"),
         ("1:4", "6144", "'K/N'"),
-        ("0/4", "6144", "1 <= K < N"),
-        ("4/4", "6144", "K = N is a whole GPU"),
-        ("5/4", "6144", "1 <= K < N"),
+        ("0/4", "6144", "1 <= K <= N"),
+        ("5/4", "6144", "1 <= K <= N"),
         ("1/999", "6144", "N <= 64"),
         ("1/4", "6 GiB", "whole number of MiB"),
         ("1/4", "-1", "whole number of MiB"),

@@ -21,7 +21,7 @@ GPU = "GPU-a0"
 
 
 def share_server(user: str, container: str, **extra: Any) -> tuple[str, dict[str, Any]]:
-    state = {"share": "1/4", "share_memory_mib": 6144, "object_id": container, **extra}
+    state = {"share": [1, 4, 6144, "time-slicing"], "object_id": container, **extra}
     return server(user, gpus=(GPU,), **state)
 
 
@@ -103,7 +103,7 @@ async def test_a_host_process_on_the_gpu_keeps_no_share_and_culls_none(
 
 @pytest.mark.parametrize(
     "bad",
-    [{"share": "quarter"}, {"share_memory_mib": None}, {"object_id": None}, {"object_id": "x"}],
+    [{"share": "1/4"}, {"share": [1, 4, "6 GiB", "mps"]}, {"object_id": None}, {"object_id": "x"}],
 )
 async def test_a_malformed_share_in_state_is_judged_as_a_whole_gpu(
     shared: SharedWorld, tmp_path: Path, bad: dict[str, Any]

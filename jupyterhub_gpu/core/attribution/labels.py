@@ -4,6 +4,7 @@ A container that holds part of a GPU carries, besides the usual labels
 (:func:`jupyterhub_gpu.core.containers.server_labels`)::
 
     jupyterhub-gpu.share             = "K/N"   # K shares held of the GPU's N, e.g. "1/4"
+                                               # ("1/1": a MIG instance held as a share)
     jupyterhub-gpu.share_memory_mib  = "6144"  # the share's memory, MiB
 
 A whole-GPU allocation has neither. :func:`parse_share` is the one reader of the pair:
@@ -75,10 +76,9 @@ def parse_share(labels: Mapping[str, str]) -> Share | None:
             f"got {_show(str(fraction))}"
         )
     held, of = int(match.group(1)), int(match.group(2))
-    if not 1 <= held < of <= MAX_SHARES:
+    if not 1 <= held <= of <= MAX_SHARES:
         raise ShareLabelError(
-            f"{SHARE_LABEL} must have 1 <= K < N <= {MAX_SHARES} (K = N is a whole GPU, "
-            f"which has no share labels), got {fraction!r}"
+            f"{SHARE_LABEL} must have 1 <= K <= N <= {MAX_SHARES}, got {fraction!r}"
         )
     if not isinstance(memory, str) or not _MIB_RE.match(memory):
         raise ShareLabelError(
@@ -96,23 +96,28 @@ def labelled_gpus(labels: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(u for u in labels.get(GPUS_LABEL, "").split(",") if u)
 
 
-#: The spawner-state keys that carry a share (the culler reads them, as the hub's API
-#: shows each server's state): the same values as the two labels, and DockerSpawner's
-#: ``object_id`` (the container id the agent's processes are attributed to).
+#: The spawner-state keys the culler reads (the hub's API shows each server's state):
+#: ``share`` is ``[count, of, memory_mib, mode]`` as GPUDockerSpawner.get_state writes it
+#: (``memory_mib``: the share's memory, all its parts together), ``object_id``
+#: DockerSpawner's container id, which the agent's processes are attributed to.
 STATE_SHARE = "share"
-STATE_SHARE_MEMORY = "share_memory_mib"
 STATE_CONTAINER = "object_id"
 
 
-def share_from_state(state: Mapping[str, object]) -> Share | None:
-    """The share a server's spawner state records (``None``: a whole GPU), read by the
+def state_share(state: Mapping[str, object]) -> Share | None:
+    """The share a server's spawner state records (``None``: a whole GPU), checked by the
     same rules as the labels; :class:`ShareLabelError` for a malformed one."""
-    labels: dict[str, str] = {}
-    for key, label in ((STATE_SHARE, SHARE_LABEL), (STATE_SHARE_MEMORY, SHARE_MEMORY_LABEL)):
-        value = state.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, str | int):
-            raise ShareLabelError(f"{label} must be text, got {type(value).__name__}")
-        labels[label] = str(value)
-    return parse_share(labels)
+    raw = state.get(STATE_SHARE)
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or len(raw) != 4:
+        raise ShareLabelError(
+            f"the spawner state's {STATE_SHARE!r} must be [count, of, memory_mib, mode], "
+            f"got {_show(repr(raw))}"
+        )
+    count, of, memory, _mode = raw
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (count, of, memory)):
+        raise ShareLabelError(
+            f"the spawner state's {STATE_SHARE!r} must hold whole numbers, got {_show(repr(raw))}"
+        )
+    return parse_share({SHARE_LABEL: f"{count}/{of}", SHARE_MEMORY_LABEL: str(memory)})

@@ -1,13 +1,14 @@
 """The culler's view of GPU shares (issue #26): each share judged by its own processes.
 
-A share server's spawner state names its share (``share``, ``share_memory_mib``) and its
-container (``object_id``). Its GPU's readings then feed, besides the GPU's own tracker, a
-tracker of that server's processes alone (:func:`~jupyterhub_gpu.core.attribution.
-processes.share_reading`), keyed ``"<gpu uuid>@<container id>"``: the idleness judgement
-reads that one, so a neighbour's training never keeps an idle share, and an idle GPU
-never hides a share's work. Where the agent reports no per-process data (an older agent,
-a card without per-process utilisation) the share's reading is the whole GPU's: it can
-only keep a server longer, never cull one early.
+A share server's spawner state names its share (``share``: ``[count, of, memory_mib,
+mode]``) and its container (``object_id``). Its GPU's readings then feed, besides the
+GPU's own tracker, a tracker of that server's processes alone
+(:func:`~jupyterhub_gpu.core.attribution.processes.share_reading`), keyed
+``"<gpu uuid>@<container id>"``. The idleness judgement reads that one, so a
+neighbour's training never keeps an idle share, and an idle GPU never hides a share's
+work. Where the agent reports no per-process data (an older agent, a card without
+per-process utilisation) the share's reading is the whole GPU's: it can only keep a
+server longer, never cull one early.
 
 Memory: each round a share's own processes' memory is judged against its share
 (:func:`~jupyterhub_gpu.core.attribution.memory.judge_memory`) when it is known to be its
@@ -26,7 +27,7 @@ from jupyterhub_gpu.core.attribution.labels import (
     STATE_CONTAINER,
     Share,
     ShareLabelError,
-    share_from_state,
+    state_share,
 )
 from jupyterhub_gpu.core.attribution.memory import (
     MemoryPolicy,
@@ -56,7 +57,7 @@ def share_of_state(state: Mapping[str, Any]) -> tuple[Share, str] | None:
     """A server's share and its container id from its spawner state; ``None`` for a
     whole-GPU server; :class:`ShareLabelError` for a malformed share or one without its
     container id (64 hex digits, DockerSpawner's ``object_id``)."""
-    share = share_from_state(state)
+    share = state_share(state)
     if share is None:
         return None
     container = state.get(STATE_CONTAINER)
