@@ -425,16 +425,22 @@ class NVMLProbe:
             return self._gpu(d, healthy=False)
         failed = sorted(name for name, ok in checks.items() if ok is False)
         self._report(d.uuid, f"unhealthy: {', '.join(failed)}" if failed else "")
+        processes = gpu_processes(
+            ((int(p.pid), _used_bytes(p)) for p in procs), self._process_utilization(d)
+        )
+        containers = (
+            containers_of_pids(int(p.pid) for p in procs)
+            if processes is None  # too many to list: each cgroup read, none kept
+            else tuple(sorted({p.container for p in processes}))
+        )
         return self._gpu(
             d,
             utilization_pct=float(min(max(util.gpu, 0), 100)) if util is not None else 0.0,
             memory_used_mib=int(mem.used) // _MIB,
             temperature_c=None if temp is None else float(temp),
             healthy=judge_health(checks.values()),
-            process_containers=containers_of_pids(int(p.pid) for p in procs),
-            processes=gpu_processes(
-                ((int(p.pid), _used_bytes(p)) for p in procs), self._process_utilization(d)
-            ),
+            process_containers=containers,
+            processes=processes,
         )
 
     def _process_utilization(self, d: _Device) -> dict[int, float] | None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 
 from jupyterhub_gpu.core.attribution.processes import GpuProcess
@@ -50,3 +53,75 @@ def test_gpu_processes_without_utilisation_support_reports_it_unknown() -> None:
 def test_too_many_processes_means_no_per_process_data_not_a_partial_list() -> None:
     procs = ((pid, 0) for pid in range(1, MAX_PROCESSES + 10))
     assert gpu_processes(procs, {}, lambda pid: None) is None
+
+
+# --- the probe's glue, against a fake NVML (no driver here) ------------------------------
+
+
+def _probe(monkeypatch: pytest.MonkeyPatch, utilization: Any) -> tuple[Any, Any]:
+    """An NVMLProbe over one fake device, built without a driver; ``utilization`` is what
+    ``nvmlDeviceGetProcessUtilization`` returns, or the NVML error code it raises."""
+    import pynvml
+
+    from jupyterhub_gpu.edges import nvml
+
+    calls: list[int] = []
+
+    def process_utilization(handle: Any, since: int) -> Any:
+        calls.append(since)
+        if isinstance(utilization, int):
+            raise pynvml.NVMLError(utilization)
+        return utilization
+
+    def unsupported(*args: Any) -> Any:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    fake = {
+        "nvmlDeviceGetMemoryInfo": lambda h: SimpleNamespace(used=5 * 1024**3, total=24 * 1024**3),
+        "nvmlDeviceGetUtilizationRates": lambda h: SimpleNamespace(gpu=80),
+        "nvmlDeviceGetTemperature": lambda h, sensor: 50,
+        "nvmlDeviceGetComputeRunningProcesses": lambda h: [
+            SimpleNamespace(pid=10, usedGpuMemory=3 * 1024**3),
+            SimpleNamespace(pid=20, usedGpuMemory=None),
+        ],
+        "nvmlDeviceGetProcessUtilization": process_utilization,
+        "nvmlDeviceGetTotalEccErrors": unsupported,
+        "nvmlDeviceGetRetiredPagesPendingStatus": unsupported,
+        "nvmlDeviceGetRemappedRows": unsupported,
+    }
+    for name, fn in fake.items():
+        monkeypatch.setattr(pynvml, name, fn)
+    monkeypatch.setattr(nvml.gpu_processes, "__defaults__", (CGROUPS.get,))
+    probe = object.__new__(nvml.NVMLProbe)
+    probe._xid_failures, probe._reported, probe._util_seen = {}, {}, {}
+    device = nvml._Device("h", "GPU-0", 0, "RTX 3090", 24576, (8, 6), (0, 1, 0))
+    return probe, (device, calls)
+
+
+def _sample(pid: int, stamp: int, sm: int) -> Any:
+    return SimpleNamespace(pid=pid, timeStamp=stamp, smUtil=sm)
+
+
+def test_the_probe_reports_each_process_and_reads_samples_since_the_last(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    probe, (device, calls) = _probe(monkeypatch, [_sample(10, 100, 40), _sample(10, 200, 60)])
+    gpu = probe._read_gpu(device)
+    assert gpu.processes == (GpuProcess(10, A, 3072, 50.0), GpuProcess(20, "", None, 0.0))
+    assert gpu.process_containers == ("", A)
+    probe._read_gpu(device)
+    assert calls == [0, 200]  # the second read asks only for newer samples
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [(0, 0.0), (6, 0.0), (3, None)],  # SUCCESS/NOT_FOUND: no sample; NOT_SUPPORTED: unknown
+)
+def test_no_samples_mean_idle_and_no_support_means_unknown(
+    monkeypatch: pytest.MonkeyPatch, code: int, expected: float | None
+) -> None:
+    probe, (device, _calls) = _probe(monkeypatch, code)
+    gpu = probe._read_gpu(device)
+    assert gpu.processes is not None
+    assert [p.utilization_pct for p in gpu.processes] == [expected, expected]
+    assert gpu.utilization_pct == 80.0 and gpu.healthy is None
