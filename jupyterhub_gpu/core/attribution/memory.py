@@ -71,12 +71,13 @@ def judge_memory(
         return MemoryVerdict(MemoryState.OK, None, "")
     since = over_since or now
     over_for = (now - since).total_seconds()
-    held = f"holds {used_mib:.0f} MiB of GPU memory, more than its share's {share_memory_mib} MiB"
+    held = f"{used_mib:.0f} MiB of GPU memory, more than its share's {share_memory_mib} MiB"
     if policy.action == "stop" and over_for >= policy.grace:
         return MemoryVerdict(
             MemoryState.STOP,
             since,
-            f"stopped: it {held} for {duration(over_for)} (limit {duration(policy.grace)})",
+            f"its processes held {held}, for {duration(over_for)} "
+            f"(at most {duration(policy.grace)} allowed)",
         )
     fix = "free memory (restart the kernel, smaller batches) or ask for a bigger share"
     if policy.action == "stop":
@@ -84,4 +85,4 @@ def judge_memory(
         fix += f"; it will be stopped in {duration(left)} if it stays over"
     else:
         fix += "; other users of this GPU may run out of memory"
-    return MemoryVerdict(MemoryState.OVER, since, f"it {held}: {fix}")
+    return MemoryVerdict(MemoryState.OVER, since, f"it holds {held}: {fix}")
