@@ -19,6 +19,7 @@ turned into another error). A builtin base in brackets is kept for code that cat
     ├── HubError                      admin: a dashboard call to the hub failed (``status``)
     ├── BadPayload [ValueError]       nobody: a malformed cluster payload; becomes HubError
     ├── UnknownGPU [LookupError]      admin: a live update names no GPU of the node (404)
+    ├── ShareLabelError [ValueError]  admin: a share's labels or state are malformed (log)
     ├── MustQueue                     user: nothing fits now, the spawn waits; ``reason`` shown
     ├── QueueFull                     user: too many of their spawns wait already (HTTP 429)
     ├── QueueTimeout                  user: the wait ran out (HTTP 503, reworded, ``where``)
@@ -109,6 +110,12 @@ class BadPayload(GPUHubError, ValueError):
 
 class UnknownGPU(GPUHubError, LookupError):
     """A live update names a GPU this node does not have."""
+
+
+class ShareLabelError(GPUHubError, ValueError):
+    """A container's share labels (or a server's share in its spawner state) are malformed;
+    the message names the label and the form it must have. The server is then judged as a
+    whole GPU."""
 
 
 class MustQueue(GPUHubError):

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from jupyterhub_gpu.core.attribution.processes import GpuProcess
+
 
 def parse_version(text: str) -> tuple[int, ...]:
     """``"535.104.05"`` -> ``(535, 104, 5)``; raises ``ValueError`` on anything else."""
@@ -46,6 +48,9 @@ class GPU:
     healthy: bool | None = True
     # ids of containers running compute processes on this GPU ("" = a host process)
     process_containers: tuple[str, ...] = ()
+    # each compute process with its container, memory and utilisation; None: the probe
+    # (or an older agent) reports no per-process data (see core/attribution)
+    processes: tuple[GpuProcess, ...] | None = None
     # GPUs with the same topology group share a PCIe switch / NVLink (None: unknown)
     topology_group: str | None = None
 

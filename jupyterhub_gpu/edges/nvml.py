@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import re
 import socket
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -39,43 +38,37 @@ from typing import Any
 
 import pynvml
 
+from jupyterhub_gpu.core.attribution.processes import (
+    MAX_CGROUP_TEXT,
+    GpuProcess,
+    container_id_from_cgroup,
+)
 from jupyterhub_gpu.core.inventory import GPU, NodeInventory
 from jupyterhub_gpu.errors import ProbeError
+from jupyterhub_gpu.wire.agent import MAX_PROCESSES
 
 log = logging.getLogger(__name__)
 
 #: Xids caused by the application, not the GPU (Kubernetes device plugin's list).
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 
-_CONTAINER_RE = re.compile(r"(?:/docker-([0-9a-f]{64})\.scope|/docker/([0-9a-f]{64}))(?=/|$)")
 _MIB = 1024 * 1024
 
 
 # --- pure helpers (unit-tested without a GPU) -------------------------------------------
 
 
-def container_id_from_cgroup(text: str) -> str | None:
-    """The Docker container id in a ``/proc/<pid>/cgroup`` text, or ``None`` (host process).
-
-    Matches ``.../docker-<64 hex>.scope`` (systemd driver) and ``/docker/<64 hex>``
-    (cgroupfs driver), in cgroup v1 and v2 layouts. With nested containers the outermost
-    one (the one the host's engine knows) wins.
-    """
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        match = _CONTAINER_RE.search(parts[2])
-        if match:
-            return match.group(1) or match.group(2)
-    return None
+def _used_bytes(proc: Any) -> int | None:
+    """A process's ``usedGpuMemory`` (pynvml gives ``None`` when NVML can't tell)."""
+    used = getattr(proc, "usedGpuMemory", None)
+    return None if used is None else int(used)
 
 
 def read_proc_cgroup(pid: int) -> str | None:
     """The text of ``/proc/<pid>/cgroup``, or ``None`` when it can't be read."""
     try:
         with open(f"/proc/{int(pid)}/cgroup", encoding="utf-8", errors="replace") as f:
-            return f.read()
+            return f.read(MAX_CGROUP_TEXT)
     except OSError:
         return None
 
@@ -90,6 +83,50 @@ def containers_of_pids(
         text = read_cgroup(pid)
         found.add("" if text is None else container_id_from_cgroup(text) or "")
     return tuple(sorted(found))
+
+
+def fold_process_samples(
+    samples: Iterable[tuple[int, int, int]], since_us: int
+) -> tuple[dict[int, float], int]:
+    """NVML's per-process utilisation samples ``(pid, timestamp us, smUtil)`` newer than
+    ``since_us`` -> (each pid's mean SM utilisation, the newest timestamp seen).
+
+    A value outside 0-100 (drivers answer garbage for exited processes) is dropped."""
+    sums: dict[int, list[float]] = {}
+    newest = since_us
+    for pid, stamp, sm in samples:
+        if stamp <= since_us or not 0 <= sm <= 100:
+            continue
+        newest = max(newest, stamp)
+        acc = sums.setdefault(pid, [0.0, 0.0])
+        acc[0] += sm
+        acc[1] += 1
+    return {pid: total / count for pid, (total, count) in sums.items()}, newest
+
+
+def gpu_processes(
+    procs: Iterable[tuple[int, int | None]],
+    utilization: Mapping[int, float] | None,
+    read_cgroup: Callable[[int], str | None] = read_proc_cgroup,
+) -> tuple[GpuProcess, ...] | None:
+    """NVML's compute processes ``(pid, used bytes or None)`` -> what the agent reports.
+
+    ``utilization`` is :func:`fold_process_samples`'s answer (a pid without a sample did
+    not run: 0 %), or ``None`` when the card can't tell (each process's is then ``None``).
+    More than :data:`~jupyterhub_gpu.wire.agent.MAX_PROCESSES` processes: ``None`` (no
+    per-process data; the culler then judges by the whole GPU, never by a partial list).
+    """
+    listed = list(itertools.islice(procs, MAX_PROCESSES + 1))
+    if len(listed) > MAX_PROCESSES:
+        return None
+    out: dict[int, GpuProcess] = {}
+    for pid, used in listed:
+        text = read_cgroup(pid)
+        container = "" if text is None else container_id_from_cgroup(text) or ""
+        util = None if utilization is None else min(utilization.get(pid, 0.0), 100.0)
+        memory = None if used is None or used < 0 else int(used) // _MIB
+        out[pid] = GpuProcess(pid, container, memory, util)
+    return tuple(out[pid] for pid in sorted(out))
 
 
 def format_cuda_version(value: int) -> str:
@@ -231,6 +268,7 @@ class NVMLProbe:
         self._event_set = self._register_xid_events()
         self._xid_failures: dict[str, int] = {}
         self._reported: dict[str, str] = {}
+        self._util_seen: dict[str, int] = {}  # uuid -> newest process sample read (us)
 
     def read(self) -> NodeInventory:
         self._drain_xid_events()
@@ -387,14 +425,40 @@ class NVMLProbe:
             return self._gpu(d, healthy=False)
         failed = sorted(name for name, ok in checks.items() if ok is False)
         self._report(d.uuid, f"unhealthy: {', '.join(failed)}" if failed else "")
+        processes = gpu_processes(
+            ((int(p.pid), _used_bytes(p)) for p in procs), self._process_utilization(d)
+        )
+        containers = (
+            containers_of_pids(int(p.pid) for p in procs)
+            if processes is None  # too many to list: each cgroup read, none kept
+            else tuple(sorted({p.container for p in processes}))
+        )
         return self._gpu(
             d,
             utilization_pct=float(min(max(util.gpu, 0), 100)) if util is not None else 0.0,
             memory_used_mib=int(mem.used) // _MIB,
             temperature_c=None if temp is None else float(temp),
             healthy=judge_health(checks.values()),
-            process_containers=containers_of_pids(int(p.pid) for p in procs),
+            process_containers=containers,
+            processes=processes,
         )
+
+    def _process_utilization(self, d: _Device) -> dict[int, float] | None:
+        """Each process's mean SM utilisation since the last read; ``None`` when the card
+        can't tell (NOT_SUPPORTED, e.g. MIG instances) or the query fails."""
+        since = self._util_seen.get(d.uuid, 0)
+        try:
+            samples = pynvml.nvmlDeviceGetProcessUtilization(d.handle, since)
+        except pynvml.NVMLError as e:
+            code = getattr(e, "value", None)
+            if code in (pynvml.NVML_SUCCESS, pynvml.NVML_ERROR_NOT_FOUND):
+                return {}  # no sample since the last read: nothing ran
+            log.debug("per-process utilisation of %s unavailable: %s", d.uuid, e)
+            return None
+        util, self._util_seen[d.uuid] = fold_process_samples(
+            ((int(s.pid), int(s.timeStamp), int(s.smUtil)) for s in samples), since
+        )
+        return util
 
     def _health_checks(self, d: _Device) -> dict[str, bool | None]:
         h = d.handle

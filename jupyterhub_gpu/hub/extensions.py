@@ -164,6 +164,7 @@ def configure_culler(
     config_file: str = "",
     notes_file: str | None = None,
     deadlines_file: str | None = None,
+    share_notices_file: str | None = None,
     args: Sequence[str] = (),
     site_secret: str | None = None,
 ) -> None:
@@ -172,8 +173,9 @@ def configure_culler(
     (``/hub/api/gpu/agents``), so that the nodes are written in one place, the hub's.
 
     ``config_file``: more ``c.GPUIdleCuller.*`` settings (timeouts, group overrides).
-    ``notes_file`` and ``deadlines_file``: the files the culler writes and the hub reads
-    (default: the spawner's ``cull_notes_file`` and ``cull_deadlines_file`` when set); they
+    ``notes_file``, ``deadlines_file`` and ``share_notices_file``: the files the culler
+    writes and the hub reads (default: the spawner's ``cull_notes_file``,
+    ``cull_deadlines_file`` and ``share_notices_file`` when set); they
     are set on both sides here. ``args``: more command-line options of the culler (e.g.
     ``["--log-level=DEBUG"]``). The agents' CA, ``c.AgentClient.ca_cert`` when set
     before this call, is passed on as ``GPUIdleCuller.agent_ca_cert``. ``site_secret``:
@@ -202,6 +204,11 @@ def configure_culler(
     if deadlines_file is not None:
         spawner.cull_deadlines_file = deadlines_file
         command.append(f"--GPUIdleCuller.deadlines_file={deadlines_file}")
+    if share_notices_file is None and "share_notices_file" in spawner:
+        share_notices_file = str(spawner.share_notices_file)
+    if share_notices_file is not None:
+        spawner.share_notices_file = share_notices_file
+        command.append(f"--GPUIdleCuller.share_notices_file={share_notices_file}")
     ca_cert = c.AgentClient.ca_cert if "ca_cert" in c.AgentClient else ""
     if ca_cert:  # the agents' CA: the culler reads them over HTTPS as the hub does
         command.append(f"--GPUIdleCuller.agent_ca_cert={ca_cert}")

@@ -335,6 +335,13 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         would stop each server at the earliest. The GPU queue estimates from it when GPUs
         may free up, and the dashboard shows it. '' = no estimates from the culler.""",
     )
+    share_notices_file = Unicode(
+        "",
+        config=True,
+        help="""The idle culler's share notices file (``GPUIdleCuller.share_notices_file``):
+        the GPU shares whose own processes hold more memory than their share. Their users
+        see it on every hub page (``/hub/api/gpu/users/{user}/notices``). '' = not shown.""",
+    )
 
     @default("nodes")
     def _default_nodes(self) -> list[dict[str, Any]]:

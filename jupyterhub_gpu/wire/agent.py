@@ -7,11 +7,18 @@
      "gpus": [{"uuid": "GPU-...", "index": 0, "model": "NVIDIA TITAN X (Pascal)",
                "memory_mib": 12288, "memory_used_mib": 0, "utilization_pct": 0.0,
                "temperature_c": 41.0, "compute_capability": "6.1", "healthy": true,
-               "process_containers": [], "topology_group": null}]}
+               "process_containers": [], "topology_group": null,
+               "processes": [{"pid": 4242, "container": "<64 hex>", "memory_mib": 3100,
+                              "utilization_pct": 35.0}]}]}
 
 ``time`` is when the agent read its probe (Unix seconds); ``healthy`` is ``null`` when
 the card can't tell; ``process_containers`` holds container ids, ``""`` for a process
-outside any container. Readers ignore fields they don't know (newer agents may add some)
+outside any container. ``processes`` (newer agents; absent or ``null`` when the probe
+reads no per-process data) lists each compute process: its host pid, its container id
+(``""``: none), and its memory and utilisation (``null``: NVML can't tell); at most
+:data:`MAX_PROCESSES` per GPU, a pid once per GPU, a container id ``""`` or 64 lowercase
+hex digits. When only ``processes`` is sent, ``process_containers`` is derived from it.
+Readers ignore fields they don't know (newer agents may add some)
 and reject a known field with a wrong type, naming it.
 
 An agent's answer is untrusted input (a node's root can serve anything):
@@ -26,10 +33,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from jupyterhub_gpu.core.attribution.processes import GpuProcess
 from jupyterhub_gpu.core.inventory import (
     GPU,
     NodeInventory,
@@ -45,6 +54,7 @@ LIVE_FIELDS = (
     "temperature_c",
     "healthy",
     "process_containers",
+    "processes",
 )
 
 
@@ -62,7 +72,20 @@ def gpu_to_json(gpu: GPU) -> dict[str, Any]:
         "healthy": gpu.healthy,
         "process_containers": list(gpu.process_containers),
         "topology_group": gpu.topology_group,
+        **({} if gpu.processes is None else {"processes": processes_to_json(gpu.processes)}),
     }
+
+
+def processes_to_json(processes: Iterable[GpuProcess]) -> list[dict[str, Any]]:
+    return [
+        {
+            "pid": p.pid,
+            "container": p.container,
+            "memory_mib": p.memory_mib,
+            "utilization_pct": p.utilization_pct,
+        }
+        for p in processes
+    ]
 
 
 def inventory_to_json(inventory: NodeInventory, taken_at: float | None = None) -> dict[str, Any]:
@@ -86,6 +109,9 @@ MAX_TEXT = 256  # characters of any string in an answer (names, models, labels)
 MAX_LABELS = 64
 MAX_INT_DIGITS = 20
 MAX_CONTAINERS = 1024  # containers with processes on one GPU
+MAX_PROCESSES = 1024  # compute processes listed for one GPU
+MAX_PID = 2**31 - 1
+_CONTAINER_ID_RE = re.compile(r"^[0-9a-f]{64}$")
 MAX_MIB = 1 << 24  # 16 TiB: no GPU has more memory
 MAX_ERROR_BODY = 4096  # bytes of an error answer worth reading for its ``error`` sentence
 
@@ -167,8 +193,12 @@ def parse_live_update(body: Any) -> dict[str, Any]:
         "temperature_c": lambda v, w: _optional(v, w, lambda x, y: _number(x, y, -273.0, 200.0)),
         "healthy": _health,
         "process_containers": _containers,
+        "processes": parse_processes,
     }
-    return {key: parsers[key](value, key) for key, value in body.items()}
+    values = {key: parsers[key](value, key) for key, value in body.items()}
+    if values.get("processes") is not None and "process_containers" not in values:
+        values["process_containers"] = _containers_of(values["processes"])
+    return values
 
 
 # --- strict JSON decoding ----------------------------------------------------------------
@@ -288,6 +318,11 @@ def _parse_gpu(raw: Any, where: str) -> GPU:
     except ValueError as e:
         raise ValueError(f"{where}.compute_capability: {e}") from None
     group = obj.get("topology_group")
+    processes = parse_processes(obj.get("processes"), f"{where}.processes")
+    if "process_containers" in obj or processes is None:
+        containers = _containers(obj.get("process_containers", []), f"{where}.process_containers")
+    else:
+        containers = _containers_of(processes)
     return GPU(
         uuid=_string(_field(obj, "uuid", where), f"{where}.uuid"),
         index=_integer(_field(obj, "index", where), f"{where}.index", 0, 65535),
@@ -306,10 +341,51 @@ def _parse_gpu(raw: Any, where: str) -> GPU:
             lambda v, w: _number(v, w, -273.0, 200.0),
         ),
         healthy=_health(obj.get("healthy"), f"{where}.healthy"),
-        process_containers=_containers(
-            obj.get("process_containers", []), f"{where}.process_containers"
-        ),
+        process_containers=containers,
         topology_group=_optional(group, f"{where}.topology_group", _string),
+        processes=processes,
+    )
+
+
+def _containers_of(processes: Iterable[GpuProcess]) -> tuple[str, ...]:
+    return tuple(sorted({p.container for p in processes}))
+
+
+def parse_processes(value: Any, where: str) -> tuple[GpuProcess, ...] | None:
+    """A GPU's ``processes`` list (``None`` when absent or ``null``); ``ValueError`` names
+    the bad entry. The one reader of this shape: the agent's answer, its state updates
+    and the declared inventory file all use it."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise ValueError(f"{where} must be a list of processes, got {_show(value)}")
+    if len(value) > MAX_PROCESSES:
+        raise ValueError(f"{where} lists {len(value)} processes, more than {MAX_PROCESSES}")
+    procs = tuple(_parse_process(p, f"{where}[{i}]") for i, p in enumerate(value))
+    pids = [p.pid for p in procs]
+    if len(set(pids)) != len(pids):
+        repeated = sorted(v for v, n in Counter(pids).items() if n > 1)
+        raise ValueError(
+            f"{where}: a pid is listed once per GPU; repeated: {_excerpt(str(repeated))}"
+        )
+    return procs
+
+
+def _parse_process(raw: Any, where: str) -> GpuProcess:
+    obj = _object(raw, where)
+    container = obj.get("container", "")
+    if not isinstance(container, str) or not (container == "" or _CONTAINER_ID_RE.match(container)):
+        raise ValueError(
+            f"{where}.container must be a Docker container id (64 lowercase hex digits) or "
+            f"'' for a process in no container, got {_show(container)}"
+        )
+    memory = obj.get("memory_mib")
+    util = obj.get("utilization_pct")
+    return GpuProcess(
+        pid=_integer(_field(obj, "pid", where), f"{where}.pid", 1, MAX_PID),
+        container=container,
+        memory_mib=None if memory is None else _integer(memory, f"{where}.memory_mib", 0, MAX_MIB),
+        utilization_pct=None if util is None else _number(util, f"{where}.utilization_pct", 0, 100),
     )
 
 

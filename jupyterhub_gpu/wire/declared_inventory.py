@@ -16,7 +16,9 @@ inventory (or have no NVML on the hub's host) use it. Format::
             compute_capability: "8.6"
             topology_group: pcie0       # optional: GPUs sharing a PCIe switch / NVLink
             # optional live values, settable at run time by the node agent:
-            # utilization_pct, memory_used_mib, temperature_c, healthy, process_containers
+            # utilization_pct, memory_used_mib, temperature_c, healthy, process_containers,
+            # processes: [{pid: 4242, container: <64 hex or "">, memory_mib: 3100,
+            #              utilization_pct: 35}]  (the agent's wire shape, wire/agent.py)
 
 Every error names the file, the entry and the field, and says what is expected.
 """
@@ -36,6 +38,7 @@ from jupyterhub_gpu.core.inventory import (
 )
 from jupyterhub_gpu.errors import InventoryError
 from jupyterhub_gpu.wire.adminfiles import read_yaml
+from jupyterhub_gpu.wire.agent import parse_processes
 
 _UUID_RE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]{4,64}$")
 _NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -51,6 +54,7 @@ _GPU_FIELDS = {
     "temperature_c",
     "healthy",
     "process_containers",
+    "processes",
 }
 _NODE_FIELDS = {"name", "driver_version", "cuda_driver_version", "labels", "gpus"}
 
@@ -93,6 +97,12 @@ def _parse_gpu(raw: Any, where: str) -> GPU:
     procs = raw.get("process_containers", ())
     if isinstance(procs, str) or not isinstance(procs, Sequence):
         raise _fail(f"{where}.process_containers", "must be a list of container ids")
+    try:
+        processes = parse_processes(raw.get("processes"), "processes")
+    except ValueError as e:
+        raise _fail(where, str(e)) from None
+    if processes is not None and "process_containers" not in raw:
+        procs = sorted({p.container for p in processes})
     temp = raw.get("temperature_c")
     group = raw.get("topology_group")
     memory = _int(raw["memory_mib"], f"{where}.memory_mib", minimum=1)
@@ -108,6 +118,7 @@ def _parse_gpu(raw: Any, where: str) -> GPU:
         healthy=healthy,
         process_containers=tuple(str(p) for p in procs),
         topology_group=None if group is None else str(group),
+        processes=processes,
     )
 
 

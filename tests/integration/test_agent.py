@@ -18,9 +18,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from jupyterhub_gpu.core.attribution.processes import GpuProcess
 from jupyterhub_gpu.core.inventory import NodeInventory
 from jupyterhub_gpu.edges.agents import AgentClient, AgentEndpoint, Unreachable
-from jupyterhub_gpu.wire.agent import inventory_from_json
+from jupyterhub_gpu.wire.agent import inventory_from_json, parse_agent_body
 from tests.support.hub import free_port
 
 pytestmark = pytest.mark.integration
@@ -250,6 +251,38 @@ def test_live_state_shows_in_gpus_and_metrics(start_agent: Callable[[str], Agent
     assert (
         'node="gpu-c"' in text and 'model="NVIDIA A100-SXM4-80GB"' in text and 'index="1"' in text
     )
+
+
+def test_declared_processes_show_in_gpus_and_metrics(start_agent: Callable[[str], Agent]) -> None:
+    """Issue #26: a declared node's GPU processes, set at run time, are served per process
+    (the hub's parser reads them back) and as per-container series."""
+    agent = start_agent("gpu-c")
+    a0 = "GPU-cccccccc-0000-4000-8000-000000000000"
+    mine, host = "a" * 64, ""
+    procs = [
+        {"pid": 4242, "container": mine, "memory_mib": 3100, "utilization_pct": 35.0},
+        {"pid": 17, "container": host, "memory_mib": 200, "utilization_pct": None},
+    ]
+    response = agent.put_state(a0, {"processes": procs})
+    assert response.status_code == 200, response.text
+    assert response.json()["process_containers"] == ["", mine]
+    bad = agent.put_state(a0, {"processes": [{"pid": 1, "container": "nope"}]})
+    assert bad.status_code == 400 and "64 lowercase hex" in bad.text
+    raw = agent.get("/v1/gpus")
+    inventory, _ = parse_agent_body(raw.content)
+    gpu = inventory.gpu(a0)
+    assert gpu is not None and gpu.processes == (
+        GpuProcess(4242, mine, 3100, 35.0),
+        GpuProcess(17, "", 200, None),
+    )
+    text = agent.get("/metrics").text
+    line = re.search(
+        rf'^jupyterhub_gpu_container_memory_used_bytes\{{[^}}]*container="{mine[:12]}"'
+        rf'[^}}]*uuid="{a0}"[^}}]*\}} (\S+)$',
+        text,
+        re.M,
+    )
+    assert line is not None and float(line.group(1)) == 3100 * 2**20, text[-2000:]
 
 
 @pytest.mark.parametrize(

@@ -85,6 +85,13 @@ def many_gpus(count: int) -> str:
     return json.dumps(data)
 
 
+def with_processes(processes: list[Any]) -> str:
+    """A good answer whose first GPU lists ``processes`` (issue #26's per-process field)."""
+    data = good(HOSTILE)
+    data["gpus"][0]["processes"] = processes
+    return json.dumps(data)
+
+
 def fifty_mb(declared: bool) -> Handler:
     """A valid JSON array of 26 million zeros (seconds to parse), sent in 64 KiB chunks,
     with or without a Content-Length; records how much got out before the hub cut it."""
@@ -116,6 +123,14 @@ async def silent(handler: FakeAgent) -> None:
 
 # kind -> (what the hostile agent serves, what the hub's error must say)
 KINDS: dict[str, tuple[Handler, str]] = {
+    "thousands of processes on a GPU": (
+        body(lambda: with_processes([{"pid": i + 1} for i in range(5000)])),
+        "invalid agent answer: gpus[0].processes lists 5000 processes, more than 1024",
+    ),
+    "a process of a container id that is no id": (
+        body(lambda: with_processes([{"pid": 7, "container": "../../etc"}])),
+        "invalid agent answer: gpus[0].processes[0].container must be a Docker container id",
+    ),
     "deep nesting": (
         body(lambda: text(HOSTILE)[:-1] + ', "x": ' + "[" * 200_000 + "]" * 200_000 + "}"),
         "invalid agent answer: JSON nested too deeply",

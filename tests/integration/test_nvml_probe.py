@@ -136,3 +136,33 @@ def test_a_host_process_is_seen_on_its_gpu(probe: Any, cuda_process: subprocess.
     # "" on a bare host; a container id when the test itself runs in a container
     assert gpu0.process_containers
     assert gpu0.memory_used_mib > 0
+
+
+def test_two_cuda_processes_are_each_listed_with_their_memory(
+    probe: Any, cuda_process: subprocess.Popen[str]
+) -> None:
+    """Per-process attribution (#26): every CUDA process on GPU 0 is in ``processes``,
+    with its host pid, its container (``""`` on a bare host) and its memory."""
+    second = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_CONTEXT], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert second.stdout is not None and second.stdout.readline().strip() == "ready"
+        wanted = {cuda_process.pid, second.pid}
+        deadline = time.monotonic() + 10
+        while True:
+            gpu0 = probe.read().gpus[0]
+            seen = {p.pid: p for p in gpu0.processes or ()}
+            if wanted <= set(seen) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        print("GPU 0 processes:", gpu0.processes)
+        assert gpu0.processes is not None, "NVML gave no per-process data"
+        assert wanted <= set(seen)
+        for pid in wanted:
+            assert seen[pid].memory_mib is None or seen[pid].memory_mib > 0
+            util = seen[pid].utilization_pct
+            assert util is None or 0 <= util <= 100
+    finally:
+        second.kill()
+        second.wait()

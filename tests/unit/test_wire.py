@@ -229,6 +229,7 @@ def test_live_fields() -> None:
         "memory_used_mib",
         "healthy",
         "process_containers",
+        "processes",
         "temperature_c",
     }
 

@@ -51,6 +51,7 @@ class Signal(str, enum.Enum):
     KERNELS = "kernels"
     KERNELS_MISSING = "kernels_missing"
     IDLE = "idle"
+    SHARE_MEMORY = "share_memory"  # a share over its memory for too long (policy "stop")
 
 
 @dataclass(frozen=True)

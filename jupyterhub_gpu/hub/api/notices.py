@@ -2,7 +2,10 @@
 
     GET /hub/api/gpu/users/{user}/notices   [{"server": "", "at": ISO, "message": "..."}]
 
-Today one kind: a reservation of another group that will take a running server's GPUs
+Two kinds. A GPU share whose own processes hold more memory than its share, as the
+culler's share notices file says (``GPUDockerSpawner.share_notices_file``, issue #26:
+"Your default server (GPU-3b1a9f6e) holds 8000 MiB of GPU memory, more than its
+share's 6144 MiB: ..."). And a reservation of another group that will take a running server's GPUs
 within ``queue_policy``'s ``reservation_notice_hours`` ("Your server 'big' is on GPUs
 reserved for group ml-lab from 14:00 to 18:00 UTC: it will be stopped at 14:00. Save your
 work before then."). The spawn page and form say it for new servers; this says it to
@@ -27,6 +30,7 @@ from tornado import web
 from jupyterhub_gpu.core.inventory import NodeState
 from jupyterhub_gpu.hub.queue import SpawnQueue
 from jupyterhub_gpu.hub.runtime import runtime_of
+from jupyterhub_gpu.wire.share_notices import ShareNotice, load_share_notices
 
 
 def server_notices(
@@ -52,6 +56,31 @@ def server_notices(
     return sorted(found, key=lambda n: str(n["at"]))
 
 
+def share_notices(user: Any, now: datetime) -> list[dict[str, Any]]:
+    """The notices of ``user``'s active share servers over their memory (each spawner's
+    ``share_notices_file``, read once per file; a missing or stale file says nothing)."""
+    found: list[dict[str, Any]] = []
+    files: dict[str, dict[str, ShareNotice]] = {}
+    for name, spawner in sorted(user.spawners.items()):
+        path = str(getattr(spawner, "share_notices_file", "") or "")
+        if not spawner.active or not path:
+            continue
+        if path not in files:
+            files[path] = load_share_notices(path, now)
+        notice = files[path].get(f"{user.name}/{name}")
+        if notice is None:
+            continue
+        which = f"server '{name}'" if name else "default server"
+        found.append(
+            {
+                "server": name,
+                "at": notice.at.isoformat(),
+                "message": f"Your {which} ({notice.gpu[:12]}): {notice.message}",
+            }
+        )
+    return found
+
+
 class NoticesAPIHandler(APIHandler):
     @needs_scope("read:servers")
     async def get(self, user_name: str) -> None:
@@ -60,13 +89,14 @@ class NoticesAPIHandler(APIHandler):
             raise web.HTTPError(404, f"No user {user_name!r}.")
         runtime = runtime_of(self.settings)
         cluster, queue = runtime.cluster, runtime.queue
+        shares = share_notices(user, datetime.now(timezone.utc))
         if cluster is None or queue is None:  # no spawner since the hub started: no server
-            self.write("[]")
+            self.write(json.dumps(shares))
             return
         with contextlib.suppress(Exception):  # the last reservations read serves
             await queue.refresh()
         nodes = cluster.last_nodes() or (await cluster.snapshot()).nodes
-        self.write(json.dumps(server_notices(user, queue, nodes, time.time())))
+        self.write(json.dumps(shares + server_notices(user, queue, nodes, time.time())))
 
 
 HANDLERS: list[tuple[str, type]] = [

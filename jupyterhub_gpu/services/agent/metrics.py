@@ -8,6 +8,11 @@ Per GPU, labelled ``node``, ``uuid``, ``index``, ``model``:
 - ``jupyterhub_gpu_healthy`` (1 healthy, 0 broken; absent when the card can't tell)
 - ``jupyterhub_gpu_process_containers``: containers with compute processes on the GPU
 - ``jupyterhub_gpu_host_processes``: 1 when a process outside any container uses it
+- ``jupyterhub_gpu_container_memory_used_bytes`` and
+  ``jupyterhub_gpu_container_utilization_percent``, also labelled ``container`` (its
+  first 12 hex digits, ``""`` for host processes): what each container's processes use
+  of the GPU (issue #26: who uses which share), when the probe reads per-process data
+  and NVML could tell
 
 Per node: ``jupyterhub_gpu_node_info`` (driver versions), ``jupyterhub_gpu_agent_snapshot_
 timestamp_seconds`` (when the GPUs were last read) and ``jupyterhub_gpu_agent_read_errors_total``.
@@ -21,11 +26,13 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
+from jupyterhub_gpu.core.attribution.processes import container_totals
 from jupyterhub_gpu.core.inventory import NodeInventory
 from jupyterhub_gpu.services.agent.poller import SnapshotPoller
 
 _MIB = 1024 * 1024
 _GPU_LABELS = ["node", "uuid", "index", "model"]
+_CONTAINER_LABELS = [*_GPU_LABELS, "container"]
 
 
 class SnapshotCollector(Collector):
@@ -64,6 +71,29 @@ class SnapshotCollector(Collector):
         stamp.add_metric([node], snapshot.time)
         yield stamp
         yield from self._gpu_families(node, snapshot.inventory)
+        yield from self._container_families(node, snapshot.inventory)
+
+    @staticmethod
+    def _container_families(node: str, inv: NodeInventory) -> Iterator[GaugeMetricFamily]:
+        memory = GaugeMetricFamily(
+            "jupyterhub_gpu_container_memory_used_bytes",
+            "GPU memory held by a container's processes ('' = host processes)",
+            labels=_CONTAINER_LABELS,
+        )
+        util = GaugeMetricFamily(
+            "jupyterhub_gpu_container_utilization_percent",
+            "SM utilisation of a container's processes ('' = host processes)",
+            labels=_CONTAINER_LABELS,
+        )
+        for g in inv.gpus:
+            for container, (mib, pct) in container_totals(g.processes or ()).items():
+                labels = [node, g.uuid, str(g.index), g.model, container[:12]]
+                if mib is not None:
+                    memory.add_metric(labels, mib * _MIB)
+                if pct is not None:
+                    util.add_metric(labels, pct)
+        yield memory
+        yield util
 
     @staticmethod
     def _gpu_families(node: str, inv: NodeInventory) -> Iterator[GaugeMetricFamily]:

@@ -35,8 +35,22 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from traitlets import Bool, Callable, Dict, Float, Instance, Int, Unicode, Union, default, validate
+from traitlets import (
+    Bool,
+    Callable,
+    Dict,
+    Enum,
+    Float,
+    Instance,
+    Int,
+    Unicode,
+    Union,
+    default,
+    validate,
+)
 
+from jupyterhub_gpu.core.attribution.labels import Share, ShareLabelError
+from jupyterhub_gpu.core.attribution.memory import ACTIONS, MemoryPolicy, MemoryState
 from jupyterhub_gpu.core.culling.access import server_access
 from jupyterhub_gpu.core.culling.idleness import (
     Deadline,
@@ -61,6 +75,12 @@ from jupyterhub_gpu.services.culler.client import (
     read_agent,
     read_kernels,
 )
+from jupyterhub_gpu.services.culler.shares import (
+    SEPARATOR,
+    ShareWatch,
+    gpu_of_key,
+    share_of_state,
+)
 from jupyterhub_gpu.wire.cull_notes import (
     CullNote,
     add_note,
@@ -70,6 +90,7 @@ from jupyterhub_gpu.wire.cull_notes import (
     write_json_atomic,
 )
 from jupyterhub_gpu.wire.deadlines import save_deadlines
+from jupyterhub_gpu.wire.share_notices import ShareNotice, save_share_notices
 
 _D = Policy()
 NO_TOKEN = "kernels not read: no server_token in its spawner state"
@@ -210,6 +231,27 @@ class GPUIdleCuller(HubService):
         "max_age"}}). The hub reads it (GPUDockerSpawner.cull_deadlines_file) for the
         queue's estimates and the dashboard's "culled at the earliest". '' = off.""",
     ).tag(config=True)
+    share_memory_action = Enum(
+        list(ACTIONS),
+        default_value="warn",
+        help="""What happens to a GPU share whose own processes hold more memory than its
+        share (``share_memory_mib`` + ``share_memory_tolerance_mib``), as the node agent
+        attributes them: ``warn`` (the default) tells its user on every hub page,
+        ``stop`` also stops it once it has stayed over for ``share_memory_grace``
+        seconds, ``off`` never looks. Whole-GPU servers are never judged by memory.""",
+    ).tag(config=True)
+    share_memory_grace = Float(
+        600.0, help="Seconds a share may stay over its memory before ``stop`` stops it."
+    ).tag(config=True)
+    share_memory_tolerance_mib = Float(
+        64.0, help="MiB a share may hold beyond its memory before it counts as over."
+    ).tag(config=True)
+    share_notices_file = Unicode(
+        "",
+        help="""JSON file the culler rewrites each round with the shares over their memory
+        and what their users are told (wire/share_notices.py); the hub shows them
+        (GPUDockerSpawner.share_notices_file). '' = off (the log only).""",
+    ).tag(config=True)
     state_file = Unicode(
         "jupyterhub-gpu-culler-state.json",
         help="Where GPU histories survive a restart of the culler; '' = off.",
@@ -253,9 +295,18 @@ class GPUIdleCuller(HubService):
         self._listed: dict[str, frozenset[str]] = {}  # node -> GPUs its agent's last answer listed
         self._warned: set[str] = set()
         self._deadlines: dict[str, Deadline | None] = {}  # kept holder -> earliest cull
+        self._shares = ShareWatch()
+        self._share_notices: dict[str, ShareNotice] = {}  # holder -> over its memory
         self.rounds = 0  # cull rounds finished (one DEBUG line each: tests wait on it)
 
     # -- configuration ---------------------------------------------------------------
+
+    def memory_policy(self) -> MemoryPolicy:
+        return MemoryPolicy(
+            action=self.share_memory_action,
+            grace=self.share_memory_grace,
+            tolerance_mib=self.share_memory_tolerance_mib,
+        )
 
     def base_policy(self) -> Policy:
         """The policy the traits describe, before group overrides."""
@@ -317,6 +368,7 @@ class GPUIdleCuller(HubService):
             self._listed[node] = listed
             for r in readings:
                 self._tracker(r.uuid).add(at, r.utilization_pct, r.memory_used_mib)
+                self._shares.feed(r, at, self._tracker)
 
         agents = await self._read_agent_list()
         await asyncio.gather(*(poll(n, u) for n, u in sorted(agents.items())))
@@ -364,9 +416,9 @@ class GPUIdleCuller(HubService):
 
     def _missed(self, uuids: frozenset[str]) -> None:
         """These GPUs' readings were missed: unobserved time must not count as idle time."""
-        for uuid in uuids:
-            if uuid in self._trackers:
-                self._trackers[uuid].interrupt()
+        for key, tracker in self._trackers.items():
+            if gpu_of_key(key) in uuids:  # the GPU's tracker and its shares'
+                tracker.interrupt()
 
     def _unobserved(self, state: Mapping[str, Any], uuid: str) -> bool:
         """Whether ``uuid`` has no current reading: its node's agent failed its latest poll
@@ -395,19 +447,62 @@ class GPUIdleCuller(HubService):
             return None
         started = parse_time(server.get("started"))
         holder = f"{full}@{server.get('started')}"
+        share = self._share_of(full, state)
         gpus: dict[str, GpuSummary | None] = {}
         for uuid in map(str, state["gpu_uuids"]):
-            tracker = self._trackers.get(uuid)
-            if self._holders.get(uuid) != holder:
+            # a share is judged by its own processes' tracker, a whole GPU by the GPU's
+            key = uuid if share is None else self._shares.watch(uuid, share[1])
+            tracker = self._trackers.get(key)
+            if self._holders.get(key) != holder:
                 # first sight of this holder: earlier readings belong to another server
-                self._holders[uuid] = holder
+                self._holders[key] = holder
                 if tracker is not None and started is not None:
                     tracker.forget_before(started)
             missing = tracker is None or self._unobserved(state, uuid)
             gpus[uuid] = None if missing or tracker is None else tracker.summary()
         return gpus
 
+    def _share_of(self, full: str, state: Mapping[str, Any]) -> tuple[Share, str] | None:
+        """A share server's share and container; ``None`` for a whole GPU, and for a
+        malformed share (warned once): judged by the GPU's readings, which can keep it
+        longer, never cull it early."""
+        try:
+            return share_of_state(state)
+        except ShareLabelError as e:
+            self._warn_once(f"share:{full}", f"{full}: judged as a whole GPU: {e}")
+            return None
+
+    def _judge_share_memory(
+        self, full: str, server: Mapping[str, Any], decision: Decision, now: datetime
+    ) -> Decision:
+        """Warn a share over its memory (a notice), or stop it by policy."""
+        state = server.get("state")
+        share = self._share_of(full, state) if isinstance(state, Mapping) else None
+        if share is None or not isinstance(state, Mapping) or decision.cull:
+            return decision
+        holder = full if "/" in full else f"{full}/"
+        uuids = [str(u) for u in state.get("gpu_uuids") or ()]
+        over = self._shares.judge_server(holder, *share, uuids, now, self.memory_policy())
+        if over is not None and over.state is MemoryState.STOP:
+            return Decision(True, over.message, Signal.SHARE_MEMORY)
+        if over is not None:
+            self.log.info("Share %s over its memory: %s", full, over.message)
+            self._share_notices[holder] = over.notice
+        return decision
+
     async def _decide(
+        self,
+        sem: asyncio.Semaphore,
+        user: Mapping[str, Any],
+        full: str,
+        server: Mapping[str, Any],
+        now: datetime,
+    ) -> Decision:
+        """Judge ``full`` by idleness, then (a share) by its memory."""
+        decision = await self._decide_idle(sem, user, full, server, now)
+        return self._judge_share_memory(full, server, decision, now)
+
+    async def _decide_idle(
         self,
         sem: asyncio.Semaphore,
         user: Mapping[str, Any],
@@ -509,6 +604,7 @@ class GPUIdleCuller(HubService):
             return {}
         sem = asyncio.Semaphore(max(self.concurrency, 1))
         self._deadlines = {}
+        self._share_notices = {}
         jobs = [
             self._handle(sem, user, name, server, at)
             for user in users
@@ -525,10 +621,26 @@ class GPUIdleCuller(HubService):
             if decision.cull:
                 self._deadlines.pop(full if "/" in full else f"{full}/", None)
         self._write_deadlines()
+        self._end_share_round(decisions)
         self.save_state()
         self.rounds += 1
         self.log.debug("Cull round %d done: %d server(s) judged", self.rounds, len(decisions))
         return decisions
+
+    def _end_share_round(self, decisions: Mapping[str, Decision]) -> None:
+        """Drop the trackers of shares whose servers are gone; write the notices."""
+        kept = [full if "/" in full else f"{full}/" for full, d in decisions.items() if not d.cull]
+        current = self._shares.end_round(kept)
+        for key in [k for k in self._trackers if SEPARATOR in k and k not in current]:
+            del self._trackers[key]
+            self._holders.pop(key, None)
+        self._share_notices = {h: n for h, n in self._share_notices.items() if h in kept}
+        if not self.share_notices_file or self.dry_run:
+            return
+        try:
+            save_share_notices(self.share_notices_file, self._share_notices)
+        except OSError as e:
+            self.log.warning("Could not write share notices to %s: %s", self.share_notices_file, e)
 
     # -- files -----------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 import httpx
 
+from jupyterhub_gpu.core.attribution.processes import GpuProcess
 from jupyterhub_gpu.core.culling.idleness import KernelObservation, KernelsObservation
 from jupyterhub_gpu.core.times import parse_time
 from jupyterhub_gpu.errors import ProbeError
@@ -173,6 +174,8 @@ class GpuReading:
     uuid: str
     utilization_pct: float
     memory_used_mib: float | None
+    # each process with its container (None: the agent reports no per-process data)
+    processes: tuple[GpuProcess, ...] | None = None
 
 
 def _agent_readings(body: bytes, max_gpus: int) -> tuple[str, list[GpuReading]]:
@@ -181,7 +184,8 @@ def _agent_readings(body: bytes, max_gpus: int) -> tuple[str, list[GpuReading]]:
     CPU-bound: run off the event loop."""
     inventory, _taken = parse_agent_body(body, max_gpus)
     return inventory.name, [
-        GpuReading(g.uuid, g.utilization_pct, float(g.memory_used_mib)) for g in inventory.gpus
+        GpuReading(g.uuid, g.utilization_pct, float(g.memory_used_mib), g.processes)
+        for g in inventory.gpus
     ]
 
 
