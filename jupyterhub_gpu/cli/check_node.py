@@ -19,8 +19,12 @@ import argparse
 import json
 import os
 import secrets
+import signal
 import socket
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -198,8 +202,40 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@contextmanager
+def _stop_like_ctrl_c() -> Iterator[None]:
+    """While it runs, SIGTERM and SIGHUP (``kill``, ``timeout``, a closed terminal,
+    systemd) stop the command as Ctrl-C does: its probe containers are removed before it
+    exits. The handlers before it are put back after (``main`` also runs in tests)."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers; Ctrl-C alone then
+        return
+    before = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def _interrupted(e: KeyboardInterrupt) -> int:
+    """The exit status of a command stopped by a signal: 128 + its number (Ctrl-C: 130)."""
+    name = str(e.args[0]) if e.args else "SIGINT"
+    print(f"check-node: interrupted ({name}); probe containers removed", file=sys.stderr)
+    return 128 + int(getattr(signal, name, signal.SIGINT))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    with _stop_like_ctrl_c():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.local:
         return local(args)
     try:
@@ -225,12 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for spec in specs:
             reports.append(check_node(spec, settings, run))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         # check_node removed its own containers on the way out; make sure of it
         for spec in specs:
             _clean(spec, run)
-        print("check-node: interrupted; probe containers removed", file=sys.stderr)
-        return 130
+        return _interrupted(e)
     if args.json:
         print(json.dumps([c.as_json() for r in reports for c in r.checks], indent=2))
     else:
@@ -261,10 +296,9 @@ def local(args: argparse.Namespace) -> int:
     report = rules.NodeReport(name, rules.nvml_checks(name, inventory, error))
     try:
         report.checks += check_node(spec, settings, run, gpus=inventory).checks
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         _clean(spec, run)
-        print("check-node: interrupted; probe containers removed", file=sys.stderr)
-        return 130
+        return _interrupted(e)
     if args.json:
         print(json.dumps([c.as_json() for c in report.checks], indent=2))
     else:

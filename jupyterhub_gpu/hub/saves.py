@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from jupyterhub_gpu.core.saving.data import Progress, SavedImage, SaveError
 from jupyterhub_gpu.core.saving.identity import SavedRegistry, saved_registry
@@ -54,6 +54,9 @@ from jupyterhub_gpu.errors import (
     UserFacingError,
 )
 from jupyterhub_gpu.hub.saved_images import SavedImages
+
+if TYPE_CHECKING:
+    from jupyterhub_gpu.hub.cluster import Cluster
 
 T = TypeVar("T")
 RESOLVE_TTL_S = 300.0  #: how long the registry's resolved addresses are trusted
@@ -187,7 +190,7 @@ class SaveSlots:
 
 
 class MyImages:
-    def __init__(self, cluster: Any, settings: SavedImages, log: logging.Logger) -> None:
+    def __init__(self, cluster: Cluster, settings: SavedImages, log: logging.Logger) -> None:
         self.cluster = cluster
         self.settings = settings
         self.log = log
@@ -546,7 +549,7 @@ def _check_record(mine: list[SavedImage], image: SavedImage, limits: Limits) -> 
 _SERVICE: MyImages | None = None
 
 
-def my_images(cluster: Any, config: Any, log: logging.Logger) -> MyImages:
+def my_images(cluster: Cluster, config: Any, log: logging.Logger) -> MyImages:
     """The hub's one :class:`MyImages`, made from ``config`` (``c.SavedImages.*``)."""
     global _SERVICE
     if _SERVICE is None or _SERVICE.cluster is not cluster:

@@ -35,6 +35,8 @@ by :func:`queue_entries`, the reservations' by :func:`reservation_entry`.
 The dashboard service reads it back through :func:`decode_payload` alone, into the typed
 :class:`~jupyterhub_gpu.core.dashboard.payload.ClusterPayload` (what its views read), and
 answers its own ``api/cluster`` with :func:`payload_json` of the redacted payload.
+:func:`payload_json` is the one writer of the shape: :func:`build_payload` makes the typed
+payload from the hub's state and writes it through it too.
 """
 
 from __future__ import annotations
@@ -123,22 +125,22 @@ def gpu_status(snapshot: ClusterSnapshot, node: NodeState, gpu: GPU) -> str:
 
 def _gpu(
     snapshot: ClusterSnapshot, node: NodeState, gpu: GPU, orphans: AbstractSet[str]
-) -> dict[str, Any]:
+) -> GpuEntry:
     holder = snapshot.allocations.get(gpu.uuid)
-    return {
-        "uuid": gpu.uuid,
-        "index": gpu.index,
-        "model": gpu.model,
-        "label": short_model_name(gpu.model),
-        "memory_mib": gpu.memory_mib,
-        "memory_used_mib": gpu.memory_used_mib,
-        "utilization_pct": round(float(gpu.utilization_pct), 1),
-        "temperature_c": None if gpu.temperature_c is None else round(gpu.temperature_c, 1),
-        "healthy": gpu.healthy,
-        "status": gpu_status(snapshot, node, gpu),
-        "holder": holder,
-        "orphan": holder is not None and gpu.uuid in orphans,
-    }
+    return GpuEntry(
+        uuid=gpu.uuid,
+        index=gpu.index,
+        model=gpu.model,
+        label=short_model_name(gpu.model),
+        memory_mib=gpu.memory_mib,
+        memory_used_mib=gpu.memory_used_mib,
+        utilization_pct=round(float(gpu.utilization_pct), 1),
+        temperature_c=None if gpu.temperature_c is None else round(gpu.temperature_c, 1),
+        healthy=gpu.healthy,
+        status=gpu_status(snapshot, node, gpu),
+        holder=holder,
+        orphan=holder is not None and gpu.uuid in orphans,
+    )
 
 
 def _node(
@@ -148,7 +150,7 @@ def _node(
     admin_drains: Mapping[str, str],
     orphans: AbstractSet[str],
     check_failures: Mapping[str, str],
-) -> dict[str, Any]:
+) -> NodeEntry:
     drained_by, note = None, ""
     if node.name in admin_drains:
         drained_by, note = "admin", admin_drains[node.name]
@@ -158,37 +160,37 @@ def _node(
         drained_by, note = "check", check_failures[node.name]
     state = "down" if not node.reachable else ("drained" if not node.schedulable else "up")
     inventory = node.inventory
-    return {
-        "name": node.name,
-        "state": state,
-        "reachable": node.reachable,
-        "schedulable": node.schedulable,
-        "drained_by": drained_by,
-        "drain_note": note,
-        "driver": inventory.driver_version,
-        "cuda": inventory.cuda_driver_version,
-        "labels": dict(spec.labels) if spec is not None else {},
-        "gpus": [
+    return NodeEntry(
+        name=node.name,
+        state=state,
+        reachable=node.reachable,
+        schedulable=node.schedulable,
+        drained_by=drained_by,
+        drain_note=note,
+        driver=inventory.driver_version,
+        cuda=inventory.cuda_driver_version,
+        labels=dict(spec.labels) if spec is not None else {},
+        gpus=tuple(
             _gpu(snapshot, node, g, orphans) for g in sorted(inventory.gpus, key=lambda g: g.index)
-        ],
-    }
+        ),
+    )
 
 
-def _server(info: ServerInfo) -> dict[str, Any]:
-    return {
-        "key": info.key,
-        "user": info.user,
-        "server": info.server,
-        "node": info.node,
-        "gpus": list(info.gpu_uuids),
-        "image": info.image,
-        "image_name": info.image_name or info.image,
-        "started": iso(info.started),
-        "last_activity": iso(info.last_activity),
-        "ready": info.ready,
-        "pending": info.pending,
-        "cull_at": iso(info.cull_at),
-    }
+def _server(info: ServerInfo) -> ServerEntry:
+    return ServerEntry(
+        key=info.key,
+        user=info.user,
+        server=info.server,
+        node=info.node,
+        gpus=tuple(info.gpu_uuids),
+        image=info.image,
+        image_name=info.image_name or info.image,
+        started=info.started,
+        last_activity=info.last_activity,
+        ready=info.ready,
+        pending=info.pending,
+        cull_at=info.cull_at,
+    )
 
 
 def reservation_entry(r: Any) -> dict[str, Any]:
@@ -239,15 +241,15 @@ def queue_entries(
     return out
 
 
-def _totals(nodes: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    gpus = [g for n in nodes for g in n["gpus"]]
-    return {
-        "nodes": len(nodes),
-        "nodes_up": sum(n["state"] == "up" for n in nodes),
-        "gpus": len(gpus),
-        "free": sum(g["status"] == "free" for g in gpus),
-        "held": sum(g["status"] == "held" for g in gpus),
-    }
+def _totals(nodes: Sequence[NodeEntry]) -> Totals:
+    gpus = [g for n in nodes for g in n.gpus]
+    return Totals(
+        nodes=len(nodes),
+        nodes_up=sum(n.state == "up" for n in nodes),
+        gpus=len(gpus),
+        free=sum(g.status == "free" for g in gpus),
+        held=sum(g.status == "held" for g in gpus),
+    )
 
 
 def build_payload(
@@ -278,34 +280,40 @@ def build_payload(
     (:func:`prepull_entries`; the key is left out when there are none)."""
     by_name = {s.name: s for s in specs}
     failures = check_failures or {}
-    nodes = [
+    nodes = tuple(
         _node(snapshot, n, by_name.get(n.name), admin_drains, orphans, failures)
         for n in snapshot.nodes
-    ]
-    return {
-        "version": VERSION,
-        "generated_at": iso(now),
-        "fresh": fresh,
-        "hub_prefix": hub_prefix,
-        "named_servers": named_servers,
-        "named_server_limit": named_server_limit,
-        "nodes": nodes,
-        "servers": [_server(s) for s in sorted(servers, key=lambda s: (s.user, s.server))],
-        "models": [
-            {
-                "model": m.model,
-                "label": m.label,
-                "total": m.total,
-                "free": m.free,
-                "memory_mib": m.memory_mib,
-            }
-            for m in gpu_model_availability(snapshot)
-        ],
-        "totals": _totals(nodes),
-        "queue": [dict(q) for q in queue],
-        "reservations": [dict(r) for r in reservations],
-        **({"prepull": [dict(p) for p in prepull]} if prepull else {}),
-    }
+    )
+    out = payload_json(
+        ClusterPayload(
+            version=VERSION,
+            generated_at=now,
+            fresh=fresh,
+            hub_prefix=hub_prefix,
+            named_servers=named_servers,
+            named_server_limit=named_server_limit,
+            nodes=nodes,
+            servers=tuple(_server(s) for s in sorted(servers, key=lambda s: (s.user, s.server))),
+            models=tuple(
+                ModelEntry(
+                    model=m.model,
+                    label=m.label,
+                    total=m.total,
+                    free=m.free,
+                    memory_mib=m.memory_mib,
+                )
+                for m in gpu_model_availability(snapshot)
+            ),
+            totals=_totals(nodes),
+        )
+    )
+    # the queue's, the reservations' and the pre-puller's entries come made by their own
+    # features (queue_entries, reservation_entry, prepull_entries): passed through as they are
+    out["queue"] = [dict(q) for q in queue]
+    out["reservations"] = [dict(r) for r in reservations]
+    if prepull:
+        out["prepull"] = [dict(p) for p in prepull]
+    return out
 
 
 def prepull_entries(state: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -7,7 +7,8 @@ Broken: inter-container traffic on (a second user network), the agent down, a wr
 agent token, a plain-TCP Docker API (a forwarder on the node's 2375, and a node entry on
 plain tcp://), a toolkit that shows a container two GPUs (the stand-in hook's
 ``misbehave`` switch), no node firewall (its rules removed, then re-applied as
-scripts/cluster.sh does), a missing catalog image.
+scripts/cluster.sh does), a missing catalog image, the home root not mounted on the node
+(the command in a mount namespace of its own with a tmpfs on the root).
 
 Run under the cluster lock: ``flock /tmp/jhgpu-cluster.lock .venv/bin/pytest -q
 -p no:cacheprovider tests/integration/test_check_node.py``.
@@ -403,6 +404,35 @@ def test_a_missing_catalog_image(
     assert f"docker pull {missing}" in failing(checks)[f"catalog {missing}"]
     rc, checks = run_checks(write_config(), "--only", "catalog", capsys=capsys)
     assert rc == 0, failing(checks)
+
+
+def test_the_home_root_not_mounted_on_the_node(
+    node: Engine, write_config: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The hub sees a home root that the node does not: the command runs in a mount
+    namespace of its own with a tmpfs on the home root (as a hub whose shared export is
+    mounted there while the node has only the empty folder). The test node's engine shares
+    this machine's mounts, so its probe does not find the hub's marker folder."""
+    homes = tmp_path / "homes"  # write_config's home root
+    config = write_config()
+    exe = str(REPO / ".venv" / "bin" / "jupyterhub-gpu")
+    argv = [exe, "check-node", "-f", config, "--only", "home", "--json"]
+    mounted_here_only = f'mount -t tmpfs jhgpu-home-check "{homes}" && exec "$@"'
+    r = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", mounted_here_only,
+         "sh", *argv],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 1, r.stdout + r.stderr
+    checks = {c["check"]: c for c in json.loads(r.stdout)}
+    assert "not the filesystem the hub sees" in checks["home"]["detail"], checks["home"]
+    assert "mount the same shared export" in failing(checks)["home"]
+    assert list(homes.iterdir()) == []  # the marker went to the tmpfs, gone with it
+    # the same root seen by both (this machine's mounts): it passes
+    rc, checks = run_checks(config, "--only", "home", capsys=capsys)
+    assert rc == 0, failing(checks)
+    assert checks["home"]["ok"]
+    no_probe_left(node)
 
 
 def test_ctrl_c_leaves_no_probe_container(node: Engine, write_config: Any) -> None:

@@ -19,6 +19,7 @@ from jupyterhub_gpu.core.placement.locality import wanted
 from jupyterhub_gpu.hub import cluster as cluster_module
 from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings
 from jupyterhub_gpu.hub.pull import pull
+from tests.support.waiting import wait_until_async
 
 pytestmark = pytest.mark.unit
 
@@ -118,10 +119,7 @@ def test_a_failed_listing_keeps_what_was_known_and_a_due_one_runs_in_the_backgro
         fleet["gpu-a"].listing = OSError("engine gone")
         fleet["gpu-b"].listing = [{"Id": "sha256:" + "03" * 32, "RepoTags": [CPU_IMAGE]}]
         await cluster.snapshot()  # starts the new listings, does not wait for them
-        for _ in range(200):
-            if not cluster._image_reads:
-                break
-            await asyncio.sleep(0.01)
+        await wait_until_async(lambda: not cluster._image_reads, 10, "the listings to end")
         third = await cluster.snapshot()
         assert images_of(third)["gpu-a"] == images_of(first)["gpu-a"]  # kept
         assert wanted(CPU_IMAGE) <= images_of(third)["gpu-b"]  # renewed
@@ -148,10 +146,7 @@ def test_a_slow_engine_never_holds_up_a_snapshot(
         await cluster.snapshot()  # no second wait for the same node
         assert time.monotonic() - second_began < 0.25
         gate.set()
-        for _ in range(200):
-            if not cluster._image_reads:
-                break
-            await asyncio.sleep(0.01)
+        await wait_until_async(lambda: not cluster._image_reads, 10, "the listings to end")
         assert wanted(CPU_IMAGE) <= images_of(await cluster.snapshot())["gpu-a"]
 
     try:
@@ -170,10 +165,7 @@ def test_the_hubs_own_pull_counts_at_once(tmp_path: Path, monkeypatch: pytest.Mo
     log = logging.getLogger("t")
 
     async def settled() -> None:
-        for _ in range(200):
-            if not cluster._image_reads:
-                return
-            await asyncio.sleep(0.01)
+        await wait_until_async(lambda: not cluster._image_reads, 10, "the listings to end")
 
     async def scenario() -> None:
         assert not wanted(image) & images_of(await cluster.snapshot())["gpu-b"]

@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -39,6 +38,7 @@ from jupyterhub_gpu.services.culler.client import (
 from jupyterhub_gpu.wire.agent import DEFAULT_MAX_BODY_SIZE
 from jupyterhub_gpu.wire.cull_notes import load_notes, notes_for
 from jupyterhub_gpu.wire.deadlines import load_deadlines
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -734,10 +734,9 @@ def test_the_hubs_stop_signals_end_the_process_even_if_ignored(
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 30
-        while not state.exists():  # the first round has run: the loops are up
-            assert proc.poll() is None and time.monotonic() < deadline, "culler did not start"
-            time.sleep(0.1)
+        # the first round has run: the loops are up (or the culler ended, said below)
+        wait_until(lambda: state.exists() or proc.poll() is not None, 30, "the culler's start")
+        assert proc.poll() is None, "culler did not start"
         proc.send_signal(sig)
         assert proc.wait(5) == 0
     finally:

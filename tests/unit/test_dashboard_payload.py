@@ -38,6 +38,7 @@ from jupyterhub_gpu.wire.cluster import (
     queue_entries,
 )
 from jupyterhub_gpu.wire.nodes_file import NodeSpec
+from tests.support.waiting import wait_until_async
 
 pytestmark = pytest.mark.unit
 
@@ -295,7 +296,8 @@ async def test_a_slow_snapshot_is_not_waited_for_nor_started_twice(
     assert not fresh and cluster.calls == 1  # the first one is still running
     slow = [r for r in caplog.records if "reading the nodes failed or is slow" in r.message]
     assert len(slow) == 1 and "no answer within 0.05 s" in slow[0].message  # once per outage
-    await asyncio.sleep(0.35)  # it ends: what it read is kept, late as it is
+    # it ends: what it read is kept, late as it is (the event: the cache has kept it)
+    await wait_until_async(lambda: cache._snapshot is not None, 10, "the slow read to end")
     cache.max_age = 60
     snapshot, fresh, _ = await cache.get(cluster)
     assert cluster.calls == 1 and fresh and snapshot.nodes[0].name == "n1"

@@ -6,6 +6,7 @@ circle, and no I/O library in the pure core."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -221,6 +222,28 @@ def test_every_top_folder_is_a_layer_with_its_rule_written() -> None:
             assert "Imports:" in doc, f"{folder.name}/__init__.py does not say what it imports"
     root_modules = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
     assert root_modules <= {"errors"} | OLD_PATHS, root_modules
+
+
+def test_the_architecture_tree_names_every_module_of_the_layers() -> None:
+    """docs/architecture.md draws the tree a newcomer reads: each module and subpackage
+    directly under a layer's folder is named in it (a module added later, unnamed there,
+    leaves the map behind the tree)."""
+    doc = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    tree = doc.split("```", 2)[1]  # the first code block: the tree
+    # each layer's part of the tree: from its "  layer/" line to the next layer's
+    parts = re.split(r"^  (?=[a-z]+/ )", tree, flags=re.MULTILINE)
+    section = {m[1]: part for part in parts if (m := re.match(r"([a-z]+)/ ", part))}
+    unnamed = [
+        f"{layer}/{p.name}"
+        for layer in sorted(MAY_IMPORT)
+        if (PACKAGE / layer).is_dir()
+        for p in sorted((PACKAGE / layer).iterdir())
+        if not p.name.startswith("__")
+        and (p.suffix == ".py" or (p / "__init__.py").exists())
+        and not re.search(rf"\b{re.escape(p.stem)}\b", section.get(layer, ""))
+    ]
+    assert sorted(section) == ["cli", "core", "data", "edges", "hub", "services", "wire"]
+    assert unnamed == []
 
 
 def test_old_paths_only_re_export_new_ones() -> None:

@@ -404,6 +404,41 @@ def test_an_unreachable_engine_fails_every_check_with_json(
     assert "catalog" not in " ".join(got)  # --only
 
 
+@pytest.mark.parametrize(("sig", "status"), [("SIGTERM", 143), ("SIGHUP", 129)])
+def test_a_terminated_command_removes_its_probes_as_ctrl_c_does(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    sig: str,
+    status: int,
+) -> None:
+    """``kill``/``timeout`` (SIGTERM) or a closed terminal (SIGHUP) while the probes run:
+    the command cleans up on the way out as it does for Ctrl-C (tests/integration/
+    test_check_node.py shows the containers gone), exits 128 + the signal, and leaves the
+    process's handlers as they were."""
+    import os
+    import signal
+
+    path = write_config(
+        tmp_path,
+        f'c.GPUDockerSpawner.nodes = [{{"name": "n1", "docker_url": "unix://{tmp_path}/none.sock", '
+        '"address": "127.0.0.1"}]\n',
+    )
+    cleaned: list[str] = []
+
+    def probing(spec: object, settings: object, run: str) -> object:
+        os.kill(os.getpid(), getattr(signal, sig))  # delivered here, in the main thread
+        raise AssertionError("the signal did not stop the command")
+
+    monkeypatch.setattr(cmd, "check_node", probing)
+    monkeypatch.setattr(cmd, "_clean", lambda spec, run: cleaned.append(spec.name))
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    assert cmd.main(["-f", path]) == status
+    assert cleaned == ["n1"]
+    assert f"interrupted ({sig}); probe containers removed" in capsys.readouterr().err
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
 def test_catalog_when_the_gpus_are_unknown() -> None:
     got = by_name(nc.catalog_checks("n1", CATALOG, ["lab/cpu:1", "lab/torch:cu12"], None))
     assert got["catalog lab/cpu:1"].ok and got["catalog lab/torch:cu12"].ok

@@ -15,6 +15,7 @@ import pytest
 from jupyterhub_gpu.services.base import HubService, stop_signals, until_stopped
 from jupyterhub_gpu.services.culler.app import GPUIdleCuller
 from jupyterhub_gpu.services.dashboard.app import GPUDashboard
+from tests.support.waiting import wait_until_async
 
 pytestmark = pytest.mark.unit
 
@@ -93,7 +94,7 @@ async def test_sigint_stops_even_when_inherited_ignored() -> None:
         called: list[str] = []
         with stop_signals(lambda: called.append("stop")):
             os.kill(os.getpid(), signal.SIGTERM)
-            await asyncio.sleep(0.05)
+            await wait_until_async(lambda: called, 5, "the SIGTERM handler to run")
         assert called == ["stop"] and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     finally:
         signal.signal(signal.SIGINT, before)
