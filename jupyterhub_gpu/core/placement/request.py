@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jupyterhub_gpu.core.sharing.policy import Share
+
 
 @dataclass(frozen=True)
 class PlacementRequest:
@@ -27,14 +29,19 @@ class PlacementRequest:
     min_compute_capability: tuple[int, int] | None = None
     max_compute_capability: tuple[int, int] | None = None
     image: frozenset[str] = frozenset()
+    # issue 26: > 0 asks for that many shares of one GPU (gpu_count is then 1); the
+    # share's memory (not the GPU's) must reach min_memory_mib
+    shares: int = 0
 
 
 @dataclass(frozen=True)
 class Placement:
-    """A decision: put the server on ``node`` with exactly these GPUs (in index order)."""
+    """A decision: put the server on ``node`` with exactly these GPUs (in index order);
+    ``share`` when it holds part of its one GPU."""
 
     node: str
     gpu_uuids: tuple[str, ...]
+    share: Share | None = None
 
 
 @dataclass(frozen=True)
