@@ -8,6 +8,8 @@ import pytest
 
 from jupyterhub_gpu.core.inventory import GPU, SHARED, ClusterSnapshot, NodeInventory, NodeState
 from jupyterhub_gpu.core.placement import NoFit, Placement, PlacementRequest, place
+from jupyterhub_gpu.core.scheduling import ClusterState, QueuedRequest, SchedulerSettings, schedule
+from jupyterhub_gpu.core.scheduling.state import GroupPolicy, Policies, Quota
 from jupyterhub_gpu.core.sharing import Share, ShareRule, SharingPolicy, parse_policy
 from jupyterhub_gpu.errors import ConfigError
 
@@ -145,3 +147,34 @@ def test_a_rule_that_overcommits_memory_is_never_used() -> None:
 def test_a_malformed_share_request_is_an_error() -> None:
     with pytest.raises(ValueError, match="shares >= 1 of one GPU"):
         place(snap(), PlacementRequest(2, shares=1))
+
+
+# -- the queue decision --------------------------------------------------------------------
+
+
+def _queued(i: int, user: str, request: PlacementRequest) -> QueuedRequest:
+    return QueuedRequest(str(i), user, "lab", request, float(i))
+
+
+def test_one_queue_decision_packs_shares_and_never_overfills_a_gpu() -> None:
+    nodes = (node("n1", RTX3090, 1),)
+    policy = parse_policy({RTX3090: {"shares": 4}}, {})
+    queue = [_queued(i, f"u{i}", share(1, share_of=4)) for i in range(5)]
+    queue.append(_queued(9, "w", PlacementRequest(1)))
+    state = ClusterState(ClusterSnapshot(nodes, {}, sharing=policy), now=100.0)
+    decision = schedule(queue, state, SchedulerSettings.fifo(True))
+    started = [s.placement for s in decision.starts]
+    assert [p.gpu_uuids for p in started] == [("n1-0",)] * 4  # four quarters, one GPU
+    assert {s.request.id for s in decision.waiting} == {"4", "9"}  # the fifth and the whole
+
+
+def test_quotas_count_a_share_as_its_fraction() -> None:
+    nodes = (node("n1", RTX3090, 2),)
+    policy = parse_policy({RTX3090: {"shares": 4}}, {})
+    snapshot = ClusterSnapshot(nodes, {}, sharing=policy)
+    one_gpu = Policies(default=GroupPolicy(user_quota=Quota(max_gpus=1)))
+    queue = [_queued(i, "ann", share(1, share_of=4)) for i in range(5)]
+    decision = schedule(queue, ClusterState(snapshot, 100.0, policies=one_gpu))
+    assert len(decision.starts) == 4  # 4 x 0.25 = her one GPU
+    (waiting,) = decision.waiting
+    assert waiting.for_quota and "1 of 1 GPU allowed" in waiting.reason

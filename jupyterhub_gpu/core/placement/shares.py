@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from jupyterhub_gpu.core.inventory import SHARED, ClusterSnapshot
-from jupyterhub_gpu.core.placement.index import ClusterIndex
+from jupyterhub_gpu.core.placement.index import ClusterIndex, index_for
 from jupyterhub_gpu.core.placement.request import NoFit, Placement, PlacementRequest
 from jupyterhub_gpu.core.placement.view import View
 from jupyterhub_gpu.core.sharing.policy import ShareRule, SharingPolicy, share_of
@@ -51,6 +51,8 @@ def eligible(index: ClusterIndex, request: PlacementRequest, policy: SharingPoli
         for s in group.slots:
             rule = policy.rule(index.node_name[index.slot_node[s]], index.slot_model[s])
             if rule is None or request.shares > rule.shares:
+                continue
+            if request.share_of and rule.shares != request.share_of:
                 continue
             memory = index.slot_class[s][0]
             if not rule.fits(memory) or share_of(rule, request.shares, memory).memory_mib < (
@@ -110,6 +112,13 @@ def _open(view: View, slots: Eligible) -> tuple[int, str] | None:
         return None
     device = min(view.free_devices(slot), key=lambda d: (d[2], d[1]))
     return slot, device[0]
+
+
+def never_shares(snapshot: ClusterSnapshot, request: PlacementRequest) -> str | None:
+    """Why no GPU of this cluster could ever hold ``request``'s shares, or None."""
+    if eligible(index_for(snapshot.nodes), request, snapshot.sharing):
+        return None
+    return _never(request)
 
 
 def _what(request: PlacementRequest) -> str:
