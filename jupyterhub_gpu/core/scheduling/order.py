@@ -214,6 +214,9 @@ class _Pass:
         for d in view.free_devices(best):
             self.alloc[d[0]] = CLAIM + item.id
             self.free_bound -= 1
+        for d in self.index.slot_devices[best]:  # its shared GPUs take no new shares: they drain
+            if self.alloc.get(d[0]) == SHARED:
+                self.alloc[d[0]] = CLAIM + item.id
         return self.index.node_name[self.index.slot_node[best]]
 
     def soon_note(self, item: QueuedRequest, placement: Placement) -> str | None:
