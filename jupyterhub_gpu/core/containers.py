@@ -18,7 +18,14 @@ from typing import Any
 
 from docker.types import DeviceRequest
 
-from jupyterhub_gpu.core.allocation import ALLOCATION_LABEL, LABEL, SEAL_LABEL, Allocation
+from jupyterhub_gpu.core.allocation import (
+    ALLOCATION_LABEL,
+    LABEL,
+    SEAL_LABEL,
+    SHARE_LABEL,
+    SHARE_MEMORY_LABEL,
+    Allocation,
+)
 from jupyterhub_gpu.core.form.resources import ResourceLimits
 from jupyterhub_gpu.errors import NodeFailure
 
@@ -118,6 +125,9 @@ def server_labels(
         f"{LABEL}.started": started.isoformat(timespec="seconds"),
         ALLOCATION_LABEL: claim.id,
     }
+    if claim.share:
+        labels[SHARE_LABEL] = claim.share
+        labels[SHARE_MEMORY_LABEL] = str(claim.share_memory_mib)
     if seal_key is not None:
         labels[SEAL_LABEL] = claim.seal(seal_key)
     return labels
