@@ -51,6 +51,7 @@ CHECKED_SECTIONS: dict[str, str] = {
     "GPUIdleCuller": "jupyterhub_gpu.services.culler.app:GPUIdleCuller",
     "GPUAgent": "jupyterhub_gpu.services.agent.app:GPUAgent",
     "SavedImages": "jupyterhub_gpu.hub.saved_images:SavedImages",
+    "GPUSharing": "jupyterhub_gpu.hub.sharing:GPUSharing",
 }
 
 #: Traits of DockerSpawner/Spawner that GPUDockerSpawner sets itself: a site's value is

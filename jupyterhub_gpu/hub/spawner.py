@@ -98,6 +98,7 @@ from jupyterhub_gpu.hub.pull import ImageUnavailable, pull
 from jupyterhub_gpu.hub.queue import MustQueue, SpawnQueue
 from jupyterhub_gpu.hub.runtime import HubRuntime, runtime_of
 from jupyterhub_gpu.hub.saves import my_images
+from jupyterhub_gpu.hub.sharing import GPUSharing
 from jupyterhub_gpu.wire.catalog_file import default_catalog_path, load_catalog
 from jupyterhub_gpu.wire.cull_notes import load_notes, notes_for
 from jupyterhub_gpu.wire.nodes_file import NodeSpec, default_node, parse_nodes
@@ -510,6 +511,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
                 drains_file=self.drains_file,
                 node_checks=self._node_check_settings(),
                 node_check_interval=self.node_check_interval,
+                sharing=GPUSharing(config=self.config, parent=self).policy,
             ),
             self.log,
             deadlines_file=self.cull_deadlines_file,
