@@ -24,6 +24,8 @@ from collections.abc import Iterable, Set
 from dataclasses import dataclass
 from typing import Any
 
+from jupyterhub_gpu.core.sharing.policy import parse_share
+
 LABEL = "jupyterhub-gpu"
 ALLOCATION_LABEL = f"{LABEL}.allocation"
 SEAL_LABEL = f"{LABEL}.seal"
@@ -36,16 +38,6 @@ _KEY_CONTEXT = b"jupyterhub-gpu allocation seal v1"
 
 def new_allocation_id() -> str:
     return uuid.uuid4().hex
-
-
-def parse_share(text: str) -> tuple[int, int] | None:
-    """``"1/4"`` -> ``(1, 4)``; ``None`` for anything that is not ``K/N`` with
-    ``1 <= K <= N`` (then the container is taken to hold its GPU whole: never overcommit)."""
-    k, sep, n = text.partition("/")
-    if not sep or not k.isdigit() or not n.isdigit():
-        return None
-    count, of = int(k), int(n)
-    return (count, of) if 1 <= count <= of else None
 
 
 def seal_key(cookie_secret: bytes | str | None) -> bytes | None:

@@ -27,7 +27,7 @@ from jupyterhub_gpu.core.placement.index import index_for
 from jupyterhub_gpu.core.placement.request import PlacementRequest
 from jupyterhub_gpu.core.placement.shares import never_shares
 from jupyterhub_gpu.core.placement.view import View
-from jupyterhub_gpu.core.scheduling.state import Charge, Policies, QueuedRequest, Quota
+from jupyterhub_gpu.core.scheduling.state import SHARE_KEY, Charge, Policies, QueuedRequest, Quota
 from jupyterhub_gpu.core.words import gpus, listing, of_model
 
 
@@ -74,12 +74,12 @@ def holdings_of(charges: Mapping[str, Charge], models: Mapping[str, str]) -> Hol
     ``models``; a GPU no longer in the inventory counts under the model ``""``)."""
     groups: dict[str, dict[str, float]] = {}
     users: dict[str, dict[str, float]] = {}
-    for uuid, charge in charges.items():
-        model = models.get(uuid, "")
+    for key, charge in charges.items():
+        model = models.get(key.split(SHARE_KEY, 1)[0], "")
         g = groups.setdefault(charge.group, {})
-        g[model] = g.get(model, 0) + 1
+        g[model] = g.get(model, 0) + charge.fraction
         u = users.setdefault(charge.user, {})
-        u[model] = u.get(model, 0) + 1
+        u[model] = u.get(model, 0) + charge.fraction
     return Holdings(groups, users)
 
 
@@ -123,7 +123,7 @@ def _total(scope: _Scope, count: float) -> Verdict | None:
         fix = f"Ask for {cap} or fewer." if cap else "Ask an admin for GPUs for this group."
         return Refuse(
             f"{scope.who} may hold at most {gpus(cap)} at once, and this server asks for "
-            f"{_amount(count)}: it can never start. {fix}"
+            f"{count:g}{'' if count == int(count) else ' of a GPU'}: it can never start. {fix}"
         )
     held = sum(scope.held.values())
     if held + count <= cap + 1e-9:

@@ -101,6 +101,16 @@ class SharingPolicy:
 NO_SHARING = SharingPolicy()
 
 
+def parse_share(text: str) -> tuple[int, int] | None:
+    """``"1/4"`` -> ``(1, 4)``; ``None`` for anything that is not ``K/N`` with
+    ``1 <= K <= N`` (then the container is taken to hold its GPU whole: never overcommit)."""
+    k, sep, n = text.partition("/")
+    if not sep or not k.isdigit() or not n.isdigit():
+        return None
+    count, of = int(k), int(n)
+    return (count, of) if 1 <= count <= of else None
+
+
 def share_of(rule: ShareRule, count: int, gpu_memory_mib: int) -> Share:
     """The :class:`Share` of ``count`` parts under ``rule`` on a GPU of that memory."""
     return Share(count, rule.shares, count * rule.share_memory(gpu_memory_mib), rule.mode)
