@@ -124,7 +124,14 @@ LATENCY_REQUESTS = [
     PlacementRequest(4, min_driver_version="525.60.13"),
     PlacementRequest(1, allowed_models=frozenset({"NVIDIA TITAN X (Pascal)"})),
     PlacementRequest(1, min_memory_mib=12 * 1024),
+    # shares in play (issue 26): the RTX 3090 and TITAN X are shared in 4 (LATENCY_SHARING)
+    PlacementRequest(1, shares=1, share_of=4),
+    PlacementRequest(1, shares=2, allowed_models=frozenset({"NVIDIA GeForce RTX 3090"})),
 ]
+LATENCY_SHARING = parse_policy(
+    {"NVIDIA GeForce RTX 3090": {"shares": 4}, "NVIDIA TITAN X (Pascal)": {"shares": 4}}, {}
+)
+QUEUE_WAITING = 200  # requests waiting in the timed queue decision
 
 
 # -- latency -------------------------------------------------------------------------------
@@ -160,25 +167,36 @@ class _Ledger:
     """The hub's side of the latency benchmark: allocations and our container ids."""
 
     allocations: dict[str, str] = field(default_factory=dict)
-    servers: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    servers: list[tuple[str, tuple[str, ...], int]] = field(default_factory=list)
     our: frozenset[str] = frozenset()
     serial: int = 0
+    shares: dict[str, int] = field(default_factory=dict)  # uuid -> shares held on it
 
-    def add(self, uuids: Sequence[str]) -> None:
+    def add(self, uuids: Sequence[str], shares: int = 0) -> None:
         self.serial += 1
         cid = f"c{self.serial:08d}"
         for u in uuids:
-            self.allocations[u] = cid
-        self.servers.append((cid, tuple(uuids)))
+            self.allocations[u] = SHARED if shares else cid
+            if shares:
+                self.shares[u] = self.shares.get(u, 0) + shares
+        self.servers.append((cid, tuple(uuids), shares))
         self.our = self.our | {cid}
 
     def remove_random(self, rng: random.Random) -> None:
         k = rng.randrange(len(self.servers))
         self.servers[k], self.servers[-1] = self.servers[-1], self.servers[k]
-        cid, uuids = self.servers.pop()
+        cid, uuids, shares = self.servers.pop()
         for u in uuids:
+            if shares:
+                self.shares[u] -= shares
+                if self.shares[u]:
+                    continue
+                del self.shares[u]
             del self.allocations[u]
         self.our = self.our - {cid}
+
+    def snapshot(self, nodes: tuple[NodeState, ...]) -> ClusterSnapshot:
+        return ClusterSnapshot(nodes, self.allocations, self.our, self.shares, LATENCY_SHARING)
 
 
 def _half_allocated(nodes: tuple[NodeState, ...], rng: random.Random) -> _Ledger:
@@ -211,18 +229,18 @@ def measure_latency(n_nodes: int, decisions: int, cold: int, seed: int) -> dict[
     for _ in range(cold):
         clear_cache()
         t = time.perf_counter_ns()
-        place(ClusterSnapshot(nodes, ledger.allocations, ledger.our), LATENCY_REQUESTS[0])
+        place(ledger.snapshot(nodes), LATENCY_REQUESTS[0])
         cold_ms.append((time.perf_counter_ns() - t) / 1e6)
     wall_ms, cpu_ms, nofit = [], [], 0
     for i in range(decisions):
-        snapshot = ClusterSnapshot(nodes, ledger.allocations, ledger.our)
+        snapshot = ledger.snapshot(nodes)
         request = LATENCY_REQUESTS[i % len(LATENCY_REQUESTS)]
         c, t = time.thread_time_ns(), time.perf_counter_ns()
         result = place(snapshot, request)
         wall_ms.append((time.perf_counter_ns() - t) / 1e6)
         cpu_ms.append((time.thread_time_ns() - c) / 1e6)
         if isinstance(result, Placement):
-            ledger.add(result.gpu_uuids)
+            ledger.add(result.gpu_uuids, result.share.count if result.share else 0)
             ledger.remove_random(rng)  # keep about half allocated
         else:
             nofit += 1
@@ -233,6 +251,33 @@ def measure_latency(n_nodes: int, decisions: int, cold: int, seed: int) -> dict[
         "cold_median_ms": statistics.median(cold_ms) if cold_ms else 0.0,
         "nofit_share": nofit / decisions,
     }
+
+
+def measure_queue_decision(n_nodes: int, waiting: int, runs: int, seed: int) -> float:
+    """Median ms of one whole queue decision (``schedule``, the product's settings) over
+    ``waiting`` requests of every latency shape (shares included) on ``n_nodes`` x 8 GPUs
+    with all but a few GPUs allocated, so most requests wait and each decision tries them
+    all. The index is warm (built before), as between two inventory refreshes."""
+    rng = random.Random(seed)
+    nodes = synthetic_cluster(n_nodes, rng)
+    ledger = _Ledger()
+    uuids = [g.uuid for n in nodes for g in n.inventory.gpus]
+    for u in rng.sample(uuids, len(uuids) - 16):
+        ledger.add((u,))
+    shapes = LATENCY_REQUESTS
+    queue = [
+        QueuedRequest(str(k), f"u{k % 40}", f"g{k % 8}", shapes[k % len(shapes)], float(k))
+        for k in range(waiting)
+    ]
+    state = ClusterState(ledger.snapshot(nodes), now=float(waiting))
+    settings = SchedulerSettings()
+    schedule(queue, state, settings)  # warm: the index and its candidates
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter_ns()
+        schedule(queue, state, settings)
+        times.append((time.perf_counter_ns() - t) / 1e6)
+    return statistics.median(times)
 
 
 # -- the trace -----------------------------------------------------------------------------
@@ -944,6 +989,7 @@ def latency(args: argparse.Namespace) -> dict[str, float]:
         m = measure_latency(n, args.decisions, args.cold, args.seed)
         for key, value in m.items():
             out[f"latency_{n}x8_{key}"] = value
+    out["queue_decision_200_ms"] = measure_queue_decision(1000, QUEUE_WAITING, 5, args.seed)
     return out
 
 
@@ -990,6 +1036,8 @@ def print_latency(result: dict[str, object]) -> None:
             f"{f'{n}x8':>10} {r['median_ms']:8.3f} {r['p99_ms']:8.3f} {r['cpu_p99_ms']:8.3f} "
             f"{r['cold_median_ms']:8.2f} {r['nofit_share']:6.1%}"
         )
+    queue_ms = result["queue_decision_200_ms"]
+    print(f"One queue decision, {QUEUE_WAITING} waiting, 1000x8: {queue_ms:.2f} ms")
 
 
 def print_replay(result: dict[str, object]) -> None:
