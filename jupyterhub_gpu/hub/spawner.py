@@ -1081,6 +1081,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             node=decision.node,
             gpu_uuids=tuple(decision.gpu_uuids),
             gpu_model=self._gpu_model,
+            gpu_fraction=decision.share.fraction if decision.share else 1.0,
             image=options.image,
             cuda=self._cuda,
             cpus=options.cpu,

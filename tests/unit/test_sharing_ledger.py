@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from jupyterhub_gpu.core.accounting.records import AllocationRecord, EndReason
+from jupyterhub_gpu.core.accounting.report import ReportQuery, report
 from jupyterhub_gpu.core.allocation import (
     SHARE_LABEL,
     SHARE_MEMORY_LABEL,
@@ -20,6 +22,7 @@ from jupyterhub_gpu.core.allocation import (
 )
 from jupyterhub_gpu.core.containers import server_labels
 from jupyterhub_gpu.core.inventory import SHARED
+from jupyterhub_gpu.edges.accounting.store import AccountingStore
 from jupyterhub_gpu.hub.ledger import GPULedger
 from tests.unit.test_allocation import HUB, KEY, Engine, engine_cluster
 
@@ -144,3 +147,31 @@ def test_an_interrupted_share_spawn_is_removed_and_its_share_freed(
         asyncio.run(cluster.reconcile())
     assert engine.removed == ["a"]
     assert cluster.ledger.share_use() == {"GPU-c0": 3}
+
+
+# -- accounting ----------------------------------------------------------------------------
+
+
+def test_a_share_is_charged_its_fraction_of_gpu_hours(tmp_path: Path) -> None:
+    """A quarter of a GPU held 4 h is 1 GPU-hour, through the store (migration 0004) and
+    the report, beside a whole GPU held 1 h."""
+    store = AccountingStore(f"sqlite:///{tmp_path / 'acc.sqlite'}")
+    store.upgrade()
+    start = datetime(2026, 11, 2, 8, tzinfo=UTC)
+    quarter = AllocationRecord(
+        "q1", "ann", "", "ml", "n1", ("g0",), "RTX", "img", "12.4", started_at=start,
+        gpu_fraction=0.25,
+    )  # fmt: skip
+    whole = AllocationRecord(
+        "w1", "bob", "", "ml", "n1", ("g1",), "RTX", "img", "12.4", started_at=start
+    )
+    assert quarter.gpu_amount == 0.25 and whole.gpu_amount == 1.0
+    store.open(quarter)
+    store.open(whole)
+    store.close("q1", start + timedelta(hours=4), EndReason.STOPPED)
+    store.close("w1", start + timedelta(hours=1), EndReason.STOPPED)
+    intervals = store.intervals(datetime(2026, 11, 1), datetime(2026, 12, 1))
+    assert sorted(i.gpus for i in intervals) == [0.25, 1.0]
+    query = ReportQuery(start=datetime(2026, 11, 1), end=datetime(2026, 12, 1), by=("user",))
+    rows = report(intervals, query, datetime(2026, 11, 24))
+    assert {r.keys: r.gpu_hours_allocated for r in rows} == {("ann",): 1.0, ("bob",): 1.0}
