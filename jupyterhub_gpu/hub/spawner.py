@@ -748,6 +748,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             unlisted=unlisted,
             charge_groups=charge_groups,
             reserved=reserved,
+            sharing=snapshot.sharing,
         )
 
     # ------------------------------------------------------------------ placement

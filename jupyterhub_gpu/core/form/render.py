@@ -18,8 +18,10 @@ from jupyterhub_gpu.core.catalog.compat import ImageAvailability, catalog_availa
 from jupyterhub_gpu.core.catalog.entries import Catalog, CatalogEntry, format_cc_range
 from jupyterhub_gpu.core.form.availability import ModelAvailability, gpu_model_availability
 from jupyterhub_gpu.core.form.resources import UserBounds
+from jupyterhub_gpu.core.form.shares import share_choices
 from jupyterhub_gpu.core.form.validation import ANY_MODEL, finite_number, whole_number
 from jupyterhub_gpu.core.inventory import ClusterSnapshot
+from jupyterhub_gpu.core.sharing.policy import NO_SHARING, SharingPolicy
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TEMPLATE_NAME = "spawn_form.html"
@@ -157,8 +159,12 @@ def render_form(
     charge_groups: Sequence[str] = (),
     reserved: Sequence[str] = (),
     unlisted: Sequence[Any] = (),
+    sharing: SharingPolicy = NO_SHARING,
 ) -> str:
     """The form's HTML (inserted into JupyterHub's ``spawn.html``).
+
+    ``sharing``: the admin's sharing policy; a share of each shared model the user may
+    use is offered beside whole GPUs (:func:`~.shares.share_choices`, issue 26).
 
     ``catalog_view``: the entries this user may choose (:func:`visible_entries`);
     ``availability``: from :func:`~jupyterhub_gpu.core.catalog.catalog_availability`;
@@ -200,6 +206,8 @@ def render_form(
             charge_group=initial_charge_group(charge_groups, previous_choices),
             reserved=list(reserved),
             unlisted=list(unlisted),
+            shares=share_choices(sharing, [(m.model, m.memory_mib) for m in allowed]),
+            chosen_share=str((previous_choices or {}).get("gpu_share") or ""),
         )
     )
 
@@ -215,6 +223,7 @@ def spawn_form_html(
     charge_groups: Sequence[str] = (),
     reserved: Sequence[str] = (),
     unlisted: Sequence[Any] = (),
+    sharing: SharingPolicy = NO_SHARING,
 ) -> str:
     """Everything in one call: the user's images, their availability on ``snapshot``'s
     nodes, per-model free counts (``free_counts`` from placement, if given) and the form,
@@ -233,4 +242,5 @@ def spawn_form_html(
         charge_groups=charge_groups,
         reserved=reserved,
         unlisted=unlisted,
+        sharing=sharing,
     )
