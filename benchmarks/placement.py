@@ -66,7 +66,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.core.inventory import (
+    GPU,
+    SHARED,
+    ClusterSnapshot,
+    NodeInventory,
+    NodeState,
+)
 from jupyterhub_gpu.core.placement import NoFit, Placement, PlacementRequest, place
 from jupyterhub_gpu.core.placement.baselines import best_fit, first_fit, random_fit, spread
 from jupyterhub_gpu.core.placement.index import clear_cache, index_for
@@ -80,6 +86,7 @@ from jupyterhub_gpu.core.scheduling import (
     advance,
     schedule,
 )
+from jupyterhub_gpu.core.sharing.policy import NO_SHARING, SharingPolicy, parse_policy
 from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
 
 Policy = Callable[[ClusterSnapshot, PlacementRequest], Placement | NoFit]
@@ -117,7 +124,14 @@ LATENCY_REQUESTS = [
     PlacementRequest(4, min_driver_version="525.60.13"),
     PlacementRequest(1, allowed_models=frozenset({"NVIDIA TITAN X (Pascal)"})),
     PlacementRequest(1, min_memory_mib=12 * 1024),
+    # shares in play (issue 26): the RTX 3090 and TITAN X are shared in 4 (LATENCY_SHARING)
+    PlacementRequest(1, shares=1, share_of=4),
+    PlacementRequest(1, shares=2, allowed_models=frozenset({"NVIDIA GeForce RTX 3090"})),
 ]
+LATENCY_SHARING = parse_policy(
+    {"NVIDIA GeForce RTX 3090": {"shares": 4}, "NVIDIA TITAN X (Pascal)": {"shares": 4}}, {}
+)
+QUEUE_WAITING = 200  # requests waiting in the timed queue decision
 
 
 # -- latency -------------------------------------------------------------------------------
@@ -153,25 +167,36 @@ class _Ledger:
     """The hub's side of the latency benchmark: allocations and our container ids."""
 
     allocations: dict[str, str] = field(default_factory=dict)
-    servers: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    servers: list[tuple[str, tuple[str, ...], int]] = field(default_factory=list)
     our: frozenset[str] = frozenset()
     serial: int = 0
+    shares: dict[str, int] = field(default_factory=dict)  # uuid -> shares held on it
 
-    def add(self, uuids: Sequence[str]) -> None:
+    def add(self, uuids: Sequence[str], shares: int = 0) -> None:
         self.serial += 1
         cid = f"c{self.serial:08d}"
         for u in uuids:
-            self.allocations[u] = cid
-        self.servers.append((cid, tuple(uuids)))
+            self.allocations[u] = SHARED if shares else cid
+            if shares:
+                self.shares[u] = self.shares.get(u, 0) + shares
+        self.servers.append((cid, tuple(uuids), shares))
         self.our = self.our | {cid}
 
     def remove_random(self, rng: random.Random) -> None:
         k = rng.randrange(len(self.servers))
         self.servers[k], self.servers[-1] = self.servers[-1], self.servers[k]
-        cid, uuids = self.servers.pop()
+        cid, uuids, shares = self.servers.pop()
         for u in uuids:
+            if shares:
+                self.shares[u] -= shares
+                if self.shares[u]:
+                    continue
+                del self.shares[u]
             del self.allocations[u]
         self.our = self.our - {cid}
+
+    def snapshot(self, nodes: tuple[NodeState, ...]) -> ClusterSnapshot:
+        return ClusterSnapshot(nodes, self.allocations, self.our, self.shares, LATENCY_SHARING)
 
 
 def _half_allocated(nodes: tuple[NodeState, ...], rng: random.Random) -> _Ledger:
@@ -204,18 +229,18 @@ def measure_latency(n_nodes: int, decisions: int, cold: int, seed: int) -> dict[
     for _ in range(cold):
         clear_cache()
         t = time.perf_counter_ns()
-        place(ClusterSnapshot(nodes, ledger.allocations, ledger.our), LATENCY_REQUESTS[0])
+        place(ledger.snapshot(nodes), LATENCY_REQUESTS[0])
         cold_ms.append((time.perf_counter_ns() - t) / 1e6)
     wall_ms, cpu_ms, nofit = [], [], 0
     for i in range(decisions):
-        snapshot = ClusterSnapshot(nodes, ledger.allocations, ledger.our)
+        snapshot = ledger.snapshot(nodes)
         request = LATENCY_REQUESTS[i % len(LATENCY_REQUESTS)]
         c, t = time.thread_time_ns(), time.perf_counter_ns()
         result = place(snapshot, request)
         wall_ms.append((time.perf_counter_ns() - t) / 1e6)
         cpu_ms.append((time.thread_time_ns() - c) / 1e6)
         if isinstance(result, Placement):
-            ledger.add(result.gpu_uuids)
+            ledger.add(result.gpu_uuids, result.share.count if result.share else 0)
             ledger.remove_random(rng)  # keep about half allocated
         else:
             nofit += 1
@@ -228,6 +253,33 @@ def measure_latency(n_nodes: int, decisions: int, cold: int, seed: int) -> dict[
     }
 
 
+def measure_queue_decision(n_nodes: int, waiting: int, runs: int, seed: int) -> float:
+    """Median ms of one whole queue decision (``schedule``, the product's settings) over
+    ``waiting`` requests of every latency shape (shares included) on ``n_nodes`` x 8 GPUs
+    with all but a few GPUs allocated, so most requests wait and each decision tries them
+    all. The index is warm (built before), as between two inventory refreshes."""
+    rng = random.Random(seed)
+    nodes = synthetic_cluster(n_nodes, rng)
+    ledger = _Ledger()
+    uuids = [g.uuid for n in nodes for g in n.inventory.gpus]
+    for u in rng.sample(uuids, len(uuids) - 16):
+        ledger.add((u,))
+    shapes = LATENCY_REQUESTS
+    queue = [
+        QueuedRequest(str(k), f"u{k % 40}", f"g{k % 8}", shapes[k % len(shapes)], float(k))
+        for k in range(waiting)
+    ]
+    state = ClusterState(ledger.snapshot(nodes), now=float(waiting))
+    settings = SchedulerSettings()
+    schedule(queue, state, settings)  # warm: the index and its candidates
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter_ns()
+        schedule(queue, state, settings)
+        times.append((time.perf_counter_ns() - t) / 1e6)
+    return statistics.median(times)
+
+
 # -- the trace -----------------------------------------------------------------------------
 
 
@@ -238,6 +290,26 @@ class Pod:
     request: PlacementRequest
     fractional: bool  # asked for part of a GPU (gpu_milli < 1000): replayed as 1 whole GPU
     group: str = ""  # synthetic: the trace has no user column (see assign_groups)
+    milli: int = 1000  # gpu_milli: thousandths of one GPU (1000 for whole GPUs)
+
+
+def as_shares(pods: list[Pod], split: int) -> list[Pod]:
+    """The fractional pods asking for shares of one GPU split into ``split``: their
+    ``gpu_milli`` rounded up to whole shares (a pod of 0.3 GPU takes 2 of 4); a pod that
+    rounds up to the whole GPU stays a whole request. The others are unchanged."""
+    out = []
+    for p in pods:
+        count = -(-p.milli * split // 1000)
+        if p.fractional and count < split:
+            request = dataclasses.replace(p.request, shares=count, share_of=split)
+            p = dataclasses.replace(p, request=request)
+        out.append(p)
+    return out
+
+
+def share_policy(split: int) -> SharingPolicy:
+    """Every trace model shared into ``split`` equal shares (time-slicing)."""
+    return parse_policy({m: {"shares": split} for m in TRACE_MODELS}, {})
 
 
 def group_weights(groups: int) -> list[float]:
@@ -335,6 +407,7 @@ def load_pods(
                 duration=float(row["deletion_time"]) - float(row["scheduled_time"]),
                 request=PlacementRequest(gpu_count=gpus, allowed_models=models),
                 fractional=int(row["gpu_milli"]) < 1000,
+                milli=int(row["gpu_milli"]),
             )
         )
     pods.sort(key=lambda p: p.arrival)
@@ -378,9 +451,20 @@ class Simulation:
     charged to the pod's synthetic group (one user per group).
     """
 
-    def __init__(self, nodes: tuple[NodeState, ...], pods: list[Pod], backfill: bool) -> None:
-        self.nodes, self.pods, self.backfill = nodes, pods, backfill
+    def __init__(
+        self,
+        nodes: tuple[NodeState, ...],
+        pods: list[Pod],
+        backfill: bool,
+        sharing: SharingPolicy = NO_SHARING,
+    ) -> None:
+        self.nodes, self.pods, self.backfill, self.sharing = nodes, pods, backfill, sharing
         index = index_for(nodes)
+        self.memory = {g.uuid: g.memory_mib for n in nodes for g in n.inventory.gpus}
+        self.shares: dict[str, int] = {}  # uuid -> shares held (pods placed as shares)
+        self.share_memory: dict[str, int] = {}  # uuid -> MiB the shares on it were given
+        self.over_memory = 0  # shares placed beyond their GPU's memory (must stay 0)
+        self.gpus_in_use: list[int] = []  # GPUs held after every event
         self.rank = {u: index.slot_rank[s] for u, s in index.slot_of.items()}
         self.model = {u: index.slot_model[s] for u, s in index.slot_of.items()}
         self.total = len(self.rank)
@@ -404,7 +488,10 @@ class Simulation:
         self._settings = settings
         alloc: dict[str, str] = {}
         self._usage, self._running = UsageTotals(0.0), {}
-        snapshot = ClusterSnapshot(self.nodes, alloc)
+        self.shares, self.share_memory, self.over_memory = {}, {}, 0
+        self.gpus_in_use = []
+        self._share_of: dict[int, tuple[int, int]] = {}  # pod -> (shares, MiB) held
+        snapshot = ClusterSnapshot(self.nodes, alloc, shares=self.shares, sharing=self.sharing)
         waits = [0.0] * len(self.pods)
         departures: list[tuple[float, int, tuple[str, ...]]] = []
         queue: list[int] = []
@@ -415,8 +502,7 @@ class Simulation:
             if departures and (nxt == len(self.pods) or departures[0][0] <= self.pods[nxt].arrival):
                 now, p, uuids = heapq.heappop(departures)
                 integral += len(alloc) * (min(now, end_arrivals) - min(last, end_arrivals))
-                for u in uuids:
-                    del alloc[u]
+                self._release(p, uuids, alloc)
                 self._finished(p, now)
             else:
                 now = self.pods[nxt].arrival
@@ -429,9 +515,33 @@ class Simulation:
                 oversized += self.rank[uuids[0]] > self.needed[self.pods[p].request]
                 heapq.heappush(departures, (now + self.pods[p].duration, p, uuids))
                 self._running[p] = (now, uuids)
+            self.gpus_in_use.append(len(alloc))
         rate = integral / (self.total * end_arrivals) if end_arrivals > 0 else 0.0
         jain = jain_fairness(self.pods, waits, self.total, end_arrivals, FAIR_WINDOW_S)
         return SimResult(waits, oversized, len(self.pods), rate, jain)
+
+    def _release(self, p: int, uuids: tuple[str, ...], alloc: dict[str, str]) -> None:
+        """Free pod ``p``'s GPUs, or its shares (the GPU once its last share ends)."""
+        held = self._share_of.pop(p, None)
+        if held is None:
+            for u in uuids:
+                del alloc[u]
+            return
+        (u,) = uuids
+        self.shares[u] -= held[0]
+        self.share_memory[u] -= held[1]
+        if not self.shares[u]:
+            del self.shares[u], self.share_memory[u], alloc[u]
+
+    def _take_share(self, p: int, placement: Placement, alloc: dict[str, str]) -> None:
+        share = placement.share
+        assert share is not None
+        (u,) = placement.gpu_uuids
+        alloc[u] = SHARED
+        self.shares[u] = self.shares.get(u, 0) + share.count
+        self.share_memory[u] = self.share_memory.get(u, 0) + share.memory_mib
+        self.over_memory += self.share_memory[u] > self.memory[u]
+        self._share_of[p] = (share.count, share.memory_mib)
 
     def _fair(self) -> bool:
         s = self._settings
@@ -444,7 +554,9 @@ class Simulation:
             self._usage = advance(self._usage, [item], now, self._settings)
 
     def _usage_item(self, p: int, start: float, uuids: tuple[str, ...], now: float) -> UsageItem:
-        hours = len(uuids) * (now - start) / 3600.0
+        held = self._share_of.get(p)
+        amount = self.pods[p].request.gpu_amount if held else len(uuids)
+        hours = amount * (now - start) / 3600.0
         return UsageItem(self.pods[p].group, self.pods[p].group, self.model[uuids[0]], hours, now)
 
     def _usage_now(self, now: float) -> UsageTotals | None:
@@ -465,7 +577,9 @@ class Simulation:
         started: list[tuple[int, tuple[str, ...]]] = []
         for start in decision.starts:
             p = int(start.request.id)
-            for u in start.placement.gpu_uuids:
+            if start.placement.share is not None:
+                self._take_share(p, start.placement, alloc)
+            for u in () if start.placement.share else start.placement.gpu_uuids:
                 alloc[u] = f"pod-{p}"
             started.append((p, start.placement.gpu_uuids))
         gone = {p for p, _ in started} | {int(r.request.id) for r in decision.refused}
@@ -525,7 +639,7 @@ class ImageSimulation(Simulation):
     def _schedule(
         self, policy: Policy, snapshot: ClusterSnapshot, queue: list[int], now: float
     ) -> list[tuple[int, tuple[str, ...]]]:
-        now_snapshot = ClusterSnapshot(self._nodes_now(), snapshot.allocations)
+        now_snapshot = dataclasses.replace(snapshot, nodes=self._nodes_now())
         started = super()._schedule(policy, now_snapshot, queue, now)
         for p, uuids in started:
             node, image = self.node_of[uuids[0]], self.images[p]
@@ -770,6 +884,102 @@ def replay(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+def _sub_cluster(
+    args: argparse.Namespace, seed: int
+) -> tuple[tuple[NodeState, ...], list[Pod], float]:
+    """The sub-cluster drawn with ``seed`` and the pods that fit it, arrivals scaled (as
+    :func:`_replay_once` does)."""
+    trace_dir = Path(args.traces) / "alibaba-gpu-v2023"
+    pods = load_pods(
+        trace_dir / "openb_pod_list_gpuspec33.csv",
+        args.max_pods,
+        not args.cluster,
+        args.groups,
+        args.group_seed,
+    )
+    if args.cluster:
+        nodes = tuple(NodeState(n) for n in load_inventory_file(args.cluster))
+    else:
+        nodes = trace_cluster(trace_dir / "openb_node_list_gpu_node.csv", args.nodes, pods,
+                              random.Random(seed))  # fmt: skip
+    index = index_for(nodes)
+    fits, factor = scale_arrivals(
+        [p for p in pods if index.candidates(p.request)], len(index.slot_of), args.load
+    )
+    return nodes, fits, factor
+
+
+def _share_metrics(sims: list[Simulation], results: list[SimResult]) -> dict[str, float]:
+    waits = [w for r in results for w in r.waits]
+    served = [
+        sum(p.arrival + w <= sim.pods[-1].arrival for p, w in zip(sim.pods, r.waits, strict=True))
+        for sim, r in zip(sims, results, strict=True)
+    ]
+    return {
+        "wait_mean_s": statistics.fmean(waits),
+        "wait_p95_s": _pct(waits, 0.95),
+        "gpus_in_use_mean": statistics.fmean(statistics.fmean(s.gpus_in_use) for s in sims),
+        "allocation_rate": statistics.fmean(r.allocation_rate for r in results),
+        "pods": sum(len(s.pods) for s in sims),
+        "pods_served_by_last_arrival": sum(served),
+        "over_memory": sum(s.over_memory for s in sims),
+    }
+
+
+def shares_replay(args: argparse.Namespace) -> dict[str, object]:
+    """The product (``place`` + the default fair-share queue) on ``--repeats``
+    sub-clusters, twice: fractional pods as whole GPUs (today) and as shares of
+    ``--shares`` per GPU (:func:`as_shares`, every model shared: :func:`share_policy`)."""
+    settings = SchedulerSettings(backfill=args.queue == "backfill")
+    policy = share_policy(args.shares)
+    runs: dict[str, tuple[list[Simulation], list[SimResult]]] = {
+        "whole": ([], []),
+        "shares": ([], []),
+    }
+    seeds = [args.seed + k for k in range(1 if args.cluster else args.repeats)]
+    for seed in seeds:
+        nodes, fits, _ = _sub_cluster(args, seed)
+        backfill = args.queue == "backfill"
+        for name, sim in (
+            ("whole", Simulation(nodes, fits, backfill)),
+            ("shares", Simulation(nodes, as_shares(fits, args.shares), backfill, policy)),
+        ):
+            runs[name][0].append(sim)
+            runs[name][1].append(sim.replay(place, settings))
+    whole, shared = (_share_metrics(*runs[k]) for k in ("whole", "shares"))
+    return {
+        "seeds": f"{seeds[0]}-{seeds[-1]}",
+        "split": args.shares,
+        "pods_as_shares": sum(p.request.shares > 0 for s in runs["shares"][0] for p in s.pods),
+        "whole": whole,
+        "shares": shared,
+        "shares_wait_mean_ratio": shared["wait_mean_s"] / whole["wait_mean_s"],
+        "shares_wait_p95_ratio": (
+            shared["wait_p95_s"] / whole["wait_p95_s"] if whole["wait_p95_s"] else None
+        ),
+        "shares_over_memory": shared["over_memory"],
+    }
+
+
+def print_shares(rep: dict[str, object]) -> None:
+    print(
+        f"\nShares (seeds {rep['seeds']}, {rep['split']} shares per GPU, "
+        f"{rep['pods_as_shares']} pods as shares):"
+    )
+    print(f"{'run':>8} {'wait mean':>10} {'p95':>9} {'GPUs in use':>12} {'served':>8}")
+    for name in ("whole", "shares"):
+        m = rep[name]
+        assert isinstance(m, dict)
+        print(
+            f"{name:>8} {m['wait_mean_s']:10.1f} {m['wait_p95_s']:9.1f} "
+            f"{m['gpus_in_use_mean']:12.2f} {m['pods_served_by_last_arrival']:>8}/{m['pods']}"
+        )
+    print(
+        f"mean wait ratio {rep['shares_wait_mean_ratio']:.3f}, p95 ratio "
+        f"{rep['shares_wait_p95_ratio']}, shares over memory {rep['shares_over_memory']}"
+    )
+
+
 # -- output --------------------------------------------------------------------------------
 
 
@@ -779,13 +989,18 @@ def latency(args: argparse.Namespace) -> dict[str, float]:
         m = measure_latency(n, args.decisions, args.cold, args.seed)
         for key, value in m.items():
             out[f"latency_{n}x8_{key}"] = value
+    out["queue_decision_200_ms"] = measure_queue_decision(1000, QUEUE_WAITING, 5, args.seed)
     return out
 
 
 def print_tables(result: dict[str, object]) -> None:
     if "latency_10x8_median_ms" in result:
         print_latency(result)
-    print_replay(result)
+    if "replay" in result:
+        print_replay(result)
+    if "shares" in result:
+        assert isinstance(result["shares"], dict)
+        print_shares(result["shares"])
     if "image_locality" in result:
         print_images(result["image_locality"])
 
@@ -821,6 +1036,8 @@ def print_latency(result: dict[str, object]) -> None:
             f"{f'{n}x8':>10} {r['median_ms']:8.3f} {r['p99_ms']:8.3f} {r['cpu_p99_ms']:8.3f} "
             f"{r['cold_median_ms']:8.2f} {r['nofit_share']:6.1%}"
         )
+    queue_ms = result["queue_decision_200_ms"]
+    print(f"One queue decision, {QUEUE_WAITING} waiting, 1000x8: {queue_ms:.2f} ms")
 
 
 def print_replay(result: dict[str, object]) -> None:
@@ -881,6 +1098,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--image-slots", type=int, default=3, help="images a node keeps (disk)")
     p.add_argument("--image-seed", type=int, default=5, help="seed of the pods' images")
+    p.add_argument(
+        "--shares", type=int, default=4, help="shares per GPU in the shares replay (0: off)"
+    )
+    p.add_argument(
+        "--only-shares", action="store_true", help="only the shares replay (and latency)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p.parse_args(argv)
 
@@ -897,10 +1120,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         result.update(latency(args))
     if args.images > 0:
         result["image_locality"] = image_replay(args)
-    rep = replay(args)
-    result["replay"] = rep
-    result["policies"] = rep["policies"]
-    result["ratio_to_first_fit"] = rep["ratio_to_first_fit"]
+    if not args.only_shares:
+        rep = replay(args)
+        result["replay"] = rep
+        result["policies"] = rep["policies"]
+        result["ratio_to_first_fit"] = rep["ratio_to_first_fit"]
+    if args.shares > 0:
+        shares = shares_replay(args)
+        result["shares"] = shares
+        for key in ("shares_wait_mean_ratio", "shares_wait_p95_ratio", "shares_over_memory"):
+            result[key] = shares[key]
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
     else:

@@ -17,6 +17,7 @@ from jupyterhub_gpu.edges.agents import AgentClient
 from jupyterhub_gpu.hub.auth.ldap import GPULDAPAuthenticator
 from jupyterhub_gpu.hub.prepull import PrePuller
 from jupyterhub_gpu.hub.saved_images import SavedImages
+from jupyterhub_gpu.hub.sharing import GPUSharing
 from jupyterhub_gpu.hub.spawner import GPUDockerSpawner
 from jupyterhub_gpu.services.agent.app import GPUAgent
 from jupyterhub_gpu.services.culler.app import GPUIdleCuller
@@ -32,6 +33,7 @@ CLASSES: list[type[HasTraits]] = [
     GPUAgent,
     SavedImages,
     PrePuller,
+    GPUSharing,
 ]
 
 

@@ -24,9 +24,15 @@ from collections.abc import Iterable, Set
 from dataclasses import dataclass
 from typing import Any
 
+from jupyterhub_gpu.core.sharing.policy import parse_share
+
 LABEL = "jupyterhub-gpu"
 ALLOCATION_LABEL = f"{LABEL}.allocation"
 SEAL_LABEL = f"{LABEL}.seal"
+# issue 26: a share of one GPU: "K/N" (K shares held of the N the GPU is split into) and
+# the share's memory in MiB; a whole-GPU allocation has neither
+SHARE_LABEL = f"{LABEL}.share"
+SHARE_MEMORY_LABEL = f"{LABEL}.share_memory_mib"
 _KEY_CONTEXT = b"jupyterhub-gpu allocation seal v1"
 
 
@@ -53,10 +59,18 @@ class Allocation:
     server: str
     node: str
     gpus: tuple[str, ...]
+    share: str = ""  # "K/N" for a share of its one GPU (SHARE_LABEL), "" when whole
+    share_memory_mib: int = 0
 
     def canonical(self) -> bytes:
-        """An unambiguous encoding (a JSON array: no field can run into the next)."""
-        fields = [self.hub_id, self.id, self.owner, self.server, self.node, list(self.gpus)]
+        """An unambiguous encoding (a JSON array: no field can run into the next). A
+        share adds its ``K/N`` and memory (a whole allocation's form is the one of before
+        shares, so seals written then stay valid)."""
+        fields: list[object] = [
+            self.hub_id, self.id, self.owner, self.server, self.node, list(self.gpus)
+        ]  # fmt: skip
+        if self.share:
+            fields += [self.share, self.share_memory_mib]
         return json.dumps(fields, separators=(",", ":"), ensure_ascii=True).encode()
 
     def seal(self, key: bytes) -> str:
@@ -81,9 +95,27 @@ class LabelledContainer:
     server: str = ""
     allocation: str = ""
     seal: str = ""
+    share: str = ""  # the SHARE_LABEL's value as found ("" for a whole GPU)
+    share_memory_mib: int = 0
 
     def claim(self, hub_id: str) -> Allocation:
-        return Allocation(hub_id, self.allocation, self.owner, self.server, self.node, self.gpus)
+        return Allocation(
+            hub_id,
+            self.allocation,
+            self.owner,
+            self.server,
+            self.node,
+            self.gpus,
+            self.share,
+            self.share_memory_mib,
+        )
+
+    @property
+    def shares(self) -> tuple[int, int] | None:
+        """``(K, N)`` of a well-formed share on one GPU; ``None``: it holds its GPUs whole."""
+        if not self.share or len(self.gpus) != 1:
+            return None
+        return parse_share(self.share)
 
 
 def containers_from_docker(node: str, listing: list[dict[str, Any]]) -> list[LabelledContainer]:
@@ -99,9 +131,20 @@ def containers_from_docker(node: str, listing: list[dict[str, Any]]) -> list[Lab
         # a paused (or restarting) container still holds its GPUs
         alive = c.get("State") in ("running", "paused", "restarting")
         allocation, seal = labels.get(ALLOCATION_LABEL, ""), labels.get(SEAL_LABEL, "")
+        memory = labels.get(SHARE_MEMORY_LABEL, "")
         out.append(
             LabelledContainer(
-                node, c["Id"], f"{owner}/{server}", gpus, alive, owner, server, allocation, seal
+                node,
+                c["Id"],
+                f"{owner}/{server}",
+                gpus,
+                alive,
+                owner,
+                server,
+                allocation,
+                seal,
+                labels.get(SHARE_LABEL, ""),
+                int(memory) if memory.isdigit() else 0,
             )
         )
     return out

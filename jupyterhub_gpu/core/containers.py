@@ -18,8 +18,16 @@ from typing import Any
 
 from docker.types import DeviceRequest
 
-from jupyterhub_gpu.core.allocation import ALLOCATION_LABEL, LABEL, SEAL_LABEL, Allocation
+from jupyterhub_gpu.core.allocation import (
+    ALLOCATION_LABEL,
+    LABEL,
+    SEAL_LABEL,
+    SHARE_LABEL,
+    SHARE_MEMORY_LABEL,
+    Allocation,
+)
 from jupyterhub_gpu.core.form.resources import ResourceLimits
+from jupyterhub_gpu.core.sharing.policy import MODES, Share
 from jupyterhub_gpu.errors import NodeFailure
 
 CDI_KIND = "nvidia.com/gpu"
@@ -46,6 +54,42 @@ def gpu_env(uuids: Sequence[str]) -> dict[str, str]:
         "NVIDIA_VISIBLE_DEVICES": ",".join(uuids) if uuids else "void",
         "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
     }
+
+
+def share_env(share: Share) -> dict[str, str]:
+    """The environment of a server holding ``share`` of its GPU (issue 26), applied after
+    everything else (never from the user's options).
+
+    Every mode says what the share is (``JUPYTERHUB_GPU_SHARE``, its memory in MiB). In
+    ``mps`` mode, the MPS client's pinned memory limit on its one visible device (device
+    0 in the container) and its active thread percentage: a client could change its own
+    environment, so the hard limit is the node's MPS control daemon's
+    ``set_default_device_pinned_mem_limit`` / ``set_default_active_thread_percentage``
+    (docs/sharing.md). Time-slicing enforces nothing here: the agent watches the share's
+    memory. MIG needs nothing more: ``NVIDIA_VISIBLE_DEVICES`` names the MIG instance.
+    """
+    env = {
+        "JUPYTERHUB_GPU_SHARE": share.label,
+        "JUPYTERHUB_GPU_SHARE_MEMORY_MIB": str(share.memory_mib),
+    }
+    if share.mode == "mps":
+        env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={share.memory_mib}M"
+        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(share.thread_percentage)
+    return env
+
+
+def share_from_state(raw: object) -> Share | None:
+    """The share a spawner's state kept (``[count, of, memory_mib, mode]``), None when
+    none or malformed (then the GPU is held whole: never an overcommit)."""
+    if not isinstance(raw, list) or len(raw) != 4:
+        return None
+    count, of, memory, mode = raw
+    numbers = (count, of, memory)
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in numbers):
+        return None
+    if mode not in MODES or not 1 <= count <= of:
+        return None
+    return Share(count, of, memory, mode)
 
 
 def published_port(bindings: Any) -> int:
@@ -118,6 +162,9 @@ def server_labels(
         f"{LABEL}.started": started.isoformat(timespec="seconds"),
         ALLOCATION_LABEL: claim.id,
     }
+    if claim.share:
+        labels[SHARE_LABEL] = claim.share
+        labels[SHARE_MEMORY_LABEL] = str(claim.share_memory_mib)
     if seal_key is not None:
         labels[SEAL_LABEL] = claim.seal(seal_key)
     return labels

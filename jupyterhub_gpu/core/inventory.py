@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from jupyterhub_gpu.core.attribution.processes import GpuProcess
+from jupyterhub_gpu.core.sharing.policy import NO_SHARING, SharingPolicy
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -102,8 +103,17 @@ class ClusterSnapshot:
     ``allocations`` maps GPU uuid -> holder (an opaque id such as ``"alice/"``) for
     every GPU the hub's ledger has handed out; ``our_containers`` holds the ids of
     containers the hub started, so a GPU process in any other container is foreign.
+
+    A GPU held by shares (issue 26) is in ``allocations`` as :data:`SHARED` (taken for
+    every whole request) and in ``shares``: uuid -> the parts held on it. ``sharing`` is
+    the admin's policy (which GPUs may be shared, into how many parts).
     """
 
     nodes: tuple[NodeState, ...]
     allocations: Mapping[str, str] = field(default_factory=dict)
     our_containers: frozenset[str] = frozenset()
+    shares: Mapping[str, int] = field(default_factory=dict)
+    sharing: SharingPolicy = NO_SHARING
+
+
+SHARED = "shared:"  # the holder of a GPU held by shares in ``ClusterSnapshot.allocations``

@@ -147,7 +147,9 @@ class QueueingSpawnerMixin(_SpawnerBase):
         if refusal:
             self.log.info("%s: refused, %s", self.holder, refusal)
             raise GPUQuotaExceeded(refusal)
-        snapshot = replace(snapshot, allocations=self.ledger.allocations())
+        snapshot = replace(
+            snapshot, allocations=self.ledger.allocations(), shares=self.ledger.share_use()
+        )
         queue = self._max_wait(group) > 0  # 0: this group never waits (refused at once)
         if request.gpu_count:  # queue_policy's quotas, as the queue checks a queued spawn
             request = self._within_quotas(snapshot, request, group, queue)

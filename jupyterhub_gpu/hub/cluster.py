@@ -47,6 +47,7 @@ from jupyterhub_gpu.core.allocation import (
 )
 from jupyterhub_gpu.core.inventory import ClusterSnapshot, NodeInventory, NodeState
 from jupyterhub_gpu.core.placement import locality
+from jupyterhub_gpu.core.sharing.policy import NO_SHARING, SharingPolicy
 from jupyterhub_gpu.core.usernet import network_options, network_problem
 from jupyterhub_gpu.edges.accounting.store import AccountingStore, AccountingUnavailable, safe_url
 from jupyterhub_gpu.edges.agents import AgentEndpoint, Unreachable, agent_client
@@ -95,6 +96,7 @@ class ClusterSettings:
     node_checks: CheckSettings | None = None
     node_check_interval: float = 300.0  # seconds between checks of a node
     image_refresh_interval: float = 45.0  # seconds between two image listings of a node
+    sharing: SharingPolicy = NO_SHARING  # which GPUs may be shared (c.GPUSharing, issue 26)
 
 
 def _unreachable(error: BaseException, timed_out_counts: bool) -> bool:
@@ -464,6 +466,8 @@ class Cluster:
             nodes=self._nodes,
             allocations=self.ledger.allocations(),
             our_containers=frozenset(self._our_containers),
+            shares=self.ledger.share_use(),
+            sharing=self.settings.sharing,
         )
 
     def last_nodes(self) -> tuple[NodeState, ...]:
@@ -678,11 +682,7 @@ class Cluster:
         self._our_containers.update(self._ids_on[node])
         for c in running:
             orphaned = c in doomed
-            conflicts = [
-                u
-                for u in self.ledger.adopt(c.holder, node, c.gpus, c.allocation, orphaned)
-                if not self._own_orphan(u, c)
-            ]
+            conflicts = [u for u in self._adopt(c, node, orphaned) if not self._own_orphan(u, c)]
             if conflicts:
                 RECONCILIATION.labels("conflict").inc()
                 self.log.error(
@@ -709,10 +709,23 @@ class Cluster:
         self._free_stale(node, began, pending, kept, running)
         return doomed
 
+    def _adopt(self, c: LabelledContainer, node: str, orphaned: bool) -> list[str]:
+        """Hold what ``c``'s labels list (a share as a share: issue 26); the conflicts."""
+        share = c.shares
+        if share is None:  # whole GPUs (a malformed share label holds its GPU whole)
+            return self.ledger.adopt(c.holder, node, c.gpus, c.allocation, orphaned)
+        (uuid,) = c.gpus
+        if self.ledger.adopt_share(c.holder, node, uuid, share, c.allocation, orphaned):
+            return []
+        return [uuid]
+
     def _own_orphan(self, uuid: str, c: LabelledContainer) -> bool:
         """Is ``uuid`` held by an orphan of ``c``'s server (not a conflict: the same GPU)?"""
         hold = self.ledger.hold_of(uuid)
-        return hold is not None and hold.orphaned and hold.holder == c.holder
+        if hold is None:
+            held = self.ledger.shares_on(uuid)
+            return any(h.orphaned and h.holder == c.holder for h in held)
+        return hold.orphaned and hold.holder == c.holder
 
     def _free_stale(
         self,

@@ -32,6 +32,7 @@ from jupyterhub_gpu.core.form import policy_from_config
 from jupyterhub_gpu.core.homes import template_root
 from jupyterhub_gpu.core.mounts import parse_group_mounts
 from jupyterhub_gpu.core.scheduling import queue_settings
+from jupyterhub_gpu.core.sharing import parse_policy
 from jupyterhub_gpu.errors import ConfigError
 from jupyterhub_gpu.wire.catalog_file import default_catalog_path, load_catalog
 from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
@@ -51,6 +52,7 @@ CHECKED_SECTIONS: dict[str, str] = {
     "GPUIdleCuller": "jupyterhub_gpu.services.culler.app:GPUIdleCuller",
     "GPUAgent": "jupyterhub_gpu.services.agent.app:GPUAgent",
     "SavedImages": "jupyterhub_gpu.hub.saved_images:SavedImages",
+    "GPUSharing": "jupyterhub_gpu.hub.sharing:GPUSharing",
 }
 
 #: Traits of DockerSpawner/Spawner that GPUDockerSpawner sets itself: a site's value is
@@ -226,6 +228,8 @@ def check_config(
     policy_from_config(s.get("resource_defaults"), s.get("group_bounds"), section)
     queue_settings(s.get("queue_policy"), f"{section}.queue_policy")
     parse_group_mounts(s.get("group_mounts") or {}, f"{section}.group_mounts")
+    sharing = config.get("GPUSharing", {})
+    parse_policy(sharing.get("models") or {}, sharing.get("nodes") or {})  # issue 26
     if s.get("home_template"):
         template_root(s["home_template"])
     for key in ("default_uid", "default_gid"):

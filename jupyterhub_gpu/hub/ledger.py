@@ -20,6 +20,7 @@ from jupyterhub_gpu.core.accounting.records import (
     EndReason,
     EventKind,
 )
+from jupyterhub_gpu.core.inventory import SHARED
 
 log = logging.getLogger(__name__)
 Listener = Callable[[AllocationEvent], None]
@@ -42,6 +43,7 @@ class Hold:
     since: float = field(default_factory=time.monotonic)
     allocation: str = ""  # the server's allocation id (allocation.py); "" before ids
     orphaned: bool = False
+    share: tuple[int, int] | None = None  # (K, N): K of the GPU's N shares; None: whole
 
     @property
     def key(self) -> str:
@@ -50,10 +52,16 @@ class Hold:
 
 
 class GPULedger:
-    """GPU uuid -> :class:`Hold`. One per hub process (shared by every spawner)."""
+    """GPU uuid -> :class:`Hold`. One per hub process (shared by every spawner).
+
+    A GPU is held whole (``_holds``) or by shares (``_shared``: uuid -> one hold per
+    server, orphans by their key), never both; the shares on a GPU never add up to more
+    than its ``N``, and every share on it agrees on ``N``.
+    """
 
     def __init__(self) -> None:
         self._holds: dict[str, Hold] = {}
+        self._shared: dict[str, dict[str, Hold]] = {}  # uuid -> share key -> hold
         self._servers: dict[str, Hold] = {}  # holder -> the node its server is placed on
         self._orphans: dict[str, Hold] = {}  # Hold.key -> where an orphaned server was
         self._open: dict[str, tuple[str, tuple[str, ...]]] = {}  # allocation -> node, GPUs
@@ -101,19 +109,48 @@ class GPULedger:
         return placed.allocation if placed else ""
 
     def allocations(self) -> dict[str, str]:
-        """uuid -> holder of every held GPU, orphans included (for placement: taken)."""
-        return {uuid: hold.holder for uuid, hold in self._holds.items()}
+        """uuid -> holder of every held GPU, orphans included (for placement: taken); a
+        GPU held by shares is :data:`~jupyterhub_gpu.core.inventory.SHARED`."""
+        held = {uuid: hold.holder for uuid, hold in self._holds.items()}
+        held.update(dict.fromkeys(self._shared, SHARED))
+        return held
+
+    def share_use(self) -> dict[str, int]:
+        """uuid -> the shares held on it, orphans included (for placement)."""
+        return {
+            u: sum(h.share[0] for h in hs.values() if h.share) for u, hs in self._shared.items()
+        }
 
     def charged(self) -> dict[str, str]:
-        """uuid -> holder of the GPUs live servers hold (what quotas count; no orphans)."""
+        """uuid -> holder of the GPUs live servers hold whole (what quotas count; no
+        orphans). Shares: :meth:`charged_shares`."""
         return {uuid: h.holder for uuid, h in self._holds.items() if not h.orphaned}
+
+    def charged_shares(self) -> list[tuple[str, str, float]]:
+        """(uuid, holder, fraction of the GPU) of every share a live server holds."""
+        return [
+            (u, h.holder, h.share[0] / h.share[1])
+            for u, hs in self._shared.items()
+            for h in hs.values()
+            if h.share and not h.orphaned
+        ]
 
     def hold_of(self, uuid: str) -> Hold | None:
         return self._holds.get(uuid)
 
+    def shares_on(self, uuid: str) -> list[Hold]:
+        """The share holds on ``uuid`` (orphans included)."""
+        return list(self._shared.get(uuid, {}).values())
+
+    def _all(self) -> list[tuple[str, Hold]]:
+        """(uuid, hold) of every hold, whole and shares."""
+        out = list(self._holds.items())
+        out += [(u, h) for u, hs in self._shared.items() for h in hs.values()]
+        return out
+
     def held_by(self, holder: str) -> list[str]:
-        """The GPUs ``holder``'s live server holds (its orphans aside)."""
-        return sorted(u for u, h in self._holds.items() if h.holder == holder and not h.orphaned)
+        """The GPUs ``holder``'s live server holds, whole or a share (its orphans aside)."""
+        return sorted(u for u, h in self._all() if h.holder == holder and not h.orphaned)
 
     def holders_on(
         self, node: str, older_than: float = 0.0, taken_before: float | None = None
@@ -124,7 +161,7 @@ class GPULedger:
         latest = self._latest(older_than, taken_before)
         gpus = {
             h.holder
-            for h in self._holds.values()
+            for _, h in self._all()
             if h.node == node and h.since <= latest and not h.orphaned
         }
         servers = {
@@ -137,7 +174,7 @@ class GPULedger:
     ) -> dict[str, Hold]:
         """Orphans on ``node`` (key -> one of its holds) as old as :meth:`holders_on` asks."""
         latest = self._latest(older_than, taken_before)
-        held = [*self._holds.values(), *self._orphans.values()]
+        held = [*(h for _, h in self._all()), *self._orphans.values()]
         return {h.key: h for h in held if h.orphaned and h.node == node and h.since <= latest}
 
     @staticmethod
@@ -153,8 +190,41 @@ class GPULedger:
             current = self._holds.get(uuid)
             if current is not None and (current.holder != holder or current.orphaned):
                 raise KeyError(f"GPU {uuid} is held by {current.holder}")
+            if self._shared.get(uuid):
+                raise KeyError(f"GPU {uuid} is shared")
         for uuid in wanted:
             self._holds[uuid] = Hold(holder, node, allocation=allocation)
+
+    def reserve_share(
+        self, holder: str, node: str, uuid: str, share: tuple[int, int], allocation: str = ""
+    ) -> None:
+        """Take ``share`` = (K, N) of ``uuid`` for ``holder``, or raise ``KeyError`` saying
+        why not: the GPU is held whole, split otherwise, or has fewer than K shares free.
+        Synchronous: two spawns racing for the last share can't both get it."""
+        reason = self._share_conflict(uuid, share, holder)
+        if reason:
+            raise KeyError(reason)
+        self._shared.setdefault(uuid, {})[holder] = Hold(
+            holder, node, allocation=allocation, share=share
+        )
+
+    def _share_conflict(self, uuid: str, share: tuple[int, int], own: str) -> str | None:
+        """Why ``share`` can't be held on ``uuid`` besides the others (``own``: the key of
+        the hold it would replace), or None."""
+        count, of = share
+        if uuid in self._holds:
+            return f"GPU {uuid} is held whole by {self._holds[uuid].holder}"
+        others = [h for key, h in self._shared.get(uuid, {}).items() if key != own]
+        if any(h.share and h.share[1] != of for h in others):
+            return f"GPU {uuid} is split into other shares than {of}"
+        used = sum(h.share[0] for h in others if h.share)
+        if used + count > of:
+            return f"GPU {uuid} has {of - used} of {of} shares free, {count} asked"
+        return None
+
+    @staticmethod
+    def _share_key(holder: str, orphaned: bool, key: str) -> str:
+        return f"orphan:{key}" if orphaned else holder
 
     def adopt(
         self,
@@ -168,6 +238,9 @@ class GPULedger:
         uuids held by someone else (an orphan and a live server are two holders)."""
         conflicts = []
         for uuid in uuids:
+            if self._shared.get(uuid):
+                conflicts.append(uuid)  # a whole hold on a shared GPU
+                continue
             current = self._holds.get(uuid)
             if current is not None and (current.holder, current.orphaned) != (holder, orphaned):
                 conflicts.append(uuid)
@@ -175,11 +248,29 @@ class GPULedger:
             self._holds[uuid] = Hold(holder, node, allocation=allocation, orphaned=orphaned)
         return conflicts
 
+    def adopt_share(
+        self,
+        holder: str,
+        node: str,
+        uuid: str,
+        share: tuple[int, int],
+        allocation: str = "",
+        orphaned: bool = False,
+    ) -> bool:
+        """Record a share found in state or labels; False (nothing recorded) when it
+        conflicts: the GPU held whole, split otherwise, or its shares all taken."""
+        hold = Hold(holder, node, allocation=allocation, orphaned=orphaned, share=share)
+        key = self._share_key(holder, orphaned, hold.key)
+        if self._share_conflict(uuid, share, key):
+            return False
+        self._shared.setdefault(uuid, {})[key] = hold
+        return True
+
     def held_on(self, holder: str, node: str, taken_before: float) -> list[str]:
         """GPUs ``holder``'s live server holds on ``node``, taken before ``taken_before``."""
         return sorted(
             u
-            for u, h in self._holds.items()
+            for u, h in self._all()
             if h.holder == holder and h.node == node and h.since <= taken_before and not h.orphaned
         )
 
@@ -193,7 +284,17 @@ class GPULedger:
             if hold is not None and hold.holder == holder and not hold.orphaned:
                 del self._holds[uuid]
                 freed.append(uuid)
+            elif self._drop_share(uuid, holder):
+                freed.append(uuid)
         return freed
+
+    def _drop_share(self, uuid: str, key: str) -> bool:
+        shares = self._shared.get(uuid, {})
+        if shares.pop(key, None) is None:
+            return False
+        if not shares:
+            del self._shared[uuid]
+        return True
 
     def orphan(self, holder: str) -> None:
         """The hub lets go of ``holder``'s server while its container may still run: its
@@ -205,6 +306,11 @@ class GPULedger:
                 self._holds[uuid] = replace(
                     hold, orphaned=True, allocation=hold.allocation or allocation
                 )
+        for shares in self._shared.values():
+            mine = shares.pop(holder, None)
+            if mine is not None:
+                mine = replace(mine, orphaned=True, allocation=mine.allocation or allocation)
+                shares[self._share_key(holder, True, mine.key)] = mine
         if placed is not None:
             orphan = replace(placed, orphaned=True)
             self._orphans[orphan.key] = orphan
@@ -215,7 +321,8 @@ class GPULedger:
         freed = sorted(u for u, h in self._holds.items() if h.orphaned and h.key == key)
         for uuid in freed:
             del self._holds[uuid]
-        return freed
+        shared = sorted(u for u in list(self._shared) if self._drop_share(u, f"orphan:{key}"))
+        return sorted(freed + shared)
 
     # servers, with or without GPUs: where each one is placed (CPU-only ones spread by it)
     def place_server(self, holder: str, node: str, allocation: str = "") -> None:

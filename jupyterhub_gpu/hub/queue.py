@@ -71,6 +71,7 @@ from jupyterhub_gpu.core.scheduling import (
     reserved_lines,
     schedule,
 )
+from jupyterhub_gpu.core.scheduling.state import SHARE_KEY
 from jupyterhub_gpu.core.words import duration
 from jupyterhub_gpu.edges.accounting.store import AccountingUnavailable
 from jupyterhub_gpu.errors import MustQueue as MustQueue
@@ -127,8 +128,10 @@ class SpawnQueue:
         self._usage: UsageTotals | None = None
         self._store_read = float("-inf")
         self._reading: asyncio.Future[None] | None = None  # the store read in flight
-        self._charge_of: dict[str, Charge] = {}  # GPU uuid -> its allocation's group and user
+        # (GPU uuid, user) -> its allocation's group and user (a shared GPU has several)
+        self._charge_of: dict[tuple[str, str], Charge] = {}
         self._gpus_of: dict[str, tuple[str, ...]] = {}  # allocation -> its GPUs
+        self._user_of: dict[str, str] = {}  # allocation -> its user
         self._waiters: dict[str, _Waiter] = {}
         self._changed: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -150,11 +153,13 @@ class SpawnQueue:
         record = event.record
         if event.kind in (EventKind.RESERVED, EventKind.REJOINED) and record is not None:
             self._gpus_of[event.allocation] = record.gpu_uuids
+            self._user_of[event.allocation] = record.user
             for uuid in record.gpu_uuids:
-                self._charge_of[uuid] = Charge(record.group, record.user)
+                self._charge_of[(uuid, record.user)] = Charge(record.group, record.user)
         if event.kind is EventKind.RELEASED:
+            user = self._user_of.pop(event.allocation, "")
             for uuid in self._gpus_of.pop(event.allocation, ()):
-                self._charge_of.pop(uuid, None)
+                self._charge_of.pop((uuid, user), None)
             if self._waiters:
                 self.kick()
 
@@ -224,7 +229,11 @@ class SpawnQueue:
         await self._read_store()
         snapshot = await self.cluster.snapshot()
         # from here on no await: the ledger can't change under the decision
-        snapshot = replace(snapshot, allocations=self.cluster.ledger.allocations())
+        snapshot = replace(
+            snapshot,
+            allocations=self.cluster.ledger.allocations(),
+            shares=self.cluster.ledger.share_use(),
+        )
         waiters = {k: w for k, w in self._waiters.items() if not w.done.done()}
         now = time.time()
         usage = self._usage
@@ -248,7 +257,11 @@ class SpawnQueue:
             waiter = waiters.pop(refused.request.id)
             waiter.done.set_exception(QueueRefused(refused.reason))
         if waiters:  # what the starts took is taken for the estimates
-            taken = replace(snapshot, allocations=self.cluster.ledger.allocations())
+            taken = replace(
+                snapshot,
+                allocations=self.cluster.ledger.allocations(),
+                shares=self.cluster.ledger.share_use(),
+            )
             self._tell(waiters, replace(state, snapshot=taken))
 
     def _releases(self) -> list[Release]:
@@ -265,11 +278,18 @@ class SpawnQueue:
         return out
 
     def _charges(self) -> dict[str, Charge]:
-        """Held GPU -> the group and user it is charged to (orphans: nobody's, not listed)."""
-        return {
-            uuid: self._charge_of.get(uuid) or Charge("", holder.split("/", 1)[0])
-            for uuid, holder in self.cluster.ledger.charged().items()
-        }
+        """Held GPU -> the group and user it is charged to (orphans: nobody's, not listed);
+        a share is listed as ``uuid#holder`` with its fraction (issue 26)."""
+        ledger = self.cluster.ledger
+        out = {uuid: self._charge(uuid, holder) for uuid, holder in ledger.charged().items()}
+        for uuid, holder, fraction in ledger.charged_shares():
+            charge = self._charge(uuid, holder)
+            out[f"{uuid}{SHARE_KEY}{holder}"] = Charge(charge.group, charge.user, fraction)
+        return out
+
+    def _charge(self, uuid: str, holder: str) -> Charge:
+        user = holder.split("/", 1)[0]
+        return self._charge_of.get((uuid, user)) or Charge("", user)
 
     def fencing(self, now: float | None = None) -> bool:
         """Whether a reservation is active or starts soon: then every GPU spawn goes

@@ -50,6 +50,8 @@ from jupyterhub_gpu.core.containers import (
     gpu_env,
     published_port,
     server_labels,
+    share_env,
+    share_from_state,
 )
 from jupyterhub_gpu.core.form import (
     ResourcePolicy,
@@ -84,6 +86,7 @@ from jupyterhub_gpu.core.saving.entries import (
     with_saved,
 )
 from jupyterhub_gpu.core.saving.identity import NodeImage, in_registry, start_refusal
+from jupyterhub_gpu.core.sharing import Share
 from jupyterhub_gpu.core.tokens import site_secret_from
 from jupyterhub_gpu.core.usernet import bridge_name_problem
 from jupyterhub_gpu.edges.home_dirs import ensure_home
@@ -98,6 +101,7 @@ from jupyterhub_gpu.hub.pull import ImageUnavailable, pull
 from jupyterhub_gpu.hub.queue import MustQueue, SpawnQueue
 from jupyterhub_gpu.hub.runtime import HubRuntime, runtime_of
 from jupyterhub_gpu.hub.saves import my_images
+from jupyterhub_gpu.hub.sharing import GPUSharing
 from jupyterhub_gpu.wire.catalog_file import default_catalog_path, load_catalog
 from jupyterhub_gpu.wire.cull_notes import load_notes, notes_for
 from jupyterhub_gpu.wire.nodes_file import NodeSpec, default_node, parse_nodes
@@ -424,6 +428,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
     gpu_uuids = List(Unicode())
     host_port = Int(0)  # the port the engine published the server on, on the node's address
     allocation_id = Unicode("")  # made with the reservation, sealed into the labels
+    share: Share | None = None  # the share of its one GPU it holds (issue 26); None: whole
 
     @property
     def holder(self) -> str:
@@ -433,6 +438,9 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         state = super().get_state()
         if self.node_name:
             state.update(node=self.node_name, gpu_uuids=list(self.gpu_uuids))
+            if self.share is not None:
+                share = self.share
+                state["share"] = [share.count, share.of, share.memory_mib, share.mode]
             if self.allocation_id:
                 state["allocation"] = self.allocation_id
                 state["charge_group"], state["gpu_model"] = self._charge_group, self._gpu_model
@@ -459,10 +467,9 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         self.allocation_id = str(state.get("allocation") or "")
         self._charge_group = str(state.get("charge_group") or "")
         self._gpu_model = str(state.get("gpu_model") or "")
+        self.share = share_from_state(state.get("share"))
         if self.node_name:
-            conflicts = self.ledger.adopt(
-                self.holder, self.node_name, self.gpu_uuids, self.allocation_id
-            )
+            conflicts = self._adopt_state()
             self.ledger.place_server(self.holder, self.node_name, self.allocation_id)
             self.ledger.rejoin_allocation(
                 AllocationRecord(
@@ -484,6 +491,19 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
                     "%s: GPUs %s also claimed by another server", self.holder, conflicts
                 )
 
+    def _adopt_state(self) -> list[str]:
+        """Hold again what the state says this server holds (a share as a share)."""
+        share = self.share
+        if share is None or len(self.gpu_uuids) != 1:
+            return self.ledger.adopt(
+                self.holder, self.node_name, self.gpu_uuids, self.allocation_id
+            )
+        (uuid,) = self.gpu_uuids
+        held = (share.count, share.of)
+        if self.ledger.adopt_share(self.holder, self.node_name, uuid, held, self.allocation_id):
+            return []
+        return [uuid]
+
     def clear_state(self) -> None:
         super().clear_state()
         self._forget_placement()
@@ -500,6 +520,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         self.gpu_uuids = []
         self.host_port = 0
         self.allocation_id = ""
+        self.share = None
 
     # ------------------------------------------------------------------ config
     @property
@@ -531,6 +552,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
                 drains_file=self.drains_file,
                 node_checks=self._node_check_settings(),
                 node_check_interval=self.node_check_interval,
+                sharing=GPUSharing(config=self.config, parent=self).policy,
             ),
             self.log,
             deadlines_file=self.cull_deadlines_file,
@@ -748,6 +770,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             charge_groups=charge_groups,
             reserved=reserved,
             image_sizes=self.cluster.image_sizes(),
+            sharing=snapshot.sharing,
         )
 
     # ------------------------------------------------------------------ placement
@@ -755,7 +778,14 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         """Write what admission decided into the ledger and this spawner's state, with no
         ``await``: called right after the decision (``_decide_and_reserve``, ``_take``)."""
         allocation = new_allocation_id()
-        self.ledger.reserve(self.holder, decision.node, decision.gpu_uuids, allocation)
+        share = decision.share
+        if share is None:
+            self.ledger.reserve(self.holder, decision.node, decision.gpu_uuids, allocation)
+        else:  # KeyError when another spawn took the last share first
+            (uuid,) = decision.gpu_uuids
+            held = (share.count, share.of)
+            self.ledger.reserve_share(self.holder, decision.node, uuid, held, allocation)
+        self.share = share
         self.cluster.pending.add(self.holder)
         self.node_name = decision.node
         self.gpu_uuids = list(decision.gpu_uuids)
@@ -769,6 +799,8 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         if self.home_template:
             env["HOME"] = self._container_home()
         env.update(gpu_env(self.gpu_uuids))  # last: nothing else decides the GPUs
+        if self.share is not None:
+            env.update(share_env(self.share))  # the share's limits, never the user's
         return env
 
     def _container_home(self) -> str:
@@ -782,6 +814,8 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             self.name,
             self.node_name,
             tuple(self.gpu_uuids),
+            self.share.label if self.share else "",
+            self.share.memory_mib if self.share else 0,
         )
         now = datetime.now(timezone.utc)
         return server_labels(claim, str(self.image), now, self.cluster.settings.seal_key)
@@ -929,6 +963,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
                 bounds=bounds,
                 models=models,
                 charge_groups=self._charge_groups(ident),
+                sharing=snapshot.sharing,
             )
             entry = resolve_entry(catalog, options)
             if entry.custom:
@@ -1076,6 +1111,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             node=decision.node,
             gpu_uuids=tuple(decision.gpu_uuids),
             gpu_model=self._gpu_model,
+            gpu_fraction=decision.share.fraction if decision.share else 1.0,
             image=options.image,
             cuda=self._cuda,
             cpus=options.cpu,

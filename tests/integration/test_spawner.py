@@ -304,3 +304,35 @@ def test_an_engine_error_is_told_as_such_and_holds_nothing(
     assert "jupyterhub-singleuser" in text and "stopped answering" not in text, text
     assert hub.server("oscar") is None and containers_of(engine, hub, "oscar") == []
     spawn_ready(hub, "peggy", {"image": "good", "gpu_count": 1})  # the one GPU is free
+
+
+def test_two_users_share_one_gpu(make_hub, engine) -> None:
+    """Issue 26: on a hub with one RTX 3090 shared in 4 (MPS), alice takes a quarter and
+    bob three quarters of the same GPU; each container sees that GPU only, carries its
+    share in its labels and its MPS limits in its environment; a whole GPU is refused
+    while they share it, and so is a share beyond the four."""
+    sharing = (
+        'c.GPUSharing.models = {"NVIDIA GeForce RTX 3090": {"shares": 4, "mode": "mps"}}\n'
+        "c.GPUDockerSpawner.max_queue_wait = 0\n"
+    )
+    hub = make_hub([engine], [gpu_inventory(engine.name, "aaaaaaaa", [RTX])], sharing)
+    share = {"gpu_count": 1, "gpu_model": RTX[0]}
+    states = {
+        "alice": spawn_ready(hub, "alice", {**share, "gpu_share": "1/4"}),
+        "bob": spawn_ready(hub, "bob", {**share, "gpu_share": "3/4"}),
+    }
+    assert states["alice"]["gpu_uuids"] == states["bob"]["gpu_uuids"]
+    (uuid,) = states["alice"]["gpu_uuids"]
+    for user, (part, mib) in {"alice": ("1/4", 6144), "bob": ("3/4", 18432)}.items():
+        (container,) = containers_of(engine, hub, user)
+        assert container.labels["jupyterhub-gpu.share"] == part
+        assert container.labels["jupyterhub-gpu.share_memory_mib"] == str(mib)
+        assert container.labels["jupyterhub-gpu.gpus"] == uuid
+        env = container_env(engine, container.name)
+        assert env["NVIDIA_VISIBLE_DEVICES"] == uuid
+        assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={mib}M"
+    for user, options in (("carol", {"gpu_count": 1}), ("dave", {**share, "gpu_share": "1/4"})):
+        hub.create_user(user)
+        r = hub.spawn(user, options)
+        assert r.status_code >= 400, r.text
+        assert containers_of(engine, hub, user) == []

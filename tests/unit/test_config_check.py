@@ -149,6 +149,10 @@ def _bad_catalog(tmp_path: Path) -> str:
             "cannot read",
         ),
         (lambda c, t: setattr(c.DockerSpawner, "default_uid", 0), "never run as root"),
+        (
+            lambda c, t: setattr(c.GPUSharing, "models", {"X": {"shares": 4, "mod": "mps"}}),
+            "GPUSharing.models['X']: unknown key(s) mod",
+        ),
     ],
 )
 def test_bad_settings_are_refused(mutate, fragment: str, tmp_path: Path) -> None:

@@ -366,3 +366,19 @@ def test_reserved_gpus_are_a_notice_before_the_form(
     assert "<script>alert" not in html
     assert html.index('id="jhgpu-reserved"') < html.index('id="jhgpu-image"')
     assert "jhgpu-reserved" not in spawn_form_html(catalog, snapshot, bounds)
+
+
+def test_a_share_is_offered_beside_whole_gpus(
+    catalog: Catalog, snapshot: ClusterSnapshot, bounds: UserBounds
+) -> None:
+    """Issue 26: with the RTX 3090 shared in 4, the form offers a quarter of it (its
+    memory said), preselects the last choice, and offers nothing without a policy."""
+    from jupyterhub_gpu.core.sharing import parse_policy
+
+    policy = parse_policy({"NVIDIA GeForce RTX 3090": {"shares": 4}}, {})
+    html = spawn_form_html(catalog, snapshot, bounds, {"gpu_share": "1/4"}, sharing=policy)
+    p = parse(html)
+    assert len(p.selects["gpu_share"]) == 2
+    assert selected(p, "gpu_share") == "1/4"
+    assert "a quarter of an RTX 3090: 6 GiB, for light work" in html_unescape(html)
+    assert "gpu_share" not in parse(spawn_form_html(catalog, snapshot, bounds)).selects

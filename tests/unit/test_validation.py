@@ -220,7 +220,7 @@ TAMPERED: list[tuple[str, Any, str]] = [
     ("api", {"cpu": "1e309"}, "The CPU count must be a number from 0.5 to 4"),
     ("api", {"cpu": 64}, "You may use at most 4 CPUs per server; you asked for 64"),
     ("api", {"cpu": 0}, "CPU count must be a number from 0.5 to 4; got 0"),
-    ("api", {"foo": 1}, "Unknown option 'foo'; the allowed options are image, gpu_count, gpu_model, min_gpu_memory_gib, cpu, mem_gib and charge_group"),
+    ("api", {"foo": 1}, "Unknown option 'foo'; the allowed options are image, gpu_count, gpu_model, min_gpu_memory_gib, cpu, mem_gib, charge_group and gpu_share"),
     ("api", {"group": "ml-lab"}, "Unknown option 'group'; use 'charge_group' instead"),
     ("form", {"account": ["ml-lab"]}, "Unknown option 'account'; use 'charge_group' instead"),
     ("api", {"groups": ["wheel"]}, "Choosing the user or privileges ('groups') is not allowed"),

@@ -56,10 +56,16 @@ class AllocationRecord:
     mem_gib: float | None = None
     started_at: datetime = field(default_factory=utcnow)
     hub: str = ""  # the hub that made it (GPUDockerSpawner.hub_id): hubs may share a database
+    gpu_fraction: float = 1.0  # the part of each GPU held: a share's K/N (issue 26), else 1
 
     @property
     def gpus(self) -> int:
         return len(self.gpu_uuids)
+
+    @property
+    def gpu_amount(self) -> float:
+        """GPUs as charged: a share of one GPU is its fraction of it."""
+        return self.gpus * self.gpu_fraction
 
 
 @dataclass(frozen=True)

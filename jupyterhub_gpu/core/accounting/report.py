@@ -34,7 +34,7 @@ class Interval:
     group: str
     model: str
     node: str
-    gpus: int
+    gpus: float  # GPUs held; a share counts as its fraction of one (issue 26)
     start: datetime
     end: datetime | None  # None: still open (counted up to the report's ``now``)
     mean_util_pct: float = 0.0

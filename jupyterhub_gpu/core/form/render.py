@@ -19,8 +19,10 @@ from jupyterhub_gpu.core.catalog.entries import Catalog, CatalogEntry, format_cc
 from jupyterhub_gpu.core.form.availability import ModelAvailability, gpu_model_availability
 from jupyterhub_gpu.core.form.readiness import readiness
 from jupyterhub_gpu.core.form.resources import UserBounds
+from jupyterhub_gpu.core.form.shares import share_choices
 from jupyterhub_gpu.core.form.validation import ANY_MODEL, finite_number, whole_number
 from jupyterhub_gpu.core.inventory import ClusterSnapshot
+from jupyterhub_gpu.core.sharing.policy import NO_SHARING, SharingPolicy
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TEMPLATE_NAME = "spawn_form.html"
@@ -162,8 +164,12 @@ def render_form(
     reserved: Sequence[str] = (),
     unlisted: Sequence[Any] = (),
     ready: Mapping[str, str] | None = None,
+    sharing: SharingPolicy = NO_SHARING,
 ) -> str:
     """The form's HTML (inserted into JupyterHub's ``spawn.html``).
+
+    ``sharing``: the admin's sharing policy; a share of each shared model the user may
+    use is offered beside whole GPUs (:func:`~.shares.share_choices`, issue 26).
 
     ``catalog_view``: the entries this user may choose (:func:`visible_entries`);
     ``availability``: from :func:`~jupyterhub_gpu.core.catalog.catalog_availability`;
@@ -207,6 +213,8 @@ def render_form(
             charge_group=initial_charge_group(charge_groups, previous_choices),
             reserved=list(reserved),
             unlisted=list(unlisted),
+            shares=share_choices(sharing, [(m.model, m.memory_mib) for m in allowed]),
+            chosen_share=str((previous_choices or {}).get("gpu_share") or ""),
         )
     )
 
@@ -223,6 +231,7 @@ def spawn_form_html(
     reserved: Sequence[str] = (),
     unlisted: Sequence[Any] = (),
     image_sizes: Mapping[str, int] | None = None,
+    sharing: SharingPolicy = NO_SHARING,
 ) -> str:
     """Everything in one call: the user's images, their availability on ``snapshot``'s
     nodes and where each is ready (``image_sizes``: identity -> bytes on disk, for what
@@ -253,4 +262,5 @@ def spawn_form_html(
         reserved=reserved,
         unlisted=unlisted,
         ready=ready,
+        sharing=sharing,
     )

@@ -30,8 +30,10 @@ from jupyterhub_gpu.core.catalog.compat import (
 from jupyterhub_gpu.core.catalog.entries import IMAGE_RE, Catalog, CatalogEntry
 from jupyterhub_gpu.core.form.availability import ModelAvailability, short_model_name
 from jupyterhub_gpu.core.form.resources import UserBounds
+from jupyterhub_gpu.core.form.shares import check_share
 from jupyterhub_gpu.core.placement.locality import wanted
 from jupyterhub_gpu.core.placement.request import PlacementRequest
+from jupyterhub_gpu.core.sharing.policy import NO_SHARING, SharingPolicy, parse_share
 from jupyterhub_gpu.errors import InvalidRequest
 
 OPTION_FIELDS = (
@@ -42,6 +44,7 @@ OPTION_FIELDS = (
     "cpu",
     "mem_gib",
     "charge_group",
+    "gpu_share",
 )
 ANY_MODEL = "any"
 
@@ -125,6 +128,7 @@ class SpawnOptions:
     mem_gib: float
     custom_image: bool = False
     charge_group: str | None = None
+    gpu_share: str = ""  # "K/N": a share of one GPU of gpu_model (issue 26); "" whole
 
     def as_user_options(self) -> dict[str, Any]:
         """JSON-able ``user_options``; :func:`validate_options` accepts it unchanged."""
@@ -138,6 +142,8 @@ class SpawnOptions:
         }
         if self.charge_group is not None:
             options["charge_group"] = self.charge_group
+        if self.gpu_share:
+            options["gpu_share"] = self.gpu_share
         return options
 
 
@@ -401,6 +407,7 @@ def validate_options(
     bounds: UserBounds,
     models: Sequence[ModelAvailability],
     charge_groups: Sequence[str] = (),
+    sharing: SharingPolicy = NO_SHARING,
 ) -> SpawnOptions:
     """Validate raw spawn options (form or API) for one user; raise ``InvalidRequest``.
 
@@ -432,6 +439,7 @@ def validate_options(
         "GiB of memory",
     )
     charged = _check_charge_group(_single(raw, "charge_group"), bounds, charge_groups)
+    share = check_share(_single(raw, "gpu_share"), count, model, sharing)
     return SpawnOptions(
         image=entry.image if entry.custom else entry.slug,
         gpu_count=count,
@@ -441,6 +449,7 @@ def validate_options(
         mem_gib=mem,
         custom_image=entry.custom,
         charge_group=charged,
+        gpu_share=share,
     )
 
 
@@ -468,12 +477,15 @@ def placement_request(
         allowed = frozenset(m for m in models if bounds.model_allowed(m))
     # without GPUs the image's driver and architecture needs don't restrict the node
     constraints = entry_to_request_constraints(entry if options.gpu_count else _NO_GPU_ENTRY)
+    shares, share_of = parse_share(options.gpu_share) or (0, 0)
     return PlacementRequest(
         gpu_count=options.gpu_count,
         min_memory_mib=math.ceil(options.min_gpu_memory_gib * 1024),
         allowed_models=allowed,
         **constraints,
         image=wanted(entry.image),  # a saved image's entry runs its repo@digest
+        shares=shares,
+        share_of=share_of,
     )
 
 

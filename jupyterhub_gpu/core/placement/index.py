@@ -30,7 +30,7 @@ from __future__ import annotations
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from jupyterhub_gpu.core.inventory import GPU, NodeState, parse_version
 from jupyterhub_gpu.core.placement.request import PlacementRequest
@@ -96,6 +96,8 @@ class ClusterIndex:
         self.slot_rank = [rank[c] for c in self.slot_class]
         self._lock = threading.Lock()
         self._candidates: dict[PlacementRequest, tuple[ClassSlots, ...]] = {}
+        # (share request, sharing policy) -> eligible (slot, rule)s (see placement.shares)
+        self.share_cache: dict[tuple[object, object], tuple[tuple[int, Any], ...]] = {}
         # dynamic state, mirrored from the last sync() (guarded by _lock)
         self._held: set[str] = set()  # allocated uuids
         self._unheld_procs: set[str] = set(self.procs)  # unallocated GPUs with processes
@@ -183,6 +185,15 @@ class ClusterIndex:
                 self._candidates.clear()  # many request shapes: start over
             self._candidates[request] = found
         return found
+
+    def remember_shares(
+        self, key: tuple[object, object], found: tuple[tuple[int, Any], ...]
+    ) -> None:
+        """Cache what ``placement.shares.eligible`` found for ``key``."""
+        with self._lock:
+            if len(self.share_cache) >= _CANDIDATE_CACHE_SIZE:
+                self.share_cache.clear()
+            self.share_cache[key] = found
 
     # -- dynamic state -------------------------------------------------------------------
 

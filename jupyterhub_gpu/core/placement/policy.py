@@ -46,6 +46,11 @@ pre-puller can pay it ahead). Reservations, quotas and the queue's fairness live
 node holds the image (or the request names none) every decision is exactly the one
 without locality. A server without GPUs is placed by
 :func:`~jupyterhub_gpu.core.placement.locality.cpu_node`, where locality comes first.
+
+A request for shares of one GPU (``request.shares``, issue 26) is placed by
+:func:`~jupyterhub_gpu.core.placement.shares.place_share` instead (its own rules: pack
+onto shared GPUs, best fit, else open the weakest free one); shared GPUs are in
+``allocations``, so the rules above never give one whole.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ from jupyterhub_gpu.core.inventory import ClusterSnapshot
 from jupyterhub_gpu.core.placement.explain import explain
 from jupyterhub_gpu.core.placement.index import ClassSlots, Device
 from jupyterhub_gpu.core.placement.request import NoFit, Placement, PlacementRequest
+from jupyterhub_gpu.core.placement.shares import place_share
 from jupyterhub_gpu.core.placement.view import View, check_request
 
 _NO_SLOT = -1
@@ -78,6 +84,8 @@ class ClassOption(NamedTuple):
 def place(snapshot: ClusterSnapshot, request: PlacementRequest) -> Placement | NoFit:
     """Choose a node and GPUs for ``request``, or say in one sentence why none fits now."""
     check_request(request)
+    if request.shares:
+        return place_share(snapshot, request)
     view = View(snapshot)
     count = request.gpu_count
     options: list[ClassOption] = []

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jupyterhub_gpu.core.sharing.policy import Share
+
 
 @dataclass(frozen=True)
 class PlacementRequest:
@@ -27,14 +29,29 @@ class PlacementRequest:
     min_compute_capability: tuple[int, int] | None = None
     max_compute_capability: tuple[int, int] | None = None
     image: frozenset[str] = frozenset()
+    # issue 26: > 0 asks for that many shares of one GPU (gpu_count is then 1); the
+    # share's memory (not the GPU's) must reach min_memory_mib. share_of > 0: only GPUs
+    # split into that many shares ("a quarter": 1 of 4); 0: any split.
+    shares: int = 0
+    share_of: int = 0
+
+    @property
+    def gpu_amount(self) -> float:
+        """How much of a GPU this asks for, as quotas count it: ``gpu_count``, or
+        ``shares / share_of`` for a share (a whole GPU when the split is not known)."""
+        if self.shares and self.share_of:
+            return self.shares / self.share_of
+        return float(self.gpu_count)
 
 
 @dataclass(frozen=True)
 class Placement:
-    """A decision: put the server on ``node`` with exactly these GPUs (in index order)."""
+    """A decision: put the server on ``node`` with exactly these GPUs (in index order);
+    ``share`` when it holds part of its one GPU."""
 
     node: str
     gpu_uuids: tuple[str, ...]
+    share: Share | None = None
 
 
 @dataclass(frozen=True)

@@ -46,3 +46,8 @@ def check_request(request: PlacementRequest) -> None:
     """Reject requests no placement can answer (a CPU-only server needs no placement)."""
     if request.gpu_count < 1:
         raise ValueError(f"gpu_count must be >= 1, got {request.gpu_count}")
+    if request.shares < 0 or (request.shares and request.gpu_count != 1):
+        raise ValueError(
+            f"a share request asks for shares >= 1 of one GPU, got shares={request.shares} "
+            f"of gpu_count={request.gpu_count}"
+        )

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from jupyterhub_gpu.core.inventory import ClusterSnapshot
+from jupyterhub_gpu.core.inventory import SHARED, ClusterSnapshot
 from jupyterhub_gpu.core.placement import NoFit, Placement, PlacementRequest, place
 from jupyterhub_gpu.core.placement.index import ClusterIndex, index_for
 from jupyterhub_gpu.core.placement.view import View
@@ -110,6 +110,7 @@ class _Pass:
         snap = state.snapshot
         self.index: ClusterIndex = index_for(snap.nodes)
         self.alloc: dict[str, str] = dict(snap.allocations)
+        self.shares: dict[str, int] = dict(snap.shares)  # uuid -> parts held (issue 26)
         slot_of = self.index.slot_of
         self.free_bound = len(slot_of) - sum(1 for u in self.alloc if u in slot_of)
         self.models = gpu_models(snap) if _has_quotas(state) else None
@@ -136,8 +137,9 @@ class _Pass:
         if hidden:
             alloc = dict(alloc)
             for u in hidden:
-                alloc.setdefault(u, FENCE)
-        return ClusterSnapshot(snap.nodes, alloc, snap.our_containers)
+                if alloc.get(u, SHARED) == SHARED:  # a hidden shared GPU takes no more shares
+                    alloc[u] = FENCE
+        return ClusterSnapshot(snap.nodes, alloc, snap.our_containers, self.shares, snap.sharing)
 
     def _reserved(self, group: str) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
         """(kept for others now, kept for others soon, kept for ``group`` now)."""
@@ -155,7 +157,7 @@ class _Pass:
         key = (request, others)
         if key in self.failed:
             return self.failed[key]
-        if request.gpu_count > self.free_bound:
+        if not request.shares and request.gpu_count > self.free_bound:
             return _too_few(self.free_bound, request.gpu_count)
         if own:
             everything = frozenset(self.index.slot_of)
@@ -173,15 +175,33 @@ class _Pass:
         return result
 
     def take(self, item: QueuedRequest, placement: Placement) -> None:
-        """Mark ``placement``'s GPUs taken by ``item`` (and held by its group and user)."""
+        """Mark ``placement``'s GPUs taken by ``item`` (and held by its group and user); a
+        share's parts are added to its GPU's, and count as their fraction of a GPU."""
+        if placement.share is not None:
+            self._take_share(item, placement)
+            return
         for u in placement.gpu_uuids:
             self.alloc[u] = STARTED + item.id
             if self.holdings is not None and self.models is not None:
                 _add(self.holdings, item.group, item.user, self.models.get(u, ""))
         self.free_bound -= len(placement.gpu_uuids)
 
+    def _take_share(self, item: QueuedRequest, placement: Placement) -> None:
+        share = placement.share
+        assert share is not None
+        (u,) = placement.gpu_uuids
+        if self.alloc.get(u) != SHARED:
+            self.alloc[u] = SHARED
+            self.free_bound -= 1
+        self.shares[u] = self.shares.get(u, 0) + share.count
+        if self.holdings is not None and self.models is not None:
+            _add(self.holdings, item.group, item.user, self.models.get(u, ""), share.fraction)
+
     def claim(self, item: QueuedRequest, request: PlacementRequest) -> str | None:
-        """Hide the free GPUs of the node where ``request`` is closest to fitting; its name."""
+        """Hide the free GPUs of the node where ``request`` is closest to fitting; its name.
+        A blocked share claims nothing: any share that ends makes room for it."""
+        if request.shares:
+            return None
         others, _, _ = self._reserved(item.group)
         view = View(self._view(others))
         best, most = -1, -1
@@ -194,6 +214,9 @@ class _Pass:
         for d in view.free_devices(best):
             self.alloc[d[0]] = CLAIM + item.id
             self.free_bound -= 1
+        for d in self.index.slot_devices[best]:  # its shared GPUs take no new shares: they drain
+            if self.alloc.get(d[0]) == SHARED:
+                self.alloc[d[0]] = CLAIM + item.id
         return self.index.node_name[self.index.slot_node[best]]
 
     def soon_note(self, item: QueuedRequest, placement: Placement) -> str | None:
@@ -216,11 +239,11 @@ def _too_few(free: int, count: int) -> str:
     return f"At most {gpus(free)} {verb} free right now, and this server needs {count}."
 
 
-def _add(holdings: Holdings, group: str, user: str, model: str) -> None:
+def _add(holdings: Holdings, group: str, user: str, model: str, amount: float = 1) -> None:
     for table, key in ((holdings.groups, group), (holdings.users, user)):
         assert isinstance(table, dict)
         row = table.setdefault(key, {})
-        row[model] = row.get(model, 0) + 1
+        row[model] = row.get(model, 0) + amount
 
 
 def schedule(

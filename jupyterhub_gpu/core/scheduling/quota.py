@@ -25,17 +25,19 @@ from jupyterhub_gpu.core.inventory import ClusterSnapshot
 from jupyterhub_gpu.core.placement.explain import _static_gap
 from jupyterhub_gpu.core.placement.index import index_for
 from jupyterhub_gpu.core.placement.request import PlacementRequest
+from jupyterhub_gpu.core.placement.shares import never_shares
 from jupyterhub_gpu.core.placement.view import View
-from jupyterhub_gpu.core.scheduling.state import Charge, Policies, QueuedRequest, Quota
+from jupyterhub_gpu.core.scheduling.state import SHARE_KEY, Charge, Policies, QueuedRequest, Quota
 from jupyterhub_gpu.core.words import gpus, listing, of_model
 
 
 @dataclass(frozen=True)
 class Holdings:
-    """GPUs held now, per group and per user, each per model name."""
+    """GPUs held now, per group and per user, each per model name (a share counts as its
+    fraction of a GPU)."""
 
-    groups: Mapping[str, Mapping[str, int]]
-    users: Mapping[str, Mapping[str, int]]
+    groups: Mapping[str, Mapping[str, float]]
+    users: Mapping[str, Mapping[str, float]]
 
 
 @dataclass(frozen=True)
@@ -70,14 +72,14 @@ def gpu_models(snapshot: ClusterSnapshot) -> dict[str, str]:
 def holdings_of(charges: Mapping[str, Charge], models: Mapping[str, str]) -> Holdings:
     """What each group and user holds, from the charged GPUs (uuid -> model via
     ``models``; a GPU no longer in the inventory counts under the model ``""``)."""
-    groups: dict[str, dict[str, int]] = {}
-    users: dict[str, dict[str, int]] = {}
-    for uuid, charge in charges.items():
-        model = models.get(uuid, "")
+    groups: dict[str, dict[str, float]] = {}
+    users: dict[str, dict[str, float]] = {}
+    for key, charge in charges.items():
+        model = models.get(key.split(SHARE_KEY, 1)[0], "")
         g = groups.setdefault(charge.group, {})
-        g[model] = g.get(model, 0) + 1
+        g[model] = g.get(model, 0) + charge.fraction
         u = users.setdefault(charge.user, {})
-        u[model] = u.get(model, 0) + 1
+        u[model] = u.get(model, 0) + charge.fraction
     return Holdings(groups, users)
 
 
@@ -87,7 +89,7 @@ class _Scope:
     has: str  # "holds" / "hold"
     whose: str  # "the group's" / "your"
     quota: Quota
-    held: Mapping[str, int]
+    held: Mapping[str, float]
 
 
 def _scopes(item: QueuedRequest, holdings: Holdings, policies: Policies) -> list[_Scope]:
@@ -103,16 +105,16 @@ def _scopes(item: QueuedRequest, holdings: Holdings, policies: Policies) -> list
 _OK, _BUSY, _NEVER = 0, 1, 2
 
 
-def _model_status(scope: _Scope, model: str, count: int) -> int:
+def _model_status(scope: _Scope, model: str, count: float) -> int:
     cap = scope.quota.per_model.get(model)
     if cap is None:
         return _OK
     if count > cap:
         return _NEVER
-    return _BUSY if scope.held.get(model, 0) + count > cap else _OK
+    return _BUSY if scope.held.get(model, 0) + count > cap + 1e-9 else _OK
 
 
-def _total(scope: _Scope, count: int) -> Verdict | None:
+def _total(scope: _Scope, count: float) -> Verdict | None:
     """Refuse or Wait on ``max_gpus``; None when within it."""
     cap = scope.quota.max_gpus
     if cap is None:
@@ -121,20 +123,25 @@ def _total(scope: _Scope, count: int) -> Verdict | None:
         fix = f"Ask for {cap} or fewer." if cap else "Ask an admin for GPUs for this group."
         return Refuse(
             f"{scope.who} may hold at most {gpus(cap)} at once, and this server asks for "
-            f"{count}: it can never start. {fix}"
+            f"{count:g}{'' if count == int(count) else ' of a GPU'}: it can never start. {fix}"
         )
     held = sum(scope.held.values())
-    if held + count <= cap:
+    if held + count <= cap + 1e-9:
         return None
-    need = held + count - cap
+    need = f"{held + count - cap:g}"
     sooner = " Stop one of your servers to start this one sooner." if scope.who == "You" else ""
     return Wait(
-        f"{scope.who} {scope.has} {held} of {gpus(cap)} allowed at once, and this server asks "
-        f"for {count}: it waits in the queue until {scope.whose} servers free {need}.{sooner}"
+        f"{scope.who} {scope.has} {held:g} of {gpus(cap)} allowed at once, and this server asks "
+        f"for {count:g}: it waits in the queue until {scope.whose} servers free {need}.{sooner}"
     )
 
 
-def _never_reason(scopes: list[_Scope], models: list[str], count: int) -> Refuse:
+def _amount(count: float) -> str:
+    """``2 GPUs``, or ``0.25 of a GPU`` for a share."""
+    return gpus(int(count)) if count == int(count) else f"{count:g} of a GPU"
+
+
+def _never_reason(scopes: list[_Scope], models: list[str], count: float) -> Refuse:
     caps = []
     for scope in scopes:
         mine = [m for m in models if m in scope.quota.per_model]
@@ -142,23 +149,24 @@ def _never_reason(scopes: list[_Scope], models: list[str], count: int) -> Refuse
             shown = [of_model(scope.quota.per_model[m], m) for m in mine]
             caps.append(f"{scope.who} may hold at most {listing(shown)} at once")
     best = max(min(s.quota.per_model.get(m, count) for s in scopes) for m in models)
+    best = int(best) if best == int(best) else best
     fix = f"Ask for {best} or fewer." if best else "Choose another GPU model."
     return Refuse(
-        f"{'; '.join(caps)}, and this server asks for {gpus(count)}: it can never start. {fix}"
+        f"{'; '.join(caps)}, and this server asks for {_amount(count)}: it can never start. {fix}"
     )
 
 
-def _busy_reason(scopes: list[_Scope], models: list[str], count: int) -> Wait:
+def _busy_reason(scopes: list[_Scope], models: list[str], count: float) -> Wait:
     parts = []
     for scope in scopes:
         for m in models:
             if _model_status(scope, m, count) == _BUSY:
                 cap = scope.quota.per_model[m]
                 parts.append(
-                    f"{scope.who} {scope.has} {scope.held.get(m, 0)} of {of_model(cap, m)}"
+                    f"{scope.who} {scope.has} {scope.held.get(m, 0):g} of {of_model(cap, m)}"
                 )
     return Wait(
-        f"{'; '.join(parts)} allowed at once, and this server asks for {count}: it waits in "
+        f"{'; '.join(parts)} allowed at once, and this server asks for {count:g}: it waits in "
         "the queue until those servers free enough of them."
     )
 
@@ -170,7 +178,8 @@ def check_quota(
 
     ``models`` are the cluster's model names: the models an "any GPU" request may use.
     """
-    request, count = item.request, item.request.gpu_count
+    request = item.request
+    count: float = request.gpu_count if not request.shares else request.gpu_amount
     scopes = [s for s in _scopes(item, holdings, policies) if not s.quota.unlimited]
     if not scopes:
         return Allowed(request)
@@ -198,6 +207,8 @@ def never_fits(snapshot: ClusterSnapshot, request: PlacementRequest) -> str | No
     """Why no GPU of this cluster could ever hold ``request`` (placement's own sentence and
     advice), or None when it could once GPUs are free. A request that fits only drained
     or unreachable nodes may wait: they can come back."""
+    if request.shares:
+        return never_shares(snapshot, request)
     if index_for(snapshot.nodes).candidates(request):
         return None
     gap = _static_gap(View(snapshot), request)

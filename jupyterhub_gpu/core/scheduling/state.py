@@ -35,10 +35,15 @@ class QueuedRequest:
 
 @dataclass(frozen=True)
 class Charge:
-    """Who a held GPU is charged to: the group and user of the server that holds it."""
+    """Who a held GPU is charged to: the group and user of the server that holds it;
+    ``fraction``: the part of the GPU (a share's K/N, issue 26; 1 for a whole GPU)."""
 
     group: str
     user: str
+    fraction: float = 1.0
+
+
+SHARE_KEY = "#"  # charges of shares are keyed "uuid#holder" (a GPU has several holders)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ class AllocationRow(Base):
     node: Mapped[str] = mapped_column(String(255))
     gpu_uuids: Mapped[str] = mapped_column(Text, default="")  # comma separated
     gpus: Mapped[int] = mapped_column(Integer, default=0)
+    # the part of each GPU held: a share's K/N (issue 26); 1 for whole GPUs (0004)
+    gpu_fraction: Mapped[float] = mapped_column(Float, default=1.0, server_default="1.0")
     gpu_model: Mapped[str] = mapped_column(String(255), default="")
     image: Mapped[str] = mapped_column(String(255), default="")
     cuda: Mapped[str] = mapped_column(String(32), default="")

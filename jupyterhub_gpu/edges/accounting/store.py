@@ -140,6 +140,7 @@ class AccountingStore:
                     node=record.node,
                     gpu_uuids=",".join(record.gpu_uuids),
                     gpus=record.gpus,
+                    gpu_fraction=record.gpu_fraction,
                     gpu_model=record.gpu_model,
                     image=record.image,
                     cuda=record.cuda,
@@ -212,7 +213,7 @@ class AccountingStore:
         """The allocations overlapping [start, end) (naive UTC), as report intervals."""
         a = AllocationRow
         q = select(
-            a.user, a.group, a.gpu_model, a.node, a.gpus, a.started_at, a.ended_at,
+            a.user, a.group, a.gpu_model, a.node, a.gpus, a.gpu_fraction, a.started_at, a.ended_at,
             a.sampled_s, a.util_pct_seconds, a.end_reason, a.last_busy_at,
         ).where(a.started_at < end, or_(a.ended_at.is_(None), a.ended_at > start))  # fmt: skip
         if user is not None:
@@ -226,7 +227,7 @@ class AccountingStore:
                     group=r.group,
                     model=r.gpu_model,
                     node=r.node,
-                    gpus=r.gpus,
+                    gpus=r.gpus * (1.0 if r.gpu_fraction is None else r.gpu_fraction),
                     start=r.started_at,
                     end=r.ended_at,
                     mean_util_pct=r.util_pct_seconds / r.sampled_s if r.sampled_s else 0.0,

@@ -1,0 +1,145 @@
+"""Placing a share: ``K`` parts of one GPU (issue 26). Pure; called by ``policy.place``.
+
+The rules, in order:
+
+1. **Feasibility.** The GPU meets the request's static constraints as a whole request of
+   one GPU would (model, driver, compute capability, healthy, node schedulable), the
+   admin's policy shares it (:class:`~jupyterhub_gpu.core.sharing.ShareRule`), ``K`` is
+   at most its ``N`` shares, the ``K`` shares' memory reaches ``min_memory_mib``, and all
+   ``N`` shares together fit the GPU's memory (a rule that would overcommit a card is
+   never used on it).
+2. **Pack.** A GPU already shared (``snapshot.allocations[u] == SHARED`` and
+   ``snapshot.shares[u]`` parts held) with ``K`` parts free wins: best fit, the one left
+   with the fewest free parts; then the weakest class, the calmest GPU, the node name.
+3. **Open.** Else a free GPU is opened for sharing: on the node with the fewest free GPUs
+   of its model (whole free nodes stay for multi-GPU servers: in the trace replay this
+   beat "weakest class first", mean wait 0.75x against 0.80x of whole GPUs on seeds
+   1-3), then the weakest class (big cards stay whole for whole requests), the calmest GPU.
+
+A GPU held whole is never shared (it is in ``allocations`` under another holder), and a
+shared GPU is never given whole (``SHARED`` in ``allocations`` makes it taken for the
+whole-GPU path): the two never mix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from jupyterhub_gpu.core.inventory import SHARED, ClusterSnapshot
+from jupyterhub_gpu.core.placement.index import ClusterIndex, index_for
+from jupyterhub_gpu.core.placement.request import NoFit, Placement, PlacementRequest
+from jupyterhub_gpu.core.placement.view import View
+from jupyterhub_gpu.core.sharing.policy import ShareRule, SharingPolicy, share_of
+
+# per slot that may hold the request's shares: (slot, rule), weakest class first
+Eligible = tuple[tuple[int, ShareRule], ...]
+
+
+def static_request(request: PlacementRequest) -> PlacementRequest:
+    """The whole-GPU request whose static constraints a share request shares (one GPU,
+    any memory: the share's memory is checked against the rule)."""
+    return replace(request, shares=0, gpu_count=1, min_memory_mib=0)
+
+
+def eligible(index: ClusterIndex, request: PlacementRequest, policy: SharingPolicy) -> Eligible:
+    """The slots whose GPUs may hold ``request``'s shares under ``policy`` (cached)."""
+    key = (request, policy)
+    hit = index.share_cache.get(key)
+    if hit is not None:
+        return hit
+    found: list[tuple[int, ShareRule]] = []
+    for group in index.candidates(static_request(request)):
+        for s in group.slots:
+            rule = policy.rule(index.node_name[index.slot_node[s]], index.slot_model[s])
+            if rule is None or request.shares > rule.shares:
+                continue
+            if request.share_of and rule.shares != request.share_of:
+                continue
+            memory = index.slot_class[s][0]
+            if not rule.fits(memory) or share_of(rule, request.shares, memory).memory_mib < (
+                request.min_memory_mib
+            ):
+                continue
+            found.append((s, rule))
+    result = tuple(found)
+    index.remember_shares(key, result)
+    return result
+
+
+def place_share(snapshot: ClusterSnapshot, request: PlacementRequest) -> Placement | NoFit:
+    """``request.shares`` parts of one GPU: an already shared one (best fit), else a free one."""
+    view = View(snapshot)
+    index = view.index
+    slots = eligible(index, request, snapshot.sharing)
+    if not slots:
+        return NoFit(_never(request))
+    rules = dict(slots)
+    best: tuple[int, int, float, str, int] | None = None
+    chosen: tuple[int, str] | None = None
+    alloc = snapshot.allocations
+    for uuid, held in snapshot.shares.items():
+        s = index.slot_of.get(uuid)
+        if s is None or s not in rules or alloc.get(uuid) != SHARED:
+            continue
+        left = rules[s].shares - held - request.shares
+        if left < 0:
+            continue
+        device = next(d for d in index.slot_devices[s] if d[0] == uuid)
+        key = (left, index.slot_rank[s], device[2], index.node_name[index.slot_node[s]], device[1])
+        if best is None or key < best:
+            best, chosen = key, (s, uuid)
+    if chosen is None:
+        chosen = _open(view, slots)
+    if chosen is None:
+        return NoFit(_busy(request))
+    s, uuid = chosen
+    node = index.node_name[index.slot_node[s]]
+    return Placement(node, (uuid,), share_of(rules[s], request.shares, index.slot_class[s][0]))
+
+
+def _open(view: View, slots: Eligible) -> tuple[int, str] | None:
+    """A free GPU to open for sharing: on the node with the fewest free GPUs of its model,
+    then the weakest class, then the calmest GPU."""
+    index = view.index
+    best: tuple[int, int] | None = None
+    slot = -1
+    for s, _ in slots:
+        free = view.free(s)
+        if free < 1:
+            continue
+        key = (free, index.slot_rank[s])
+        if best is None or key < best:
+            best, slot = key, s
+    if slot < 0:
+        return None
+    device = min(view.free_devices(slot), key=lambda d: (d[2], d[1]))
+    return slot, device[0]
+
+
+def never_shares(snapshot: ClusterSnapshot, request: PlacementRequest) -> str | None:
+    """Why no GPU of this cluster could ever hold ``request``'s shares, or None."""
+    if eligible(index_for(snapshot.nodes), request, snapshot.sharing):
+        return None
+    return _never(request)
+
+
+def _what(request: PlacementRequest) -> str:
+    parts = "share" if request.shares == 1 else f"{request.shares} shares"
+    models = sorted(request.allowed_models or ())
+    return f"{parts} of {' or '.join(models) if models else 'a GPU'}"
+
+
+def _never(request: PlacementRequest) -> str:
+    return (
+        f"No GPU here may be shared as {_what(request)}"
+        + (
+            f" with at least {request.min_memory_mib / 1024:g} GiB"
+            if request.min_memory_mib
+            else ""
+        )
+        + ". Choose a whole GPU, or fewer shares."
+    )
+
+
+def _busy(request: PlacementRequest) -> str:
+    return f"No GPU has room for {_what(request)} right now. It waits in the queue."

@@ -1,0 +1,59 @@
+"""``c.GPUSharing``: which GPUs may be shared between servers (issue 26, docs/sharing.md).
+
+The settings are plain dicts, parsed and checked by the pure
+:func:`~jupyterhub_gpu.core.sharing.parse_policy` when the hub builds its cluster (a
+typo is a ``ConfigError`` at start, never a user's failed spawn).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traitlets import Dict, validate
+from traitlets.config import LoggingConfigurable
+
+from jupyterhub_gpu.core.sharing import SharingPolicy, parse_policy
+from jupyterhub_gpu.core.sharing.policy import parse_rule
+
+
+class GPUSharing(LoggingConfigurable):
+    """Fractional GPUs: a server may hold a share of one GPU (``"1/4"``)."""
+
+    models = Dict(
+        config=True,
+        help="""GPU model name (as the probe reports it) -> how it is shared.
+
+        Each rule is a dict: ``shares`` (2 to 16; 1 in mode ``mig``), ``mode``
+        (``time-slicing``, the default; ``mps``; ``mig``), ``memory_mib`` (per share;
+        default the GPU's memory divided equally; all the shares must fit the card, else
+        the rule is not used on it), or ``{"shareable": False}``. A model not listed is
+        never shared. Default: ``{}`` (no sharing). Example::
+
+            c.GPUSharing.models = {
+                "NVIDIA GeForce RTX 3090": {"shares": 4, "mode": "mps"},
+            }
+        """,
+    )
+    nodes = Dict(
+        config=True,
+        help="""Node name -> a rule that replaces its models' rules for every GPU of the
+        node (same keys as ``models``). Default: ``{}``. Example: turn sharing off on one
+        node: ``c.GPUSharing.nodes = {"gpu-03": {"shareable": False}}``.
+        """,
+    )
+
+    @validate("models")
+    def _check_models(self, proposal: Any) -> dict[str, Any]:
+        for model, raw in proposal["value"].items():
+            parse_rule(f"GPUSharing.models[{model!r}]", raw)
+        return dict(proposal["value"])
+
+    @validate("nodes")
+    def _check_nodes(self, proposal: Any) -> dict[str, Any]:
+        for node, raw in proposal["value"].items():
+            parse_rule(f"GPUSharing.nodes[{node!r}]", raw)
+        return dict(proposal["value"])
+
+    @property
+    def policy(self) -> SharingPolicy:
+        return parse_policy(self.models, self.nodes)
