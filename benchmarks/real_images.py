@@ -1,11 +1,14 @@
 """Real framework images from PyPI wheels: build (or reuse), push, check the versions.
 
 Hand-run (multi-GB builds, minutes each; NOT part of CI), from the repository root, as
-root, with the test cluster up (``scripts/cluster.sh up 3``)::
+root, with the test cluster up (``scripts/cluster.sh up 3``); the build and the push use
+only the builder engine, the check uses a node (take the cluster lock for it)::
 
     .venv/bin/python benchmarks/real_images.py --json            # build or reuse, push, check
     .venv/bin/python benchmarks/real_images.py --rebuild --json  # build again (no cache)
     .venv/bin/python benchmarks/real_images.py --only pytorch-2.8-cuda12.8-pypi
+    .venv/bin/python benchmarks/real_images.py --no-check --json      # build and push only
+    flock /tmp/jhgpu-cluster.lock .venv/bin/python benchmarks/real_images.py --json
 
 For each catalog entry (default: the ``-pypi`` entries of images/catalog.yaml):
 
@@ -229,6 +232,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--catalog", type=Path, default=REPO / "images" / "catalog.yaml")
     p.add_argument("--rebuild", action="store_true", help="build again with --no-cache")
     p.add_argument("--no-push", action="store_true", help="build and size only")
+    p.add_argument(
+        "--no-check", action="store_true", help="build and push, no pull or check on a node"
+    )
     p.add_argument("--node", default="node-a", help="test node that runs the checks")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p.parse_args(argv)
@@ -253,11 +259,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             size = image_size(BUILDER, entry.image)
             res["size_bytes"] = size
             res["size_gb"] = round(size / 1e9, 2)
+            pull_ref = registry.pull_reference(entry.image)
             if not args.no_push:
                 push_ref = registry.push_reference(entry.image)
-                pull_ref = registry.pull_reference(entry.image)
                 res["registry_reference"] = pull_ref
                 res["push"] = push(entry, push_ref, pull_ref, registry.manifest_digest(entry.image))
+            if not args.no_push and not args.no_check:
                 res["check"] = check(entry, node.url, pull_ref)
                 res["check"]["node"] = node.name
                 failed = failed or not res["check"]["ok"]

@@ -212,7 +212,13 @@ def make_hub(
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "inventory.yaml").write_text(yaml.safe_dump(inventory(nodes, gpus)))
     (workdir / "catalog.yaml").write_text(yaml.safe_dump(catalog(entry, ref)))
-    resources = {"max_gpus": 1, "max_cpu": 1, "max_mem_gib": 2, "default_cpu": 1}
+    resources = {
+        "max_gpus": 1,
+        "max_cpu": 1,
+        "max_mem_gib": 2,
+        "default_cpu": 1,
+        "default_mem_gib": 2,
+    }
     config = f"""
 c.JupyterHub.log_level = "INFO"
 c.JupyterHub.spawner_class = "gpudocker"
@@ -230,15 +236,15 @@ c.DockerSpawner.remove = True
 c.Spawner.environment = {{"HOME": "/tmp"}}
 c.Spawner.start_timeout = {SERVER_TIMEOUT_S}
 c.Spawner.http_timeout = 120
-c.JupyterHub.load_roles = c.JupyterHub.load_roles + [
-    {{"name": "bench-prepull", "scopes": ["custom:gpu-cluster:read", "custom:gpu-cluster:admin"],
-      "services": ["tester"]}}
-]
 """ + LOOP_MONITOR.format(path=str(workdir / "loop-lag.txt"))
     if prepull:
         config += (
             "from jupyterhub_gpu.hub.extensions import configure_prepuller\n"
             "configure_prepuller(c, images='all', disk_budget_gib=0, interval=15)\n"
+            # its scopes exist once configure_prepuller registered them
+            "c.JupyterHub.load_roles = c.JupyterHub.load_roles + [{'name': 'bench-prepull', "
+            "'scopes': ['custom:gpu-cluster:read', 'custom:gpu-cluster:admin'], "
+            "'services': ['tester']}]\n"
         )
     if not locality:
         config += NO_LOCALITY
@@ -425,7 +431,7 @@ async def arrivals(
             async def user(i: int, delay: float) -> None:
                 await asyncio.sleep(delay)
                 name_i = f"u{i:02d}"
-                held = {e.name: holds(e, setup.ref) for e in nodes}
+                held = await asyncio.to_thread(lambda: {e.name: holds(e, setup.ref) for e in nodes})
                 try:
                     seconds, where = await spawn_once(hub, client, name_i)
                 except SpawnFailed as e:
@@ -485,7 +491,9 @@ async def wait_prepulled(
     if r.status_code != 200:
         setup.progress(f"pre-puller round: HTTP {r.status_code} {r.text[:200]}")
     while time.monotonic() - t0 < wait:
-        missing = [e.name for e in nodes if not holds(e, setup.ref)]
+        missing = await asyncio.to_thread(
+            lambda: [e.name for e in nodes if not holds(e, setup.ref)]
+        )
         if not missing:
             break
         await asyncio.sleep(2)
@@ -500,6 +508,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated subset")
     p.add_argument("--slug", default=SLUG, help="the catalog entry whose image is used")
+    p.add_argument(
+        "--image",
+        metavar="NAME:TAG",
+        help="a repository in the test registry instead of the entry's image (a smoke run "
+        "with a small image; the entry's versions stay in the one-entry catalog)",
+    )
     p.add_argument("--local-spawns", type=int, default=5)
     p.add_argument("--cold-pulls", type=int, default=3)
     p.add_argument("--users", type=int, default=20, help="arrivals in (c) and (d)")
@@ -555,8 +569,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[str, Any] = {"scenarios": dict(previous.get("scenarios", {}))}
     ok = False
     with real_registry() as registry:
-        ref = registry.pull_reference(entry.image)
-        if registry.manifest_digest(entry.image) is None:
+        image = args.image or entry.image
+        ref = registry.pull_reference(image)
+        if registry.manifest_digest(image) is None:
             raise SystemExit(f"time_to_lab.py: the registry lacks {ref}: run real_images.py")
         setup = Setup(workdir, nodes, entry, ref, registry)
         try:
