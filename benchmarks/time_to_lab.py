@@ -59,6 +59,7 @@ import os
 import random
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -552,8 +553,13 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # a timeout still stops hubs, servers
     chosen = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     unknown = sorted(set(chosen) - set(SCENARIOS))
     if unknown:
