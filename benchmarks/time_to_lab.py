@@ -39,8 +39,10 @@ image at the registry, ``10.250.0.1:PORT/jupyterhub-gpu/pytorch:2.8.0-cuda12.8-p
 For (c) and (d), each user's record says the node and whether that node held the image
 when the spawn was asked (listed by the benchmark from the node's engine).
 
-Event-loop stall, two ways, during (c) and (d) (from the first arrival to the last ready):
-``loop_stall_max_s`` is measured INSIDE the hub: a task started with the hub
+Event-loop stall, two ways, over each whole scenario from its hub's start (so the pulls
+of (b), the pre-puller's pulls of (c) and the spawns' pulls of (d) are in it; (c) and (d)
+also give it for the arrivals alone, ``..._arrivals_s``, and (c) for the pre-pull wait,
+``..._prepull_wait_s``): ``loop_stall_max_s`` is measured INSIDE the hub: a task started with the hub
 (``JupyterHub.start`` wrapped in the config) sleeps 50 ms at a time and records how much
 later than asked it woke (what any request would have waited); ``api_latency_max_s`` is
 measured from OUTSIDE: ``GET /hub/api/`` straight to the hub's own port, every 100 ms.
@@ -361,6 +363,18 @@ class Setup:
     progress: Callable[[str], None] = log
 
 
+def stall_stats(
+    path: Path, stalls: Stalls, t0: float, t1: float, suffix: str = ""
+) -> dict[str, Any]:
+    """The in-hub loop lag and the outside API latency between wall times t0 and t1."""
+    lag, late = loop_lag_max(path, t0, t1)
+    return {
+        f"loop_stall_max{suffix}_s": lag,
+        f"loop_stalls_over_0_5{suffix}_s": late,
+        f"api_latency_max{suffix}_s": stalls.max_between(t0, t1),
+    }
+
+
 def _stop_hub(hub: Hub) -> None:
     hub.stop()
     for e in engines(3):
@@ -372,6 +386,9 @@ async def sequential(setup: Setup, node: Engine, n: int, cold: bool, name: str) 
     hub = make_hub(setup.workdir / name, [node], 2, setup.entry, setup.ref)
     hub.start()
     times: list[float] = []
+    stalls = Stalls(f"http://{hub.hub_ip}:{hub.hub_api_port}/hub/api/")
+    poller = asyncio.ensure_future(stalls.run())
+    t0 = time.time()
     try:
         async with httpx.AsyncClient(timeout=SERVER_TIMEOUT_S) as client:
             for i in range(n):
@@ -385,12 +402,17 @@ async def sequential(setup: Setup, node: Engine, n: int, cold: bool, name: str) 
                 times.append(seconds)
                 await stop(hub, client, user)
     finally:
+        poller.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await poller
         _stop_hub(hub)
+    t1 = time.time()
     return {
         "node": node.name,
         "spawns": [round(t, 2) for t in times],
         "p50_s": pct(times, 50),
         "p95_s": pct(times, 95),
+        **stall_stats(setup.workdir / name / "loop-lag.txt", stalls, t0, t1),
     }
 
 
@@ -417,6 +439,9 @@ async def arrivals(
     records: list[dict[str, Any]] = []
     stalls = Stalls(f"http://{hub.hub_ip}:{hub.hub_api_port}/hub/api/")
     out: dict[str, Any] = {"gpus_per_node": gpus, "users": users, "minutes": minutes}
+    poller = asyncio.ensure_future(stalls.run())
+    t_hub = time.time()
+    t_wait = (t_hub, t_hub)
     try:
         async with httpx.AsyncClient(timeout=SERVER_TIMEOUT_S) as client:
             # the warm-up server starts the hub's cluster (and the pre-puller's rounds)
@@ -424,10 +449,11 @@ async def arrivals(
             _, where = await spawn_once(hub, client, "warmup")
             setup.progress(f"{name}: warm-up server on {where}")
             if prepull:
+                w0 = time.time()
                 out["prepull_wait"] = await wait_prepulled(hub, client, nodes, wait, setup)
+                t_wait = (w0, time.time())
             await stop(hub, client, "warmup")
             out["setup_s"] = round(time.monotonic() - t_w, 1)
-            poller = asyncio.ensure_future(stalls.run())
 
             async def user(i: int, delay: float) -> None:
                 await asyncio.sleep(delay)
@@ -456,16 +482,16 @@ async def arrivals(
             t0 = time.time()
             await asyncio.gather(*(user(i, d) for i, d in enumerate(at)))
             t1 = time.time()
-            poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await poller
             if prepull:
                 r = await hub.aapi(client, "GET", "/gpu/prepull")
                 out["prepull_state"] = r.json() if r.status_code == 200 else r.text
     finally:
+        poller.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await poller
         _stop_hub(hub)
     ok = [r["ready_s"] for r in records if "ready_s" in r]
-    lag, late = loop_lag_max(setup.workdir / name / "loop-lag.txt", t0, t1)
+    lag_file = setup.workdir / name / "loop-lag.txt"
     out.update(
         {
             "users_detail": sorted(records, key=lambda r: r["at_s"]),
@@ -474,9 +500,10 @@ async def arrivals(
             "max_s": round(max(ok), 2) if ok else None,
             "failed": sum("error" in r for r in records),
             "waited_on_pull": sum(r.get("node_held_image") is False for r in records),
-            "loop_stall_max_s": lag,
-            "loop_stalls_over_0_5_s": late,
-            "api_latency_max_s": stalls.max_between(t0, t1),
+            # the whole scenario (warm-up, the pre-puller's pulls, arrivals), then its parts
+            **stall_stats(lag_file, stalls, t_hub, t1),
+            **(stall_stats(lag_file, stalls, *t_wait, "_prepull_wait") if prepull else {}),
+            **stall_stats(lag_file, stalls, t0, t1, "_arrivals"),
             "api_latency_p50_s": pct([x for a, x in stalls.samples if t0 <= a <= t1], 50),
         }
     )
@@ -533,7 +560,7 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
     def get(name: str, key: str) -> Any:
         return (s.get(name) or {}).get(key)
 
-    stalls = [get(n, "loop_stall_max_s") for n in ("prepull", "no_prepull")]
+    stalls = [get(n, "loop_stall_max_s") for n in SCENARIOS]
     return {
         "local_p50_s": get("local", "p50_s"),
         "local_p95_s": get("local", "p95_s"),
@@ -547,7 +574,7 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
         "no_prepull_waited_on_pull": get("no_prepull", "waited_on_pull"),
         "loop_stall_max_s": max((x for x in stalls if x is not None), default=None),
         "api_latency_max_s": max(
-            (x for n in ("prepull", "no_prepull") if (x := get(n, "api_latency_max_s"))),
+            (x for n in SCENARIOS if (x := get(n, "api_latency_max_s"))),
             default=None,
         ),
     }
