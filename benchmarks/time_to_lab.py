@@ -42,10 +42,11 @@ when the spawn was asked (listed by the benchmark from the node's engine).
 Event-loop stall, two ways, over each whole scenario from its hub's start (so the pulls
 of (b), the pre-puller's pulls of (c) and the spawns' pulls of (d) are in it; (c) and (d)
 also give it for the arrivals alone, ``..._arrivals_s``, and (c) for the pre-pull wait,
-``..._prepull_wait_s``): ``loop_stall_max_s`` is measured INSIDE the hub: a task started with the hub
-(``JupyterHub.start`` wrapped in the config) sleeps 50 ms at a time and records how much
-later than asked it woke (what any request would have waited); ``api_latency_max_s`` is
-measured from OUTSIDE: ``GET /hub/api/`` straight to the hub's own port, every 100 ms.
+``..._prepull_wait_s``): ``loop_stall_max_s`` is measured INSIDE the hub: a task started
+with the hub (``JupyterHub.start`` wrapped in the config) sleeps 50 ms at a time and
+records how much later than asked it woke (what any request would have waited);
+``api_latency_max_s`` is measured from OUTSIDE: ``GET /hub/api/`` straight to the hub's
+own port, every 100 ms.
 
 The machine has 2 cores shared with other work; ``loadavg`` is recorded.
 """
