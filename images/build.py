@@ -9,6 +9,10 @@ Examples (from anywhere; the engine is DOCKER_HOST's, or --docker-host's):
     # CI: no registry, a local Debian base with python3-venv, pip through the host CA:
     images/build.py --only python-cpu --base jupyterhub-gpu/base:bookworm --minimal \\
         --pip-cert /etc/ssl/certs/ca-certificates.crt --network host --tag jupyterhub-gpu/test:ci
+    # the real PyTorch image from PyPI wheels, tagged for and pushed to a site registry:
+    images/build.py --only pytorch-2.8-cuda12.8-pypi --base jupyterhub-gpu/base:bookworm \\
+        --pip-cert /etc/ssl/certs/ca-certificates.crt --network host \\
+        --registry 10.250.0.1:5000 --push
 
 Each entry's ``build`` section names its Dockerfile (under images/) and build args.
 ``--base`` replaces BASE_IMAGE; ``--minimal`` skips the framework and apt packages
@@ -17,6 +21,11 @@ JUPYTERHUB_VERSION defaults to the JupyterHub installed beside this script's Pyt
 (so the image matches the hub). With ``--pip-cert`` the build context is a temporary
 copy of images/common, the Dockerfile and the CA bundle (as pip-ca.crt), and pip in
 the build trusts it; otherwise the context is images/ itself.
+
+``--registry HOST[:PORT][/PATH]`` prefixes every tag (``jupyterhub-gpu/pytorch:2.8.0-...``
+becomes ``HOST:PORT/jupyterhub-gpu/pytorch:2.8.0-...``); ``--push`` pushes each image after
+its build (``docker push``; an insecure registry must be allowed by the engine that pushes).
+A catalog whose ``image`` already names a registry is not prefixed again.
 """
 
 from __future__ import annotations
@@ -68,8 +77,51 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--docker", default="docker", help="docker CLI (default: docker)")
     p.add_argument("--docker-host", metavar="HOST", help="docker -H HOST (default: DOCKER_HOST)")
     p.add_argument("--jupyterhub-version", help="JUPYTERHUB_VERSION (default: the installed one)")
+    p.add_argument(
+        "--registry",
+        metavar="HOST[:PORT][/PATH]",
+        help="prefix the tags with this registry (e.g. 10.250.0.1:5000)",
+    )
+    p.add_argument("--push", action="store_true", help="docker push each image after its build")
     p.add_argument("--dry-run", action="store_true", help="print the commands, build nothing")
-    return p.parse_args(argv)
+    opts = p.parse_args(argv)
+    if opts.registry is not None:
+        opts.registry = check_registry(opts.registry)
+    return opts
+
+
+def check_registry(value: str) -> str:
+    """``HOST[:PORT][/PATH]`` without a scheme or a trailing slash, or exit with a sentence."""
+    registry = value.strip().rstrip("/")
+    host = registry.split("/", 1)[0]
+    if (
+        not registry
+        or "://" in registry
+        or any(c.isspace() for c in registry)
+        or not host
+        or not ("." in host or ":" in host or host == "localhost")
+    ):
+        raise SystemExit(
+            f"build.py: --registry must be HOST[:PORT][/PATH] with a host that has a dot or "
+            f"a port (e.g. 10.250.0.1:5000 or registry.example.org/lab), got {value!r}"
+        )
+    return registry
+
+
+def has_registry(image: str) -> bool:
+    """Docker's rule: the first path component names a registry when it has '.' or ':'
+    or is ``localhost``."""
+    first, sep, _ = image.partition("/")
+    return bool(sep) and ("." in first or ":" in first or first == "localhost")
+
+
+def image_tag(entry: CatalogEntry, opts: argparse.Namespace) -> str:
+    """The tag to build: --tag, else the catalog's image; prefixed by --registry."""
+    tag: str = opts.tag or entry.image
+    registry: str | None = getattr(opts, "registry", None)
+    if registry and not has_registry(tag):
+        tag = f"{registry}/{tag}"
+    return tag
 
 
 def hub_version(explicit: str | None) -> str | None:
@@ -120,7 +172,7 @@ def docker_command(
     cmd = [opts.docker]
     if opts.docker_host:
         cmd += ["-H", opts.docker_host]
-    cmd += ["build", "-f", dockerfile, "-t", opts.tag or entry.image]
+    cmd += ["build", "-f", dockerfile, "-t", image_tag(entry, opts)]
     if opts.network:
         cmd += ["--network", opts.network]
     if opts.no_cache:
@@ -145,9 +197,27 @@ def make_context(entry: CatalogEntry, cert: Path, where: Path) -> Path:
     return target
 
 
+def push_command(entry: CatalogEntry, opts: argparse.Namespace) -> list[str]:
+    cmd = [opts.docker]
+    if opts.docker_host:
+        cmd += ["-H", opts.docker_host]
+    return [*cmd, "push", image_tag(entry, opts)]
+
+
 def build_one(entry: CatalogEntry, opts: argparse.Namespace) -> int:
+    rc = build_image(entry, opts)
+    if rc or not opts.push:
+        return rc
+    cmd = push_command(entry, opts)
+    print(shlex.join(cmd), flush=True)
+    if opts.dry_run:
+        return 0
+    return subprocess.run(cmd, check=False).returncode
+
+
+def build_image(entry: CatalogEntry, opts: argparse.Namespace) -> int:
     assert entry.build is not None
-    print(f"# {entry.slug} -> {opts.tag or entry.image}", flush=True)
+    print(f"# {entry.slug} -> {image_tag(entry, opts)}", flush=True)
     if not opts.pip_cert:
         cmd = docker_command(entry, opts, str(HERE / entry.build.dockerfile), str(HERE))
         print(shlex.join(cmd), flush=True)
@@ -173,16 +243,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     entries = select(catalog.entries, opts.only)
     if opts.list:
         for entry in entries:
-            print(f"{entry.slug}\t{entry.image}")
+            print(f"{entry.slug}\t{image_tag(entry, opts)}")
         return 0
     if opts.tag and len(entries) != 1:
         raise SystemExit("build.py: --tag needs exactly one entry (use --only SLUG)")
+    if opts.push and not opts.registry and not has_registry(opts.tag or ""):
+        print(
+            "build.py: note: --push without --registry pushes to the tag's own registry "
+            "(Docker Hub for a bare name)",
+            file=sys.stderr,
+        )
     if opts.pip_cert and not (opts.pip_cert.is_file() and opts.pip_cert.stat().st_size):
         raise SystemExit(f"build.py: --pip-cert {opts.pip_cert} is not a non-empty file")
     for entry in entries:
         rc = build_one(entry, opts)
         if rc:
-            print(f"build.py: building {entry.slug} failed (exit {rc})", file=sys.stderr)
+            print(f"build.py: building or pushing {entry.slug} failed (exit {rc})", file=sys.stderr)
             return rc
     return 0
 

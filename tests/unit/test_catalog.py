@@ -361,6 +361,12 @@ def test_shipped_catalog_has_real_combinations(shipped: Catalog) -> None:
     assert [e.slug for e in shipped if e.cpu_only] == ["python-cpu"]
     pt128 = shipped.get("pytorch-2.8-cuda12.8")
     assert pt128 is not None and pt128.min_compute_capability == (7, 5)
+    # the PyPI variants (images that build without a CUDA base image) say the same versions
+    pypi = {e.slug: e for e in shipped if e.slug.endswith("-pypi")}
+    assert {e.framework for e in pypi.values()} == {"pytorch", "tensorflow"}
+    pt_pypi = pypi["pytorch-2.8-cuda12.8-pypi"]
+    assert (pt_pypi.framework_version, pt_pypi.cuda_version) == ("2.8.0", "12.8")
+    assert pt_pypi.min_compute_capability == (7, 0)  # its wheel's arch list starts at sm_70
 
 
 def test_shipped_entries_build_from_existing_dockerfiles(shipped: Catalog) -> None:
@@ -373,10 +379,17 @@ def test_shipped_entries_build_from_existing_dockerfiles(shipped: Catalog) -> No
         assert f"ARG JUPYTERHUB_VERSION={hub}" in text
         assert 'CMD ["jupyterhub-singleuser"]' in text
         assert 'ENTRYPOINT ["/opt/jupyterhub-gpu/start-singleuser.sh"]' in text
-        if e.cuda_version:
-            base = e.build.args["BASE_IMAGE"]
+        base = e.build.args["BASE_IMAGE"]
+        if e.cuda_version and base.startswith("nvidia/cuda:"):
             assert base.startswith(f"nvidia/cuda:{e.cuda_version}.") and "cudnn" in base, e.slug
             assert "runtime" in base, e.slug
+        elif e.cuda_version:
+            # a PyPI variant: plain Debian, the framework pinned to the catalog's version
+            # from PyPI itself (its wheels bring the CUDA runtime as nvidia-*-cu12 wheels)
+            assert e.slug.endswith("-pypi") and base == "debian:bookworm-slim", e.slug
+            assert not e.build.args.get("FRAMEWORK_INDEX_URL"), e.slug
+            pins = e.build.args["FRAMEWORK_PIP"].split()
+            assert any(p.endswith(f"=={e.framework_version}") for p in pins), e.slug
     assert (IMAGES / "common" / "start-singleuser.sh").stat().st_mode & 0o111
 
 
@@ -392,7 +405,7 @@ def test_build_dry_run_prints_commands(capsys: pytest.CaptureFixture[str]) -> No
     build = _build_module()
     assert build.main(["--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert out.count("docker build -f ") == 9
+    assert out.count("docker build -f ") == 11
     argv = [
         "--dry-run",
         "--only",
@@ -438,6 +451,36 @@ def test_build_pip_cert_context(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert dockerfile == tmp_path / "ctx" / "cpu" / "Dockerfile"
     assert (tmp_path / "ctx" / "pip-ca.crt").read_text() == cert.read_text()
     assert (tmp_path / "ctx" / "common" / "start-singleuser.sh").is_file()
+
+
+def test_build_registry_prefix_and_push(capsys: pytest.CaptureFixture[str]) -> None:
+    build = _build_module()
+    argv = ["--dry-run", "--only", "pytorch-2.8-cuda12.8-pypi", "--registry", "10.250.0.1:5000/"]
+    assert build.main([*argv, "--push", "--docker-host", "unix:///x.sock"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    tag = "10.250.0.1:5000/jupyterhub-gpu/pytorch:2.8.0-cuda12.8-pypi"
+    assert lines[0] == f"# pytorch-2.8-cuda12.8-pypi -> {tag}"
+    assert f" -t {tag} " in lines[1] and "--build-arg FRAMEWORK_INDEX_URL= " in lines[1]
+    assert lines[2] == f"docker -H unix:///x.sock push {tag}"
+    # without --push: no push line; --list shows the prefixed tags
+    assert build.main(argv) == 0
+    assert "push" not in capsys.readouterr().out
+    assert build.main(["--list", "--only", "python-cpu", "--registry", "reg.example.org/lab"]) == 0
+    assert capsys.readouterr().out.split() == [
+        "python-cpu",
+        "reg.example.org/lab/jupyterhub-gpu/python-cpu:3.11-bookworm",
+    ]
+    # a tag that names a registry already is not prefixed again
+    argv = ["--dry-run", "--only", "python-cpu", "--tag", "localhost:5000/x:1", "--registry"]
+    assert build.main([*argv, "10.250.0.1:5000"]) == 0
+    assert " -t localhost:5000/x:1 " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bad", ["http://10.250.0.1:5000", "noport", "", "a b:1"])
+def test_build_rejects_a_bad_registry(bad: str) -> None:
+    build = _build_module()
+    with pytest.raises(SystemExit, match="--registry must be HOST"):
+        build.main(["--dry-run", "--registry", bad])
 
 
 def test_build_rejects_unknown_slug() -> None:
