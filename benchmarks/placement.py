@@ -76,6 +76,7 @@ from jupyterhub_gpu.core.inventory import (
 from jupyterhub_gpu.core.placement import NoFit, Placement, PlacementRequest, place
 from jupyterhub_gpu.core.placement.baselines import best_fit, first_fit, random_fit, spread
 from jupyterhub_gpu.core.placement.index import clear_cache, index_for
+from jupyterhub_gpu.core.placement.journal import Allocations
 from jupyterhub_gpu.core.placement.locality import wanted
 from jupyterhub_gpu.core.scheduling import (
     ClusterState,
@@ -166,7 +167,7 @@ def synthetic_cluster(n_nodes: int, rng: random.Random) -> tuple[NodeState, ...]
 class _Ledger:
     """The hub's side of the latency benchmark: allocations and our container ids."""
 
-    allocations: dict[str, str] = field(default_factory=dict)
+    allocations: Allocations = field(default_factory=Allocations)  # journaled, as the hub's
     servers: list[tuple[str, tuple[str, ...], int]] = field(default_factory=list)
     our: frozenset[str] = frozenset()
     serial: int = 0
