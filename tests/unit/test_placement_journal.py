@@ -89,6 +89,12 @@ def mutate(alloc: dict[str, str], shares: dict[str, int], uuids: list[str], rng:
             alloc.update({u: "u"})
 
 
+@pytest.fixture(autouse=True)
+def _journal_always(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These clusters are small: make the index use the journals all the same."""
+    monkeypatch.setattr("jupyterhub_gpu.core.placement.index._JOURNAL_FROM", 0)
+
+
 # -- the journal ---------------------------------------------------------------------------
 
 

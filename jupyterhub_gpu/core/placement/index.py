@@ -45,6 +45,7 @@ Device = tuple[str, int, float, str | None]
 
 _CANDIDATE_CACHE_SIZE = 1024  # request shapes remembered per index
 _INDEX_CACHE_SIZE = 4  # inventories remembered
+_JOURNAL_FROM = 256  # allocations below this many are diffed whole (cheaper than journals)
 
 
 class ClassSlots(NamedTuple):
@@ -224,7 +225,7 @@ class ClusterIndex:
         """The uuids whose presence in ``allocations`` may differ from ``_held``."""
         now, seen = point_of(allocations), self._seen
         self._seen = now
-        if now is not None and seen is not None:
+        if now is not None and seen is not None and len(allocations) >= _JOURNAL_FROM:
             changed = changed_between(seen, now, max(64, len(self._held) // 8))
             if changed is not None:
                 return changed
