@@ -221,10 +221,10 @@ class ClusterIndex:
             self._sync_foreign(our)
             return list(self._free), frozenset(self._foreign)
 
-    def _changed(self, allocations: Mapping[str, str]) -> Iterable[str]:
-        """The uuids whose presence in ``allocations`` may differ from ``_held``."""
-        now, seen = point_of(allocations), self._seen
-        self._seen = now
+    def _changed(self, allocations: Mapping[str, str], now: Point | None) -> Iterable[str]:
+        """The uuids whose presence in ``allocations`` (at ``now``) may differ from
+        ``_held``."""
+        seen = self._seen
         if now is not None and seen is not None and len(allocations) >= _JOURNAL_FROM:
             changed = changed_between(seen, now, max(64, len(self._held) // 8))
             if changed is not None:
@@ -232,9 +232,18 @@ class ClusterIndex:
         return self._held.symmetric_difference(allocations)
 
     def _sync_allocations(self, allocations: Mapping[str, str], our: frozenset[str]) -> None:
+        now = point_of(allocations)
+        changed = self._changed(allocations, now)
+        self._seen = None  # until the loop is through: a failure means a full diff next
+        self._apply(allocations, our, changed)
+        self._seen = now
+
+    def _apply(
+        self, allocations: Mapping[str, str], our: frozenset[str], changed: Iterable[str]
+    ) -> None:
         held, free, slot_of, procs = self._held, self._free, self.slot_of, self.procs
         unheld, foreign = self._unheld_procs, self._foreign
-        for u in self._changed(allocations):
+        for u in changed:
             s = slot_of.get(u)
             if u in allocations:
                 if u in held:
