@@ -198,7 +198,10 @@ class _Ledger:
         self.our = self.our - {cid}
 
     def snapshot(self, nodes: tuple[NodeState, ...]) -> ClusterSnapshot:
-        return ClusterSnapshot(nodes, self.allocations, self.our, self.shares, LATENCY_SHARING)
+        """A snapshot whose allocations are a fork of the ledger's, as the hub's
+        ``GPULedger.allocations()`` gives them (built before the timer starts, as there)."""
+        alloc = self.allocations.fork()
+        return ClusterSnapshot(nodes, alloc, self.our, self.shares, LATENCY_SHARING)
 
 
 def _half_allocated(nodes: tuple[NodeState, ...], rng: random.Random) -> _Ledger:
