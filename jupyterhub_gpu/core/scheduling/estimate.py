@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import tzinfo
 
-from jupyterhub_gpu.core.inventory import ClusterSnapshot
 from jupyterhub_gpu.core.placement import place
 from jupyterhub_gpu.core.placement.index import index_for
 from jupyterhub_gpu.core.placement.journal import journaled
@@ -103,7 +102,7 @@ def estimates(
 
     def run(t: float, why: str | None) -> None:
         usage = advance(state.usage, (), t, settings) if state.usage is not None else None
-        snap = ClusterSnapshot(state.snapshot.nodes, alloc.fork(), state.snapshot.our_containers)
+        snap = replace(state.snapshot, allocations=alloc.fork())  # shares and sharing kept
         now = replace(state, snapshot=snap, now=t, charges=dict(charges), usage=usage)
         decision = schedule(pending, now, settings, place_fn)
         for s in decision.starts:
