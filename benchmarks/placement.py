@@ -63,6 +63,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -76,6 +77,7 @@ from jupyterhub_gpu.core.inventory import (
 from jupyterhub_gpu.core.placement import NoFit, Placement, PlacementRequest, place
 from jupyterhub_gpu.core.placement.baselines import best_fit, first_fit, random_fit, spread
 from jupyterhub_gpu.core.placement.index import clear_cache, index_for
+from jupyterhub_gpu.core.placement.journal import Allocations
 from jupyterhub_gpu.core.placement.locality import wanted
 from jupyterhub_gpu.core.scheduling import (
     ClusterState,
@@ -166,7 +168,7 @@ def synthetic_cluster(n_nodes: int, rng: random.Random) -> tuple[NodeState, ...]
 class _Ledger:
     """The hub's side of the latency benchmark: allocations and our container ids."""
 
-    allocations: dict[str, str] = field(default_factory=dict)
+    allocations: Allocations = field(default_factory=Allocations)  # journaled, as the hub's
     servers: list[tuple[str, tuple[str, ...], int]] = field(default_factory=list)
     our: frozenset[str] = frozenset()
     serial: int = 0
@@ -196,7 +198,10 @@ class _Ledger:
         self.our = self.our - {cid}
 
     def snapshot(self, nodes: tuple[NodeState, ...]) -> ClusterSnapshot:
-        return ClusterSnapshot(nodes, self.allocations, self.our, self.shares, LATENCY_SHARING)
+        """A snapshot whose allocations are a fork of the ledger's, as the hub's
+        ``GPULedger.allocations()`` gives them (built before the timer starts, as there)."""
+        alloc = self.allocations.fork()
+        return ClusterSnapshot(nodes, alloc, self.our, self.shares, LATENCY_SHARING)
 
 
 def _half_allocated(nodes: tuple[NodeState, ...], rng: random.Random) -> _Ledger:
@@ -909,21 +914,50 @@ def _sub_cluster(
     return nodes, fits, factor
 
 
-def _share_metrics(sims: list[Simulation], results: list[SimResult]) -> dict[str, float]:
+def pod_kind(pod: Pod, split: int) -> str:
+    """The pod's kind in the trace, the same in both runs of the shares replay: a
+    fractional pod is "as shares" when :func:`as_shares` makes it ``split`` shares' worth
+    less than a GPU, else "kept whole" (it rounds up to the whole GPU)."""
+    if pod.fractional:
+        shares = -(-pod.milli * split // 1000)
+        return "fractional, as shares" if shares < split else "fractional, kept whole"
+    n = pod.request.gpu_count
+    return "1 GPU" if n == 1 else "8 GPUs" if n >= 8 else "2-4 GPUs"
+
+
+def _share_metrics(sims: list[Simulation], results: list[SimResult], split: int) -> dict[str, Any]:
+    """Pooled over the sub-clusters. ``gpus_in_use_mean``: GPUs held (a shared GPU counts
+    once), averaged over time up to the last arrival (``allocation_rate`` x GPUs);
+    ``wait_mean_s_by_kind``: each kind's part of ``wait_mean_s`` (they add up to it)."""
     waits = [w for r in results for w in r.waits]
     served = [
         sum(p.arrival + w <= sim.pods[-1].arrival for p, w in zip(sim.pods, r.waits, strict=True))
         for sim, r in zip(sims, results, strict=True)
     ]
+    parts: dict[str, float] = {}
+    for sim, r in zip(sims, results, strict=True):
+        for p, w in zip(sim.pods, r.waits, strict=True):
+            kind = pod_kind(p, split)
+            parts[kind] = parts.get(kind, 0.0) + w / len(waits)
     return {
         "wait_mean_s": statistics.fmean(waits),
         "wait_p95_s": _pct(waits, 0.95),
-        "gpus_in_use_mean": statistics.fmean(statistics.fmean(s.gpus_in_use) for s in sims),
+        "wait_mean_s_by_kind": dict(sorted(parts.items())),
+        "gpus_in_use_mean": statistics.fmean(
+            r.allocation_rate * s.total for s, r in zip(sims, results, strict=True)
+        ),
         "allocation_rate": statistics.fmean(r.allocation_rate for r in results),
         "pods": sum(len(s.pods) for s in sims),
         "pods_served_by_last_arrival": sum(served),
         "over_memory": sum(s.over_memory for s in sims),
     }
+
+
+def _offered(pods: list[Pod], nodes: tuple[NodeState, ...]) -> float:
+    """sum(GPUs x duration) / (GPUs x span), a share counted as its fraction of a GPU."""
+    span = pods[-1].arrival - pods[0].arrival
+    work = sum(p.request.gpu_amount * p.duration for p in pods)
+    return work / (len(index_for(nodes).slot_of) * span)
 
 
 def shares_replay(args: argparse.Namespace) -> dict[str, object]:
@@ -937,20 +971,30 @@ def shares_replay(args: argparse.Namespace) -> dict[str, object]:
         "shares": ([], []),
     }
     seeds = [args.seed + k for k in range(1 if args.cluster else args.repeats)]
+    loads: list[tuple[float, float]] = []
     for seed in seeds:
         nodes, fits, _ = _sub_cluster(args, seed)
         backfill = args.queue == "backfill"
+        pods = as_shares(fits, args.shares)
+        # both runs: the same pods, arrivals (scaled to --load by whole-GPU demand),
+        # durations and groups; only the fractional pods' requests differ
+        assert [(p.arrival, p.duration, p.group) for p in pods] == [
+            (p.arrival, p.duration, p.group) for p in fits
+        ]
+        loads.append((_offered(fits, nodes), _offered(pods, nodes)))
         for name, sim in (
             ("whole", Simulation(nodes, fits, backfill)),
-            ("shares", Simulation(nodes, as_shares(fits, args.shares), backfill, policy)),
+            ("shares", Simulation(nodes, pods, backfill, policy)),
         ):
             runs[name][0].append(sim)
             runs[name][1].append(sim.replay(place, settings))
-    whole, shared = (_share_metrics(*runs[k]) for k in ("whole", "shares"))
+    whole, shared = (_share_metrics(*runs[k], args.shares) for k in ("whole", "shares"))
     return {
         "seeds": f"{seeds[0]}-{seeds[-1]}",
         "split": args.shares,
         "pods_as_shares": sum(p.request.shares > 0 for s in runs["shares"][0] for p in s.pods),
+        "offered_load": statistics.fmean(w for w, _ in loads),
+        "offered_load_as_shares": statistics.fmean(s for _, s in loads),
         "whole": whole,
         "shares": shared,
         "shares_wait_mean_ratio": shared["wait_mean_s"] / whole["wait_mean_s"],

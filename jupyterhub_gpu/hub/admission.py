@@ -38,6 +38,7 @@ from jupyterhub_gpu.core.form.user_quota import (
 )
 from jupyterhub_gpu.core.inventory import ClusterSnapshot
 from jupyterhub_gpu.core.placement import place
+from jupyterhub_gpu.core.placement.journal import journaled
 from jupyterhub_gpu.core.placement.locality import cpu_node
 from jupyterhub_gpu.core.placement.request import NoFit, Placement, PlacementRequest
 from jupyterhub_gpu.core.scheduling import Policies, QueuedRequest, Refuse, Wait, never_fits
@@ -161,11 +162,13 @@ class QueueingSpawnerMixin(_SpawnerBase):
             raise MustQueue("Some GPUs are reserved for a group now or soon.")
         else:  # without a queue, reserved GPUs of other groups look taken
             hidden = self.queue.fenced_for(group, snapshot)
-            decision = place(snapshot, request) if not hidden else place(
-                replace(snapshot, allocations={**dict.fromkeys(hidden, "reserved"),
-                                               **snapshot.allocations}),
-                request,
-            )  # fmt: skip
+            seen = snapshot
+            if hidden:  # a journaled fork: the index re-checks only what it hides
+                fenced = journaled(snapshot.allocations)
+                for uuid in hidden:
+                    fenced.setdefault(uuid, "reserved")
+                seen = replace(snapshot, allocations=fenced)
+            decision = place(seen, request)
         if isinstance(decision, NoFit):
             if queue and never_fits(snapshot, request) is None:
                 raise MustQueue(decision.reason)

@@ -21,6 +21,7 @@ from jupyterhub_gpu.core.accounting.records import (
     EventKind,
 )
 from jupyterhub_gpu.core.inventory import SHARED
+from jupyterhub_gpu.core.placement.journal import Allocations
 
 log = logging.getLogger(__name__)
 Listener = Callable[[AllocationEvent], None]
@@ -66,6 +67,8 @@ class GPULedger:
         self._orphans: dict[str, Hold] = {}  # Hold.key -> where an orphaned server was
         self._open: dict[str, tuple[str, tuple[str, ...]]] = {}  # allocation -> node, GPUs
         self._listeners: list[Listener] = []
+        # what allocations() answers, kept journaled as holds change (see _touch)
+        self._alloc = Allocations()
 
     # ------------------------------------------------------------------ allocation events
     def subscribe(self, listener: Listener) -> None:
@@ -108,12 +111,22 @@ class GPULedger:
         placed = self._servers.get(holder)
         return placed.allocation if placed else ""
 
-    def allocations(self) -> dict[str, str]:
+    def allocations(self) -> Allocations:
         """uuid -> holder of every held GPU, orphans included (for placement: taken); a
-        GPU held by shares is :data:`~jupyterhub_gpu.core.inventory.SHARED`."""
-        held = {uuid: hold.holder for uuid, hold in self._holds.items()}
-        held.update(dict.fromkeys(self._shared, SHARED))
-        return held
+        GPU held by shares is :data:`~jupyterhub_gpu.core.inventory.SHARED`.
+
+        A copy (a C-level dict copy), journaled: the placement index re-checks only the
+        GPUs that changed since the copy it saw last."""
+        return self._alloc.fork()
+
+    def _touch(self, uuid: str) -> None:
+        """Bring ``uuid``'s entry of :meth:`allocations` in line with the holds."""
+        hold = self._holds.get(uuid)
+        want = SHARED if uuid in self._shared else hold.holder if hold is not None else None
+        if want is None:
+            self._alloc.pop(uuid, None)
+        elif self._alloc.get(uuid) != want:
+            self._alloc[uuid] = want
 
     def share_use(self) -> dict[str, int]:
         """uuid -> the shares held on it, orphans included (for placement)."""
@@ -194,6 +207,7 @@ class GPULedger:
                 raise KeyError(f"GPU {uuid} is shared")
         for uuid in wanted:
             self._holds[uuid] = Hold(holder, node, allocation=allocation)
+            self._touch(uuid)
 
     def reserve_share(
         self, holder: str, node: str, uuid: str, share: tuple[int, int], allocation: str = ""
@@ -207,6 +221,7 @@ class GPULedger:
         self._shared.setdefault(uuid, {})[holder] = Hold(
             holder, node, allocation=allocation, share=share
         )
+        self._touch(uuid)
 
     def _share_conflict(self, uuid: str, share: tuple[int, int], own: str) -> str | None:
         """Why ``share`` can't be held on ``uuid`` besides the others (``own``: the key of
@@ -246,6 +261,7 @@ class GPULedger:
                 conflicts.append(uuid)
                 continue
             self._holds[uuid] = Hold(holder, node, allocation=allocation, orphaned=orphaned)
+            self._touch(uuid)
         return conflicts
 
     def adopt_share(
@@ -264,6 +280,7 @@ class GPULedger:
         if self._share_conflict(uuid, share, key):
             return False
         self._shared.setdefault(uuid, {})[key] = hold
+        self._touch(uuid)
         return True
 
     def held_on(self, holder: str, node: str, taken_before: float) -> list[str]:
@@ -283,6 +300,7 @@ class GPULedger:
             hold = self._holds.get(uuid)
             if hold is not None and hold.holder == holder and not hold.orphaned:
                 del self._holds[uuid]
+                self._touch(uuid)
                 freed.append(uuid)
             elif self._drop_share(uuid, holder):
                 freed.append(uuid)
@@ -294,6 +312,7 @@ class GPULedger:
             return False
         if not shares:
             del self._shared[uuid]
+            self._touch(uuid)
         return True
 
     def orphan(self, holder: str) -> None:
@@ -321,6 +340,7 @@ class GPULedger:
         freed = sorted(u for u, h in self._holds.items() if h.orphaned and h.key == key)
         for uuid in freed:
             del self._holds[uuid]
+            self._touch(uuid)
         shared = sorted(u for u in list(self._shared) if self._drop_share(u, f"orphan:{key}"))
         return sorted(freed + shared)
 

@@ -8,7 +8,14 @@ import pytest
 
 from jupyterhub_gpu.core.inventory import GPU, SHARED, ClusterSnapshot, NodeInventory, NodeState
 from jupyterhub_gpu.core.placement import NoFit, Placement, PlacementRequest, place
-from jupyterhub_gpu.core.scheduling import ClusterState, QueuedRequest, SchedulerSettings, schedule
+from jupyterhub_gpu.core.scheduling import (
+    ClusterState,
+    QueuedRequest,
+    Release,
+    SchedulerSettings,
+    estimates,
+    schedule,
+)
 from jupyterhub_gpu.core.scheduling.state import GroupPolicy, Policies, Quota
 from jupyterhub_gpu.core.sharing import Share, ShareRule, SharingPolicy, parse_policy
 from jupyterhub_gpu.errors import ConfigError
@@ -178,3 +185,13 @@ def test_quotas_count_a_share_as_its_fraction() -> None:
     assert len(decision.starts) == 4  # 4 x 0.25 = her one GPU
     (waiting,) = decision.waiting
     assert waiting.for_quota and "1 of 1 GPU allowed" in waiting.reason
+
+
+def test_a_waiting_share_gets_an_estimate() -> None:
+    """The estimate's replays keep the snapshot's shares and sharing policy: a share
+    that waits for a full cluster gets the time of the next release, not nothing."""
+    full = {g.uuid: "x" for n in NODES for g in n.inventory.gpus}
+    queue = [QueuedRequest("a", "u", "g", PlacementRequest(1, shares=1), 0.0)]
+    release = Release("n1", ("n1-0",), 100.0, "alice's server ends")
+    got = estimates(queue, ClusterState(snap(full), now=10.0), [release])
+    assert got["a"].at == 100.0 and got["a"].why == "alice's server ends"

@@ -11,11 +11,14 @@ different rates, and each is handled at its own cost:
   the (node, model) slots that satisfy the request's model, memory, driver and
   compute-capability constraints, whatever is allocated.
 - ``snapshot.allocations`` and ``snapshot.our_containers`` change with every spawn and
-  stop. Every decision reads all of ``allocations``, through one C-level symmetric
-  difference with a private copy of what the index saw last (``O(allocated GPUs)``), and
-  updates the per-slot free counts for the GPUs that changed. ``our_containers`` only
-  matters for unallocated GPUs that run processes (an allocated GPU is taken anyway):
-  those few are re-judged when it changes.
+  stop. When ``allocations`` is a journaled :class:`~.journal.Allocations` of the same
+  family as the one the index saw last (the ledger's, its snapshots, the queue pass's
+  working copies), only the uuids its journals name are re-checked (``O(changes)``);
+  otherwise one C-level symmetric difference with a private copy of what the index saw
+  last (``O(allocated GPUs)``). Either way the per-slot free counts are updated for the
+  GPUs that changed. ``our_containers`` only matters for unallocated GPUs that run
+  processes (an allocated GPU is taken anyway): those few are re-judged when the part of
+  it that names their containers changes.
 
 A *slot* is the set of healthy GPUs of one model (and one class) on one node: a placement
 never mixes models, so a slot is the unit that nodes are compared by.
@@ -29,10 +32,11 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from jupyterhub_gpu.core.inventory import GPU, NodeState, parse_version
+from jupyterhub_gpu.core.placement.journal import Point, changed_between, point_of
 from jupyterhub_gpu.core.placement.request import PlacementRequest
 
 GPUClass = tuple[int, tuple[int, int]]  # (memory_mib, compute capability)
@@ -41,6 +45,7 @@ Device = tuple[str, int, float, str | None]
 
 _CANDIDATE_CACHE_SIZE = 1024  # request shapes remembered per index
 _INDEX_CACHE_SIZE = 4  # inventories remembered
+_JOURNAL_FROM = 256  # allocations below this many are diffed whole (cheaper than journals)
 
 
 class ClassSlots(NamedTuple):
@@ -87,6 +92,7 @@ class ClusterIndex:
         self.slot_devices: list[tuple[Device, ...]] = []  # healthy GPUs, by index
         self.slot_size: list[int] = []
         self.slot_of: dict[str, int] = {}  # healthy GPU uuid -> slot
+        self.device_of: dict[str, Device] = {}  # healthy GPU uuid -> its device
         self.unhealthy: Counter[tuple[int, str]] = Counter()  # (node, model) -> broken GPUs
         self.procs: dict[str, tuple[str, ...]] = {}  # uuid -> containers with processes
         for node in self.nodes:
@@ -96,12 +102,14 @@ class ClusterIndex:
         self.slot_rank = [rank[c] for c in self.slot_class]
         self._lock = threading.Lock()
         self._candidates: dict[PlacementRequest, tuple[ClassSlots, ...]] = {}
-        # (share request, sharing policy) -> eligible (slot, rule)s (see placement.shares)
-        self.share_cache: dict[tuple[object, object], tuple[tuple[int, Any], ...]] = {}
+        # (share request, sharing policy[, what]) -> what placement.shares found for them
+        self.share_cache: dict[tuple[object, ...], Any] = {}
         # dynamic state, mirrored from the last sync() (guarded by _lock)
         self._held: set[str] = set()  # allocated uuids
         self._unheld_procs: set[str] = set(self.procs)  # unallocated GPUs with processes
-        self._our: frozenset[str] | None = None
+        self._our_procs: frozenset[str] | None = None  # our containers among procs'
+        self._proc_containers = frozenset(c for cs in self.procs.values() for c in cs)
+        self._seen: Point | None = None  # the journaled allocations synced last
         self._foreign: set[str] = set()  # unallocated GPUs running a process not of ours
         self._free: list[int] = list(self.slot_size)  # per slot: healthy, not held, not foreign
 
@@ -134,6 +142,7 @@ class ClusterIndex:
             self.slot_size.append(len(devices))
             for d in devices:
                 self.slot_of[d[0]] = s
+                self.device_of[d[0]] = d
 
     # -- static candidates ---------------------------------------------------------------
 
@@ -186,10 +195,8 @@ class ClusterIndex:
             self._candidates[request] = found
         return found
 
-    def remember_shares(
-        self, key: tuple[object, object], found: tuple[tuple[int, Any], ...]
-    ) -> None:
-        """Cache what ``placement.shares.eligible`` found for ``key``."""
+    def remember_shares(self, key: tuple[object, ...], found: Any) -> None:
+        """Cache what ``placement.shares`` found for ``key`` (immutable by convention)."""
         with self._lock:
             if len(self.share_cache) >= _CANDIDATE_CACHE_SIZE:
                 self.share_cache.clear()
@@ -204,27 +211,51 @@ class ClusterIndex:
         unallocated GPUs busy with a foreign process.
 
         Works from the difference with the last call's allocations (a private copy, so
-        any caller with any snapshot gets the right answer; a small change costs little),
-        and re-judges only unallocated GPUs that run processes when ``our`` changes.
-        Returns copies.
+        any caller with any snapshot gets the right answer): the uuids the journals name
+        between the two when both are journaled :class:`~.journal.Allocations` of one
+        family, else all of them. Re-judges only unallocated GPUs that run processes, and
+        only when ``our`` changes for their containers. Returns copies.
         """
         with self._lock:
             self._sync_allocations(allocations, our)
             self._sync_foreign(our)
             return list(self._free), frozenset(self._foreign)
 
+    def _changed(self, allocations: Mapping[str, str], now: Point | None) -> Iterable[str]:
+        """The uuids whose presence in ``allocations`` (at ``now``) may differ from
+        ``_held``."""
+        seen = self._seen
+        if now is not None and seen is not None and len(allocations) >= _JOURNAL_FROM:
+            changed = changed_between(seen, now, max(64, len(self._held) // 8))
+            if changed is not None:
+                return changed
+        return self._held.symmetric_difference(allocations)
+
     def _sync_allocations(self, allocations: Mapping[str, str], our: frozenset[str]) -> None:
+        now = point_of(allocations)
+        changed = self._changed(allocations, now)
+        self._seen = None  # until the loop is through: a failure means a full diff next
+        self._apply(allocations, our, changed)
+        self._seen = now
+
+    def _apply(
+        self, allocations: Mapping[str, str], our: frozenset[str], changed: Iterable[str]
+    ) -> None:
         held, free, slot_of, procs = self._held, self._free, self.slot_of, self.procs
         unheld, foreign = self._unheld_procs, self._foreign
-        for u in held.symmetric_difference(allocations):
+        for u in changed:
             s = slot_of.get(u)
             if u in allocations:
+                if u in held:
+                    continue
                 held.add(u)
                 unheld.discard(u)
                 if u in foreign:
                     foreign.discard(u)  # still blocked, now by the allocation
                 elif s is not None:
                     free[s] -= 1
+                continue
+            if u not in held:
                 continue
             held.discard(u)
             if u in procs:
@@ -237,9 +268,12 @@ class ClusterIndex:
 
     def _sync_foreign(self, our: frozenset[str]) -> None:
         """Re-judge the unallocated GPUs that run processes (allocated ones are blocked)."""
-        if our is self._our:
-            return
-        self._our = our
+        # only which of the processes' containers are ours decides; no reference to ``our``
+        # is kept (dropping a big old set would be paid here, by the next decision)
+        mine = self._proc_containers & our  # iterates the smaller set
+        if mine == self._our_procs:
+            return  # no process's container changed sides: no verdict changes
+        self._our_procs = mine
         foreign, free, slot_of = self._foreign, self._free, self.slot_of
         for u in self._unheld_procs:
             now = not our.issuperset(self.procs[u])

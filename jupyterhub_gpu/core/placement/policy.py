@@ -56,6 +56,7 @@ onto shared GPUs, best fit, else open the weakest free one); shared GPUs are in
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import NamedTuple
 
 from jupyterhub_gpu.core.inventory import ClusterSnapshot
@@ -156,7 +157,8 @@ def best_slot(view: View, group: ClassSlots, count: int) -> tuple[int, int]:
     with the smallest leftover wins; for several GPUs, the first of those (up to
     ``_TOPOLOGY_LOOKS``) whose free GPUs share a topology group. List scans, no loop.
     """
-    frees = list(map(view.free_counts.__getitem__, group.slots))
+    slots = group.slots
+    frees = itemgetter(*slots)(view.free_counts) if len(slots) > 1 else (view.free(slots[0]),)
     class_free = sum(frees)
     top = max(frees, default=0)
     for leftover in range(count, top + 1):

@@ -73,21 +73,8 @@ def place_share(snapshot: ClusterSnapshot, request: PlacementRequest) -> Placeme
     slots = eligible(index, request, snapshot.sharing)
     if not slots:
         return NoFit(_never(request))
-    rules = dict(slots)
-    best: tuple[int, int, float, str, int] | None = None
-    chosen: tuple[int, str] | None = None
-    alloc = snapshot.allocations
-    for uuid, held in snapshot.shares.items():
-        s = index.slot_of.get(uuid)
-        if s is None or s not in rules or alloc.get(uuid) != SHARED:
-            continue
-        left = rules[s].shares - held - request.shares
-        if left < 0:
-            continue
-        device = next(d for d in index.slot_devices[s] if d[0] == uuid)
-        key = (left, index.slot_rank[s], device[2], index.node_name[index.slot_node[s]], device[1])
-        if best is None or key < best:
-            best, chosen = key, (s, uuid)
+    rules, room = _rooms(index, request, snapshot.sharing, slots)
+    chosen = _pack(view, snapshot, room)
     if chosen is None:
         chosen = _open(view, slots)
     if chosen is None:
@@ -95,6 +82,51 @@ def place_share(snapshot: ClusterSnapshot, request: PlacementRequest) -> Placeme
     s, uuid = chosen
     node = index.node_name[index.slot_node[s]]
     return Placement(node, (uuid,), share_of(rules[s], request.shares, index.slot_class[s][0]))
+
+
+def _rooms(
+    index: ClusterIndex, request: PlacementRequest, policy: SharingPolicy, slots: Eligible
+) -> tuple[dict[int, ShareRule], dict[int, int]]:
+    """Per eligible slot: its rule, and the parts a GPU of it would have left after
+    ``request`` if nothing else were on it (cached with :func:`eligible`'s answer)."""
+    key = (request, policy, "rooms")
+    hit = index.share_cache.get(key)
+    if hit is None:
+        hit = dict(slots), {s: rule.shares - request.shares for s, rule in slots}
+        index.remember_shares(key, hit)
+    return hit
+
+
+def _pack(view: View, snapshot: ClusterSnapshot, parts: dict[int, int]) -> tuple[int, str] | None:
+    """The shared GPU that the request's shares fit best (fewest parts left: ``parts`` is
+    the room per slot with nothing held), then the weakest class, the calmest GPU, the
+    node name, the GPU index; or None."""
+    index, alloc = view.index, snapshot.allocations
+    slot_of = index.slot_of
+    fewest = -1
+    fits: list[tuple[int, str]] = []  # the GPUs left with ``fewest`` parts free
+    for uuid, held in snapshot.shares.items():
+        room = parts.get(slot_of.get(uuid, -1))
+        if room is None:
+            continue
+        left = room - held
+        if left < 0 or (fewest >= 0 and left > fewest) or alloc.get(uuid) != SHARED:
+            continue
+        if left != fewest:
+            fewest, fits = left, []
+        fits.append((slot_of[uuid], uuid))
+    if not fits:
+        return None
+    device, rank, node, name = index.device_of, index.slot_rank, index.slot_node, index.node_name
+    return min(
+        fits,
+        key=lambda f: (
+            rank[f[0]],
+            device[f[1]][2],
+            name[node[f[0]]],
+            device[f[1]][1],
+        ),
+    )
 
 
 def _open(view: View, slots: Eligible) -> tuple[int, str] | None:

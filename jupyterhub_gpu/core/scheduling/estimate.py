@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import tzinfo
 
-from jupyterhub_gpu.core.inventory import ClusterSnapshot
 from jupyterhub_gpu.core.placement import place
 from jupyterhub_gpu.core.placement.index import index_for
+from jupyterhub_gpu.core.placement.journal import journaled
 from jupyterhub_gpu.core.scheduling.fairshare import advance
 from jupyterhub_gpu.core.scheduling.order import STARTED, PlaceFn, kind_of, schedule
 from jupyterhub_gpu.core.scheduling.state import (
@@ -96,13 +96,13 @@ def estimates(
         for q in queue
     }
     original = state.snapshot.allocations
-    alloc, charges = dict(original), dict(state.charges)
+    alloc, charges = journaled(original), dict(state.charges)
     pending = list(queue)
     out: dict[str, Estimate] = {}
 
     def run(t: float, why: str | None) -> None:
         usage = advance(state.usage, (), t, settings) if state.usage is not None else None
-        snap = ClusterSnapshot(state.snapshot.nodes, dict(alloc), state.snapshot.our_containers)
+        snap = replace(state.snapshot, allocations=alloc.fork())  # shares and sharing kept
         now = replace(state, snapshot=snap, now=t, charges=dict(charges), usage=usage)
         decision = schedule(pending, now, settings, place_fn)
         for s in decision.starts:

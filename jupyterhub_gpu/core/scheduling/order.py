@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from jupyterhub_gpu.core.inventory import SHARED, ClusterSnapshot
 from jupyterhub_gpu.core.placement import NoFit, Placement, PlacementRequest, place
 from jupyterhub_gpu.core.placement.index import ClusterIndex, index_for
+from jupyterhub_gpu.core.placement.journal import Allocations, journaled
 from jupyterhub_gpu.core.placement.view import View
 from jupyterhub_gpu.core.scheduling.fairshare import PriorityParts, prioritise
 from jupyterhub_gpu.core.scheduling.quota import (
@@ -109,10 +110,11 @@ class _Pass:
         self.state, self.settings, self.place_fn = state, settings, place_fn
         snap = state.snapshot
         self.index: ClusterIndex = index_for(snap.nodes)
-        self.alloc: dict[str, str] = dict(snap.allocations)
+        # journaled: the index re-checks only what this pass (and the ledger) changed
+        self.alloc: Allocations = journaled(snap.allocations)
         self.shares: dict[str, int] = dict(snap.shares)  # uuid -> parts held (issue 26)
         slot_of = self.index.slot_of
-        self.free_bound = len(slot_of) - sum(1 for u in self.alloc if u in slot_of)
+        self.free_bound = len(slot_of) - len(slot_of.keys() & self.alloc.keys())
         self.models = gpu_models(snap) if _has_quotas(state) else None
         self.holdings = None if self.models is None else holdings_of(state.charges, self.models)
         self.cluster_models = frozenset(self.index.slot_model)
@@ -135,7 +137,7 @@ class _Pass:
         snap = self.state.snapshot
         alloc = self.alloc
         if hidden:
-            alloc = dict(alloc)
+            alloc = alloc.fork()
             for u in hidden:
                 if alloc.get(u, SHARED) == SHARED:  # a hidden shared GPU takes no more shares
                     alloc[u] = FENCE
