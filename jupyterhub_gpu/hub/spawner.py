@@ -33,6 +33,7 @@ import docker
 from docker.errors import APIError
 from dockerspawner import DockerSpawner
 from jupyterhub.spawner import SpawnException
+from jupyterhub.utils import fmt_ip_url
 from traitlets import Bool, Dict, Enum, Float, Int, List, TraitError, Unicode, default, validate
 
 from jupyterhub_gpu.core import homes
@@ -93,6 +94,7 @@ from jupyterhub_gpu.edges.home_dirs import ensure_home
 from jupyterhub_gpu.edges.nodecheck import CheckSettings
 from jupyterhub_gpu.errors import ConfigError, InvalidRequest, UserFacingError
 from jupyterhub_gpu.hub.admission import QueueingSpawnerMixin
+from jupyterhub_gpu.hub.answer import first_answer
 from jupyterhub_gpu.hub.cluster import NODE_ERRORS, Cluster, ClusterSettings
 from jupyterhub_gpu.hub.ledger import GPULedger
 from jupyterhub_gpu.hub.metrics import SPAWN_DECISIONS
@@ -105,6 +107,8 @@ from jupyterhub_gpu.hub.sharing import GPUSharing
 from jupyterhub_gpu.wire.catalog_file import default_catalog_path, load_catalog
 from jupyterhub_gpu.wire.cull_notes import load_notes, notes_for
 from jupyterhub_gpu.wire.nodes_file import NodeSpec, default_node, parse_nodes
+
+LOG_TAIL_BYTES = 4000  # of an exited server's output, in the hub's log
 
 
 def _spawn_error(e: UserFacingError) -> SpawnException:
@@ -261,6 +265,17 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         coming may take up to ``pull_timeout``, a stuck registry, network or disk does not
         hold the user that long.""",
     )
+    answer_check_timeout = Float(
+        20.0,
+        config=True,
+        help="""Seconds for which ``start`` itself checks a new server every 0.1 s for its
+        first HTTP answer (JupyterHub's rule: any answer under 500), and its container
+        every second. JupyterHub's own check backs off with random waits of up to 5 s, so
+        a server that answers after 3 s is otherwise seen up to seconds later. A container
+        that exits meanwhile fails the start at once, with its exit code (its last log
+        lines go to the hub's log). After this time, or ``http_timeout`` if shorter,
+        JupyterHub's wait goes on as usual. 0 = off.""",
+    )
     user_network = Unicode(
         "jupyterhub-gpu-users",
         config=True,
@@ -412,6 +427,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         self._events: list[dict[str, Any]] = []
         self._events_changed = asyncio.Event()
         self._start_done = True
+        self._start_began: float | None = None  # the event loop's time when start began
         self._create_kwargs: dict[str, Any] = {}
         self._host_config: dict[str, Any] = {}
         self._from_state = False  # placed by load_state and not polled since
@@ -997,6 +1013,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         self._events = []
         self._events_changed = asyncio.Event()
         self._start_done = False
+        self._start_began = asyncio.get_running_loop().time()
         self._forget_placement()  # the hub cleared the state; be sure nothing is left held
         self._ended_note = ""  # the form showed why the last server ended; it starts again
         self._start_prepuller()
@@ -1026,6 +1043,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             ip_port = await self._create(ident, options)
             self.ledger.allocation_started(self.allocation_id)
             self._event(90, "Waiting for the server to answer")
+            await self._first_answer(*ip_port)
             return ip_port
         except UserFacingError as e:
             await self._undo()
@@ -1073,6 +1091,56 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
                 reason="start_timeout",
                 status_code=503,
             ) from None
+
+    async def _first_answer(self, ip: str, port: int) -> None:
+        """Wait (``answer_check_timeout``) for the server's first answer, so that
+        JupyterHub's first check succeeds at once; fail at once if its container exits."""
+        hub = cast(Any, self)  # http_timeout, start_timeout, internal_ssl: JupyterHub's
+        began = self._start_began or asyncio.get_running_loop().time()
+        left = began + float(hub.start_timeout) - asyncio.get_running_loop().time() - 1.0
+        seconds = min(self.answer_check_timeout, float(hub.http_timeout), left)
+        if seconds <= 0 or hub.internal_ssl or self.server is None:
+            return
+        url = f"http://{fmt_ip_url(ip)}:{port}{self.server.base_url}"
+        answer = await first_answer(url, seconds, self._exit_code)
+        if answer.exit_code is None:
+            return
+        await self._log_tail()
+        raise SpawnException(
+            f"Your server stopped while starting (exit code {answer.exit_code}): its "
+            f"image's start command failed on node {self.node_name}. Start again; if it "
+            "happens again, choose another image or tell an admin (the hub's log has the "
+            "server's last lines).",
+            reason="server_exited",
+            status_code=500,
+        )
+
+    async def _exit_code(self) -> int | None:
+        """None while the container runs (or the node can't say); else its exit code."""
+        try:
+            info = await self.docker("inspect_container", self.container_id)
+        except docker.errors.NotFound:
+            return -1
+        except (APIError, *NODE_ERRORS):
+            return None
+        state = info.get("State") or {}
+        if state.get("Running") or state.get("Status") in ("created", "restarting"):
+            return None
+        return int(state.get("ExitCode", -1))
+
+    async def _log_tail(self) -> None:
+        """The exited server's last lines, bounded, in the hub's log for the admin."""
+        try:
+            raw = await self.docker("logs", self.container_id, tail=20)
+        except (APIError, *NODE_ERRORS):
+            return
+        text = bytes(raw or b"")[-LOG_TAIL_BYTES:].decode("utf-8", "replace")
+        self.log.warning(
+            "%s: server exited while starting on node %s; its last lines:\n%s",
+            self.holder,
+            self.node_name,
+            text,
+        )
 
     def _start_slot(self) -> contextlib.AbstractAsyncContextManager[Any]:
         """One of ``concurrent_start_limit`` slots (shared by the hub's spawners)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,6 +36,7 @@ from tests.integration.test_multinode import (  # noqa: F401  (fixtures: agents,
     spawn_ready,
     start_hub,
 )
+from tests.integration.test_pull import progress
 from tests.support.cluster import Engine, engine_crashed
 from tests.support.hub import Hub
 from tests.support.pg_fixture import fresh_postgres_database, postgres_url  # noqa: F401
@@ -204,9 +206,12 @@ def test_a_server_that_never_answers_ends_failed(
     db_url: str,
 ) -> None:
     """The container runs but its server never listens: JupyterHub gives up after
-    http_timeout and stops it; the allocation ends as failed, not stopped."""
+    http_timeout and stops it; the allocation ends as failed, not stopped. A container
+    that exits while starting (gus's) fails the start at once with its exit code, long
+    before http_timeout, and its allocation ends failed too."""
     silent = (
-        "c.GPUDockerSpawner.cmd = ['python3', '-c', 'import time; time.sleep(3600)']\n"
+        "c.GPUDockerSpawner.cmd = ['sh', '-c', "
+        "'[ \"$JUPYTERHUB_USER\" = gus ] && exit 7; exec sleep 3600']\n"
         "c.Spawner.http_timeout = 5\n"
     )
     accounting = f"c.GPUDockerSpawner.accounting_url = {db_url!r}\n" if db_url else ""
@@ -221,5 +226,18 @@ def test_a_server_that_never_answers_ends_failed(
         row = rows(store)["fay"]
         assert row.end_reason == "failed" and row.running_at is not None, row.end_reason
         assert hub.server("fay") is None
+
+        create_users(hub, ["gus"])
+        began = time.monotonic()
+        assert hub.spawn("gus", ON_A100).status_code in (201, 202)
+        events = progress(hub, "gus")
+        took = time.monotonic() - began
+        failed = events[-1]
+        assert failed.get("failed"), events
+        assert "stopped while starting (exit code 7)" in failed["message"], failed
+        assert took < 5, f"exit seen after {took:.1f} s, not before http_timeout (5 s)"
+        wait_until(lambda: "gus" in rows(store) and rows(store)["gus"].ended_at, 30, "an end")
+        assert rows(store)["gus"].end_reason == "failed"
+        assert "gus: server exited while starting" in hub.log_tail(200)
     finally:
         store.engine.dispose()
