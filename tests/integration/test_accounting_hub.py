@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -228,16 +227,15 @@ def test_a_server_that_never_answers_ends_failed(
         assert hub.server("fay") is None
 
         create_users(hub, ["gus"])
-        began = time.monotonic()
         assert hub.spawn("gus", ON_A100).status_code in (201, 202)
         events = progress(hub, "gus")
-        took = time.monotonic() - began
         failed = events[-1]
         assert failed.get("failed"), events
+        # only the spawner's own check says this (JupyterHub's would say that the server
+        # did not respond within http_timeout)
         assert "stopped while starting (exit code 7)" in failed["message"], failed
-        assert took < 5, f"exit seen after {took:.1f} s, not before http_timeout (5 s)"
         wait_until(lambda: "gus" in rows(store) and rows(store)["gus"].ended_at, 30, "an end")
         assert rows(store)["gus"].end_reason == "failed"
-        assert "gus: server exited while starting" in hub.log_tail(200)
+        assert "gus/: server exited while starting on node" in hub.log_tail(400)
     finally:
         store.engine.dispose()
