@@ -306,3 +306,27 @@ def test_check_node_local_reads_the_policy_and_exits_1_then_0(
     assert {c["check"] for c in checks} >= {"mps", "mps.shm", "mps.threads", "mps.gpu0"}
     assert cli.main(["--local", "--only", "mps", "--json"]) == 1  # no policy: says so
     assert "no -f CONFIG" in capsys.readouterr().out
+
+
+def test_the_spawner_sets_the_pipe_directory_last_over_any_other_environment() -> None:
+    from types import SimpleNamespace
+
+    from traitlets.config import Config
+
+    from jupyterhub_gpu.hub.spawner import GPUDockerSpawner
+
+    c = Config()
+    c.GPUSharing.mps_pipe_directory = "/srv/mps-pipes"
+    c.GPUDockerSpawner.environment = {"CUDA_MPS_PIPE_DIRECTORY": "/home/alice/mine"}
+    hub = SimpleNamespace(
+        public_host="", url="/hub/", base_url="/hub/", api_url="http://h:8081/hub/api"
+    )
+    orm = SimpleNamespace(name="", server=None, user_options={}, last_activity=None)
+    user = SimpleNamespace(name="alice", groups=[], url="/user/alice/")
+    s = GPUDockerSpawner(user=user, orm_spawner=orm, config=c, hub=hub)
+    s.gpu_uuids = ["GPU-aaaa"]
+    s.share = Share(1, 4, 6144, "mps")
+    assert s.get_env()["CUDA_MPS_PIPE_DIRECTORY"] == "/srv/mps-pipes"
+    s.share = Share(1, 2, 6144, "time-slicing")
+    assert s.get_env()["CUDA_MPS_PIPE_DIRECTORY"] == "/home/alice/mine"  # not ours to set
+    assert s._mps_paths() is None
