@@ -6,6 +6,7 @@ included) unless names are given.
     jupyterhub-gpu check-node [-f jupyterhub_config.py] [--json] [--only engine,firewall,...]
                               [--image IMAGE] [--uid-gid UID:GID] [--hub-api HOST:PORT] [NAME...]
     jupyterhub-gpu check-node --local [--image IMAGE] [--json]     # on a GPU node itself
+    jupyterhub-gpu check-node --local -f jupyterhub_config.py [--node NAME]  # + its MPS daemon
 
 A checklist per node, ✓ or ✗ per line and the fix under each ✗; exit status 1 when any
 check fails, 2 on a bad configuration. The decisions are
@@ -35,7 +36,18 @@ from traitlets.config.loader import PyFileConfigLoader
 
 from jupyterhub_gpu.core import nodecheck as rules
 from jupyterhub_gpu.core.homes import template_root
+from jupyterhub_gpu.core.inventory import NodeInventory
+from jupyterhub_gpu.core.sharing import SharingPolicy, parse_policy
+from jupyterhub_gpu.core.sharing.mps import (
+    DEFAULT_PIPE_DIRECTORY,
+    DEFAULT_SHM_DIRECTORY,
+    MpsPaths,
+    mps_checks,
+    mps_expectations,
+    mps_paths,
+)
 from jupyterhub_gpu.edges.docker_nodes import node_client, tls_config
+from jupyterhub_gpu.edges.mps import gather as gather_mps
 from jupyterhub_gpu.edges.nodecheck import (
     CheckSettings,
     check_node,
@@ -46,7 +58,7 @@ from jupyterhub_gpu.errors import ConfigError
 from jupyterhub_gpu.wire.catalog_file import default_catalog_path, load_catalog
 from jupyterhub_gpu.wire.nodes_file import NodeSpec, default_node, load_nodes_file, parse_nodes
 
-GROUPS = ("user-network", "firewall", "gpu", "agent", "home", "catalog")
+GROUPS = ("user-network", "firewall", "gpu", "agent", "home", "catalog", "mps")
 SPAWNERS = ("GPUDockerSpawner", "DockerSpawner", "Spawner")
 
 
@@ -171,7 +183,15 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("names", nargs="*", metavar="NAME", help="nodes to check (default: all)")
     p.add_argument(
-        "-f", "--config", default="jupyterhub_config.py", help="the hub's configuration file"
+        "-f",
+        "--config",
+        help="the hub's configuration file (default jupyterhub_config.py); with --local, "
+        "only its c.GPUSharing is read: the MPS daemon is checked for GPUs in mode mps",
+    )
+    p.add_argument(
+        "--node",
+        help="with --local: this node's name in the hub's nodes (for GPUSharing.nodes); "
+        "default: the name NVML's probe gives this machine",
     )
     p.add_argument("--json", action="store_true", help="a JSON list of checks instead of text")
     p.add_argument(
@@ -185,9 +205,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--local",
         action="store_true",
-        help="on a GPU node itself, without the hub's configuration: NVML (driver, CUDA, "
-        "GPUs, UUIDs, compute capability), the local engine, the user bridge and, with "
-        "--image, GPU isolation",
+        help="on a GPU node itself: NVML (driver, CUDA, GPUs, UUIDs, compute capability), "
+        "the local engine, the user bridge, with --image GPU isolation, and with -f the "
+        "MPS daemon of GPUs the sharing policy puts in mode mps",
     )
     p.add_argument(
         "--uid-gid",
@@ -239,7 +259,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.local:
         return local(args)
     try:
-        config = load_config(args.config)
+        config = load_config(args.config or "jupyterhub_config.py")
         specs = node_specs(config)
         settings = settings_from(config, args)
     except ConfigError as e:
@@ -274,9 +294,15 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def local(args: argparse.Namespace) -> int:
-    """``--local``: this machine as a node, its GPUs from NVML."""
+    """``--local``: this machine as a node, its GPUs from NVML (and, with ``-f``, its MPS
+    daemon against the site's sharing policy)."""
     inventory, error = local_inventory()
-    name = inventory.name if inventory else socket.gethostname()
+    name = args.node or (inventory.name if inventory else socket.gethostname())
+    try:
+        sharing = sharing_from(load_config(args.config)) if args.config else None
+    except ConfigError as e:
+        print(f"check-node: {e}", file=sys.stderr)
+        return 2
     spec = NodeSpec(
         name=name,
         docker_url=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"),
@@ -287,23 +313,59 @@ def local(args: argparse.Namespace) -> int:
     except ValueError:
         print(f"check-node: --uid-gid: UID:GID, got {args.uid_gid!r}", file=sys.stderr)
         return 2
-    settings = CheckSettings(
-        probe_image=args.image or "",
-        uid_gid=(uid, gid),
-        only=frozenset(args.only or ("user-network", "gpu")),
-    )
+    only = frozenset(args.only or ("user-network", "gpu", "mps"))
+    settings = CheckSettings(probe_image=args.image or "", uid_gid=(uid, gid), only=only)
     run = secrets.token_hex(6)
     report = rules.NodeReport(name, rules.nvml_checks(name, inventory, error))
+    if "mps" in only:
+        report.checks += local_mps_checks(name, inventory, sharing, explicit="mps" in args.only)
+    if only <= {"mps"}:
+        return _print_local(report, args.json)
     try:
         report.checks += check_node(spec, settings, run, gpus=inventory).checks
     except KeyboardInterrupt as e:
         _clean(spec, run)
         return _interrupted(e)
-    if args.json:
+    return _print_local(report, args.json)
+
+
+def _print_local(report: rules.NodeReport, as_json: bool) -> int:
+    if as_json:
         print(json.dumps([c.as_json() for c in report.checks], indent=2))
     else:
         print(rules.render_text([report], color=sys.stdout.isatty()), end="")
     return 0 if report.ok else 1
+
+
+def sharing_from(config: Config) -> tuple[SharingPolicy, MpsPaths]:
+    """The site's ``c.GPUSharing``: its policy and the nodes' MPS directories."""
+    g = ("GPUSharing",)
+    policy = parse_policy(setting(config, g, "models", {}), setting(config, g, "nodes", {}))
+    paths = mps_paths(
+        setting(config, g, "mps_pipe_directory", DEFAULT_PIPE_DIRECTORY),
+        setting(config, g, "mps_shm_directory", DEFAULT_SHM_DIRECTORY),
+    )
+    return policy, paths
+
+
+def local_mps_checks(
+    name: str,
+    inventory: NodeInventory | None,
+    sharing: tuple[SharingPolicy, MpsPaths] | None,
+    explicit: bool,
+) -> list[rules.Check]:
+    """The node's MPS daemon against the policy (``core/sharing/mps.py``): nothing when no
+    GPU here is in mode ``mps``; one failing line when ``--only mps`` has no policy."""
+    if sharing is None or inventory is None:
+        if not explicit:
+            return []
+        why = "no -f CONFIG (the site's c.GPUSharing)" if sharing is None else "NVML unread"
+        return [rules.not_run(name, "mps", why)]
+    policy, paths = sharing
+    devices = mps_expectations(name, inventory, policy)
+    if not devices:
+        return []
+    return mps_checks(name, devices, gather_mps(paths, devices))
 
 
 def _clean(spec: NodeSpec, run: str) -> None:

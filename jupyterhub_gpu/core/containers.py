@@ -27,6 +27,7 @@ from jupyterhub_gpu.core.allocation import (
     Allocation,
 )
 from jupyterhub_gpu.core.form.resources import ResourceLimits
+from jupyterhub_gpu.core.sharing.mps import MpsPaths, mps_binds, mps_env
 from jupyterhub_gpu.core.sharing.policy import MODES, Share
 from jupyterhub_gpu.errors import NodeFailure
 
@@ -56,7 +57,7 @@ def gpu_env(uuids: Sequence[str]) -> dict[str, str]:
     }
 
 
-def share_env(share: Share) -> dict[str, str]:
+def share_env(share: Share, mps: MpsPaths | None = None) -> dict[str, str]:
     """The environment of a server holding ``share`` of its GPU (issue 26), applied after
     everything else (never from the user's options).
 
@@ -67,6 +68,8 @@ def share_env(share: Share) -> dict[str, str]:
     ``set_default_device_pinned_mem_limit`` / ``set_default_active_thread_percentage``
     (docs/sharing.md). Time-slicing enforces nothing here: the agent watches the share's
     memory. MIG needs nothing more: ``NVIDIA_VISIBLE_DEVICES`` names the MIG instance.
+    ``mps``: where the node's daemon listens (``CUDA_MPS_PIPE_DIRECTORY``, ``mps``'s pipe
+    directory, mounted by :func:`container_spec`).
     """
     env = {
         "JUPYTERHUB_GPU_SHARE": share.label,
@@ -75,6 +78,7 @@ def share_env(share: Share) -> dict[str, str]:
     if share.mode == "mps":
         env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={share.memory_mib}M"
         env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(share.thread_percentage)
+        env.update(mps_env(mps or MpsPaths()))
     return env
 
 
@@ -119,18 +123,26 @@ class ServerContainer:
     home: tuple[str, str] | None = None  # (path on the node, path in the container)
     binds: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # datasets
     device_driver: str = "nvidia"
+    #: a share of an ``mps`` GPU: the node's MPS pipe and shm directories (mounted last)
+    mps: MpsPaths | None = None
 
 
 def container_spec(c: ServerContainer) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(create_kwargs, host_config)`` for Docker's create call (DockerSpawner's
     ``extra_create_kwargs`` and ``extra_host_config``): the user's uid:gid, its labels, the
     home as working directory; exactly its GPUs, the user network, the limits, every
-    capability dropped and no privilege gain. Golden tests: tests/unit/test_containers.py.
+    capability dropped and no privilege gain; a share of an ``mps`` GPU also the node's
+    MPS pipe directory and the daemon's shm directory as ``/dev/shm`` (its own IPC
+    namespace all the same: never the host's). Golden tests: tests/unit/test_containers.py.
     """
     binds: dict[str, dict[str, str]] = {}
     if c.home is not None:
         binds[c.home[0]] = {"bind": c.home[1], "mode": "rw"}
     binds.update({k: dict(v) for k, v in c.binds.items()})
+    if c.mps is not None:  # last: no other mount decides where the daemon is
+        taken = {"/dev/shm", c.mps.pipe_directory}
+        binds = {k: v for k, v in binds.items() if v["bind"] not in taken}
+        binds.update(mps_binds(c.mps))
     create_kwargs: dict[str, Any] = {"user": f"{c.uid}:{c.gid}", "labels": dict(c.labels)}
     if c.home is not None:
         create_kwargs["working_dir"] = c.home[1]
@@ -144,6 +156,8 @@ def container_spec(c: ServerContainer) -> tuple[dict[str, Any], dict[str, Any]]:
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges"],
     }
+    if c.mps is not None:  # /dev/shm is the daemon's tmpfs, sized on the node
+        del host_config["shm_size"]
     return create_kwargs, host_config
 
 

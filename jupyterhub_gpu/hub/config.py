@@ -33,6 +33,7 @@ from jupyterhub_gpu.core.homes import template_root
 from jupyterhub_gpu.core.mounts import parse_group_mounts
 from jupyterhub_gpu.core.scheduling import queue_settings
 from jupyterhub_gpu.core.sharing import parse_policy
+from jupyterhub_gpu.core.sharing.mps import DEFAULT_PIPE_DIRECTORY, DEFAULT_SHM_DIRECTORY, mps_paths
 from jupyterhub_gpu.errors import ConfigError
 from jupyterhub_gpu.wire.catalog_file import default_catalog_path, load_catalog
 from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
@@ -230,6 +231,10 @@ def check_config(
     parse_group_mounts(s.get("group_mounts") or {}, f"{section}.group_mounts")
     sharing = config.get("GPUSharing", {})
     parse_policy(sharing.get("models") or {}, sharing.get("nodes") or {})  # issue 26
+    mps_paths(
+        sharing.get("mps_pipe_directory", DEFAULT_PIPE_DIRECTORY),
+        sharing.get("mps_shm_directory", DEFAULT_SHM_DIRECTORY),
+    )
     if s.get("home_template"):
         template_root(s["home_template"])
     for key in ("default_uid", "default_gid"):

@@ -9,10 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from traitlets import Dict, validate
+from traitlets import Dict, Unicode, validate
 from traitlets.config import LoggingConfigurable
 
 from jupyterhub_gpu.core.sharing import SharingPolicy, parse_policy
+from jupyterhub_gpu.core.sharing.mps import (
+    DEFAULT_PIPE_DIRECTORY,
+    DEFAULT_SHM_DIRECTORY,
+    MpsPaths,
+    check_directory,
+    mps_paths,
+)
 from jupyterhub_gpu.core.sharing.policy import parse_rule
 
 
@@ -42,6 +49,34 @@ class GPUSharing(LoggingConfigurable):
         """,
     )
 
+    mps_pipe_directory = Unicode(
+        DEFAULT_PIPE_DIRECTORY,
+        config=True,
+        help="""The MPS control daemon's pipe directory on every node
+        (``CUDA_MPS_PIPE_DIRECTORY`` of the daemon; NVIDIA's default ``/tmp/nvidia-mps``).
+        A share container of a GPU in mode ``mps`` gets it mounted at the same path, and
+        ``CUDA_MPS_PIPE_DIRECTORY`` set to it by the spawner (last, never from the user's
+        options). ``check-node --local`` checks the daemon there (docs/sharing.md). An
+        absolute path of its own: never ``/``, ``/tmp``, ``/dev/shm`` or ``/run``.
+        Default: ``"/tmp/nvidia-mps"``.
+        """,
+    )
+    mps_shm_directory = Unicode(
+        DEFAULT_SHM_DIRECTORY,
+        config=True,
+        help="""A tmpfs of its own on every node that the MPS control daemon uses as its
+        ``/dev/shm`` (MPS clients and their server share memory there: NVIDIA's device
+        plugin gives clients the daemon's ``/dev/shm`` the same way). A share container of
+        a GPU in mode ``mps`` gets it as its ``/dev/shm``; the host's own ``/dev/shm`` and
+        IPC namespace are never given to a container. The daemon unit in docs/sharing.md
+        mounts it. Default: ``"/run/jupyterhub-gpu/mps-shm"``.
+        """,
+    )
+
+    @validate("mps_pipe_directory", "mps_shm_directory")
+    def _check_directory(self, proposal: Any) -> str:
+        return check_directory(f"GPUSharing.{proposal['trait'].name}", proposal["value"])
+
     @validate("models")
     def _check_models(self, proposal: Any) -> dict[str, Any]:
         for model, raw in proposal["value"].items():
@@ -57,3 +92,8 @@ class GPUSharing(LoggingConfigurable):
     @property
     def policy(self) -> SharingPolicy:
         return parse_policy(self.models, self.nodes)
+
+    @property
+    def mps(self) -> MpsPaths:
+        """Where share containers of ``mps`` GPUs reach the node's MPS daemon."""
+        return mps_paths(self.mps_pipe_directory, self.mps_shm_directory)

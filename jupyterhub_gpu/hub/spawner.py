@@ -88,6 +88,7 @@ from jupyterhub_gpu.core.saving.entries import (
 )
 from jupyterhub_gpu.core.saving.identity import NodeImage, in_registry, start_refusal
 from jupyterhub_gpu.core.sharing import Share
+from jupyterhub_gpu.core.sharing.mps import MpsPaths
 from jupyterhub_gpu.core.tokens import site_secret_from
 from jupyterhub_gpu.core.usernet import bridge_name_problem
 from jupyterhub_gpu.edges.home_dirs import ensure_home
@@ -815,9 +816,15 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         if self.home_template:
             env["HOME"] = self._container_home()
         env.update(gpu_env(self.gpu_uuids))  # last: nothing else decides the GPUs
-        if self.share is not None:
-            env.update(share_env(self.share))  # the share's limits, never the user's
+        if self.share is not None:  # the share's limits and its MPS daemon, never the user's
+            env.update(share_env(self.share, self._mps_paths()))
         return env
+
+    def _mps_paths(self) -> MpsPaths | None:
+        """The node's MPS directories for a share of an ``mps`` GPU (c.GPUSharing), else None."""
+        if self.share is None or self.share.mode != "mps":
+            return None
+        return GPUSharing(config=self.config, parent=self).mps
 
     def _container_home(self) -> str:
         return self.home_container_path.format(username=homes.safe_path_component(self.user.name))
@@ -873,6 +880,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
                 home=home,
                 binds=dataset_binds(parse_group_mounts(self.group_mounts), ident.groups),
                 device_driver=self.gpu_device_driver,
+                mps=self._mps_paths(),
             )
         )
 

@@ -153,6 +153,14 @@ def _bad_catalog(tmp_path: Path) -> str:
             lambda c, t: setattr(c.GPUSharing, "models", {"X": {"shares": 4, "mod": "mps"}}),
             "GPUSharing.models['X']: unknown key(s) mod",
         ),
+        (
+            lambda c, t: setattr(c.GPUSharing, "mps_shm_directory", "/dev/shm"),
+            "GPUSharing.mps_shm_directory: /dev/shm is the node's own",
+        ),
+        (
+            lambda c, t: setattr(c.GPUSharing, "mps_pipe_dir", "/tmp/nvidia-mps"),
+            "did you mean GPUSharing.mps_pipe_directory?",
+        ),
     ],
 )
 def test_bad_settings_are_refused(mutate, fragment: str, tmp_path: Path) -> None:
