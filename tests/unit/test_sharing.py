@@ -109,6 +109,34 @@ def test_a_share_opens_the_weakest_free_shareable_gpu() -> None:
     assert result.share == Share(1, 2, 6144, "time-slicing")
 
 
+def test_a_share_opens_where_one_whole_gpu_would_go_keeping_each_class_fair_share() -> None:
+    # 2 TITAN X (one held by a TITAN X-only user) and 4 RTX 3090 (one held): an "any GPU"
+    # share opens an RTX 3090 as one whole GPU would, and leaves the last TITAN X to the
+    # requests that can use only it (rule 3: the cross-class fair share, not "the node
+    # with the fewest free GPUs", which would open the last TITAN X)
+    nodes = (node("t2", TITANX, 2), node("n2", RTX3090, 4))
+    alloc = {"t2-0": "pinned/", "n2-0": "alice/"}
+    whole = place(snap(alloc, nodes=nodes), PlacementRequest(1))
+    result = place(snap(alloc, nodes=nodes), share())
+    assert isinstance(whole, Placement) and isinstance(result, Placement)
+    assert result.node == whole.node == "n2"
+    assert result.gpu_uuids[0] != "n2-0" and result.share == Share(1, 4, 6144, "mps")
+    # a share that only a TITAN X may hold still takes the last one
+    pinned = place(snap(alloc, nodes=nodes), share(allowed_models=frozenset({TITANX})))
+    assert isinstance(pinned, Placement) and pinned.gpu_uuids == ("t2-1",)
+
+
+def test_a_share_opens_on_the_fullest_node_of_its_class() -> None:
+    # the class's node with the fewest free GPUs; a whole free node of 4 is broken last
+    nodes = (node("n1", RTX3090, 2), node("n2", RTX3090, 4))
+    result = place(snap({"n1-0": "alice/"}, nodes=nodes), share())
+    assert isinstance(result, Placement) and result.gpu_uuids == ("n1-1",)
+    # in the class chosen, a whole free node is opened last
+    nodes = (node("n2", RTX3090, 4), node("n1", RTX3090, 2))
+    result = place(snap({}, nodes=nodes), share())
+    assert isinstance(result, Placement) and result.node == "n1"
+
+
 def test_shares_pack_onto_a_shared_gpu_best_fit() -> None:
     # n2-0 has 3 of 4 parts held, n1-0 has 1: a 1-part request fills n2-0 (best fit)
     alloc = {"n2-0": SHARED, "n1-0": SHARED, "t1-0": "bob/"}

@@ -55,11 +55,15 @@ onto shared GPUs, best fit, else open the weakest free one); shared GPUs are in
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from operator import itemgetter
-from typing import NamedTuple
 
 from jupyterhub_gpu.core.inventory import ClusterSnapshot
+from jupyterhub_gpu.core.placement.classes import (  # noqa: F401 (re-exported)
+    KEEP_WHOLE_GPUS,
+    ClassOption,
+    breaks_whole,
+    fair_share,
+)
 from jupyterhub_gpu.core.placement.explain import explain
 from jupyterhub_gpu.core.placement.index import ClassSlots, Device
 from jupyterhub_gpu.core.placement.request import NoFit, Placement, PlacementRequest
@@ -68,18 +72,6 @@ from jupyterhub_gpu.core.placement.view import View, check_request
 
 _NO_SLOT = -1
 _TOPOLOGY_LOOKS = 64  # equally packed nodes examined for a shared topology group
-KEEP_WHOLE_GPUS = 4  # whole free nodes (of one model) this big are kept for multi-GPU servers
-
-
-class ClassOption(NamedTuple):
-    """One class that can hold the request now: its packed-tightest slot, the class's
-    free GPUs and GPUs, and whether that slot is a whole free node ``place`` would
-    rather keep whole."""
-
-    slot: int
-    free: int
-    gpus: int
-    breaks_whole: bool = False
 
 
 def place(snapshot: ClusterSnapshot, request: PlacementRequest) -> Placement | NoFit:
@@ -94,20 +86,13 @@ def place(snapshot: ClusterSnapshot, request: PlacementRequest) -> Placement | N
     for group in view.index.candidates(request):
         slot, free = best_slot(view, group, count)
         if slot != _NO_SLOT:
-            options.append(ClassOption(slot, free, group.gpus, _breaks_whole(view, slot, count)))
+            options.append(ClassOption(slot, free, group.gpus, breaks_whole(view, slot, count)))
             groups[slot] = group
     if not options:
         return NoFit(explain(view, request))
     slot = fair_share(options, count)
     slot = local_slot(view, groups[slot], slot, count)
     return view.placement(slot, choose_devices(view.free_devices(slot), count))
-
-
-def _breaks_whole(view: View, slot: int, count: int) -> bool:
-    """Whether placing ``count`` GPUs on ``slot`` breaks up a whole free node that rule 2
-    would rather keep for a multi-GPU server."""
-    size = view.index.slot_size[slot]
-    return view.free(slot) == size and size >= max(KEEP_WHOLE_GPUS, count + 1)
 
 
 def local_slot(view: View, group: ClassSlots, chosen: int, count: int) -> int:
@@ -121,11 +106,11 @@ def local_slot(view: View, group: ClassSlots, chosen: int, count: int) -> int:
     holders = group.holders
     if not holders or chosen in holders:
         return chosen
-    free, whole = view.free(chosen), _breaks_whole(view, chosen, count)
+    free, whole = view.free(chosen), breaks_whole(view, chosen, count)
     grouped = count > 1 and _group_fits(view.free_devices(chosen), count)
     looks = 0
     for s in holders:
-        if view.free(s) != free or (_breaks_whole(view, s, count) and not whole):
+        if view.free(s) != free or (breaks_whole(view, s, count) and not whole):
             continue
         if grouped and not _group_fits(view.free_devices(s), count):
             looks += 1
@@ -134,19 +119,6 @@ def local_slot(view: View, group: ClassSlots, chosen: int, count: int) -> int:
             continue
         return s
     return chosen
-
-
-def fair_share(options: Sequence[ClassOption], count: int) -> int:
-    """The slot of the smallest class left with its fair share of free GPUs (one that
-    breaks no whole node first), else the first.
-
-    ``options`` come one per class that fits, smallest class first.
-    """
-    free_after = sum(o.free for o in options) - count
-    gpus = sum(o.gpus for o in options)
-    keeping = [o for o in options if o.free - count >= -(-free_after * o.gpus // gpus)]
-    intact = [o for o in keeping if not o.breaks_whole]
-    return (intact or keeping or options)[0].slot
 
 
 def best_slot(view: View, group: ClassSlots, count: int) -> tuple[int, int]:

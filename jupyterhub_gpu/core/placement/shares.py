@@ -11,10 +11,15 @@ The rules, in order:
 2. **Pack.** A GPU already shared (``snapshot.allocations[u] == SHARED`` and
    ``snapshot.shares[u]`` parts held) with ``K`` parts free wins: best fit, the one left
    with the fewest free parts; then the weakest class, the calmest GPU, the node name.
-3. **Open.** Else a free GPU is opened for sharing: on the node with the fewest free GPUs
-   of its model (whole free nodes stay for multi-GPU servers: in the trace replay this
-   beat "weakest class first", mean wait 0.75x against 0.80x of whole GPUs on seeds
-   1-3), then the weakest class (big cards stay whole for whole requests), the calmest GPU.
+3. **Open.** Else a free GPU is opened for sharing, in the class that one whole GPU of
+   the same constraints would come from: the cross-class fair share of
+   :func:`~jupyterhub_gpu.core.placement.classes.fair_share`, counted over the GPUs the
+   policy shares, whole free nodes of ``KEEP_WHOLE_GPUS`` or more kept while another
+   class keeps its share; in that class, the node with the fewest free GPUs of its model
+   (whole free nodes last), then the calmest GPU. So "any GPU" shares do not take the
+   last GPUs of a small class that pinned requests need (before, a share opened on the
+   node with the fewest free GPUs of any class: on the trace replay's seed 4 "any"
+   shares took the lone 2-GPU P100 node, and P100-only pods waited 7x longer).
 
 A GPU held whole is never shared (it is in ``allocations`` under another holder), and a
 shared GPU is never given whole (``SHARED`` in ``allocations`` makes it taken for the
@@ -26,6 +31,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from jupyterhub_gpu.core.inventory import SHARED, ClusterSnapshot
+from jupyterhub_gpu.core.placement.classes import ClassOption, breaks_whole, fair_share
 from jupyterhub_gpu.core.placement.index import ClusterIndex, index_for
 from jupyterhub_gpu.core.placement.request import NoFit, Placement, PlacementRequest
 from jupyterhub_gpu.core.placement.view import View
@@ -130,20 +136,29 @@ def _pack(view: View, snapshot: ClusterSnapshot, parts: dict[int, int]) -> tuple
 
 
 def _open(view: View, slots: Eligible) -> tuple[int, str] | None:
-    """A free GPU to open for sharing: on the node with the fewest free GPUs of its model,
-    then the weakest class, then the calmest GPU."""
+    """A free GPU to open for sharing: the class as for one whole GPU (the cross-class
+    fair share, whole big nodes kept: :func:`~.classes.fair_share`), counted over the
+    GPUs the policy shares; in the class, the node with the fewest free GPUs of its
+    model; on it, the calmest GPU."""
     index = view.index
-    best: tuple[int, int] | None = None
-    slot = -1
-    for s, _ in slots:
-        free = view.free(s)
-        if free < 1:
-            continue
-        key = (free, index.slot_rank[s])
-        if best is None or key < best:
-            best, slot = key, s
-    if slot < 0:
+    options: list[ClassOption] = []
+    rank, best, fewest, free, gpus = -1, -1, 0, 0, 0
+    for s, _ in (*slots, (-1, None)):  # slots come grouped by class, smallest first
+        r = index.slot_rank[s] if s >= 0 else -1
+        if r != rank:
+            if best >= 0:
+                options.append(ClassOption(best, free, gpus, breaks_whole(view, best, 1)))
+            rank, best, fewest, free, gpus = r, -1, 0, 0, 0
+        if s < 0:
+            break
+        n = view.free(s)
+        free += n
+        gpus += index.slot_size[s]
+        if n >= 1 and (best < 0 or n < fewest):
+            best, fewest = s, n
+    if not options:
         return None
+    slot = fair_share(options, 1)
     device = min(view.free_devices(slot), key=lambda d: (d[2], d[1]))
     return slot, device[0]
 
