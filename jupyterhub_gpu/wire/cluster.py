@@ -15,7 +15,8 @@ Shape (version 1)::
                 "cuda", "labels",
                 "gpus": [{"uuid", "index", "model", "label", "memory_mib",
                           "memory_used_mib", "utilization_pct", "temperature_c",
-                          "healthy", "status", "holder", "orphan"}]}],
+                          "healthy", "status", "holder", "orphan",
+                          ["share_of", "shares_held", "shares"]}]}],
      "servers": [{"key": "user/server", "user", "server", "node", "gpus", "image",
                   "image_name", "started", "last_activity", "ready", "pending",
                   "cull_at": null}],
@@ -29,8 +30,18 @@ hub's node check (``drain_note`` what failed and the fix; it ends when a check p
 A GPU's ``status`` is one of :data:`GPU_STATUSES`; ``holder`` is the ledger's
 ``"user/server"`` (``orphan`` true for a hold whose server the hub has let go of, e.g. a
 stop that could not reach the node: the GPU stays held until its container is gone).
-The hub adds ``"message"`` when it has no cluster to show. The queue's entries are made
-by :func:`queue_entries`, the reservations' by :func:`reservation_entry`.
+A GPU held by shares (issue 26, docs/sharing.md) has ``holder`` null, ``orphan`` false and
+three more keys, absent on every other GPU (a dashboard of an earlier release ignores
+them; this one reads a GPU without them as not shared, so the version stays 1):
+``share_of`` (the N it is split into), ``shares_held`` (the shares held on it) and
+``shares``, one entry per holder sorted by holder::
+
+    {"holder": "alice/", "user": "alice", "server": "", "count": 1, "fraction": 0.25,
+     "memory_mib": 6144, "orphan": false}
+
+(``fraction`` = count / share_of; ``orphan`` as a GPU's: a share kept after its server
+was let go of). The hub adds ``"message"`` when it has no cluster to show. The queue's
+entries are made by :func:`queue_entries`, the reservations' by :func:`reservation_entry`.
 
 The dashboard service reads it back through :func:`decode_payload` alone, into the typed
 :class:`~jupyterhub_gpu.core.dashboard.payload.ClusterPayload` (what its views read), and
@@ -57,6 +68,7 @@ from jupyterhub_gpu.core.dashboard.payload import (
     QueueEntry,
     ReservationEntry,
     ServerEntry,
+    ShareEntry,
     Totals,
 )
 from jupyterhub_gpu.core.form.availability import (
@@ -64,7 +76,8 @@ from jupyterhub_gpu.core.form.availability import (
     gpu_model_availability,
     short_model_name,
 )
-from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeState
+from jupyterhub_gpu.core.inventory import GPU, SHARED, ClusterSnapshot, NodeState
+from jupyterhub_gpu.core.sharing.policy import share_of
 from jupyterhub_gpu.core.times import parse_time
 from jupyterhub_gpu.errors import BadPayload
 from jupyterhub_gpu.wire.nodes_file import NodeSpec
@@ -94,10 +107,24 @@ class ServerInfo:
     ready: bool = False
     pending: str | None = None  # "spawn", "stop", "check": an action in progress
     cull_at: datetime | None = None  # the culler's earliest stop (its deadlines file)
+    share_memory_mib: int | None = None  # the MiB of the share it holds (None: whole)
 
     @property
     def key(self) -> str:
         return f"{self.user}/{self.server}"
+
+
+@dataclass(frozen=True)
+class ShareInfo:
+    """One share hold of the ledger: ``count`` of the ``of`` shares of its GPU, for the
+    server ``holder`` ("user/server"), ``memory_mib`` MiB (None: unknown here, then the
+    policy's size on that GPU, or the GPU's memory split evenly)."""
+
+    holder: str
+    count: int
+    of: int
+    memory_mib: int | None = None
+    orphan: bool = False
 
 
 def iso(t: datetime | None) -> str | None:
@@ -123,10 +150,36 @@ def gpu_status(snapshot: ClusterSnapshot, node: NodeState, gpu: GPU) -> str:
     return "foreign"
 
 
+def _share(snapshot: ClusterSnapshot, node: NodeState, gpu: GPU, info: ShareInfo) -> ShareEntry:
+    memory = info.memory_mib
+    if memory is None:
+        rule = snapshot.sharing.rule(node.name, gpu.model)
+        if rule is not None and rule.shares == info.of:  # the policy still splits it so
+            memory = share_of(rule, info.count, gpu.memory_mib).memory_mib
+        else:
+            memory = gpu.memory_mib * info.count // info.of
+    user, _, server = info.holder.partition("/")
+    return ShareEntry(
+        holder=info.holder,
+        user=user,
+        server=server,
+        count=info.count,
+        of=info.of,
+        memory_mib=memory,
+        orphan=info.orphan,
+    )
+
+
 def _gpu(
-    snapshot: ClusterSnapshot, node: NodeState, gpu: GPU, orphans: AbstractSet[str]
+    snapshot: ClusterSnapshot,
+    node: NodeState,
+    gpu: GPU,
+    orphans: AbstractSet[str],
+    shares: Sequence[ShareInfo] = (),
 ) -> GpuEntry:
     holder = snapshot.allocations.get(gpu.uuid)
+    if shares or holder == SHARED:  # held by shares: no one holder (no placeholder shown)
+        holder = None
     return GpuEntry(
         uuid=gpu.uuid,
         index=gpu.index,
@@ -140,6 +193,10 @@ def _gpu(
         status=gpu_status(snapshot, node, gpu),
         holder=holder,
         orphan=holder is not None and gpu.uuid in orphans,
+        share_of=max((s.of for s in shares), default=0),
+        shares=tuple(
+            _share(snapshot, node, gpu, s) for s in sorted(shares, key=lambda s: s.holder)
+        ),
     )
 
 
@@ -150,6 +207,7 @@ def _node(
     admin_drains: Mapping[str, str],
     orphans: AbstractSet[str],
     check_failures: Mapping[str, str],
+    shares: Mapping[str, Sequence[ShareInfo]],
 ) -> NodeEntry:
     drained_by, note = None, ""
     if node.name in admin_drains:
@@ -171,7 +229,8 @@ def _node(
         cuda=inventory.cuda_driver_version,
         labels=dict(spec.labels) if spec is not None else {},
         gpus=tuple(
-            _gpu(snapshot, node, g, orphans) for g in sorted(inventory.gpus, key=lambda g: g.index)
+            _gpu(snapshot, node, g, orphans, shares.get(g.uuid, ()))
+            for g in sorted(inventory.gpus, key=lambda g: g.index)
         ),
     )
 
@@ -268,6 +327,7 @@ def build_payload(
     reservations: Sequence[Mapping[str, Any]] = (),
     check_failures: Mapping[str, str] | None = None,
     prepull: Sequence[Mapping[str, Any]] = (),
+    shares: Mapping[str, Sequence[ShareInfo]] | None = None,
 ) -> dict[str, Any]:
     """The dashboard's JSON for ``snapshot`` (nodes, with the ledger's ``allocations``),
     the nodes' ``specs`` (labels, the nodes file's drain), the active ``servers`` and the
@@ -277,11 +337,12 @@ def build_payload(
     through as they are (their own features fill them). ``check_failures``: the nodes
     whose node check keeps servers off them (node -> what failed and the fix,
     ``Cluster.check_failures()``). ``prepull``: the pre-puller's nodes
-    (:func:`prepull_entries`; the key is left out when there are none)."""
+    (:func:`prepull_entries`; the key is left out when there are none). ``shares``: GPU
+    uuid -> the share holds on it (the ledger's), for the GPUs held by shares."""
     by_name = {s.name: s for s in specs}
-    failures = check_failures or {}
+    failures, held = check_failures or {}, shares or {}
     nodes = tuple(
-        _node(snapshot, n, by_name.get(n.name), admin_drains, orphans, failures)
+        _node(snapshot, n, by_name.get(n.name), admin_drains, orphans, failures, held)
         for n in snapshot.nodes
     )
     out = payload_json(
@@ -380,7 +441,36 @@ def _decode_prepull(e: _Reader) -> PrePullEntry:
     )
 
 
+def _decode_shares(g: _Reader) -> tuple[int, tuple[ShareEntry, ...]]:
+    """A GPU's ``share_of`` and ``shares`` ((0, ()) when it is not held by shares)."""
+    if "share_of" not in g.data:
+        return 0, ()
+    of = g.integer("share_of", 1)
+    held = g.integer("shares_held", 1)
+    shares = tuple(_decode_share(s, of) for s in g.objects("shares"))
+    if held > of or held != sum(s.count for s in shares):
+        raise _bad(g.path("shares_held"), f"must be the shares' counts' sum, at most {of}")
+    return of, shares
+
+
+def _decode_share(s: _Reader, of: int) -> ShareEntry:
+    count = s.integer("count", 1)
+    fraction = s.number("fraction", 0.0, 1.0)
+    if count > of or abs(fraction - count / of) > 1e-6:
+        raise _bad(s.path("count"), f"and fraction must be K and K/{of} with K <= {of}")
+    return ShareEntry(
+        holder=s.text("holder"),
+        user=s.text("user"),
+        server=s.text("server"),
+        count=count,
+        of=of,
+        memory_mib=s.integer("memory_mib", 0),
+        orphan=s.flag("orphan"),
+    )
+
+
 def _decode_gpu(g: _Reader) -> GpuEntry:
+    share_of_, shares = _decode_shares(g)
     return GpuEntry(
         uuid=g.text("uuid"),
         index=g.integer("index", 0),
@@ -394,6 +484,8 @@ def _decode_gpu(g: _Reader) -> GpuEntry:
         status=g.choice("status", GPU_STATUSES),
         holder=g.text_or_none("holder"),
         orphan=g.flag("orphan"),
+        share_of=share_of_,
+        shares=shares,
     )
 
 
@@ -548,7 +640,24 @@ def _gpu_json(g: GpuEntry) -> dict[str, Any]:
         "holder": g.holder,
         "orphan": g.orphan,
     }
+    if g.share_of:
+        entry["share_of"] = g.share_of
+        entry["shares_held"] = g.shares_held
+        entry["shares"] = [_share_json(s) for s in g.shares]
     return _hidden(entry, g.hidden_holder, "hidden_holder")
+
+
+def _share_json(s: ShareEntry) -> dict[str, Any]:
+    entry = {
+        "holder": s.holder,
+        "user": s.user,
+        "server": s.server,
+        "count": s.count,
+        "fraction": s.fraction,
+        "memory_mib": s.memory_mib,
+        "orphan": s.orphan,
+    }
+    return _hidden(entry, s.hidden)
 
 
 def _node_json(n: NodeEntry) -> dict[str, Any]:

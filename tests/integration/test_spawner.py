@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import CATALOG, gpu_inventory
 from tests.support.cluster import TEST_IMAGE, USER_NETWORK, Engine, container_env
@@ -15,6 +17,15 @@ from tests.support.waiting import wait_until
 pytestmark = pytest.mark.integration
 
 RTX = ("NVIDIA GeForce RTX 3090", 24576, "8.6")
+# the dashboard's cluster API (without its service), read with the tester's token
+CLUSTER_API = """
+from jupyterhub_gpu.hub.api.cluster import CUSTOM_SCOPES, READ_SCOPE, ClusterAPIHandler
+from jupyterhub_gpu.hub.api.cluster import SnapshotCache
+from jupyterhub_gpu.hub.extensions import register
+register(c, [(r"/api/gpu/cluster", ClusterAPIHandler, {"cache": SnapshotCache()})],
+         custom_scopes=CUSTOM_SCOPES)
+c.JupyterHub.load_roles[0]["scopes"] += [READ_SCOPE, "read:metrics"]
+"""
 FAST_POLL = "c.Spawner.poll_interval = 1\n"
 
 
@@ -310,10 +321,11 @@ def test_two_users_share_one_gpu(make_hub, engine) -> None:
     """Issue 26: on a hub with one RTX 3090 shared in 4 (MPS), alice takes a quarter and
     bob three quarters of the same GPU; each container sees that GPU only, carries its
     share in its labels and its MPS limits in its environment; a whole GPU is refused
-    while they share it, and so is a share beyond the four."""
+    while they share it, and so is a share beyond the four. The dashboard's cluster API and
+    the hub's metrics say who shares the GPU."""
     sharing = (
         'c.GPUSharing.models = {"NVIDIA GeForce RTX 3090": {"shares": 4, "mode": "mps"}}\n'
-        "c.GPUDockerSpawner.max_queue_wait = 0\n"
+        "c.GPUDockerSpawner.max_queue_wait = 0\n" + CLUSTER_API
     )
     hub = make_hub([engine], [gpu_inventory(engine.name, "aaaaaaaa", [RTX])], sharing)
     share = {"gpu_count": 1, "gpu_model": RTX[0]}
@@ -331,6 +343,26 @@ def test_two_users_share_one_gpu(make_hub, engine) -> None:
         env = container_env(engine, container.name)
         assert env["NVIDIA_VISIBLE_DEVICES"] == uuid
         assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={mib}M"
+    # the dashboard's payload names both holders with their shares; the metrics count them
+    r = hub.api("GET", "/gpu/cluster")
+    assert r.status_code == 200, r.text
+    (gpu,) = [g for n in r.json()["nodes"] for g in n["gpus"] if g["uuid"] == uuid]
+    assert (gpu["share_of"], gpu["shares_held"], gpu["holder"]) == (4, 4, None)
+    assert [(s["user"], s["count"], s["fraction"], s["memory_mib"]) for s in gpu["shares"]] == [
+        ("alice", 1, 0.25, 6144),
+        ("bob", 3, 0.75, 18432),
+    ]
+    metrics = httpx.get(
+        f"{hub.url}/hub/metrics", headers={"Authorization": f"token {hub.token}"}, timeout=30
+    )
+    assert metrics.status_code == 200, metrics.text
+    shares = {
+        s.labels["state"]: s.value
+        for family in text_string_to_metric_families(metrics.text)
+        for s in family.samples
+        if s.name == "jupyterhub_gpu_shares" and s.labels["uuid"] == uuid
+    }
+    assert shares == {"held": 4.0, "free": 0.0}
     for user, options in (("carol", {"gpu_count": 1}), ("dave", {**share, "gpu_share": "1/4"})):
         hub.create_user(user)
         r = hub.spawn(user, options)

@@ -4,12 +4,14 @@ JupyterHub's ``/hub/metrics`` serves, parsed by prometheus_client's own parser."
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from jupyterhub_gpu.core.accounting.records import AllocationRecord, EndReason
+from jupyterhub_gpu.hub import metrics
 from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings
 from jupyterhub_gpu.hub.runtime import HubRuntime
 from jupyterhub_gpu.hub.spawner import GPUDockerSpawner
@@ -61,3 +63,60 @@ def test_gpus_allocations_and_gpu_seconds() -> None:
     assert m["jupyterhub_gpu_accounting_backlog"][0][1] == 0
     names = " ".join(m)
     assert "user" not in {k for series in m.values() for labels, _ in series for k in labels}, names
+
+
+def test_two_shares_of_one_gpu_and_a_whole_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26: a GPU held by shares is allocated, says how many of its shares are held
+    and free, and its shares count as their fractions in the GPUs held and the
+    GPU-seconds of their group; a whole GPU counts whole. No series names a user."""
+    clock = [1000.0]
+    monkeypatch.setattr(metrics, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    nodes = [{"name": "n1", "docker_url": "unix:///nowhere.sock", "address": "127.0.0.1"}]
+    cluster = Cluster(ClusterSettings(nodes=nodes), GPUDockerSpawner().log)
+    HubRuntime.of(cluster)
+    cluster._nodes = _snapshot().nodes
+    model = "NVIDIA GeForce RTX 3090"
+    ledger = cluster.ledger
+    ledger.reserve_share("alice/", "n1", "GPU-2", (1, 4), "a")
+    ledger.reserve_share("bob/", "n1", "GPU-2", (2, 4), "b")
+    ledger.reserve("carol/", "n1", ["GPU-0"], "c")
+    for rid, user, group, gpu, fraction in (
+        ("a", "alice", "ml", "GPU-2", 0.25),
+        ("b", "bob", "ml", "GPU-2", 0.5),
+        ("c", "carol", "vision", "GPU-0", 1.0),
+    ):
+        rec = AllocationRecord(rid, user, "", group, "n1", (gpu,), model, "pt", "12.1")
+        ledger.open_allocation(replace(rec, gpu_fraction=fraction))
+    clock[0] += 100.0
+
+    m = samples()
+    allocated = {s[0]["uuid"]: s[1] for s in m["jupyterhub_gpu_allocated"]}
+    assert allocated == {f"GPU-{i}": (1.0 if i in (0, 2) else 0.0) for i in range(8)}
+    shares = {(s[0]["uuid"], s[0]["state"]): s[1] for s in m["jupyterhub_gpu_shares"]}
+    assert shares == {("GPU-2", "held"): 3.0, ("GPU-2", "free"): 1.0}
+    assert all(set(s[0]) == {"node", "uuid", "model", "state"} for s in m["jupyterhub_gpu_shares"])
+    assert {s[0]["state"]: s[1] for s in m["jupyterhub_gpu_gpus"]} == {"allocated": 2, "free": 6}
+    held = {(s[0]["group"], s[0]["kind"]): s[1] for s in m["jupyterhub_gpu_held_gpus"]}
+    assert held == {("ml", "share"): 0.75, ("vision", "whole"): 1.0}
+    seconds = {s[0]["group"]: s[1] for s in m["jupyterhub_gpu_allocated_gpu_seconds_total"]}
+    assert seconds == {"ml": 75.0, "vision": 100.0}
+    assert {k for series in m.values() for labels, _ in series for k in labels} & {
+        "user",
+        "server",
+    } == set()
+
+    # bob's share ends: one share held, three free; his GPU-seconds stay counted
+    ledger.release("bob/")
+    ledger.end_allocation("b", EndReason.STOPPED)
+    clock[0] += 100.0
+    m = samples()
+    shares = {(s[0]["uuid"], s[0]["state"]): s[1] for s in m["jupyterhub_gpu_shares"]}
+    assert shares == {("GPU-2", "held"): 1.0, ("GPU-2", "free"): 3.0}
+    seconds = {s[0]["group"]: s[1] for s in m["jupyterhub_gpu_allocated_gpu_seconds_total"]}
+    assert seconds == {"ml": 100.0, "vision": 200.0}
+    # the last share ends: the GPU is free, and no longer in the shares' series
+    ledger.release("alice/")
+    m = samples()
+    assert "jupyterhub_gpu_shares" not in m and "GPU-2" not in {
+        s[0]["uuid"] for s in m["jupyterhub_gpu_allocated"] if s[1]
+    }

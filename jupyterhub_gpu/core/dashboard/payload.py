@@ -17,6 +17,26 @@ from datetime import datetime
 
 
 @dataclass(frozen=True)
+class ShareEntry:
+    """One server's share of a GPU held by shares (issue 26): ``count`` of the GPU's
+    ``of`` shares, ``memory_mib`` MiB of its memory."""
+
+    holder: str  # the ledger's "user/server"; "" when hidden
+    user: str = ""
+    server: str = ""  # "" for the default server
+    count: int = 1
+    of: int = 1
+    memory_mib: int = 0
+    orphan: bool = False  # a share whose server the hub has let go of
+    hidden: bool = False  # redacted: someone else's
+
+    @property
+    def fraction(self) -> float:
+        """The part of the GPU held (what accounting charges: K/N)."""
+        return self.count / self.of
+
+
+@dataclass(frozen=True)
 class GpuEntry:
     uuid: str
     index: int = 0
@@ -31,6 +51,13 @@ class GpuEntry:
     holder: str | None = None  # the ledger's "user/server"; "" when hidden
     orphan: bool = False  # a hold whose server the hub has let go of
     hidden_holder: bool = False  # redacted: the holder is someone else
+    share_of: int = 0  # held by shares: the N it is split into; 0: not held by shares
+    shares: tuple[ShareEntry, ...] = ()  # who holds which share, by holder
+
+    @property
+    def shares_held(self) -> int:
+        """The shares held on it (orphans' included)."""
+        return sum(s.count for s in self.shares)
 
 
 @dataclass(frozen=True)

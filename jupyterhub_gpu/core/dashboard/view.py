@@ -25,6 +25,7 @@ from jupyterhub_gpu.core.dashboard.payload import (
     QueueEntry,
     ReservationEntry,
     ServerEntry,
+    ShareEntry,
 )
 from jupyterhub_gpu.core.progress import gib
 from jupyterhub_gpu.core.words import duration
@@ -51,12 +52,19 @@ def redact(payload: ClusterPayload, viewer: Viewer, show_names: bool) -> Cluster
     """The payload as ``viewer`` may see it (a new one where names go; the payload is
     frozen, so the argument is not changed). What is someone else's loses its names to
     ``""`` and says ``hidden``; a GPU someone else holds loses its holder
-    (``hidden_holder``)."""
+    (``hidden_holder``), a share someone else holds its holder's names."""
     if viewer.admin or show_names:
         return payload
     own_prefix = f"{viewer.name}/"
 
+    def share(s: ShareEntry) -> ShareEntry:
+        if s.user == viewer.name:
+            return s
+        return replace(s, holder="", user="", server="", hidden=True)
+
     def gpu(g: GpuEntry) -> GpuEntry:
+        if g.shares:
+            g = replace(g, shares=tuple(share(s) for s in g.shares))
         if g.holder and not g.holder.startswith(own_prefix):
             return replace(g, holder="", hidden_holder=True)
         return g
@@ -134,6 +142,16 @@ class ServerView:
 
 
 @dataclass(frozen=True)
+class ShareView:
+    """One holder of a shared GPU: "alice (6.0 GiB)", its part and its server."""
+
+    label: str  # "alice", "alice/train", "another user" (or "you"); an orphan says so
+    memory: str  # "6.0 GiB"
+    part: str  # "1/4"
+    server: ServerView | None  # its server, when the viewer may see it
+
+
+@dataclass(frozen=True)
 class GPUView:
     uuid: str
     index: int
@@ -153,6 +171,8 @@ class GPUView:
     spawn_link: str | None
     gpu_idle: str
     reserved_for: str
+    shared: str = ""  # "shared 2 of 4" for a GPU held by shares, else ""
+    shares: tuple[ShareView, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -246,6 +266,7 @@ class _Context:
     reserved: Mapping[str, str]
     history: History
     links: dict[str, str | None] = field(default_factory=dict)
+    by_key: Mapping[str, ServerView] = field(default_factory=dict)  # "user/server" -> it
 
     def link(self, model: str) -> str | None:
         if model not in self.links:
@@ -264,6 +285,25 @@ def _holder_text(gpu: GpuEntry) -> str:
     if holder and gpu.orphan:
         return f"{holder} (stopped; its node must answer before the GPU is free)"
     return holder
+
+
+def share_view(share: ShareEntry, ctx: _Context) -> ShareView:
+    """A share's holder as the viewer may see it (:func:`redact` has run)."""
+    server = None if share.hidden else ctx.by_key.get(share.holder)
+    if share.hidden:
+        label = HIDDEN
+    else:
+        label = share.user + (f"/{share.server}" if share.server else "")
+        if share.user == ctx.viewer.name:
+            label += " (you)"
+    if share.orphan:
+        label += " (stopped; its node must answer before the share is free)"
+    return ShareView(
+        label=label,
+        memory=gib(share.memory_mib),
+        part=f"{share.count}/{share.of}",
+        server=None if share.orphan else server,
+    )
 
 
 def _gpu_idle(status: str, idle: float | None) -> str:
@@ -290,12 +330,14 @@ def gpu_view(gpu: GpuEntry, ctx: _Context, known: bool = True) -> GPUView:
         temperature="-" if temperature is None or not known else f"{temperature:.0f} °C",
         health=_health(gpu.healthy if known else None),
         status=status,
-        status_label=_STATUS_LABELS.get(status, status),
-        holder=ctx.servers.get(uuid),
+        status_label="shared" if gpu.share_of else _STATUS_LABELS.get(status, status),
+        holder=None if gpu.share_of else ctx.servers.get(uuid),
         holder_text=_holder_text(gpu),
         spawn_link=ctx.link(gpu.model) if status == "free" else None,
         gpu_idle=_gpu_idle(status, idle),
         reserved_for=ctx.reserved.get(uuid, ""),
+        shared=f"shared {gpu.shares_held} of {gpu.share_of}" if gpu.share_of else "",
+        shares=tuple(share_view(s, ctx) for s in gpu.shares),
     )
 
 
@@ -390,14 +432,17 @@ def cluster_view(
     """The view of a (:func:`redact`-ed) payload for ``viewer`` at ``now`` (aware UTC)."""
     servers = [server_view(s, viewer, now) for s in payload.servers]
     by_uuid: dict[str, ServerView] = {}
+    by_key: dict[str, ServerView] = {}
     cpu_only: dict[str, list[ServerView]] = {}
     for entry, view in zip(payload.servers, servers, strict=True):
+        if entry.key:
+            by_key[entry.key] = view
         for uuid in entry.gpus:
             by_uuid[uuid] = view
         if not entry.gpus:
             cpu_only.setdefault(entry.node, []).append(view)
     reserved = _reserved(payload.reservations, payload.nodes)
-    ctx = _Context(payload, viewer, now, by_uuid, reserved, history)
+    ctx = _Context(payload, viewer, now, by_uuid, reserved, history, by_key=by_key)
     models = [{**asdict(m), "link": ctx.link(m.model) if m.free else None} for m in payload.models]
     generated = payload.generated_at
     return ClusterView(

@@ -32,13 +32,15 @@ from jupyterhub.scopes import define_custom_scopes, needs_scope
 from tornado import web
 
 from jupyterhub_gpu.core.dashboard.inputs import BadInput, clean_note, known_node
-from jupyterhub_gpu.core.inventory import ClusterSnapshot
+from jupyterhub_gpu.core.inventory import SHARED, ClusterSnapshot
 from jupyterhub_gpu.core.saving.entries import is_saved_slug
 from jupyterhub_gpu.hub.cluster import Cluster
+from jupyterhub_gpu.hub.ledger import GPULedger
 from jupyterhub_gpu.hub.runtime import runtime_of
 from jupyterhub_gpu.wire.agent_list import encode_agent_list
 from jupyterhub_gpu.wire.cluster import (
     ServerInfo,
+    ShareInfo,
     build_payload,
     prepull_entries,
     queue_entries,
@@ -104,6 +106,8 @@ def server_info(user: str, name: str, spawner: Any, images: _Images) -> ServerIn
     if is_saved_slug(slug):  # its name and owner are the owner's (private unless shared)
         slug, name_shown = "saved-image", "a saved image (My images)"
     orm = getattr(spawner, "orm_spawner", None)
+    share = getattr(spawner, "share", None)
+    share_mib = getattr(share, "memory_mib", None)
     return ServerInfo(
         user=user,
         server=name,
@@ -115,6 +119,7 @@ def server_info(user: str, name: str, spawner: Any, images: _Images) -> ServerIn
         last_activity=_utc(getattr(orm, "last_activity", None)),
         ready=bool(spawner.ready),
         pending=spawner.pending or None,
+        share_memory_mib=share_mib if isinstance(share_mib, int) else None,
     )
 
 
@@ -130,6 +135,28 @@ def active_servers(users: Iterable[Any], log: logging.Logger = log) -> list[Serv
             except Exception:  # one odd spawner never hides the cluster
                 log.exception("GPU dashboard: could not read server %s/%s", user.name, name)
     return found
+
+
+def share_holds(ledger: GPULedger, servers: Iterable[ServerInfo]) -> dict[str, list[ShareInfo]]:
+    """GPU uuid -> the ledger's share holds on it, each with its server's share memory
+    (its spawner's; unknown for an orphan, whose server is gone)."""
+    memory = {s.key: s.share_memory_mib for s in servers if s.share_memory_mib is not None}
+    out: dict[str, list[ShareInfo]] = {}
+    for uuid, holder in ledger.allocations().items():
+        if holder != SHARED:
+            continue
+        out[uuid] = [
+            ShareInfo(
+                holder=h.holder,
+                count=h.share[0],
+                of=h.share[1],
+                memory_mib=None if h.orphaned else memory.get(h.holder),
+                orphan=h.orphaned,
+            )
+            for h in ledger.shares_on(uuid)
+            if h.share is not None
+        ]
+    return out
 
 
 class SnapshotCache:
@@ -174,7 +201,8 @@ class SnapshotCache:
         snapshot = self._snapshot or ClusterSnapshot(nodes=cluster.last_nodes())
         # holds change with every spawn: always the ledger's now
         held, charged = cluster.ledger.allocations(), cluster.ledger.charged()
-        orphans = frozenset(u for u in held if u not in charged)
+        # a GPU held by shares has no one holder: its shares say which are orphans
+        orphans = frozenset(u for u, h in held.items() if u not in charged and h != SHARED)
         return replace(snapshot, allocations=held), fresh, orphans
 
     def _keep(self, task: asyncio.Future[ClusterSnapshot]) -> None:
@@ -262,6 +290,7 @@ class ClusterAPIHandler(_GPUAPIHandler):
                 reservations=[reservation_entry(r) for r in queue.reservations] if queue else [],
                 check_failures=cluster.check_failures(),
                 prepull=_prepull(),
+                shares=share_holds(cluster.ledger, servers),
                 **common,
             )
         self.write(json.dumps(payload))
@@ -350,4 +379,5 @@ __all__ = [
     "NodeDrainAPIHandler",
     "SnapshotCache",
     "active_servers",
+    "share_holds",
 ]
