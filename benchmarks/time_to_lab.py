@@ -36,6 +36,18 @@ image at the registry, ``10.250.0.1:PORT/jupyterhub-gpu/pytorch:2.8.0-cuda12.8-p
   locality off (placement is told that no node holds any image: a benchmark-only patch of
   ``Cluster.images_on`` in the hub's config); the same warm-up server, with no wait.
 
+- ``browser`` (e): one person in a real Chromium (Debian's, driven by Playwright through
+  tests/support/browser.py) on a hub with node-a only, which holds the image before the
+  run (pulled there first if it lacks it; the record says whether it had to): logs in
+  through the hub's login form (the benchmark's hubs use JupyterHub's dummy authenticator),
+  picks the entry by its display name in the spawn form, 1 GPU, clicks Start; timed from
+  the click until JupyterLab's launcher is visible (and, as a part of it, until the
+  browser's address is the server's ``/lab``). The spawn-pending page is not held for a
+  screenshot (``hold_ready=False``): it goes on to the server as the hub's page does.
+  Then, in a new notebook, ``import torch; print(torch.__version__, torch.version.cuda)``;
+  the output must name the entry's framework and CUDA versions. Screenshots:
+  artifacts/screenshots/ttl-browser-*.png.
+
 For (c) and (d), each user's record says the node and whether that node held the image
 when the spawn was asked (listed by the benchmark from the node's engine).
 
@@ -82,15 +94,24 @@ import yaml  # noqa: E402
 
 from jupyterhub_gpu.core.catalog import CatalogEntry  # noqa: E402
 from jupyterhub_gpu.wire.catalog_file import load_catalog  # noqa: E402
+from tests.support.browser import (  # noqa: E402
+    chromium_page,
+    hub_login,
+    run_in_new_notebook,
+    screenshot,
+    watch_spawn,
+)
 from tests.support.cluster import Engine, engines, remove_hub_containers  # noqa: E402
 from tests.support.hub import Hub  # noqa: E402
 from tests.support.real_registry import RealRegistry, real_registry  # noqa: E402
 
 SLUG = "pytorch-2.8-cuda12.8-pypi"
 BENCH_SLUG = "bench"
-SCENARIOS = ("local", "cold", "prepull", "no_prepull")
+SCENARIOS = ("local", "cold", "prepull", "no_prepull", "browser")
 OPTIONS = {"image": BENCH_SLUG, "gpu_count": 1, "cpu": 1, "mem_gib": 2}
 SERVER_TIMEOUT_S = 1200  # start_timeout: a cold pull of a multi-GB image takes minutes
+BROWSER_USER = "browser"
+TORCH_CODE = "import torch; print(torch.__version__, torch.version.cuda)"
 GPU = {"model": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920, "compute_capability": "8.0"}
 
 LOOP_MONITOR = """
@@ -532,6 +553,63 @@ async def wait_prepulled(
     return {"waited_s": took, "missing_after": missing, "limit_s": wait}
 
 
+def names_versions(printed: str, entry: CatalogEntry) -> bool:
+    """Whether ``TORCH_CODE``'s output names the entry's framework and CUDA versions
+    (``2.8.0+cu128 12.8`` for torch 2.8.0 with CUDA 12.8; the local tag is ignored)."""
+    version, cuda = [*printed.split(), "", ""][:2]
+    return version.split("+")[0] == entry.framework_version and cuda == entry.cuda_version
+
+
+def browser(setup: Setup, node: Engine, timeout_s: float = 300) -> dict[str, Any]:
+    """Scenario (e): a person in Chromium, from "Start" in the spawn form to JupyterLab."""
+    pulled_s = ensure_pulled(node, setup.ref)
+    hub = make_hub(setup.workdir / "browser", [node], 2, setup.entry, setup.ref)
+    hub.extra_config += 'c.Spawner.default_url = "/lab"\n'
+    hub.start()
+    user, lab = BROWSER_USER, f"{hub.url}/user/{BROWSER_USER}/lab"
+    out: dict[str, Any] = {"node_held_image": pulled_s is None, "pulled_before_s": pulled_s}
+    try:
+        with chromium_page(timeout_s=120, hold_ready=False) as page:
+            try:
+                hub_login(page, hub.url, user, secrets.token_hex(8))
+                page.wait_for_selector("#jhgpu-form")
+                page.select_option("#jhgpu-image", label=setup.entry.display_name)
+                page.select_option("#jhgpu-gpu-count", "1")
+                t0 = time.perf_counter()
+                page.click("#spawn_form button[type=submit]")
+                watch_spawn(page, rf"/user/{user}/lab", "ttl-browser-progress", timeout_s)
+                at_lab = time.perf_counter() - t0
+                page.locator(".jp-LauncherCard").first.wait_for(state="visible")
+                ready = time.perf_counter() - t0
+                screenshot(page, "ttl-browser-1-lab")
+                server = hub.server(user) or {}
+                printed = run_in_new_notebook(page, lab, TORCH_CODE, timeout_s=180)
+                screenshot(page, "ttl-browser-2-notebook")
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    screenshot(page, "ttl-browser-failure")
+                raise
+        setup.progress(f"browser: JupyterLab's launcher {ready:.1f} s after Start; {printed!r}")
+        out.update(
+            {
+                "node": (server.get("state") or {}).get("node"),
+                "image_option": setup.entry.display_name,
+                "to_lab_url_s": round(at_lab, 2),
+                "to_lab_s": round(ready, 2),
+                "torch_versions": printed.strip(),
+            }
+        )
+        if not names_versions(printed, setup.entry):
+            raise RuntimeError(
+                f"the notebook printed {printed!r}, not torch {setup.entry.framework_version} "
+                f"with CUDA {setup.entry.cuda_version}"
+            )
+        hub.stop_server(user)
+    finally:
+        _stop_hub(hub)
+    return out
+
+
 # ---------------------------------------------------------------------- main
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -573,6 +651,8 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
         "no_prepull_p50_s": get("no_prepull", "p50_s"),
         "no_prepull_p95_s": get("no_prepull", "p95_s"),
         "no_prepull_waited_on_pull": get("no_prepull", "waited_on_pull"),
+        "browser_to_lab_s": get("browser", "to_lab_s"),
+        "browser_torch_versions": get("browser", "torch_versions"),
         "loop_stall_max_s": max((x for x in stalls if x is not None), default=None),
         "api_latency_max_s": max(
             (x for n in SCENARIOS if (x := get(n, "api_latency_max_s"))),
@@ -616,6 +696,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     res = asyncio.run(
                         sequential(setup, nodes["node-a"], args.local_spawns, False, name)
                     )
+                elif name == "browser":
+                    res = browser(setup, nodes["node-a"])
                 elif name == "cold":
                     res = asyncio.run(
                         sequential(setup, nodes["node-b"], args.cold_pulls, True, name)

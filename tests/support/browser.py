@@ -32,8 +32,14 @@ if TYPE_CHECKING:  # playwright is imported lazily: collecting tests never needs
 
 
 @contextmanager
-def chromium_page(timeout_s: float = 30, width: int = 1280, height: int = 900) -> Iterator[Page]:
-    """A fresh headless Chromium page (its own profile and cookies); closed afterwards."""
+def chromium_page(
+    timeout_s: float = 30, width: int = 1280, height: int = 900, hold_ready: bool = True
+) -> Iterator[Page]:
+    """A fresh headless Chromium page (its own profile and cookies); closed afterwards.
+
+    ``hold_ready``: the spawn-pending page waits for :func:`watch_spawn` before it goes on
+    to the server (see ``_HOLD_READY_JS``); off for timing, where the page goes on at once,
+    as the hub's page does, and :func:`watch_spawn` then reads no events."""
     if not CHROMIUM.exists():
         pytest.fail(
             f"{CHROMIUM} is missing: apt-get install -y chromium (scripts/cluster.sh does it)",
@@ -53,7 +59,8 @@ def chromium_page(timeout_s: float = 30, width: int = 1280, height: int = 900) -
         )
         try:
             context = browser.new_context(viewport={"width": width, "height": height})
-            context.add_init_script(_HOLD_READY_JS)
+            if hold_ready:
+                context.add_init_script(_HOLD_READY_JS)
             page = context.new_page()
             page.set_default_timeout(timeout_s * 1000)
             page.set_default_navigation_timeout(timeout_s * 1000)
@@ -137,8 +144,8 @@ def watch_spawn(page: Page, lab_url_re: str, shot: str, timeout_s: float) -> lis
             log = page.locator("#progress-log").inner_text()
             pytest.fail(f"the spawn failed; the progress page says:\n{log}", pytrace=False)
         if state == "ready" and not events:
-            log = page.locator("#progress-log .progress-log-event").all_text_contents()
-            events.extend(e.strip() for e in log)
+            lines = page.locator("#progress-log .progress-log-event").all_text_contents()
+            events.extend(e.strip() for e in lines)
             screenshot(page, shot)
             page.evaluate("() => { window.__jhgpuRelease = true; }")
         page.wait_for_timeout(200)

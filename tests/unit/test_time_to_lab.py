@@ -58,6 +58,8 @@ def test_summary_names_the_issue_keys_and_takes_the_worst_stall() -> None:
         "prepull_p95_s",
         "no_prepull_p50_s",
         "loop_stall_max_s",
+        "browser_to_lab_s",
+        "browser_torch_versions",
     ):
         assert key in s
     assert s["local_p50_s"] == 5.0 and s["cold_pull_p50_s"] is None
@@ -74,3 +76,14 @@ def test_the_benchmark_catalog_and_inventory_are_valid(tmp_path: Path) -> None:
     assert (bench.framework_version, bench.cuda_version) == ("2.8.0", "12.8")
     inv = ttl.inventory([], 8)
     assert inv == {"nodes": []}
+
+
+def test_the_notebook_output_must_name_the_entrys_versions() -> None:
+    ttl = _module()
+    entry = load_catalog(ROOT / "images" / "catalog.yaml").get(ttl.SLUG)
+    assert entry is not None
+    assert ttl.names_versions("2.8.0+cu128 12.8\n", entry)
+    assert ttl.names_versions("2.8.0 12.8", entry)
+    assert not ttl.names_versions("2.8.0+cpu None", entry)
+    assert not ttl.names_versions("2.7.1+cu126 12.6", entry)
+    assert not ttl.names_versions("", entry)
