@@ -93,7 +93,7 @@ from jupyterhub_gpu.core.tokens import site_secret_from
 from jupyterhub_gpu.core.usernet import bridge_name_problem
 from jupyterhub_gpu.edges.home_dirs import ensure_home
 from jupyterhub_gpu.edges.nodecheck import CheckSettings
-from jupyterhub_gpu.errors import ConfigError, InvalidRequest, UserFacingError
+from jupyterhub_gpu.errors import ConfigError, InvalidRequest, NodeFailure, UserFacingError
 from jupyterhub_gpu.hub.admission import QueueingSpawnerMixin
 from jupyterhub_gpu.hub.answer import first_answer
 from jupyterhub_gpu.hub.cluster import NODE_ERRORS, Cluster, ClusterSettings
@@ -952,7 +952,14 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
 
     async def get_ip_and_port(self) -> tuple[str, int]:
         """The node's address and the port its engine published the server on."""
-        self.host_port = published_port(await self.docker("port", self.container_id, self.port))
+        bindings = await self.docker("port", self.container_id, self.port)
+        try:
+            self.host_port = published_port(bindings)
+        except NodeFailure:
+            code = await self._exit_code()  # an image whose command fails at once
+            if code is not None:
+                raise await self._exited(code) from None
+            raise
         return self._node(self.node_name).address, self.host_port
 
     # ------------------------------------------------------------------ progress
@@ -1111,14 +1118,19 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             return
         url = f"http://{fmt_ip_url(ip)}:{port}{self.server.base_url}"
         answer = await first_answer(url, seconds, self._exit_code)
-        if answer.exit_code is None:
-            return
+        if answer.exit_code is not None:
+            raise await self._exited(answer.exit_code)
+
+    async def _exited(self, code: int) -> SpawnException:
+        """What a user is told when their container exits while starting; its last lines
+        (when the node still has them) go to the hub's log for the admin."""
         await self._log_tail()
-        raise SpawnException(
-            f"Your server stopped while starting (exit code {answer.exit_code}): its "
-            f"image's start command failed on node {self.node_name}. Start again; if it "
-            "happens again, choose another image or tell an admin (the hub's log has the "
-            "server's last lines).",
+        how = f"exit code {code}" if code >= 0 else "its container exited and is gone"
+        return SpawnException(
+            f"Your server stopped while starting ({how}): its image's start command "
+            f"failed on node {self.node_name}. Start again; if it happens again, choose "
+            "another image or tell an admin (the hub's log has the server's last lines "
+            "when the node kept them).",
             reason="server_exited",
             status_code=500,
         )
