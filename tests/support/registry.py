@@ -85,6 +85,32 @@ class Registry:
             },
             "layers": layers,
         }
+        self._manifest(name, tag, manifest)
+
+    def add_random_image(self, name: str, tag: str, mib: int) -> None:
+        """Serve ``name:tag``: an image of one layer of ``mib`` MiB of random bytes and
+        nothing else (it pulls like any image; it has nothing to run)."""
+        layer = _random_layer(mib)
+        digest = self._blob(layer)
+        config = {
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {},
+            "rootfs": {"type": "layers", "diff_ids": [digest]},
+            "history": [{"created_by": "tests/support/registry.py"}],
+        }
+        config_bytes = json.dumps(config).encode()
+        self._manifest(name, tag, {
+            "schemaVersion": 2,
+            "mediaType": MANIFEST_V2,
+            "config": {
+                "mediaType": CONFIG_V1, "size": len(config_bytes),
+                "digest": self._blob(config_bytes),
+            },
+            "layers": [{"mediaType": LAYER, "size": len(layer), "digest": digest}],
+        })  # fmt: skip
+
+    def _manifest(self, name: str, tag: str, manifest: dict[str, Any]) -> None:
         body = json.dumps(manifest).encode()
         self.manifests[(name, tag)] = body
         self.manifests[(name, "sha256:" + hashlib.sha256(body).hexdigest())] = body
