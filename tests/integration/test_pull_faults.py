@@ -34,6 +34,7 @@ from jupyterhub_gpu.hub.pull import pull
 from tests.conftest import gpu_inventory
 from tests.support.bare_node import SITE_ADDRESS, BareNode
 from tests.support.registry import Registry, serve
+from tests.support.waiting import wait_until_async
 
 pytestmark = pytest.mark.integration
 
@@ -126,7 +127,8 @@ async def test_a_full_disk_and_a_registry_down_are_sentences_and_leave_nothing_p
         (node_state,) = snapshot.nodes
         assert not locality.holds(node_state.images, locality.wanted(big)), node_state.images
         assert readiness(big, [node_state], cluster.image_sizes()).startswith("on no node yet")
-        assert registry.cut_off, registry.requests  # the engine gave up mid-blob
+        # the engine gave up mid-blob (the registry sees its connection go)
+        await wait_until_async(lambda: registry.cut_off, 10, "the engine to drop the blob")
 
         # a registry that is down: a sentence naming it, nothing present
         down = f"{SITE_ADDRESS}:{dead_port()}/jhgpu-faults/down:1"
