@@ -209,10 +209,16 @@ class GPUQuotaExceeded(UserFacingError):
 
 
 class ImageUnavailable(UserFacingError):
-    """The node could not get the image; the message names the image, node and cause."""
+    """The node could not get the image; the message names the image, node and cause.
+    ``cause``: what went wrong, for the code that reacts to it (``jupyterhub_gpu.core.
+    progress``: ``missing``, ``registry``, ``disk``, ``other``; ``stalled``, ``timeout``)."""
 
     status_code = 503
     reason = "image"
+
+    def __init__(self, message: str, cause: str = "") -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 class SaveError(UserFacingError):

@@ -118,6 +118,62 @@ def pull_error(event: Mapping[str, Any]) -> str | None:
     return str(message) if message else None
 
 
+#: a failed pull's cause (:func:`pull_failure`): the registry lacks the image, the
+#: registry did not answer, the node's disk filled up, or anything else the engine said
+MISSING, REGISTRY_DOWN, DISK_FULL, OTHER = "missing", "registry", "disk", "other"
+
+_DISK_FULL = ("no space left on device", "disk quota exceeded")
+_MISSING = ("manifest unknown", "not found", "repository does not exist", "pull access denied",
+            "name unknown", "unauthorized")  # fmt: skip
+_DOWN = ("connection refused", "no such host", "i/o timeout", "connection reset",
+         "no route to host", "network is unreachable", "tls handshake timeout",
+         "server misbehaving", "503 service unavailable", "502 bad gateway",
+         "504 gateway timeout", "unexpected eof", "client.timeout exceeded")  # fmt: skip
+
+
+def pull_failure_cause(why: str) -> str:
+    """What the engine's error text ``why`` says went wrong with a pull (see above)."""
+    text = why.lower()
+    if any(s in text for s in _DISK_FULL):
+        return DISK_FULL
+    if any(s in text for s in _MISSING):
+        return MISSING
+    if any(s in text for s in _DOWN):
+        return REGISTRY_DOWN
+    return OTHER
+
+
+def registry_of(image: str) -> str:
+    """The registry ``image`` is pulled from (Docker Hub when it names none)."""
+    first, slash, _ = image.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return "Docker Hub"
+
+
+def pull_failure(image: str, node: str, why: str) -> tuple[str, str]:
+    """(cause, the sentence for the user and the log) of a pull the engine refused or
+    abandoned, from its error text ``why``."""
+    cause = pull_failure_cause(why)
+    head = f"Could not pull {image} on node {node}"
+    if cause == DISK_FULL:
+        return cause, (
+            f"{head}: the node's disk is full (no space left on device). Try again later; "
+            f"ask an admin to free space on node {node} (unused images: docker image prune) "
+            "or to lower the pre-puller's disk budget."
+        )
+    if cause == REGISTRY_DOWN:
+        short = why.rstrip(". ").rsplit(": ", 1)[-1]
+        return cause, (
+            f"{head}: its registry {registry_of(image)} did not answer ({short}). It may be "
+            "down: try again later; if it keeps happening, ask an admin to check the registry."
+        )
+    return cause, (
+        f"{head}: {why.rstrip('. ')}. Ask an admin to check this image's catalog entry and "
+        "its registry."
+    )
+
+
 def gib(mib: int) -> str:
     value = mib / 1024
     return f"{value:.0f} GiB" if value >= 10 else f"{value:.1f} GiB"

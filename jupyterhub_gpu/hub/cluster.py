@@ -27,7 +27,7 @@ import secrets
 import time
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -285,14 +285,22 @@ class Cluster:
             self._executors[node] = pool
         return pool
 
-    async def run(self, node: str, fn: Callable[[], T], timeout: float | None = None) -> T:
-        """Run a blocking call in the node's pool, abandoning it after ``timeout`` seconds.
+    async def run(
+        self,
+        node: str,
+        fn: Callable[[], T],
+        timeout: float | None = None,
+        *,
+        executor: Executor | None = None,
+    ) -> T:
+        """Run a blocking call in the node's pool (or ``executor``: a pull has a thread of
+        its own), abandoning it after ``timeout`` seconds.
 
         A call that could not reach the engine marks the node down at once (as a failed
         ping would), so placement skips it from the next spawn on, not after ``health_ttl``.
         """
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self.executor(node), fn)
+        future = loop.run_in_executor(executor or self.executor(node), fn)
         try:
             return await asyncio.wait_for(future, timeout or self.settings.docker_timeout + 1)
         except Exception as e:

@@ -46,10 +46,11 @@ from jupyterhub_gpu.core.prepull import (
     parse_selection,
     plan,
 )
+from jupyterhub_gpu.core.progress import DISK_FULL
 from jupyterhub_gpu.core.saving.identity import NodeImage, SavedRegistry, is_saved
 from jupyterhub_gpu.errors import ConfigError, ImageUnavailable, PullYielded
 from jupyterhub_gpu.hub.cluster import NODE_ERRORS, Cluster
-from jupyterhub_gpu.hub.pull import pull, pulls_on
+from jupyterhub_gpu.hub.pull import STALL_TIMEOUT, pull, pulls_on
 from jupyterhub_gpu.wire.catalog_file import load_catalog
 
 
@@ -85,6 +86,14 @@ class PrePuller(LoggingConfigurable):
     pull_timeout = Float(
         3600.0, config=True, help="Seconds before a pre-puller's pull is abandoned."
     )
+    pull_stall_timeout = Float(
+        120.0,
+        config=True,
+        help="""Seconds a pre-puller's pull may go without progress (no new byte downloaded
+        or unpacked) before it is abandoned, its connection to the engine closed; the image
+        is tried again at a later round. As GPUDockerSpawner.pull_stall_timeout, for the
+        pre-puller's own pulls.""",
+    )
     most_used_days = Float(
         14.0,
         config=True,
@@ -109,7 +118,7 @@ class PrePuller(LoggingConfigurable):
             )
         return value
 
-    @validate("interval", "pull_timeout")
+    @validate("interval", "pull_timeout", "pull_stall_timeout")
     def _positive(self, proposal: Any) -> float:
         value = float(proposal["value"])
         if value <= 0:
@@ -135,6 +144,7 @@ class PullFunction(Protocol):
         auth_config: Mapping[str, str] | None = None,
         *,
         background: bool = False,
+        stall_timeout: float = STALL_TIMEOUT,
     ) -> None: ...
 
 
@@ -395,12 +405,16 @@ class PrePullRunner:
                     self.log,
                     self.auth(entry.image),
                     background=True,
+                    stall_timeout=self.settings.pull_stall_timeout,
                 )
             except PullYielded as e:
                 self.log.info("Pre-pull of %s on node %s yields: %s", entry.image, node, e)
                 return
-            except ImageUnavailable as e:
+            except ImageUnavailable as e:  # nothing counts as held: tried again next round
                 status.last_error = str(e)
+                self.log.warning("Pre-pull of %s on node %s failed: %s", entry.image, node, e)
+                if e.cause == DISK_FULL:
+                    return  # the node's other pulls would fill its disk too
                 continue
             status.has = (*status.has, entry.slug)
             status.needs = tuple(s for s in status.needs if s != entry.slug)

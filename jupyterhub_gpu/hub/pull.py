@@ -5,10 +5,19 @@ reported once per 5% step, from the Docker worker thread through ``call_soon_thr
 Each message has the bytes the layers weigh and, at the pace so far, about how long is
 left. A registry error (in the HTTP answer or inside the event stream), a pull over its
 time limit, or one that made no progress (no new byte downloaded or unpacked) for its
-stall limit is an :class:`ImageUnavailable` whose message is for the user; an engine that
-can't be reached raises what :meth:`Cluster.run` raises, so the caller reports a dead node.
-A pull that keeps making progress may take its time: the spawner bounds it by
+stall limit is an :class:`ImageUnavailable` whose message is for the user and is logged
+as a warning; its ``cause`` says which (:func:`~jupyterhub_gpu.core.progress.pull_failure`:
+the registry lacks the image, the registry did not answer, the node's disk is full). An
+engine that can't be reached raises what :meth:`Cluster.run` raises, so the caller reports
+a dead node. A pull that keeps making progress may take its time: the spawner bounds it by
 ``pull_timeout`` and ``pull_stall_timeout``, not by ``start_timeout``.
+
+Each pull has a Docker client and a thread of its own, never the node's pool: a pull given
+up while the engine still streams (stalled, over its time) has its connection shut down,
+which ends the read in its thread at once and the engine's download with it. The engine
+registers an image only once all its layers are in, and the hub counts an image as on a
+node (:meth:`Cluster.image_pulled`) only after a pull that ended well: a failed or cut
+pull leaves nothing that counts as present.
 
 Spawns come first: every pull is counted in the cluster's :class:`NodePulls`. A
 ``background`` pull (the pre-puller's, :mod:`.prepull`) does not start while a spawn's
@@ -20,16 +29,21 @@ it raises :class:`PullYielded` and is tried again at a later round.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
 import time
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from typing import Any
 
+import requests
 from docker.errors import APIError
 
-from jupyterhub_gpu.core.progress import PullProgress, pull_error
+from jupyterhub_gpu.core.progress import PullProgress, pull_error, pull_failure
 from jupyterhub_gpu.errors import ImageUnavailable, PullYielded, _StreamError
 from jupyterhub_gpu.hub.cluster import Cluster
 
@@ -108,6 +122,31 @@ async def pull(
             await _pull(*args, None)
 
 
+class _Stream:
+    """The engine's answer to one pull, kept once its headers came (a ``requests``
+    response hook on the pull's own client). :meth:`cut` shuts its socket down, which
+    ends a read blocked in the pull's thread at once (closing the client closes only its
+    idle connections, never the one a thread reads), and the engine drops the download
+    that no one waits for any more."""
+
+    def __init__(self) -> None:
+        self.response: requests.Response | None = None
+
+    def hook(self, response: requests.Response, *args: Any, **kwargs: Any) -> None:
+        self.response = response
+
+    def cut(self) -> None:
+        response = self.response
+        connection = getattr(getattr(response, "raw", None), "connection", None)
+        sock = getattr(connection, "sock", None)
+        if sock is not None:
+            with contextlib.suppress(Exception):  # already closed; a transport without it
+                sock.shutdown(socket.SHUT_RDWR)
+        if response is not None:
+            with contextlib.suppress(Exception):
+                response.close()
+
+
 async def _pull(
     cluster: Cluster,
     node: str,
@@ -122,17 +161,21 @@ async def _pull(
     loop, progress = asyncio.get_running_loop(), PullProgress()
     shown = -1
     started = last_progress = time.monotonic()
-    # a client of its own, closed at the end: a yielding pull stops at its next event;
-    # a stalled one is given up here (its thread ends when the engine's stream does)
+    # a client and a thread of its own: the node's pool is never held by a pull, and a
+    # pull given up (stalled, over its time, yielding) is cut off at its connection
     client = cluster.new_client(node, timeout)
+    stream = _Stream()
+    with contextlib.suppress(AttributeError):  # a test's stand-in client has no hooks
+        client.hooks["response"].append(stream.hook)
+    thread = ThreadPoolExecutor(1, thread_name_prefix=f"pull-{node}")
 
-    def work() -> None:  # in the node's thread pool
+    def work() -> None:  # in the pull's own thread
         nonlocal shown, last_progress
-        stream = client.pull(
+        events = client.pull(
             image, stream=True, decode=True, auth_config=dict(auth_config or {}) or None
         )
         done = 0
-        for event in stream:
+        for event in events:
             if yield_to is not None and yield_to.spawning(node):
                 raise PullYielded(f"a spawn started pulling on node {node}")
             error = pull_error(event)
@@ -155,32 +198,33 @@ async def _pull(
         )
 
     report(0, f"Pulling {image} on node {node} (not there yet)")
-    running = asyncio.ensure_future(cluster.run(node, work, timeout))
+    running = asyncio.ensure_future(cluster.run(node, work, timeout, executor=thread))
     try:
         while True:
             done, _ = await asyncio.wait({running}, timeout=min(stall_timeout / 4, 5.0))
             if done:
                 break
             if time.monotonic() - last_progress > stall_timeout:
-                log.warning(
-                    "Pull of %s on node %s stalled at %s%%", image, node, progress.percent or 0
-                )
-                raise ImageUnavailable(stalled())
+                message = stalled()
+                log.warning("Pull failed (stalled): %s", message)
+                raise ImageUnavailable(message, cause="stalled")
         running.result()
         cluster.image_pulled(node, image)  # placement prefers this node for it from now on
     except (asyncio.TimeoutError, TimeoutError):
-        raise ImageUnavailable(
+        message = (
             f"Pulling {image} on node {node} took more than {timeout:.0f} s; try again "
             "later, or ask an admin to pull it on that node beforehand."
-        ) from None
+        )
+        log.warning("Pull failed (over its time): %s", message)
+        raise ImageUnavailable(message, cause="timeout") from None
     except (APIError, _StreamError) as e:
         why = e.explanation if isinstance(e, APIError) and e.explanation else str(e)
-        log.warning("Pull of %s on node %s failed: %s", image, node, why)
-        raise ImageUnavailable(
-            f"Could not pull {image} on node {node}: {why}. "
-            "Ask an admin to check this image's catalog entry and its registry."
-        ) from None
+        cause, message = pull_failure(image, node, str(why))
+        log.warning("Pull failed (%s): %s", cause, message)
+        raise ImageUnavailable(message, cause=cause) from None
     finally:
-        client.close()  # a pull still running in its thread ends with its connection
+        stream.cut()  # a read blocked in the pull's thread ends now (a yield's too)
         if not running.done():
             running.cancel()
+        client.close()
+        thread.shutdown(wait=False)

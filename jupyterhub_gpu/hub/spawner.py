@@ -439,6 +439,8 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         # spawn form until the next start; kept in state across the stop and hub restarts
         self._ended_note = ""
         self._saved_choice: tuple[str, str] | None = None  # (owner, name) of a saved: slug
+        # (reference, the engine's inspect) of the image this start pulled and checked
+        self._image_checked: tuple[str, dict[str, Any]] | None = None
 
     # ------------------------------------------------------------------ state
     node_name = Unicode("")
@@ -917,10 +919,15 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
 
     async def pull_image(self, image: str) -> None:
         """Pull a missing image on the chosen node, reporting the percentage; then check
-        what it is (:meth:`_check_saved`)."""
+        what it is (:meth:`_check_saved`). Once per start: ``_create`` calls it before the
+        start's time limit counts, and DockerSpawner's ``start`` calls it again for the same
+        image, answered from the first call (no second inspect, no second check)."""
+        if self._image_checked is not None and self._image_checked[0] == image:
+            return
         try:
             info = await self.docker("inspect_image", image)
             await self._check_saved(image, info, pulled=False)
+            self._image_checked = (image, info)
             return
         except docker.errors.NotFound:
             if self.pull_policy.lower() == "never":
@@ -938,7 +945,9 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             my_images(self.cluster, self.config, self.log).settings.auth_config(image),
             stall_timeout=self.pull_stall_timeout,
         )
-        await self._check_saved(image, await self.docker("inspect_image", image), pulled=True)
+        info = await self.docker("inspect_image", image)
+        await self._check_saved(image, info, pulled=True)
+        self._image_checked = (image, info)
 
     async def get_command(self) -> list[str]:
         """DockerSpawner's (``cmd``, else the image's CMD); an image without a CMD runs
@@ -946,7 +955,11 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         TypeError deep in DockerSpawner."""
         command = self.cmd
         if not command:
-            info = await self.docker("inspect_image", self.image)
+            checked = self._image_checked
+            if checked is not None and checked[0] == self.image:
+                info = checked[1]  # inspected by this start's pull_image
+            else:
+                info = await self.docker("inspect_image", self.image)
             command = (info.get("Config") or {}).get("Cmd") or ["jupyterhub-singleuser"]
         return [*command, *self.get_args()]
 
@@ -1031,6 +1044,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         self._start_began = asyncio.get_running_loop().time()
         self._forget_placement()  # the hub cleared the state; be sure nothing is left held
         self._ended_note = ""  # the form showed why the last server ended; it starts again
+        self._image_checked = None  # each start checks its image on its node afresh
         self._start_prepuller()
         try:
             check_name_lengths(self._derived_names, self.user.name, self.name, self.escape)

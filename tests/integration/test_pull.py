@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
+import signal
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,9 +24,11 @@ import pytest
 import yaml
 
 from tests.conftest import gpu_inventory
-from tests.support.cluster import TEST_IMAGE, Engine
+from tests.integration.test_multinode import STUB
+from tests.support.cluster import SITE_ADDRESS, TEST_IMAGE, Engine
 from tests.support.hub import Hub
 from tests.support.registry import Registry, serve
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -45,6 +50,7 @@ def registry(engines: list[Engine], tmp_path_factory: pytest.TempPathFactory) ->
     reg = Registry(folder)
     # 160 MiB: enough for the engine to report unpacking in several steps (16 MiB: one)
     reg.add_saved_image(saved, NAME, "1", extra_mib=160)
+    reg.add_saved_image(saved, NAME, "3", extra_mib=4)  # a small one, cut off mid-way
     saved.unlink()
     with serve(reg):
         yield reg
@@ -72,8 +78,17 @@ def catalog(path: Path, registry: Registry) -> Path:
             "image": registry.image(NAME, tag),
         }
 
-    path.write_text(yaml.safe_dump({"images": [entry("pulltest", "1"), entry("missing", "2")]}))
+    down = {**entry("down", "1"), "image": f"{SITE_ADDRESS}:{dead_port()}/{NAME}:1"}
+    entries = [entry("pulltest", "1"), entry("missing", "2"), down, entry("cutoff", "3")]
+    path.write_text(yaml.safe_dump({"images": entries}))
     return path
+
+
+def dead_port() -> int:
+    """A port of the site address that nothing listens on (a registry that is down)."""
+    with socket.socket() as s:
+        s.bind((SITE_ADDRESS, 0))
+        return int(s.getsockname()[1])
 
 
 def progress(hub: Hub, user: str) -> list[dict[str, Any]]:
@@ -145,6 +160,16 @@ def test_a_registry_error_is_a_sentence_and_holds_nothing(
     assert f"Could not pull {image} on node node-b" in failure, failure
     assert "manifest unknown" in failure and "Ask an admin" in failure, failure
     assert hub.server("bob") is None
+    # a registry that is down: its own sentence, on the spawn page and in the hub's log
+    hub.create_user("dora")
+    assert hub.spawn("dora", {"image": "down", "gpu_count": 1}).status_code == 202
+    events = progress(hub, "dora")
+    assert events[-1].get("failed") is True, events
+    failure = events[-1].get("message", "")
+    assert "did not answer (connection refused). It may be down: try again later" in failure
+    registry_down = failure.split("Could not pull ", 1)[1]
+    assert f"Pull failed (registry): Could not pull {registry_down}" in hub.log_tail(400)
+    assert hub.server("dora") is None
     with node_b.client() as client:
         left = client.containers.list(
             all=True, filters={"label": f"jupyterhub-gpu.hub={hub.hub_id}"}
@@ -162,3 +187,48 @@ def test_a_registry_error_is_a_sentence_and_holds_nothing(
     finally:
         hub.stop_server("carol")
         remove_image(node_b, registry.image(NAME, "1"))
+
+
+def test_a_pull_cut_off_by_a_hub_restart_leaves_nothing_and_the_next_start_pulls(
+    make_hub, engines: list[Engine], registry: Registry, tmp_path: Path
+) -> None:
+    """The hub is killed (SIGKILL) while its spawn's pull is half-way (the registry holds
+    the new layer after its first MiB): the engine lists no such image, the restarted hub
+    has no server pending and no GPU held for it, and the next start gets the image whole
+    (the engine may have carried on with the pull it had begun: then the start finds it,
+    else it pulls it)."""
+    node_b = engines[1]
+    image = registry.image(NAME, "3")
+    remove_image(node_b, image)
+    layer = json.loads(registry.manifests[(NAME, "3")])["layers"][-1]["digest"]
+    hub = make_hub(
+        [node_b],
+        [gpu_inventory(node_b.name, "dddddddd", [RTX])],
+        hub_extra(tmp_path, registry) + STUB,
+    )  # a stand-in server: ready in 1 s
+    hub.create_user("dan")
+    registry.blobs_flow.clear()
+    try:
+        assert hub.spawn("dan", {"image": "cutoff", "gpu_count": 1}).status_code == 202
+        wait_until(lambda: any(f"/blobs/{layer}" in r for r in registry.requests), 60,
+                   "the new layer to be half-way", details=hub.log_tail)  # fmt: skip
+        assert hub.proc is not None
+        os.kill(hub.proc.pid, signal.SIGKILL)  # its proxy lives on, as after a real crash
+        hub.proc.wait(10)
+        with node_b.client() as client, pytest.raises(docker.errors.ImageNotFound):
+            client.images.get(image)  # half a layer is no image
+        hub.start()
+        wait_until(lambda: hub.server("dan") is None, 30, "the cut-off spawn to be forgotten")
+        registry.blobs_flow.set()
+        assert hub.spawn("dan", {"image": "cutoff", "gpu_count": 1}).status_code == 202
+        events = progress(hub, "dan")
+        assert events[-1].get("ready") is True, events
+        # the node's one GPU: nothing was kept for the spawn the restart cut off
+        state = hub.wait_ready("dan")["state"]
+        assert state["gpu_uuids"] == ["GPU-dddddddd0000-0000-4000-8000-000000000000"], state
+        with node_b.client() as client:
+            assert client.images.get(image).tags == [image]
+    finally:
+        registry.blobs_flow.set()
+        hub.stop_server("dan")
+        remove_image(node_b, image)

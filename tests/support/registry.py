@@ -8,7 +8,10 @@ random bytes so that a pulling engine always has something new to download, unde
 and trust as an insecure registry: scripts/cluster.sh starts them so).
 
 Layers are served uncompressed (their digest is their diffID; the engine's decompressor
-detects plain tar). TEST ONLY: no auth, no push, everything in one folder.
+detects plain tar). :meth:`Registry.add_random_image` serves a small image of random bytes
+alone (pulls like any image, runs nothing). ``blobs_flow`` holds every blob after its
+first MiB while cleared, so a test can cut a pull off mid-way. TEST ONLY: no auth, no
+push, everything in one folder.
 """
 
 from __future__ import annotations
@@ -41,6 +44,14 @@ class Registry:
     manifests: dict[tuple[str, str], bytes] = field(default_factory=dict)
     blobs: dict[str, Path] = field(default_factory=dict)
     requests: list[str] = field(default_factory=list)
+    #: cleared: every blob stops after its first MiB until it is set again (a pull cut
+    #: off mid-way is a test's to make)
+    blobs_flow: threading.Event = field(default_factory=threading.Event)
+    #: blobs whose puller went away before the whole blob was sent
+    cut_off: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.blobs_flow.set()
 
     @property
     def address(self) -> str:
@@ -59,9 +70,10 @@ class Registry:
     def add_saved_image(self, saved: Path, name: str, tag: str, extra_mib: int = 16) -> None:
         """Serve the image in ``saved`` (a ``docker save`` tar of one image) as
         ``name:tag``, with one more layer of ``extra_mib`` MiB of random bytes on top."""
-        unpacked = self.folder / f"unpacked-{name.replace('/', '_')}-{tag}"
-        with tarfile.open(saved) as tar:
-            tar.extractall(unpacked, filter="data")
+        unpacked = self.folder / f"unpacked-{saved.stem}"  # one image, several tags
+        if not unpacked.exists():
+            with tarfile.open(saved) as tar:
+                tar.extractall(unpacked, filter="data")
         (entry,) = json.loads((unpacked / "manifest.json").read_text())
         config = json.loads((unpacked / entry["Config"]).read_text())
         layers: list[dict[str, Any]] = []
@@ -85,6 +97,32 @@ class Registry:
             },
             "layers": layers,
         }
+        self._manifest(name, tag, manifest)
+
+    def add_random_image(self, name: str, tag: str, mib: int) -> None:
+        """Serve ``name:tag``: an image of one layer of ``mib`` MiB of random bytes and
+        nothing else (it pulls like any image; it has nothing to run)."""
+        layer = _random_layer(mib)
+        digest = self._blob(layer)
+        config = {
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {},
+            "rootfs": {"type": "layers", "diff_ids": [digest]},
+            "history": [{"created_by": "tests/support/registry.py"}],
+        }
+        config_bytes = json.dumps(config).encode()
+        self._manifest(name, tag, {
+            "schemaVersion": 2,
+            "mediaType": MANIFEST_V2,
+            "config": {
+                "mediaType": CONFIG_V1, "size": len(config_bytes),
+                "digest": self._blob(config_bytes),
+            },
+            "layers": [{"mediaType": LAYER, "size": len(layer), "digest": digest}],
+        })  # fmt: skip
+
+    def _manifest(self, name: str, tag: str, manifest: dict[str, Any]) -> None:
         body = json.dumps(manifest).encode()
         self.manifests[(name, tag)] = body
         self.manifests[(name, "sha256:" + hashlib.sha256(body).hexdigest())] = body
@@ -149,10 +187,18 @@ def _handler(registry: Registry) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(size))
             self.send_header("Docker-Content-Digest", ref)
             self.end_headers()
-            if self.command != "HEAD":
+            if self.command == "HEAD":
+                return
+            try:
                 with path.open("rb") as f:
-                    while chunk := f.read(1 << 20):
+                    chunk = f.read(1 << 20)
+                    while chunk:
                         self.wfile.write(chunk)
+                        if chunk := f.read(1 << 20):  # more to come: held while cleared
+                            registry.blobs_flow.wait(60)  # bounded: never a thread for good
+            except (BrokenPipeError, ConnectionResetError):
+                registry.cut_off.append(ref)
+                self.close_connection = True
 
         do_HEAD = do_GET
 

@@ -17,7 +17,8 @@ from docker.errors import APIError
 from jupyterhub_gpu.core.catalog import Catalog, CatalogEntry
 from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeInventory, NodeState
 from jupyterhub_gpu.core.prepull import CATALOG_LABEL, GIB
-from jupyterhub_gpu.errors import PullYielded
+from jupyterhub_gpu.core.progress import DISK_FULL, MISSING
+from jupyterhub_gpu.errors import ImageUnavailable, PullYielded
 from jupyterhub_gpu.hub.prepull import PrePuller, PrePullRunner
 from jupyterhub_gpu.hub.pull import pull, pulls_on
 from tests.support.waiting import wait_until_async
@@ -118,6 +119,8 @@ class FakePull:
         self.running: dict[str, int] = {}
         self.most: dict[str, int] = {}
         self.gates: dict[tuple[str, str], asyncio.Event] = {}
+        self.failures: dict[tuple[str, str], ImageUnavailable] = {}
+        self.stall_timeouts: list[float] = []
 
     def gate(self, node: str, image: str) -> asyncio.Event:
         return self.gates.setdefault((node, image), asyncio.Event())
@@ -133,12 +136,17 @@ class FakePull:
         auth_config: Mapping[str, str] | None = None,
         *,
         background: bool = False,
+        stall_timeout: float = 120.0,
     ) -> None:
         self.calls.append((node, image, background))
+        self.stall_timeouts.append(stall_timeout)
         self.running[node] = self.running.get(node, 0) + 1
         self.most[node] = max(self.most.get(node, 0), self.running[node])
         try:
             report(50, "half")
+            failure = self.failures.get((node, image))
+            if failure is not None:
+                raise failure
             await self.gate(node, image).wait()
             self.cluster.engines[node].add(image, 1)
         finally:
@@ -260,6 +268,44 @@ async def test_a_container_created_after_the_listing_keeps_its_image() -> None:
     assert r.state()["nodes"]["a"]["removed"] == []
 
 
+async def test_a_failed_pull_is_a_sentence_in_the_log_and_the_state_never_held(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A pull the registry can't serve: the node's last error and a warning say why, the
+    image is still needed (tried again next round), not held, and nothing is "pulling";
+    the next image is pulled. A full disk stops the node's pulls until the next round."""
+    cluster = FakeCluster(a=Engine(), b=Engine())
+    fake = FakePull(cluster)
+    missing = "Could not pull reg:5000/jhgpu/torch:2.8 on node a: manifest unknown. Ask an admin"
+    fake.failures[("a", TORCH.image)] = ImageUnavailable(missing, cause=MISSING)
+    full = "Could not pull reg:5000/jhgpu/torch:2.8 on node b: the node's disk is full"
+    fake.failures[("b", TORCH.image)] = ImageUnavailable(full, cause=DISK_FULL)
+    r = runner(cluster, [Catalog((TORCH, CPU))], fake, pull_stall_timeout=7.0, disk_budget_gib=0)
+    with caplog.at_level(logging.WARNING, logger=log.name):
+        await r.round()
+        await wait_until_async(lambda: ("a", CPU.image, True) in fake.calls, 5, "a's next pull")
+        a = r.state()["nodes"]["a"]
+        assert a["last_error"] == missing and a["pulling"] == "cpu" and a["has"] == [], a
+        open_all(fake)
+        await r.idle()
+    a, b = r.state()["nodes"]["a"], r.state()["nodes"]["b"]
+    assert a["has"] == ["cpu"] and a["needs"] == ["torch"] and a["pulling"] is None, a
+    assert b["last_error"] == full and b["has"] == [] and b["pulling"] is None, b
+    assert b["needs"] == ["torch", "cpu"]  # cpu not tried on a full disk
+    assert ("b", CPU.image, True) not in fake.calls
+    assert set(fake.stall_timeouts) == {7.0}  # PrePuller.pull_stall_timeout reaches the pull
+    logged = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert any(missing in m and "node a" in m for m in logged), logged
+    assert any(full in m for m in logged), logged
+    plans = await r.round()  # the next round plans the failed ones again
+    assert plans["a"].pulls == (TORCH,) and plans["b"].pulls == (TORCH, CPU)
+    fake.failures.clear()
+    open_all(fake)
+    await wait_until_async(lambda: fake.calls.count(("b", CPU.image, True)) == 1, 5, "b's pulls")
+    open_all(fake)
+    await r.idle()
+
+
 # ---------------------------------------------------------------------- the real pull
 class StreamingClient:
     """A node client whose pull streams events until told to stop."""
@@ -290,8 +336,11 @@ class PoolCluster:
     def client(self, node: str) -> StreamingClient:
         return self.streaming
 
-    async def run(self, node: str, fn: Callable[[], Any], timeout: float | None = None) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(None, fn)
+    async def run(
+        self, node: str, fn: Callable[[], Any], timeout: float | None = None, *,
+        executor: Any = None,
+    ) -> Any:  # fmt: skip
+        return await asyncio.get_running_loop().run_in_executor(executor, fn)
 
 
 async def test_a_background_pull_stops_when_a_spawn_starts_pulling_there() -> None:
