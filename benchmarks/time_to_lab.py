@@ -107,11 +107,19 @@ from tests.support.real_registry import RealRegistry, real_registry  # noqa: E40
 
 SLUG = "pytorch-2.8-cuda12.8-pypi"
 BENCH_SLUG = "bench"
-SCENARIOS = ("local", "cold", "prepull", "no_prepull", "browser")
+SCENARIOS = ("local", "cold", "prepull", "no_prepull", "browser", "versions")
 OPTIONS = {"image": BENCH_SLUG, "gpu_count": 1, "cpu": 1, "mem_gib": 2}
 SERVER_TIMEOUT_S = 1200  # start_timeout: a cold pull of a multi-GB image takes minutes
 BROWSER_USER = "browser"
 TORCH_CODE = "import torch; print(torch.__version__, torch.version.cuda)"
+# scenario versions: what each framework says of itself, inside a server the hub spawned
+VERSION_CODE = {
+    "pytorch": TORCH_CODE,
+    "tensorflow": (
+        "import tensorflow as tf; "
+        "print(tf.__version__, tf.sysconfig.get_build_info()['cuda_version'])"
+    ),
+}
 GPU = {"model": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920, "compute_capability": "8.0"}
 
 LOOP_MONITOR = """
@@ -555,9 +563,51 @@ async def wait_prepulled(
 
 def names_versions(printed: str, entry: CatalogEntry) -> bool:
     """Whether ``TORCH_CODE``'s output names the entry's framework and CUDA versions
-    (``2.8.0+cu128 12.8`` for torch 2.8.0 with CUDA 12.8; the local tag is ignored)."""
+    (``2.8.0+cu128 12.8`` for torch 2.8.0 with CUDA 12.8; the local tag is ignored;
+    TensorFlow's ``12.5.1`` names CUDA 12.5)."""
     version, cuda = [*printed.split(), "", ""][:2]
-    return version.split("+")[0] == entry.framework_version and cuda == entry.cuda_version
+    same_cuda = cuda == entry.cuda_version or cuda.startswith(f"{entry.cuda_version}.")
+    return version.split("+")[0] == entry.framework_version and same_cuda
+
+
+def versions(setup: Setup, node: Engine) -> dict[str, Any]:
+    """Scenario (f): a server of the entry spawned through the hub's API; inside its
+    container, the framework prints its own version and CUDA version."""
+    code = VERSION_CODE.get(setup.entry.framework)
+    if code is None:
+        raise SystemExit(f"time_to_lab.py: no version check for {setup.entry.framework}")
+    pulled_s = ensure_pulled(node, setup.ref)
+    hub = make_hub(setup.workdir / "versions", [node], 2, setup.entry, setup.ref)
+    hub.start()
+    user = "versions"
+    try:
+
+        async def spawned() -> tuple[float, str]:
+            async with httpx.AsyncClient(timeout=60) as client:
+                return await spawn_once(hub, client, user)
+
+        seconds, where = asyncio.run(spawned())
+        container = f"jhgpu-{hub.hub_id}-{user}"
+        done = docker(node, "exec", container, "python", "-c", code)
+        printed = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+        setup.progress(f"versions: {setup.entry.slug} on {where} in {seconds:.1f} s: {printed!r}")
+        if not names_versions(printed, setup.entry):
+            raise RuntimeError(
+                f"{container} printed {printed!r} (stderr: {done.stderr[-500:]!r}), not "
+                f"{setup.entry.framework} {setup.entry.framework_version} with CUDA "
+                f"{setup.entry.cuda_version}"
+            )
+        hub.stop_server(user)
+    finally:
+        _stop_hub(hub)
+    return {
+        "slug": setup.entry.slug,
+        "node": where,
+        "node_held_image": pulled_s is None,
+        "pulled_before_s": pulled_s,
+        "ready_s": round(seconds, 2),
+        "printed": printed,
+    }
 
 
 def browser(setup: Setup, node: Engine, timeout_s: float = 300) -> dict[str, Any]:
@@ -653,6 +703,7 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
         "no_prepull_waited_on_pull": get("no_prepull", "waited_on_pull"),
         "browser_to_lab_s": get("browser", "to_lab_s"),
         "browser_torch_versions": get("browser", "torch_versions"),
+        "spawned_versions": get("versions", "printed"),
         "loop_stall_max_s": max((x for x in stalls if x is not None), default=None),
         "api_latency_max_s": max(
             (x for n in SCENARIOS if (x := get(n, "api_latency_max_s"))),
@@ -698,6 +749,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     )
                 elif name == "browser":
                     res = browser(setup, nodes["node-a"])
+                elif name == "versions":
+                    res = versions(setup, nodes["node-a"])
                 elif name == "cold":
                     res = asyncio.run(
                         sequential(setup, nodes["node-b"], args.cold_pulls, True, name)

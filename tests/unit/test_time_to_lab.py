@@ -60,6 +60,7 @@ def test_summary_names_the_issue_keys_and_takes_the_worst_stall() -> None:
         "loop_stall_max_s",
         "browser_to_lab_s",
         "browser_torch_versions",
+        "spawned_versions",
     ):
         assert key in s
     assert s["local_p50_s"] == 5.0 and s["cold_pull_p50_s"] is None
@@ -87,3 +88,9 @@ def test_the_notebook_output_must_name_the_entrys_versions() -> None:
     assert not ttl.names_versions("2.8.0+cpu None", entry)
     assert not ttl.names_versions("2.7.1+cu126 12.6", entry)
     assert not ttl.names_versions("", entry)
+    tf = load_catalog(ROOT / "images" / "catalog.yaml").get("tensorflow-2.20-cuda12.5-pypi")
+    assert tf is not None
+    assert ttl.names_versions("2.20.0 12.5.1", tf)  # TensorFlow's build info: 12.5.1
+    assert not ttl.names_versions("2.20.0 12.50", tf)
+    assert not ttl.names_versions("2.19.0 12.5.1", tf)
+    assert set(ttl.VERSION_CODE) == {"pytorch", "tensorflow"}
