@@ -14,10 +14,10 @@ succeeds at once; when it gives up, JupyterHub's wait goes on as before.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 # What a check of the container says: None while it runs, else its exit code.
 ExitCheck = Callable[[], Awaitable[int | None]]
@@ -34,13 +34,15 @@ class Answer:
 
 async def answers(url: str, timeout: float = 2.0) -> bool:
     """One check, JupyterHub's rule: any HTTP answer under 500 (a redirect to the login
-    or to JupyterLab included); a refused connection or a 5xx is not an answer yet."""
+    or to JupyterLab included); a refused connection, a silence, a 5xx is not an answer
+    yet. Even with ``raise_error=False`` tornado raises its own 599s (a timeout, a full
+    request queue, curl's errors when the hub uses pycurl): not an answer either."""
     request = HTTPRequest(
         url, method="GET", follow_redirects=False, connect_timeout=timeout, request_timeout=timeout
     )
     try:
         response = await AsyncHTTPClient().fetch(request, raise_error=False)
-    except (OSError, asyncio.TimeoutError):
+    except (OSError, asyncio.TimeoutError, HTTPClientError):
         return False
     return response.code < 500  # 599: tornado's "no answer" (refused, timed out)
 
@@ -51,22 +53,45 @@ async def first_answer(
     exited: ExitCheck,
     interval: float = 0.1,
     container_every: float = 1.0,
-    check: Callable[[str], Awaitable[bool]] = answers,
+    check: Callable[[str, float], Awaitable[bool]] = answers,
+    check_timeout: float = 2.0,
 ) -> Answer:
     """Check ``url`` every ``interval`` s for at most ``seconds`` s, and the container
-    (``exited``) every ``container_every`` s; the first of: an answer, an exit, the end."""
+    (``exited``) every ``container_every`` s; the first of: an answer, an exit, the end.
+    No check outlasts the end: each is bounded by the time left."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
+
+    def left() -> float:
+        return max(0.05, deadline - loop.time())
+
     next_look = loop.time() + container_every
     while True:
-        if await check(url):
+        if await check(url, min(check_timeout, left())):
             return Answer(answered=True)
         now = loop.time()
         if now >= next_look or now + interval >= deadline:
-            code = await exited()
+            try:
+                code = await asyncio.wait_for(exited(), left())
+            except asyncio.TimeoutError:
+                code = None  # the node is slow to say: JupyterHub's own wait goes on
             if code is not None:
                 return Answer(answered=False, exit_code=code)
             next_look = loop.time() + container_every
         if loop.time() + interval >= deadline:
             return Answer(answered=False)
         await asyncio.sleep(interval)
+
+
+def log_tail(output: bytes, secrets: Sequence[str], lines: int = 20, limit: int = 4000) -> str:
+    """An exited server's last output, fit for the hub's log: its last ``lines`` lines
+    (at most ``limit`` bytes), every one of ``secrets`` (the server's own credentials,
+    which a start command that prints its environment would show) replaced, control
+    characters escaped and each line marked as the server's, so that it can't pass
+    for the hub's own log lines."""
+    text = output[-limit:].decode("utf-8", "replace")
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "[secret]")
+    kept = text.splitlines()[-lines:]
+    return "\n".join("  | " + line.encode("unicode_escape").decode("ascii") for line in kept)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
@@ -95,7 +96,7 @@ from jupyterhub_gpu.edges.home_dirs import ensure_home
 from jupyterhub_gpu.edges.nodecheck import CheckSettings
 from jupyterhub_gpu.errors import ConfigError, InvalidRequest, NodeFailure, UserFacingError
 from jupyterhub_gpu.hub.admission import QueueingSpawnerMixin
-from jupyterhub_gpu.hub.answer import first_answer
+from jupyterhub_gpu.hub.answer import first_answer, log_tail
 from jupyterhub_gpu.hub.cluster import NODE_ERRORS, Cluster, ClusterSettings
 from jupyterhub_gpu.hub.ledger import GPULedger
 from jupyterhub_gpu.hub.metrics import SPAWN_DECISIONS
@@ -109,7 +110,9 @@ from jupyterhub_gpu.wire.catalog_file import default_catalog_path, load_catalog
 from jupyterhub_gpu.wire.cull_notes import load_notes, notes_for
 from jupyterhub_gpu.wire.nodes_file import NodeSpec, default_node, parse_nodes
 
-LOG_TAIL_BYTES = 4000  # of an exited server's output, in the hub's log
+# the environment variables whose values never reach the hub's log (an exited
+# server's output that prints its environment)
+_SECRET_ENV = re.compile(r"TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
 
 
 def _spawn_error(e: UserFacingError) -> SpawnException:
@@ -1163,17 +1166,18 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         return int(state.get("ExitCode", -1))
 
     async def _log_tail(self) -> None:
-        """The exited server's last lines, bounded, in the hub's log for the admin."""
+        """The exited server's last lines, bounded, its credentials hidden, in the hub's
+        log for the admin (:func:`~jupyterhub_gpu.hub.answer.log_tail`)."""
         try:
             raw = await self.docker("logs", self.container_id, tail=20)
         except (APIError, *NODE_ERRORS):
             return
-        text = bytes(raw or b"")[-LOG_TAIL_BYTES:].decode("utf-8", "replace")
+        secrets = [str(v) for k, v in self.get_env().items() if _SECRET_ENV.search(k)]
         self.log.warning(
             "%s: server exited while starting on node %s; its last lines:\n%s",
             self.holder,
             self.node_name,
-            text,
+            log_tail(bytes(raw or b""), [*secrets, str(self.api_token or "")]),
         )
 
     def _start_slot(self) -> contextlib.AbstractAsyncContextManager[Any]:

@@ -11,7 +11,7 @@ import pytest
 from tornado.httpserver import HTTPServer
 from tornado.web import Application, RequestHandler
 
-from jupyterhub_gpu.hub.answer import Answer, answers, first_answer
+from jupyterhub_gpu.hub.answer import Answer, answers, first_answer, log_tail
 
 
 class Redirect(RequestHandler):
@@ -114,3 +114,57 @@ async def test_no_answer_within_the_time_gives_up_and_looks_at_the_container_las
     assert answer == Answer(answered=False)
     assert 0.4 <= took < 3, took
     assert looks, "the container is looked at before giving up"
+
+
+async def test_a_server_that_accepts_but_never_answers_is_not_an_answer() -> None:
+    """tornado raises its own 599 (a timeout) even with raise_error=False: not up yet,
+    never an error that would fail a start JupyterHub itself would have waited for."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # the kernel accepts; nobody ever reads or answers
+        port = silent.getsockname()[1]
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        assert not await answers(f"http://127.0.0.1:{port}/user/alice/", timeout=0.3)
+        answer = await first_answer(f"http://127.0.0.1:{port}/", 0.8, running)
+        assert answer == Answer(answered=False)
+        assert loop.time() - began < 3
+
+
+async def test_no_check_outlasts_the_time_given(port: int) -> None:
+    """A node slow to say whether the container runs, a check that would take its full
+    2 s: the wait still ends close to its end, so start never outlives start_timeout."""
+    loop = asyncio.get_running_loop()
+    timeouts: list[float] = []
+
+    async def slow_check(url: str, timeout: float) -> bool:
+        timeouts.append(timeout)
+        await asyncio.sleep(timeout)
+        return False
+
+    async def slow_node() -> int | None:
+        await asyncio.sleep(30)
+        return None
+
+    began = loop.time()
+    answer = await first_answer("http://x/", 0.6, slow_node, check=slow_check)
+    took = loop.time() - began
+    assert answer == Answer(answered=False)
+    assert took < 1.0, took
+    assert all(t <= 0.6 for t in timeouts), timeouts
+
+
+def test_an_exited_servers_output_is_bounded_escaped_and_hides_its_credentials() -> None:
+    token = "f3a9c0ffee0123456789abcdef"
+    output = (
+        b"".join(b"line %d\n" % i for i in range(100))
+        + f"JUPYTERHUB_API_TOKEN={token}\n".encode()
+        + b"[E 2026-11-27 JupyterHub app:1] forged\x1b[31m\r\n"
+    )
+    text = log_tail(output, [token, ""], lines=5)
+    lines = text.splitlines()
+    assert len(lines) == 5 and all(line.startswith("  | ") for line in lines)
+    assert token not in text and "JUPYTERHUB_API_TOKEN=[secret]" in text
+    assert "\x1b" not in text and "\\x1b[31m" in text  # a terminal escape, shown, not run
+    assert lines[0] == "  | line 97"
+    assert len(log_tail(b"x" * 100_000, [], lines=20, limit=4000)) <= 4000 + 4
