@@ -675,23 +675,7 @@ class ImageSimulation(Simulation):
 
 def image_replay(args: argparse.Namespace) -> dict[str, object]:
     """``--images``: locality against the same replay without it, on the first sub-cluster."""
-    trace_dir = Path(args.traces) / "alibaba-gpu-v2023"
-    pods = load_pods(
-        trace_dir / "openb_pod_list_gpuspec33.csv",
-        args.max_pods,
-        not args.cluster,
-        args.groups,
-        args.group_seed,
-    )
-    if args.cluster:
-        nodes = tuple(NodeState(n) for n in load_inventory_file(args.cluster))
-    else:
-        path = trace_dir / "openb_node_list_gpu_node.csv"
-        nodes = trace_cluster(path, args.nodes, pods, random.Random(args.seed))
-    index = index_for(nodes)
-    fits, _ = scale_arrivals(
-        [p for p in pods if index.candidates(p.request)], len(index.slot_of), args.load
-    )
+    nodes, fits, _ = _sub_cluster(args, args.seed)
     k = args.images
     draw = random.Random(args.image_seed)
     images = draw.choices(range(1, k + 1), weights=group_weights(k), k=len(fits))

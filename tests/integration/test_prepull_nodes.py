@@ -27,7 +27,7 @@ from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings
 from jupyterhub_gpu.hub.prepull import PrePuller, PrePullRunner, remove_image
 from tests.conftest import gpu_inventory
 from tests.support.cluster import TEST_IMAGE, Engine
-from tests.support.registry import Registry, serve
+from tests.support.registry import Registry, serving_images
 
 pytestmark = pytest.mark.integration
 
@@ -38,14 +38,10 @@ RTX = ("NVIDIA GeForce RTX 3090", 24576, "8.6")
 @pytest.fixture(scope="module")
 def registry(engines: list[Engine], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
     folder = tmp_path_factory.mktemp("registry")
-    saved = folder / "saved.tar"
-    with engines[0].client() as client, saved.open("wb") as f:
-        for chunk in client.images.get(TEST_IMAGE).save(named=True):
-            f.write(chunk)
-    reg = Registry(folder)
-    reg.add_saved_image(saved, NAME, "1", extra_mib=1)
-    saved.unlink()
-    with serve(reg):
+    with (
+        engines[0].client() as client,
+        serving_images(client, TEST_IMAGE, folder, NAME, {"1": 1}) as reg,
+    ):
         yield reg
 
 

@@ -27,7 +27,7 @@ from tests.conftest import gpu_inventory
 from tests.integration.test_multinode import STUB
 from tests.support.cluster import SITE_ADDRESS, TEST_IMAGE, Engine
 from tests.support.hub import Hub
-from tests.support.registry import Registry, serve
+from tests.support.registry import Registry, serving_images
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -42,17 +42,13 @@ PERCENT = re.compile(
 
 @pytest.fixture(scope="module")
 def registry(engines: list[Engine], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    # 160 MiB: enough for the engine to report unpacking in several steps (16 MiB: one);
+    # tag 3 is a small one, cut off mid-way
     folder = tmp_path_factory.mktemp("registry")
-    saved = folder / "saved.tar"
-    with engines[0].client() as client, saved.open("wb") as f:
-        for chunk in client.images.get(TEST_IMAGE).save(named=True):
-            f.write(chunk)
-    reg = Registry(folder)
-    # 160 MiB: enough for the engine to report unpacking in several steps (16 MiB: one)
-    reg.add_saved_image(saved, NAME, "1", extra_mib=160)
-    reg.add_saved_image(saved, NAME, "3", extra_mib=4)  # a small one, cut off mid-way
-    saved.unlink()
-    with serve(reg):
+    with (
+        engines[0].client() as client,
+        serving_images(client, TEST_IMAGE, folder, NAME, {"1": 160, "3": 4}) as reg,
+    ):
         yield reg
 
 

@@ -218,3 +218,22 @@ def serve(registry: Registry) -> Iterator[Registry]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def serving_images(
+    engine_client: Any, image: str, folder: Path, name: str, tags: dict[str, int]
+) -> Iterator[Registry]:
+    """A registry in ``folder`` serving ``image`` (saved from ``engine_client``, a
+    docker-py client) as ``name:tag`` for each tag, with that many MiB of random bytes
+    added as a layer of its own (``tags``: ``{tag: extra_mib}``), until the block ends."""
+    saved = folder / "saved.tar"
+    with saved.open("wb") as f:
+        for chunk in engine_client.images.get(image).save(named=True):
+            f.write(chunk)
+    reg = Registry(folder)
+    for tag, extra_mib in tags.items():
+        reg.add_saved_image(saved, name, tag, extra_mib=extra_mib)
+    saved.unlink()
+    with serve(reg):
+        yield reg
