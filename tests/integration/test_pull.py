@@ -112,11 +112,15 @@ def test_a_missing_image_is_pulled_with_progress(
     remove_image(node_b, image)
     extra = hub_extra(tmp_path, registry)
     hub = make_hub([node_b], [gpu_inventory(node_b.name, "bbbbbbbb", [RTX, RTX])], extra)
+    # paced so that the download lasts about 4 s on any machine: the estimate of the time
+    # left shows from 2 s into a pull (a fast machine pulls 167 MB locally in under 2 s)
+    registry.seconds_per_mib = 0.025
     try:
         hub.create_user("alice")
         r = hub.spawn("alice", {"image": "pulltest", "gpu_count": 1})
         assert r.status_code == 202, r.text
         events = progress(hub, "alice")
+        registry.seconds_per_mib = 0.0
         messages = [e.get("message", "") for e in events]
         assert f"Pulling {image} on node node-b (not there yet)" in messages, messages
         shown = [int(m[2]) for m in map(PERCENT.match, messages) if m]
@@ -136,6 +140,7 @@ def test_a_missing_image_is_pulled_with_progress(
         assert any(f"/v2/{NAME}/blobs/" in line for line in registry.requests)
         assert state is not None
     finally:
+        registry.seconds_per_mib = 0.0
         hub.stop_server("alice")
         remove_image(node_b, image)
 

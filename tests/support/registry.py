@@ -23,6 +23,7 @@ import os
 import re
 import tarfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -49,6 +50,9 @@ class Registry:
     blobs_flow: threading.Event = field(default_factory=threading.Event)
     #: blobs whose puller went away before the whole blob was sent
     cut_off: list[str] = field(default_factory=list)
+    #: seconds each MiB of a blob after the first is held: a pull that lasts long enough
+    #: for its pace to show however fast the machine is (0: as fast as it can)
+    seconds_per_mib: float = 0.0
 
     def __post_init__(self) -> None:
         self.blobs_flow.set()
@@ -196,6 +200,8 @@ def _handler(registry: Registry) -> type[BaseHTTPRequestHandler]:
                         self.wfile.write(chunk)
                         if chunk := f.read(1 << 20):  # more to come: held while cleared
                             registry.blobs_flow.wait(60)  # bounded: never a thread for good
+                            if registry.seconds_per_mib:
+                                time.sleep(registry.seconds_per_mib)
             except (BrokenPipeError, ConnectionResetError):
                 registry.cut_off.append(ref)
                 self.close_connection = True
