@@ -986,7 +986,26 @@ def shares_replay(args: argparse.Namespace) -> dict[str, object]:
             shared["wait_p95_s"] / whole["wait_p95_s"] if whole["wait_p95_s"] else None
         ),
         "shares_over_memory": shared["over_memory"],
+        # the same pods' own mean wait, shares run over whole run (not the issue's target,
+        # which is over all pods; docs/sharing.md "Benchmark" says why both are given)
+        "share_pods_wait_mean_ratio": _kind_ratio(shared, whole, ("fractional, as shares",)),
+        "fractional_pods_wait_mean_ratio": _kind_ratio(
+            shared, whole, ("fractional, as shares", "fractional, kept whole")
+        ),
     }
+
+
+def _kind_ratio(
+    shared: dict[str, Any], whole: dict[str, Any], kinds: tuple[str, ...]
+) -> float | None:
+    """The mean wait of the pods of ``kinds`` in the shares run over the whole run's: the
+    same pods in both (:func:`pod_kind`), so the ratio of their parts of the mean is the
+    ratio of their own means. None when they did not wait in the whole run."""
+
+    def part(m: dict[str, Any]) -> float:
+        return sum(m["wait_mean_s_by_kind"].get(k, 0.0) for k in kinds)
+
+    return part(shared) / part(whole) if part(whole) else None
 
 
 def print_shares(rep: dict[str, object]) -> None:
@@ -1005,6 +1024,10 @@ def print_shares(rep: dict[str, object]) -> None:
     print(
         f"mean wait ratio {rep['shares_wait_mean_ratio']:.3f}, p95 ratio "
         f"{rep['shares_wait_p95_ratio']}, shares over memory {rep['shares_over_memory']}"
+    )
+    print(
+        f"the share pods' own mean wait ratio {rep['share_pods_wait_mean_ratio']}, "
+        f"all fractional pods' {rep['fractional_pods_wait_mean_ratio']}"
     )
 
 
@@ -1156,7 +1179,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.shares > 0:
         shares = shares_replay(args)
         result["shares"] = shares
-        for key in ("shares_wait_mean_ratio", "shares_wait_p95_ratio", "shares_over_memory"):
+        for key in (
+            "shares_wait_mean_ratio",
+            "shares_wait_p95_ratio",
+            "shares_over_memory",
+            "share_pods_wait_mean_ratio",
+            "fractional_pods_wait_mean_ratio",
+        ):
             result[key] = shares[key]
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
