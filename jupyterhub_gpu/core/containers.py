@@ -63,11 +63,13 @@ def share_env(share: Share, mps: MpsPaths | None = None) -> dict[str, str]:
 
     Every mode says what the share is (``JUPYTERHUB_GPU_SHARE``, its memory in MiB). In
     ``mps`` mode, the MPS client's pinned memory limit on its one visible device (device
-    0 in the container) and its active thread percentage: a client could change its own
-    environment, so the hard limit is the node's MPS control daemon's
-    ``set_default_device_pinned_mem_limit`` / ``set_default_active_thread_percentage``
-    (docs/sharing.md). Time-slicing enforces nothing here: the agent watches the share's
-    memory. MIG needs nothing more: ``NVIDIA_VISIBLE_DEVICES`` names the MIG instance.
+    0 in the container) and its active thread percentage, both for all ``K`` shares held
+    (:attr:`Share.memory_mib`, :attr:`Share.thread_percentage`): a client could change
+    its own environment, so the hard limit is the node's MPS control daemon's
+    ``set_default_device_pinned_mem_limit`` / ``set_default_active_thread_percentage``,
+    the largest share a server may hold, per client process (docs/sharing.md).
+    Time-slicing enforces nothing here: the agent watches the share's memory. MIG needs
+    nothing more: ``NVIDIA_VISIBLE_DEVICES`` names the MIG instance.
     ``mps``: where the node's daemon listens (``CUDA_MPS_PIPE_DIRECTORY``, ``mps``'s pipe
     directory, mounted by :func:`container_spec`).
     """

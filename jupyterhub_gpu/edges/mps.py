@@ -1,10 +1,11 @@
 """``check-node --local``'s MPS facts: the node's MPS control daemon, asked on the node
 itself (its pipe directory, its control pipe, its ``/dev/shm``, its default limits
-through ``echo ... | nvidia-cuda-mps-control``). The judgement is
+through ``echo ... | nvidia-cuda-mps-control``), and the GPUs' compute modes
+(``nvidia-smi --query-gpu=uuid,compute_mode --format=csv,noheader``). The judgement is
 :func:`jupyterhub_gpu.core.sharing.mps.mps_checks`.
 
 Only checked by fakes here (no GPU on the machines that build this): the unit tests put
-a stand-in ``nvidia-cuda-mps-control`` on ``PATH`` (tests/unit/fake-mps/).
+a stand-in ``nvidia-cuda-mps-control`` and ``nvidia-smi`` on ``PATH`` (tests/unit/fake-mps/).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from jupyterhub_gpu.core.sharing.compute_mode import QUERY, ComputeModeFacts
 from jupyterhub_gpu.core.sharing.mps import (
     CONTROL_BIN,
     CONTROL_PIPE,
@@ -52,6 +54,27 @@ def ask_daemon(pipe_directory: str, command: str, timeout: float = TIMEOUT_S) ->
         said = (done.stderr or done.stdout).strip().splitlines()
         raise RuntimeError(f"exit status {done.returncode}: {said[-1] if said else 'no output'}")
     return done.stdout
+
+
+def compute_modes(timeout: float = TIMEOUT_S) -> ComputeModeFacts:
+    """``nvidia-smi --query-gpu=uuid,compute_mode --format=csv,noheader``'s answer, or why
+    there is none (judged by :mod:`jupyterhub_gpu.core.sharing.compute_mode`)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return ComputeModeFacts(error="nvidia-smi is not on PATH (the NVIDIA driver's utilities)")
+    try:
+        done = subprocess.run(
+            [smi, *QUERY], capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return ComputeModeFacts(error=f"nvidia-smi gave no answer within {timeout:g} s")
+    except OSError as e:
+        return ComputeModeFacts(error=f"nvidia-smi did not run ({type(e).__name__}: {e})")
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        last = said[-1][:200] if said else "no output"
+        return ComputeModeFacts(error=f"nvidia-smi exit status {done.returncode}: {last}")
+    return ComputeModeFacts(answer=done.stdout)
 
 
 def _is_pipe(path: Path) -> bool:
@@ -120,4 +143,5 @@ def gather(paths: MpsPaths, devices: Sequence[MpsDevice]) -> MpsFacts:
         thread_answer=thread,
         memory_answers=memory,
         errors=errors,
+        compute=compute_modes(),
     )

@@ -1,7 +1,8 @@
 """MPS in ``mps`` mode (issue 26): what a share container gets (the node's pipe directory,
-the daemon's shm directory, ``CUDA_MPS_PIPE_DIRECTORY``), and ``check-node --local``'s
-checks of the node's daemon, run against a stand-in ``nvidia-cuda-mps-control``
-(tests/unit/fake-mps/) and the unit in docs/sharing.md as written."""
+the daemon's shm directory, ``CUDA_MPS_PIPE_DIRECTORY``, ``K`` shares' limits), and
+``check-node --local``'s checks of the node's daemon and its GPUs' compute mode, run
+against stand-ins for ``nvidia-cuda-mps-control`` and ``nvidia-smi`` (tests/unit/fake-mps/)
+and the unit in docs/sharing.md as written."""
 
 from __future__ import annotations
 
@@ -10,15 +11,25 @@ import os
 import re
 import shlex
 import subprocess
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
 from jupyterhub_gpu.cli import check_node as cli
+from jupyterhub_gpu.core.attribution.labels import state_share
+from jupyterhub_gpu.core.attribution.memory import MemoryPolicy, MemoryState, judge_memory
 from jupyterhub_gpu.core.containers import ServerContainer, container_spec, share_env
 from jupyterhub_gpu.core.form.resources import ResourceLimits
+from jupyterhub_gpu.core.form.shares import check_share, share_label
 from jupyterhub_gpu.core.inventory import GPU, NodeInventory
 from jupyterhub_gpu.core.sharing import Share, parse_policy
+from jupyterhub_gpu.core.sharing.compute_mode import (
+    ComputeModeError,
+    ComputeModeFacts,
+    compute_mode_checks,
+    parse_compute_modes,
+)
 from jupyterhub_gpu.core.sharing.mps import (
     MpsDevice,
     MpsFacts,
@@ -29,8 +40,9 @@ from jupyterhub_gpu.core.sharing.mps import (
     parse_memory_mib,
     parse_percentage,
 )
+from jupyterhub_gpu.core.sharing.policy import share_of
 from jupyterhub_gpu.edges import mps as edge
-from jupyterhub_gpu.errors import ConfigError
+from jupyterhub_gpu.errors import ConfigError, InvalidRequest
 
 pytestmark = pytest.mark.unit
 
@@ -130,8 +142,10 @@ def test_thread_answers_are_read() -> None:
     assert parse_percentage("") is None
 
 
-def test_only_the_policys_mps_gpus_are_expected_with_one_shares_sizes() -> None:
-    assert mps_expectations("gpu-a", NODE, POLICY) == [MpsDevice(0, "GPU-aaaa", RTX, 6144, 25)]
+def test_only_the_policys_mps_gpus_are_expected_with_the_largest_shares_sizes() -> None:
+    # a server may hold 3 of 4 shares: the daemon's defaults must let it have them
+    want = [MpsDevice(0, "GPU-aaaa", RTX, 18432, 75, "3/4")]
+    assert mps_expectations("gpu-a", NODE, POLICY) == want
     off = parse_policy({RTX: {"shares": 4, "mode": "mps"}}, {"gpu-a": {"shareable": False}})
     assert mps_expectations("gpu-a", NODE, off) == []
 
@@ -144,13 +158,17 @@ def _good_facts() -> MpsFacts:
         control_pipe=True,
         shm_dir_exists=True,
         daemon_shm_shared=True,
-        thread_answer="25.0",
-        memory_answers={0: "6144M"},
+        thread_answer="75.0",
+        memory_answers={0: "18432M"},
+        compute=ComputeModeFacts("GPU-a, Exclusive_Process\nGPU-b, Exclusive_Process\n"),
     )
 
 
 def test_two_mps_models_wanting_different_thread_shares_fail() -> None:
-    devices = [MpsDevice(0, "GPU-a", RTX, 6144, 25), MpsDevice(1, "GPU-b", TITAN, 6144, 50)]
+    devices = [
+        MpsDevice(0, "GPU-a", RTX, 18432, 75, "3/4"),
+        MpsDevice(1, "GPU-b", TITAN, 6144, 50, "1/2"),
+    ]
     facts = _good_facts()
     threads = {c.check: c for c in mps_checks("n", devices, facts)}["mps.threads"]
     assert not threads.ok and "same shares" in threads.fix
@@ -168,6 +186,9 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     (proc / str(FAKE_PID) / "root" / "dev" / "shm").symlink_to(shm)
     monkeypatch.setenv("PATH", f"{FAKE}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_MPS_PID", str(FAKE_PID))
+    monkeypatch.setenv("FAKE_SMI_GPUS", ",".join(g.uuid for g in NODE.gpus))
+    monkeypatch.setenv("FAKE_SMI_STATE", str(tmp_path / "smi"))
+    monkeypatch.delenv("FAKE_SMI_ANSWER", raising=False)
     monkeypatch.setattr(edge, "PROC", proc)
     return {"pipe": pipe, "shm": shm, "proc": proc, "root": tmp_path}
 
@@ -182,8 +203,9 @@ def _unit() -> str:
 
 
 def _follow_the_unit(pipe: Path) -> None:
-    """What the unit does to the daemon, as written: its Environment, the daemon's
-    ``nvidia-cuda-mps-control -d`` from ExecStart, then every ExecStartPost line."""
+    """What the unit does to the daemon, as written: its Environment, its ExecStartPre
+    ``nvidia-smi`` lines (the compute mode), the daemon's ``nvidia-cuda-mps-control -d``
+    from ExecStart, then every ExecStartPost line."""
     unit = _unit()
     env = dict(os.environ)
     for line in re.findall(r"^Environment=(\S+)$", unit, re.M):
@@ -191,6 +213,10 @@ def _follow_the_unit(pipe: Path) -> None:
         env[key] = value
     assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
     env["CUDA_MPS_PIPE_DIRECTORY"] = str(pipe)  # the test's, not the node's
+    smis = re.findall(r"^ExecStartPre=/usr/bin/(nvidia-smi .*)$", unit, re.M)
+    assert smis, "the unit no longer sets the GPUs' compute mode"
+    for smi in smis:
+        subprocess.run(shlex.split(smi), env=env, check=True, timeout=10)
     start = re.search(r"^ExecStart=.*exec (nvidia-cuda-mps-control -d)'$", unit, re.M)
     assert start, "the unit no longer starts the daemon with nvidia-cuda-mps-control -d"
     subprocess.run(shlex.split(start.group(1)), env=env, check=True, timeout=10)
@@ -232,7 +258,9 @@ def test_the_unit_in_the_docs_passes_and_each_thing_broken_fails(node: dict[str,
     _follow_the_unit(node["pipe"])
     checks = _checks(node)
     assert [c.check for c in checks.values() if not c.ok] == []
-    assert "6144 MiB" in checks["mps.gpu0"].detail and "25" in checks["mps.threads"].detail
+    assert "18432 MiB" in checks["mps.gpu0"].detail and "75" in checks["mps.threads"].detail
+    assert "Exclusive_Process" in checks["mps.gpu0.mode"].detail
+    assert "mps.gpu1.mode" not in checks  # the TITAN is time-sliced: any mode will do
 
     # a daemon started by hand, limits left at NVIDIA's defaults
     _tell(node["pipe"], "quit")
@@ -246,21 +274,23 @@ def test_the_unit_in_the_docs_passes_and_each_thing_broken_fails(node: dict[str,
     checks = _checks(node)
     assert checks["mps"].ok
     threads, memory = checks["mps.threads"], checks["mps.gpu0"]
-    assert not threads.ok and "is 100, one share is 25" in threads.detail
+    assert not threads.ok
+    assert "is 100, the largest share a server may hold (3/4) is 75" in threads.detail
     assert threads.fix == (
-        f"echo set_default_active_thread_percentage 25 | "
+        f"echo set_default_active_thread_percentage 75 | "
         f"CUDA_MPS_PIPE_DIRECTORY={node['pipe']} nvidia-cuda-mps-control"
     )
     assert not memory.ok and "no default pinned memory limit" in memory.detail
-    assert "set_default_device_pinned_mem_limit 0 6144M" in memory.fix
+    assert "set_default_device_pinned_mem_limit 0 18432M" in memory.fix
 
     # the fixes, as printed, make them pass; a wrong limit fails again
     subprocess.run(threads.fix, shell=True, check=True, timeout=10)
     subprocess.run(memory.fix, shell=True, check=True, timeout=10)
     assert all(c.ok for c in _checks(node).values())
-    _tell(node["pipe"], "set_default_device_pinned_mem_limit 0 12G")
+    _tell(node["pipe"], "set_default_device_pinned_mem_limit 0 6G")  # one share's: too low
     memory = _checks(node)["mps.gpu0"]
-    assert not memory.ok and "12288 MiB, one share is 6144 MiB" in memory.detail
+    assert not memory.ok
+    assert "6144 MiB, the largest share a server may hold (3/4) is 18432 MiB" in memory.detail
 
 
 def test_a_daemon_with_another_dev_shm_fails(node: dict[str, Path]) -> None:
@@ -299,11 +329,12 @@ def test_check_node_local_reads_the_policy_and_exits_1_then_0(
     argv = ["--local", "-f", str(config), "--node", "gpu-a", "--only", "mps", "--json"]
     assert cli.main(argv) == 1
     failed = [c["check"] for c in json.loads(capsys.readouterr().out) if not c["ok"]]
-    assert failed == ["mps", "mps.shm", "mps.threads", "mps.gpu0"]
+    assert failed == ["mps", "mps.shm", "mps.threads", "mps.gpu0", "mps.gpu0.mode"]
     _follow_the_unit(node["pipe"])
     assert cli.main(argv) == 0
     checks = json.loads(capsys.readouterr().out)
-    assert {c["check"] for c in checks} >= {"mps", "mps.shm", "mps.threads", "mps.gpu0"}
+    names = {"mps", "mps.shm", "mps.threads", "mps.gpu0", "mps.gpu0.mode"}
+    assert {c["check"] for c in checks} >= names
     assert cli.main(["--local", "--only", "mps", "--json"]) == 1  # no policy: says so
     assert "no -f CONFIG" in capsys.readouterr().out
 
@@ -330,3 +361,126 @@ def test_the_spawner_sets_the_pipe_directory_last_over_any_other_environment() -
     s.share = Share(1, 2, 6144, "time-slicing")
     assert s.get_env()["CUDA_MPS_PIPE_DIRECTORY"] == "/home/alice/mine"  # not ours to set
     assert s._mps_paths() is None
+
+
+# ---------------------------------------------------------------- K shares, everywhere
+@pytest.mark.parametrize("memory_mib", [None, 1024])
+@pytest.mark.parametrize("shares", range(2, 17))
+def test_a_server_holding_k_shares_gets_k_shares_everywhere(
+    shares: int, memory_mib: int | None
+) -> None:
+    """For every ``K`` a server may hold: its MPS client limits are ``K`` shares' memory and
+    ``100 K / N`` % of the threads (1 to 100), the sizes the ledger (``share_of``), the
+    form, the spawner's state and the culler's memory verdict count; and the daemon's
+    defaults, the hard bound, never cut that share down."""
+    raw: dict[str, object] = {"shares": shares, "mode": "mps"}
+    if memory_mib is not None:
+        raw["memory_mib"] = memory_mib
+    policy = parse_policy({RTX: raw}, {})
+    rule = policy.models[RTX]
+    gpu_mib = NODE.gpus[0].memory_mib
+    one = rule.share_memory(gpu_mib)
+    (daemon,) = mps_expectations("gpu-a", NODE, policy)
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    exact = MemoryPolicy(tolerance_mib=0)
+    for k in range(1, shares):
+        share = share_of(rule, k, gpu_mib)  # what placement decides and the hub's views count
+        env = share_env(share)
+        assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={k * one}M"
+        assert env["JUPYTERHUB_GPU_SHARE_MEMORY_MIB"] == str(k * one)
+        threads = int(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"])
+        assert threads == (100 * k) // shares and 1 <= threads <= 100
+        assert daemon.memory_mib >= k * one and daemon.thread_percentage >= threads
+        assert check_share(share.label, 1, RTX, policy) == share.label
+        assert f": {k * one / 1024:g} GiB," in share_label(RTX, k, rule, gpu_mib)
+        held = state_share({"share": [share.count, share.of, share.memory_mib, share.mode]})
+        assert held is not None and held.memory_mib == k * one
+        assert judge_memory(k * one, held.memory_mib, None, now, exact).state is MemoryState.OK
+        over = judge_memory(k * one + 1, held.memory_mib, None, now, exact)
+        assert over.state is MemoryState.OVER
+    # the largest share a server may hold is the daemon's default, exactly
+    assert daemon.largest == f"{shares - 1}/{shares}"
+    assert daemon.memory_mib == (shares - 1) * one
+    with pytest.raises(InvalidRequest):  # more is a whole GPU, never a share
+        check_share(f"{shares}/{shares}", 1, RTX, policy)
+    # the servers of one GPU, however it is cut, never ask for more than 100 % together
+    for cut in ([1] * shares, [shares - 1, 1]):
+        assert sum(Share(k, shares, k * one, "mps").thread_percentage for k in cut) <= 100
+
+
+# ---------------------------------------------------------------- compute mode
+MPS_GPU = [(0, "GPU-aaaa", RTX)]
+
+
+def test_exclusive_process_passes() -> None:
+    facts = ComputeModeFacts("GPU-aaaa, Exclusive_Process\nGPU-bbbb, Default\n")
+    (check,) = compute_mode_checks("gpu-a", MPS_GPU, facts)
+    assert check.ok and check.check == "mps.gpu0.mode" and "Exclusive_Process" in check.detail
+
+
+@pytest.mark.parametrize("mode", ["Default", "Prohibited"])
+def test_any_other_mode_fails_with_the_command_that_sets_it(mode: str) -> None:
+    (check,) = compute_mode_checks("gpu-a", MPS_GPU, ComputeModeFacts(f"GPU-aaaa, {mode}\n"))
+    assert not check.ok
+    assert f"compute mode {mode}, not Exclusive_Process" in check.detail
+    assert check.fix == (
+        "as root on the node: nvidia-smi -i GPU-aaaa -c EXCLUSIVE_PROCESS (lost at reboot "
+        "unless the MPS unit sets it: its ExecStartPre in docs/sharing.md)"
+    )
+
+
+@pytest.mark.parametrize(
+    "answer, why",
+    [
+        ("", "it listed no GPU"),
+        ("No devices were found\n", "line 1 is not 'GPU-<uuid>, <compute mode>'"),
+        ("GPU-aaaa Default\n", "line 1 is not"),
+        ("GPU-aaaa, Default, 3\n", "line 1 is not"),
+        ("GPU-bbbb, Default\nGPU-aaaa, [N/A]\n", "line 2: unknown compute mode '[N/A]'"),
+        ("\x00\xff, Default", "line 1 is not"),
+    ],
+)
+def test_a_garbled_answer_is_reported_not_raised(answer: str, why: str) -> None:
+    with pytest.raises(ComputeModeError) as e:
+        parse_compute_modes(answer)
+    assert why in str(e.value)
+    (check,) = compute_mode_checks("gpu-a", MPS_GPU, ComputeModeFacts(answer))
+    assert not check.ok and "cannot read its compute mode" in check.detail
+    assert why in check.detail and "nvidia-smi -i GPU-aaaa -c EXCLUSIVE_PROCESS" in check.fix
+
+
+def test_modes_are_read_in_any_case_and_a_gpu_not_listed_fails() -> None:
+    assert parse_compute_modes(" GPU-aaaa ,  exclusive_process \r\n\n") == {
+        "GPU-aaaa": "Exclusive_Process"
+    }
+    (check,) = compute_mode_checks("gpu-a", MPS_GPU, ComputeModeFacts("GPU-bbbb, Default\n"))
+    assert not check.ok and "does not list it" in check.detail
+    (check,) = compute_mode_checks("gpu-a", MPS_GPU, ComputeModeFacts(None, "no nvidia-smi"))
+    assert not check.ok and "(no nvidia-smi)" in check.detail
+
+
+def test_the_compute_mode_against_the_fake_nvidia_smi(
+    node: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checks = _checks(node)  # no daemon yet: the mode is still checked, Default at boot
+    mode = checks["mps.gpu0.mode"]
+    assert not mode.ok and "compute mode Default" in mode.detail
+    _follow_the_unit(node["pipe"])  # its ExecStartPre sets Exclusive_Process
+    assert _checks(node)["mps.gpu0.mode"].ok
+
+    subprocess.run(["nvidia-smi", "-i", "0", "-c", "DEFAULT"], check=True, timeout=10)
+    mode = _checks(node)["mps.gpu0.mode"]
+    assert not mode.ok
+    command = re.search(r"nvidia-smi -i \S+ -c EXCLUSIVE_PROCESS", mode.fix)
+    assert command, mode.fix
+    subprocess.run(shlex.split(command.group(0)), check=True, timeout=10)  # the fix, as printed
+    assert _checks(node)["mps.gpu0.mode"].ok
+
+    monkeypatch.setenv("FAKE_SMI_ANSWER", "Failed to initialize NVML: Driver/library mismatch")
+    mode = _checks(node)["mps.gpu0.mode"]
+    assert not mode.ok and "unreadable" in mode.detail and "Failed to initialize" in mode.detail
+    monkeypatch.delenv("FAKE_SMI_ANSWER")
+    monkeypatch.delenv("FAKE_SMI_GPUS")  # the stand-in then fails, as nvidia-smi can
+    assert "nvidia-smi exit status 9: NVIDIA-SMI has failed" in edge.compute_modes().error
+    monkeypatch.setenv("PATH", str(node["root"]))  # no nvidia-smi there
+    assert "not on PATH" in edge.compute_modes().error

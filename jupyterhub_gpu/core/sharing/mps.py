@@ -10,14 +10,21 @@ Two halves:
   namespace). The container keeps its own IPC namespace: the host's is never shared.
 - **What ``check-node --local`` makes of the daemon** (:func:`mps_expectations`,
   :func:`mps_checks`): is the control daemon running (its pipe directory with its control
-  pipe), does it use the shared shm directory, and are its default limits the policy's
-  share: ``get_default_device_pinned_mem_limit <dev>`` = one share's memory on each
-  ``mps`` GPU, ``get_default_active_thread_percentage`` = one share's threads. Each failure
-  is one line saying what to run. :mod:`jupyterhub_gpu.edges.mps` gathers the facts.
+  pipe), does it use the shared shm directory, are its default limits the largest share
+  a server may hold (``get_default_device_pinned_mem_limit <dev>`` and
+  ``get_default_active_thread_percentage``), and is each ``mps`` GPU in
+  ``EXCLUSIVE_PROCESS`` compute mode (:mod:`.compute_mode`). Each failure is one line
+  saying what to run. :mod:`jupyterhub_gpu.edges.mps` gathers the facts.
 
-The daemon's defaults are per client process and per device, not per share: a server
-holding ``K > 1`` shares is still held to one share's limits by the daemon, and a server
-running several CUDA processes gets one limit per process (docs/sharing.md).
+Which limit holds a server: a server holding ``K`` of ``N`` shares gets ``K`` shares'
+memory and ``100 * K / N`` % of the threads in its environment
+(:func:`jupyterhub_gpu.core.containers.share_env`), the sizes the ledger, the labels, the
+culler and the form count. A client's own values only lower the daemon's defaults, so the
+defaults must be at least the largest share a server may hold (``N - 1`` shares,
+:attr:`ShareRule.most_held`): with one share's defaults a server holding ``K > 1`` would be
+held to one share. The defaults are thus the hard bound per client process (a user who
+raises the environment gets at most ``N - 1`` shares per process); the memory a share's
+processes hold together is watched by the culler, as in time-slicing (docs/sharing.md).
 """
 
 from __future__ import annotations
@@ -29,7 +36,8 @@ from dataclasses import dataclass, field
 
 from jupyterhub_gpu.core.inventory import NodeInventory
 from jupyterhub_gpu.core.nodecheck import Check
-from jupyterhub_gpu.core.sharing.policy import SharingPolicy
+from jupyterhub_gpu.core.sharing.compute_mode import ComputeModeFacts, compute_mode_checks
+from jupyterhub_gpu.core.sharing.policy import SharingPolicy, share_of
 from jupyterhub_gpu.errors import ConfigError
 
 #: NVIDIA's default pipe directory (CUDA_MPS_PIPE_DIRECTORY unset)
@@ -104,25 +112,30 @@ def mps_env(paths: MpsPaths) -> dict[str, str]:
 # ---------------------------------------------------------------- check-node --local
 @dataclass(frozen=True)
 class MpsDevice:
-    """One ``mps`` GPU of the node and the daemon defaults the policy wants for it."""
+    """One ``mps`` GPU of the node and the daemon defaults the policy wants for it: the
+    sizes of the largest share a server may hold there (``largest``, ``"3/4"``)."""
 
     index: int  # the daemon's device ordinal (CUDA_DEVICE_ORDER=PCI_BUS_ID: NVML's index)
     uuid: str
     model: str
-    memory_mib: int  # one share's memory
-    thread_percentage: int  # one share's threads
+    memory_mib: int  # the largest share's memory
+    thread_percentage: int  # the largest share's threads
+    largest: str = ""  # "K/N" of that share
 
 
 def mps_expectations(node: str, inventory: NodeInventory, policy: SharingPolicy) -> list[MpsDevice]:
-    """The node's GPUs the policy shares in ``mps`` mode, each with one share's sizes
-    (a rule whose shares do not fit the card is never used on it, as in placement)."""
+    """The node's GPUs the policy shares in ``mps`` mode, each with the sizes of the
+    largest share a server may hold (``N - 1`` of ``N``; a rule whose shares do not fit
+    the card is never used on it, as in placement)."""
     out = []
     for g in inventory.gpus:
         rule = policy.rule(node, g.model)
         if rule is None or rule.mode != "mps" or not rule.fits(g.memory_mib):
             continue
-        percentage = max(1, 100 // rule.shares)
-        out.append(MpsDevice(g.index, g.uuid, g.model, rule.share_memory(g.memory_mib), percentage))
+        big = share_of(rule, rule.most_held, g.memory_mib)
+        out.append(
+            MpsDevice(g.index, g.uuid, g.model, big.memory_mib, big.thread_percentage, big.label)
+        )
     return out
 
 
@@ -145,6 +158,8 @@ class MpsFacts:
     #: device ordinal -> ``get_default_device_pinned_mem_limit <dev>``'s answer
     memory_answers: Mapping[int, str] = field(default_factory=dict)
     errors: Mapping[str, str] = field(default_factory=dict)  # command -> what went wrong
+    #: nvidia-smi's compute modes (:mod:`.compute_mode`)
+    compute: ComputeModeFacts = field(default_factory=ComputeModeFacts)
 
 
 _AMOUNT = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\b", re.IGNORECASE)
@@ -177,22 +192,25 @@ def _pipe(f: MpsFacts, command: str) -> str:
 
 
 def mps_checks(node: str, devices: Sequence[MpsDevice], f: MpsFacts) -> list[Check]:
-    """``mps``, ``mps.shm``, ``mps.threads`` and ``mps.gpuN``: the node's MPS daemon
-    against the policy. Nothing when no GPU of the node is shared in ``mps`` mode."""
+    """``mps``, ``mps.shm``, ``mps.threads``, ``mps.gpuN`` and ``mps.gpuN.mode``: the
+    node's MPS daemon and GPUs against the policy. Nothing when no GPU of the node is
+    shared in ``mps`` mode. The compute modes are checked even without a daemon."""
     if not devices:
         return []
     daemon = _daemon_check(node, f)
     out = [daemon, _shm_check(node, f)]
+    modes = compute_mode_checks(node, [(d.index, d.uuid, d.model) for d in devices], f.compute)
     if not daemon.ok:
         because = "the MPS control daemon does not answer"
         names = ["mps.threads", *(f"mps.gpu{d.index}" for d in devices)]
         return [
             *out,
             *(Check(node, n, False, f"not run: {because}", "start it first") for n in names),
+            *modes,
         ]
     out.append(_threads_check(node, devices, f))
     out += [_memory_check(node, d, f) for d in devices]
-    return out
+    return out + modes
 
 
 def _daemon_check(node: str, f: MpsFacts) -> Check:
@@ -258,13 +276,18 @@ def _threads_check(node: str, devices: Sequence[MpsDevice], f: MpsFacts) -> Chec
             "give every mps model of this node the same shares (GPUSharing.models / nodes)",
         )
     pct = wanted[0]
+    largest = " or ".join(sorted({d.largest for d in devices}))
     fix = _pipe(f, f"set_default_active_thread_percentage {pct}")
     if got is None:
         return Check(node, "mps.threads", False, f"unreadable answer {f.thread_answer!r}", fix)
     if round(got) != pct:
-        seen = f"the daemon's default active thread percentage is {got:g}, one share is {pct}"
+        seen = (
+            f"the daemon's default active thread percentage is {got:g}, the largest share "
+            f"a server may hold ({largest}) is {pct}"
+        )
         return Check(node, "mps.threads", False, seen, fix)
-    return Check(node, "mps.threads", True, f"default active thread percentage {got:g} (one share)")
+    seen = f"default active thread percentage {got:g} (the largest share, {largest})"
+    return Check(node, "mps.threads", True, seen)
 
 
 def _memory_check(node: str, d: MpsDevice, f: MpsFacts) -> Check:
@@ -280,6 +303,10 @@ def _memory_check(node: str, d: MpsDevice, f: MpsFacts) -> Check:
         seen = f"{what}: no default pinned memory limit (the daemon said {answer.strip()!r})"
         return Check(node, name, False, seen, fix)
     if got != d.memory_mib:
-        seen = f"{what}: default pinned memory limit {got} MiB, one share is {d.memory_mib} MiB"
+        seen = (
+            f"{what}: default pinned memory limit {got} MiB, the largest share a server may "
+            f"hold ({d.largest}) is {d.memory_mib} MiB"
+        )
         return Check(node, name, False, seen, fix)
-    return Check(node, name, True, f"{what}: default pinned memory limit {got} MiB (one share)")
+    seen = f"{what}: default pinned memory limit {got} MiB (the largest share, {d.largest})"
+    return Check(node, name, True, seen)

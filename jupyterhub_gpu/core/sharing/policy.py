@@ -51,6 +51,12 @@ class ShareRule:
         """Whether all the shares together fit the GPU's memory."""
         return self.share_memory(gpu_memory_mib) * self.shares <= gpu_memory_mib
 
+    @property
+    def most_held(self) -> int:
+        """The most shares one server may hold: ``shares - 1`` (all ``N`` is the whole GPU,
+        asked for as one). The form's check and the MPS daemon's limits use this."""
+        return self.shares - 1
+
 
 @dataclass(frozen=True)
 class Share:
@@ -72,8 +78,10 @@ class Share:
 
     @property
     def thread_percentage(self) -> int:
-        """MPS's active thread percentage for the share (at least 1)."""
-        return max(1, (100 * self.count) // self.of)
+        """MPS's active thread percentage for the ``count`` shares: ``100 * count / of``
+        rounded down (so the shares of one GPU never add up to more than 100 %), at
+        least 1 (never 0, which MPS would refuse), at most 100."""
+        return min(100, max(1, (100 * self.count) // self.of))
 
 
 @dataclass(frozen=True)
