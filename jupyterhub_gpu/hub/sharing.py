@@ -33,7 +33,10 @@ class GPUSharing(LoggingConfigurable):
         Each rule is a dict: ``shares`` (2 to 16; 1 in mode ``mig``), ``mode``
         (``time-slicing``, the default; ``mps``; ``mig``), ``memory_mib`` (per share;
         default the GPU's memory divided equally; all the shares must fit the card, else
-        the rule is not used on it), or ``{"shareable": False}``. A model not listed is
+        the rule is not used on it), ``max_held`` (the most shares one server may hold:
+        1 to ``shares - 1``; default 1 in mode ``mps``, whose node daemon's limits must
+        then be that many shares, and ``shares - 1`` in the others), or
+        ``{"shareable": False}``. A model not listed is
         never shared. Default: ``{}`` (no sharing). Example::
 
             c.GPUSharing.models = {

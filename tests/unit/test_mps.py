@@ -143,9 +143,14 @@ def test_thread_answers_are_read() -> None:
 
 
 def test_only_the_policys_mps_gpus_are_expected_with_the_largest_shares_sizes() -> None:
-    # a server may hold 3 of 4 shares: the daemon's defaults must let it have them
-    want = [MpsDevice(0, "GPU-aaaa", RTX, 18432, 75, "3/4")]
+    # by default a server holds one share of an mps GPU: the daemon keeps every client to it
+    want = [MpsDevice(0, "GPU-aaaa", RTX, 6144, 25, "1/4")]
     assert mps_expectations("gpu-a", NODE, POLICY) == want
+    # an admin who lets a server hold 3 of 4 shares: the daemon's defaults must let it
+    three = parse_policy({RTX: {"shares": 4, "mode": "mps", "max_held": 3}}, {})
+    assert mps_expectations("gpu-a", NODE, three) == [
+        MpsDevice(0, "GPU-aaaa", RTX, 18432, 75, "3/4")
+    ]
     off = parse_policy({RTX: {"shares": 4, "mode": "mps"}}, {"gpu-a": {"shareable": False}})
     assert mps_expectations("gpu-a", NODE, off) == []
 
@@ -158,8 +163,8 @@ def _good_facts() -> MpsFacts:
         control_pipe=True,
         shm_dir_exists=True,
         daemon_shm_shared=True,
-        thread_answer="75.0",
-        memory_answers={0: "18432M"},
+        thread_answer="25.0",
+        memory_answers={0: "6144M"},
         compute=ComputeModeFacts("GPU-a, Exclusive_Process\nGPU-b, Exclusive_Process\n"),
     )
 
@@ -258,7 +263,7 @@ def test_the_unit_in_the_docs_passes_and_each_thing_broken_fails(node: dict[str,
     _follow_the_unit(node["pipe"])
     checks = _checks(node)
     assert [c.check for c in checks.values() if not c.ok] == []
-    assert "18432 MiB" in checks["mps.gpu0"].detail and "75" in checks["mps.threads"].detail
+    assert "6144 MiB" in checks["mps.gpu0"].detail and "25" in checks["mps.threads"].detail
     assert "Exclusive_Process" in checks["mps.gpu0.mode"].detail
     assert "mps.gpu1.mode" not in checks  # the TITAN is time-sliced: any mode will do
 
@@ -275,22 +280,22 @@ def test_the_unit_in_the_docs_passes_and_each_thing_broken_fails(node: dict[str,
     assert checks["mps"].ok
     threads, memory = checks["mps.threads"], checks["mps.gpu0"]
     assert not threads.ok
-    assert "is 100, the largest share a server may hold (3/4) is 75" in threads.detail
+    assert "is 100, the largest share a server may hold (1/4) is 25" in threads.detail
     assert threads.fix == (
-        f"echo set_default_active_thread_percentage 75 | "
+        f"echo set_default_active_thread_percentage 25 | "
         f"CUDA_MPS_PIPE_DIRECTORY={node['pipe']} nvidia-cuda-mps-control"
     )
     assert not memory.ok and "no default pinned memory limit" in memory.detail
-    assert "set_default_device_pinned_mem_limit 0 18432M" in memory.fix
+    assert "set_default_device_pinned_mem_limit 0 6144M" in memory.fix
 
     # the fixes, as printed, make them pass; a wrong limit fails again
     subprocess.run(threads.fix, shell=True, check=True, timeout=10)
     subprocess.run(memory.fix, shell=True, check=True, timeout=10)
     assert all(c.ok for c in _checks(node).values())
-    _tell(node["pipe"], "set_default_device_pinned_mem_limit 0 6G")  # one share's: too low
+    _tell(node["pipe"], "set_default_device_pinned_mem_limit 0 12G")  # two shares': too high
     memory = _checks(node)["mps.gpu0"]
     assert not memory.ok
-    assert "6144 MiB, the largest share a server may hold (3/4) is 18432 MiB" in memory.detail
+    assert "12288 MiB, the largest share a server may hold (1/4) is 6144 MiB" in memory.detail
 
 
 def test_a_daemon_with_another_dev_shm_fails(node: dict[str, Path]) -> None:
@@ -373,7 +378,7 @@ def test_a_server_holding_k_shares_gets_k_shares_everywhere(
     ``100 K / N`` % of the threads (1 to 100), the sizes the ledger (``share_of``), the
     form, the spawner's state and the culler's memory verdict count; and the daemon's
     defaults, the hard bound, never cut that share down."""
-    raw: dict[str, object] = {"shares": shares, "mode": "mps"}
+    raw: dict[str, object] = {"shares": shares, "mode": "mps", "max_held": shares - 1}
     if memory_mib is not None:
         raw["memory_mib"] = memory_mib
     policy = parse_policy({RTX: raw}, {})
@@ -484,3 +489,19 @@ def test_the_compute_mode_against_the_fake_nvidia_smi(
     assert "nvidia-smi exit status 9: NVIDIA-SMI has failed" in edge.compute_modes().error
     monkeypatch.setenv("PATH", str(node["root"]))  # no nvidia-smi there
     assert "not on PATH" in edge.compute_modes().error
+
+
+def test_an_mps_server_holds_one_share_unless_the_admin_allows_more() -> None:
+    """The daemon's defaults are the one limit a user cannot raise, so by default a server
+    of an mps GPU holds one share; ``max_held`` is the admin's trade (docs/sharing.md)."""
+    assert check_share("1/4", 1, RTX, POLICY) == "1/4"
+    with pytest.raises(InvalidRequest, match="ask for 1 of 4"):
+        check_share("2/4", 1, RTX, POLICY)
+    assert check_share("3/4", 1, TITAN, parse_policy({TITAN: {"shares": 4}}, {})) == "3/4"
+    two = parse_policy({RTX: {"shares": 4, "mode": "mps", "max_held": 2}}, {})
+    assert check_share("2/4", 1, RTX, two) == "2/4"
+    with pytest.raises(InvalidRequest, match="ask for 1 to 2 of 4"):
+        check_share("3/4", 1, RTX, two)
+    for bad in (0, 4, "2", True, 2.0):
+        with pytest.raises(ConfigError, match=r"max_held .* must be 1 to 3 for 4 shares"):
+            parse_policy({RTX: {"shares": 4, "mode": "mps", "max_held": bad}}, {})

@@ -26,8 +26,8 @@ def test_the_form_offers_a_quarter_with_its_memory() -> None:
 @pytest.mark.parametrize(
     ("value", "count", "model", "message"),
     [
-        ("1/2", 1, RTX3090, "split into 4 shares; ask for 1 to 3 of 4"),
-        ("4/4", 1, RTX3090, "ask for 1 to 3 of 4"),
+        ("1/2", 1, RTX3090, "split into 4 shares; ask for 1 of 4 (or a whole GPU)"),
+        ("4/4", 1, RTX3090, "ask for 1 of 4 (or a whole GPU)"),
         ("9/4", 1, RTX3090, "must look like '1/4'"),
         ("lots", 1, RTX3090, "must look like '1/4'"),
         (3, 1, RTX3090, "must look like '1/4'"),

@@ -65,8 +65,9 @@ def check_share(value: Any, count: int, model: str | None, policy: SharingPolicy
             f"{short_model_name(model)} GPUs are not shared on this hub; ask for a whole GPU."
         )
     if n != rule.shares or k > rule.most_held:
+        most = "1" if rule.most_held == 1 else f"1 to {rule.most_held}"
         raise InvalidRequest(
-            f"{short_model_name(model)} GPUs are split into {rule.shares} shares; ask for 1 to "
-            f"{rule.most_held} of {rule.shares} (or a whole GPU), not {value}."
+            f"{short_model_name(model)} GPUs are split into {rule.shares} shares; ask for "
+            f"{most} of {rule.shares} (or a whole GPU), not {value}."
         )
     return value

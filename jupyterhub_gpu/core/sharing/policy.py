@@ -29,17 +29,19 @@ from jupyterhub_gpu.errors import ConfigError
 
 MODES = ("time-slicing", "mps", "mig")
 MAX_SHARES = 16
-_RULE_KEYS = frozenset({"shareable", "shares", "mode", "memory_mib"})
+_RULE_KEYS = frozenset({"shareable", "shares", "mode", "memory_mib", "max_held"})
 
 
 @dataclass(frozen=True)
 class ShareRule:
     """How one kind of GPU is shared: into ``shares`` parts, each of ``memory_mib`` MiB
-    (``None``: the GPU's memory divided equally), in ``mode``."""
+    (``None``: the GPU's memory divided equally), in ``mode``; one server holds at most
+    ``max_held`` of them (``None``: the mode's default, :attr:`most_held`)."""
 
     shares: int
     mode: str = "time-slicing"
     memory_mib: int | None = None
+    max_held: int | None = None
 
     def share_memory(self, gpu_memory_mib: int) -> int:
         """MiB of one share on a GPU of ``gpu_memory_mib``."""
@@ -53,9 +55,14 @@ class ShareRule:
 
     @property
     def most_held(self) -> int:
-        """The most shares one server may hold: ``shares - 1`` (all ``N`` is the whole GPU,
-        asked for as one). The form's check and the MPS daemon's limits use this."""
-        return self.shares - 1
+        """The most shares one server may hold: ``max_held`` when the admin set it, else 1
+        in ``mps`` mode and ``shares - 1`` in the others (all ``N`` is the whole GPU, asked
+        for as one). The form's check and the MPS daemon's limits use this: in ``mps``
+        mode the daemon's default limits, the only ones a user cannot raise, are this many
+        shares, so its default of 1 keeps every client to one share (docs/sharing.md)."""
+        if self.max_held is not None:
+            return self.max_held
+        return 1 if self.mode == "mps" else self.shares - 1
 
 
 @dataclass(frozen=True)
@@ -161,7 +168,15 @@ def parse_rule(where: str, raw: Any) -> ShareRule | None:
         isinstance(memory, bool) or not isinstance(memory, int) or memory < 256
     ):
         raise ConfigError(f"{where}: memory_mib must be a whole number >= 256, got {memory!r}")
-    return ShareRule(shares, mode, memory)
+    most = raw.get("max_held")
+    if most is not None and (
+        isinstance(most, bool) or not isinstance(most, int) or not 1 <= most <= shares - 1
+    ):
+        raise ConfigError(
+            f"{where}: max_held (the most shares one server may hold) must be 1 to "
+            f"{shares - 1} for {shares} shares (all {shares} is a whole GPU), got {most!r}"
+        )
+    return ShareRule(shares, mode, memory, most)
 
 
 def parse_policy(models: Mapping[str, Any], nodes: Mapping[str, Any]) -> SharingPolicy:
