@@ -262,7 +262,9 @@ class GPUIdleCuller(HubService):
     ).tag(config=True)
     state_file = Unicode(
         "jupyterhub-gpu-culler-state.json",
-        help="Where GPU histories survive a restart of the culler; '' = off.",
+        help="""Where GPU histories and the shares' episodes over their memory survive a
+        restart of the culler (read up to 64 MiB; a bad file is one warning and a fresh
+        start); '' = off.""",
     ).tag(config=True)
     http_client = Instance(
         httpx.AsyncClient, allow_none=True, help="The HTTP client (default: a new one)."
