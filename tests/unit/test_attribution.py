@@ -13,9 +13,14 @@ from jupyterhub_gpu.core.attribution.labels import (
     state_share,
 )
 from jupyterhub_gpu.core.attribution.memory import (
+    Episode,
     MemoryPolicy,
     MemoryState,
+    continued_episode,
+    episodes_from_json,
+    episodes_to_json,
     judge_memory,
+    recent_episodes,
 )
 from jupyterhub_gpu.core.attribution.processes import (
     MAX_CGROUP_TEXT,
@@ -227,3 +232,57 @@ def test_memory_tolerance_unknown_and_off_are_never_over() -> None:
 def test_memory_policy_refuses_bad_settings(bad: dict[str, object]) -> None:
     with pytest.raises(ConfigError, match="share memory policy"):
         MemoryPolicy(**bad)  # type: ignore[arg-type]
+
+
+EPISODE = Episode(T0, T0 + timedelta(minutes=5), "GPU-a", "c" * 64, "2026-01-05T11:00:00Z")
+
+
+def test_episodes_round_trip_and_go_on_only_for_the_same_server() -> None:
+    now = T0 + timedelta(minutes=6)
+    back = episodes_from_json(episodes_to_json({"bob/": EPISODE}), now)
+    assert back == {"bob/": EPISODE}
+    assert continued_episode(EPISODE, "GPU-a", "c" * 64, EPISODE.started) == T0
+    assert continued_episode(EPISODE, "GPU-b", "c" * 64, EPISODE.started) is None
+    assert continued_episode(EPISODE, "GPU-a", "d" * 64, EPISODE.started) is None
+    assert continued_episode(EPISODE, "GPU-a", "c" * 64, "2026-01-05T11:30:00Z") is None
+    assert continued_episode(None, "GPU-a", "c" * 64, EPISODE.started) is None
+
+
+def test_only_episodes_seen_shortly_before_a_restart_go_on() -> None:
+    saved = {"bob/": EPISODE}
+    assert recent_episodes(saved, EPISODE.seen + timedelta(seconds=300), 300) == saved
+    assert recent_episodes(saved, EPISODE.seen + timedelta(seconds=301), 300) == {}
+    assert recent_episodes(saved, EPISODE.seen - timedelta(seconds=1), 300) == {}
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"since": "yesterday"}, "Invalid isoformat"),
+        ({"since": "2026-01-05T12:00:00"}, "with its zone"),
+        ({"seen": 5}, "seen must be a string"),
+        ({"since": "2026-01-05T12:10:00+00:00"}, "not after now"),
+        ({"container": "x" * 64}, "64 hex digits"),
+        ({"gpu": "G" * 129}, "gpu must be a string of 1 to 128"),
+        ({"started": None}, "started must be a string"),
+    ],
+)
+def test_a_malformed_saved_episode_is_refused_with_its_reason(
+    change: dict[str, object], why: str
+) -> None:
+    item = {**episodes_to_json({"bob/": EPISODE})["bob/"], **change}
+    with pytest.raises(ValueError, match=why):
+        episodes_from_json({"bob/": item}, T0 + timedelta(minutes=6))
+
+
+def test_episodes_since_after_seen_and_wrong_shapes_are_refused() -> None:
+    now = T0 + timedelta(minutes=6)
+    item = episodes_to_json({"bob/": EPISODE})["bob/"]
+    with pytest.raises(ValueError, match="is after seen"):
+        episodes_from_json({"bob/": {**item, "since": item["seen"], "seen": item["since"]}}, now)
+    with pytest.raises(ValueError, match="must be an object"):
+        episodes_from_json({"bob/": [1]}, now)
+    with pytest.raises(ValueError, match="must be an object, got str"):
+        episodes_from_json("x", now)
+    with pytest.raises(ValueError, match="server name is malformed"):
+        episodes_from_json({"": item}, now)

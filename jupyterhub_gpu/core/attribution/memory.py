@@ -12,18 +12,32 @@ processes from taking more (MPS and MIG do); the node agent still sees what they
 A share is over when its own processes hold more than ``share_memory_mib`` plus
 ``tolerance_mib``. Unknown memory (NVML can't tell) is never "over": no server is
 stopped on a guess. Going back under ends the episode; the next one starts afresh.
+
+An episode (:class:`Episode`) names the server it belongs to (its GPU, container and
+start time) and the latest round that saw it over. The culler saves its episodes in its
+state file, so a restart does not reset the grace: an episode read back is continued
+(:func:`continued_episode`) only for the same server holding the same share, seen over
+shortly before the restart (:func:`recent_episodes`); anything else starts afresh.
+:func:`episodes_from_json` refuses a malformed section as a whole (``ValueError``): a bad
+file never stops a server.
 """
 
 from __future__ import annotations
 
 import enum
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from jupyterhub_gpu.core.words import duration
 from jupyterhub_gpu.errors import ConfigError
 
 ACTIONS = ("off", "warn", "stop")
+MAX_EPISODES = 10_000  # episodes read back at most (one per share server)
+_HOLDER_MAX, _GPU_MAX, _STARTED_MAX = 512, 128, 64  # characters
+_CONTAINER_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 class MemoryState(str, enum.Enum):
@@ -86,3 +100,97 @@ def judge_memory(
     else:
         fix += "; other users of this GPU may run out of memory"
     return MemoryVerdict(MemoryState.OVER, since, f"it holds {held}: {fix}")
+
+
+@dataclass(frozen=True)
+class Episode:
+    """A share server's current episode over its memory, and whose it is."""
+
+    since: datetime  # its start: the grace counts from here
+    seen: datetime  # the latest round that judged it over
+    gpu: str  # the GPU's uuid
+    container: str  # the server's container id: a re-spawn is another container
+    started: str  # the server's start time as the hub gives it: a re-spawn is another
+
+
+def continued_episode(
+    episode: Episode | None, gpu: str, container: str, started: str
+) -> datetime | None:
+    """The start of ``episode`` if it is the one of the server judged now (``gpu``,
+    ``container``, ``started``); ``None`` (start afresh) for any other server's."""
+    if episode is None or (episode.gpu, episode.container, episode.started) != (
+        gpu,
+        container,
+        started,
+    ):
+        return None
+    return episode.since
+
+
+def recent_episodes(
+    episodes: Mapping[str, Episode], now: datetime, max_gap: float
+) -> dict[str, Episode]:
+    """The saved ``episodes`` that may go on after a restart at ``now``: those judged
+    over at most ``max_gap`` s before (what happened in a longer gap is unknown)."""
+    return {h: e for h, e in episodes.items() if 0 <= (now - e.seen).total_seconds() <= max_gap}
+
+
+def episodes_to_json(episodes: Mapping[str, Episode]) -> dict[str, dict[str, str]]:
+    """holder -> its episode, JSON-ready (:func:`episodes_from_json` reads it back)."""
+    return {
+        holder: {
+            "since": e.since.isoformat(),
+            "seen": e.seen.isoformat(),
+            "gpu": e.gpu,
+            "container": e.container,
+            "started": e.started,
+        }
+        for holder, e in sorted(episodes.items())
+    }
+
+
+def _text(item: Mapping[str, Any], name: str, most: int) -> str:
+    value = item.get(name)
+    if not isinstance(value, str) or not value or len(value) > most:
+        raise ValueError(f"{name} must be a string of 1 to {most} characters, got {value!r:.60}")
+    return value
+
+
+def _time(item: Mapping[str, Any], name: str, now: datetime) -> datetime:
+    at = datetime.fromisoformat(_text(item, name, 64))
+    if at.tzinfo is None or at > now:
+        raise ValueError(f"{name} must be an ISO time with its zone, not after now, got {at}")
+    return at
+
+
+def episodes_from_json(data: Any, now: datetime) -> dict[str, Episode]:
+    """Read :func:`episodes_to_json`'s output back; ``ValueError`` (one sentence) for
+    anything malformed: more than :data:`MAX_EPISODES`, a wrong type, a bad time or one
+    after ``now``."""
+    if not isinstance(data, dict):
+        raise ValueError(f"share episodes must be an object, got {type(data).__name__}")
+    if len(data) > MAX_EPISODES:
+        raise ValueError(f"{len(data)} share episodes, more than the {MAX_EPISODES} allowed")
+    out: dict[str, Episode] = {}
+    for holder, item in data.items():
+        if not isinstance(holder, str) or not 0 < len(holder) <= _HOLDER_MAX:
+            raise ValueError(f"a share episode's server name is malformed: {holder!r:.60}")
+        if not isinstance(item, dict):
+            raise ValueError(f"share episode {holder!r:.60} must be an object")
+        try:
+            since, seen = _time(item, "since", now), _time(item, "seen", now)
+            container = _text(item, "container", 64)
+            if not _CONTAINER_RE.match(container):
+                raise ValueError(f"container must be 64 hex digits, got {container!r:.60}")
+            if since > seen:
+                raise ValueError(f"since ({since}) is after seen ({seen})")
+            out[holder] = Episode(
+                since,
+                seen,
+                _text(item, "gpu", _GPU_MAX),
+                container,
+                _text(item, "started", _STARTED_MAX),
+            )
+        except ValueError as e:
+            raise ValueError(f"share episode {holder!r:.60}: {e}") from None
+    return out

@@ -50,7 +50,14 @@ from traitlets import (
 )
 
 from jupyterhub_gpu.core.attribution.labels import Share, ShareLabelError
-from jupyterhub_gpu.core.attribution.memory import ACTIONS, MemoryPolicy, MemoryState
+from jupyterhub_gpu.core.attribution.memory import (
+    ACTIONS,
+    MemoryPolicy,
+    MemoryState,
+    episodes_from_json,
+    episodes_to_json,
+    recent_episodes,
+)
 from jupyterhub_gpu.core.culling.access import server_access
 from jupyterhub_gpu.core.culling.idleness import (
     Deadline,
@@ -93,6 +100,7 @@ from jupyterhub_gpu.wire.deadlines import save_deadlines
 from jupyterhub_gpu.wire.share_notices import ShareNotice, save_share_notices
 
 _D = Policy()
+MAX_STATE_FILE = 64 << 20  # bytes of the state file read at most
 NO_TOKEN = "kernels not read: no server_token in its spawner state"
 
 
@@ -254,7 +262,9 @@ class GPUIdleCuller(HubService):
     ).tag(config=True)
     state_file = Unicode(
         "jupyterhub-gpu-culler-state.json",
-        help="Where GPU histories survive a restart of the culler; '' = off.",
+        help="""Where GPU histories and the shares' episodes over their memory survive a
+        restart of the culler (read up to 64 MiB; a bad file is one warning and a fresh
+        start); '' = off.""",
     ).tag(config=True)
     http_client = Instance(
         httpx.AsyncClient, allow_none=True, help="The HTTP client (default: a new one)."
@@ -482,7 +492,14 @@ class GPUIdleCuller(HubService):
             return decision
         holder = full if "/" in full else f"{full}/"
         uuids = [str(u) for u in state.get("gpu_uuids") or ()]
-        over = self._shares.judge_server(holder, *share, uuids, now, self.memory_policy())
+        over = self._shares.judge_server(
+            holder,
+            *share,
+            uuids,
+            now,
+            self.memory_policy(),
+            str(server.get("started") or ""),
+        )
         if over is not None and over.state is MemoryState.STOP:
             return Decision(True, over.message, Signal.SHARE_MEMORY)
         if over is not None:
@@ -680,29 +697,63 @@ class GPUIdleCuller(HubService):
             "version": 1,
             "holders": self._holders,
             "trackers": {u: t.to_dict() for u, t in self._trackers.items()},
+            "share_episodes": episodes_to_json(self._shares.episodes()),
         }
         try:
             write_json_atomic(self.state_file, data)
         except OSError as e:
             self.log.warning("Could not save culler state to %s: %s", self.state_file, e)
 
-    def load_state(self) -> None:
-        """Restore :meth:`save_state`'s file; a missing or bad file starts afresh."""
+    def load_state(self, now: datetime | None = None) -> None:
+        """Restore :meth:`save_state`'s file; a missing file starts afresh, and so (with
+        one warning) does a bad one, or larger than :data:`MAX_STATE_FILE`. A bad
+        ``share_episodes`` section alone only starts the shares' graces afresh."""
         if not self.state_file or not Path(self.state_file).exists():
             return
+        path = Path(self.state_file)
         try:
-            data = json.loads(Path(self.state_file).read_text(encoding="utf-8"))
+            size = path.stat().st_size
+            if size > MAX_STATE_FILE:
+                raise ValueError(f"{size} bytes, more than the {MAX_STATE_FILE} read")
+            with path.open("rb") as f:
+                data = json.loads(f.read(MAX_STATE_FILE).decode("utf-8"))
             holders = {str(k): str(v) for k, v in data["holders"].items()}
             for uuid, saved in data["trackers"].items():
                 self._tracker(uuid).restore(saved)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            self.log.warning("Ignoring unreadable culler state %s: %s", self.state_file, e)
+            self.log.warning(
+                "Ignoring unreadable culler state %s (%s): starting afresh; it is rewritten "
+                "after the next round",
+                self.state_file,
+                e,
+            )
             self._trackers.clear()
             return
         self._holders = holders
         self.log.info(
             "Restored the history of %d GPU(s) from %s", len(self._trackers), self.state_file
         )
+        self._restore_episodes(data.get("share_episodes", {}), now or utcnow())
+
+    def _restore_episodes(self, data: Any, now: datetime) -> None:
+        """The shares' saved episodes over their memory that go on: those judged over at
+        most ``interval + gpu_stale_after`` s before ``now`` (a short restart)."""
+        try:
+            saved = episodes_from_json(data, now)
+        except ValueError as e:
+            why = f"{e}: their grace starts afresh"
+            self.log.warning(
+                "Ignoring the shares' episodes over memory in %s (%s)", self.state_file, why
+            )
+            return
+        episodes = recent_episodes(saved, now, self.interval + self.gpu_stale_after)
+        self._shares.restore(episodes)
+        if saved:
+            self.log.info(
+                "Restored %d share(s) over their memory; %d older ones start afresh",
+                len(episodes),
+                len(saved) - len(episodes),
+            )
 
     # -- running ---------------------------------------------------------------------
 

@@ -12,7 +12,9 @@ server longer, never cull one early.
 
 Memory: each round a share's own processes' memory is judged against its share
 (:func:`~jupyterhub_gpu.core.attribution.memory.judge_memory`) when it is known to be its
-own (never on the GPU-wide fallback).
+own (never on the GPU-wide fallback). Its episodes over memory are saved in the culler's
+state file (:meth:`ShareWatch.episodes`, :meth:`ShareWatch.restore`): a restart continues
+the same server's grace instead of starting it again.
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ from jupyterhub_gpu.core.attribution.labels import (
     state_share,
 )
 from jupyterhub_gpu.core.attribution.memory import (
+    Episode,
     MemoryPolicy,
     MemoryState,
     MemoryVerdict,
+    continued_episode,
     judge_memory,
 )
 from jupyterhub_gpu.core.attribution.processes import ShareReading, share_reading
@@ -85,8 +89,10 @@ class ShareWatch:
     def __post_init__(self) -> None:
         self._watched: dict[str, set[str]] = {}  # uuid -> containers of share servers
         self._last: dict[str, ShareReading] = {}  # share key -> its latest reading
-        self._over_since: dict[str, datetime] = {}  # holder -> start of its over-memory
+        self._episodes: dict[str, Episode] = {}  # holder -> its episode over its memory
+        self._restored: dict[str, Episode] = {}  # holder -> a saved one, not yet judged
         self._seen: set[str] = set()  # share keys asked for this round
+        self._judged: set[str] = set()  # holders judged this round
 
     def watch(self, uuid: str, container: str) -> str:
         """Track ``container``'s own use of ``uuid`` from the next poll; returns its key."""
@@ -106,15 +112,29 @@ class ShareWatch:
             tracker(key).add(at, own.utilization_pct, own.memory_used_mib)
 
     def judge_memory(
-        self, holder: str, key: str, share_mib: int, now: datetime, policy: MemoryPolicy
+        self,
+        holder: str,
+        key: str,
+        started: str,
+        share_mib: int,
+        now: datetime,
+        policy: MemoryPolicy,
     ) -> MemoryVerdict:
+        """Judge ``holder``'s use of the GPU of share ``key``, continuing its episode if
+        it is this server's (a restored one only once the share has a reading again)."""
+        gpu, container = key.split(SEPARATOR, 1)
         last = self._last.get(key)
+        if holder not in self._episodes and last is not None:
+            restored = self._restored.pop(holder, None)
+            if restored is not None:
+                self._episodes[holder] = restored
         used = last.memory_used_mib if last is not None and last.own else None
-        verdict = judge_memory(used, share_mib, self._over_since.get(holder), now, policy)
+        since = continued_episode(self._episodes.get(holder), gpu, container, started)
+        verdict = judge_memory(used, share_mib, since, now, policy)
         if verdict.over_since is None:
-            self._over_since.pop(holder, None)
+            self._episodes.pop(holder, None)
         else:
-            self._over_since[holder] = verdict.over_since
+            self._episodes[holder] = Episode(verdict.over_since, now, gpu, container, started)
         return verdict
 
     def judge_server(
@@ -125,19 +145,32 @@ class ShareWatch:
         uuids: Iterable[str],
         now: datetime,
         policy: MemoryPolicy,
+        started: str = "",
     ) -> OverMemory | None:
         """Judge a share server's memory on each of its GPUs; ``None`` when it is within
-        its share (or its memory is unknown), else the worst verdict."""
+        its share (or its memory is unknown), else the worst verdict. ``started`` (the
+        hub's start time of the server) and ``container`` tell a re-spawn from the same
+        server: its episode starts afresh."""
+        self._judged.add(holder)
         found: OverMemory | None = None
         for uuid in uuids:
             key = self.watch(uuid, container)
-            v = self.judge_memory(holder, key, share.memory_mib, now, policy)
+            v = self.judge_memory(holder, key, started, share.memory_mib, now, policy)
             if v.state is MemoryState.OK or v.over_since is None:
                 continue
             over = OverMemory(v.state, v.message, ShareNotice(v.over_since, uuid, v.message))
             if found is None or over.state is MemoryState.STOP:
                 found = over
         return found
+
+    def episodes(self) -> dict[str, Episode]:
+        """The episodes to save: the current ones and those restored, not yet judged."""
+        return {**self._restored, **self._episodes}
+
+    def restore(self, episodes: Mapping[str, Episode]) -> None:
+        """Saved episodes (:meth:`episodes` before a restart): each goes on only if the
+        same server is judged over again, from its first reading after the restart."""
+        self._restored = dict(episodes)
 
     def end_round(self, holders: Iterable[str]) -> frozenset[str]:
         """Forget shares not asked for this round (their servers are gone) and the
@@ -150,6 +183,10 @@ class ShareWatch:
                 del self._watched[uuid]
         self._last = {k: v for k, v in self._last.items() if k in current}
         keep = set(holders)
-        self._over_since = {h: t for h, t in self._over_since.items() if h in keep}
+        self._episodes = {h: e for h, e in self._episodes.items() if h in keep}
+        # a restored episode waits for its server's first reading, while it is judged
+        waiting = keep & self._judged
+        self._restored = {h: e for h, e in self._restored.items() if h in waiting}
         self._seen = set()
+        self._judged = set()
         return current
