@@ -20,6 +20,7 @@ turned into another error). A builtin base in brackets is kept for code that cat
     ├── BadPayload [ValueError]       nobody: a malformed cluster payload; becomes HubError
     ├── UnknownGPU [LookupError]      admin: a live update names no GPU of the node (404)
     ├── ShareLabelError [ValueError]  admin: a share's labels or state are malformed (log)
+    ├── ComputeModeError [ValueError]  nobody: bad nvidia-smi modes; a failed check
     ├── MustQueue                     user: nothing fits now, the spawn waits; ``reason`` shown
     ├── QueueFull                     user: too many of their spawns wait already (HTTP 429)
     ├── QueueTimeout                  user: the wait ran out (HTTP 503, reworded, ``where``)
@@ -141,6 +142,11 @@ class QueueFull(GPUHubError):
 
 class QueueRefused(GPUHubError):
     """The request can never start (more GPUs than any node has, a quota's maximum)."""
+
+
+class ComputeModeError(GPUHubError, ValueError):
+    """nvidia-smi's compute-mode answer is not the ``uuid, mode`` lines asked for; the
+    message says which line. ``check-node --local`` turns it into a failed check."""
 
 
 class _BadNumber(GPUHubError, ValueError):

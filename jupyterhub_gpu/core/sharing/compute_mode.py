@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from jupyterhub_gpu.core.nodecheck import Check
+from jupyterhub_gpu.errors import ComputeModeError
 
 #: the arguments of the one nvidia-smi call (its wire format: ``GPU-<uuid>, <mode>`` a line)
 QUERY = ("--query-gpu=uuid,compute_mode", "--format=csv,noheader")
@@ -26,10 +27,6 @@ EXCLUSIVE_PROCESS = "Exclusive_Process"
 MODES = {m.lower(): m for m in ("Default", "Exclusive_Thread", "Prohibited", EXCLUSIVE_PROCESS)}
 _UUID = re.compile(r"^(?:GPU|MIG)-[0-9A-Za-z-]+$")
 _SHOWN = 60
-
-
-class ComputeModeError(ValueError):
-    """nvidia-smi's answer is not what :data:`QUERY` prints; the message says which line."""
 
 
 def parse_compute_modes(text: str) -> dict[str, str]:
