@@ -38,10 +38,10 @@ from jupyterhub_gpu.core.form.user_quota import (
 )
 from jupyterhub_gpu.core.inventory import ClusterSnapshot
 from jupyterhub_gpu.core.placement import place
-from jupyterhub_gpu.core.placement.journal import journaled
 from jupyterhub_gpu.core.placement.locality import cpu_node
 from jupyterhub_gpu.core.placement.request import NoFit, Placement, PlacementRequest
 from jupyterhub_gpu.core.scheduling import Policies, QueuedRequest, Refuse, Wait, never_fits
+from jupyterhub_gpu.core.scheduling.reservations import hide
 from jupyterhub_gpu.core.words import duration
 from jupyterhub_gpu.hub.cluster import NODE_ERRORS
 from jupyterhub_gpu.hub.queue import MustQueue, QueueFull, QueueRefused, QueueTimeout, SpawnQueue
@@ -161,14 +161,8 @@ class QueueingSpawnerMixin(_SpawnerBase):
         elif queue and self.queue.fencing():
             raise MustQueue("Some GPUs are reserved for a group now or soon.")
         else:  # without a queue, reserved GPUs of other groups look taken
-            hidden = self.queue.fenced_for(group, snapshot)
-            seen = snapshot
-            if hidden:  # a journaled fork: the index re-checks only what it hides
-                fenced = journaled(snapshot.allocations)
-                for uuid in hidden:
-                    fenced.setdefault(uuid, "reserved")
-                seen = replace(snapshot, allocations=fenced)
-            decision = place(seen, request)
+            # a fenced shared GPU takes no more shares either
+            decision = place(hide(snapshot, self.queue.fenced_for(group, snapshot)), request)
         if isinstance(decision, NoFit):
             if queue and never_fits(snapshot, request) is None:
                 raise MustQueue(decision.reason)

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from jupyterhub_gpu.core.accounting.records import AllocationEvent, EventKind, utcnow
 from jupyterhub_gpu.core.accounting.report import Interval
-from jupyterhub_gpu.core.inventory import ClusterSnapshot, NodeState
+from jupyterhub_gpu.core.inventory import SHARED, ClusterSnapshot, NodeState
 from jupyterhub_gpu.core.placement import Placement
 from jupyterhub_gpu.core.scheduling import (
     Allowed,
@@ -291,6 +291,17 @@ class SpawnQueue:
         user = holder.split("/", 1)[0]
         return self._charge_of.get((uuid, user)) or Charge("", user)
 
+    def _live(self, nodes: Sequence[NodeState]) -> ClusterSnapshot:
+        """``nodes`` with the holds the reservation checks read: GPUs live servers hold
+        whole (no orphans: their holds are no server's, and an orphan of the same name is
+        not the live server) and every shared GPU, as :data:`SHARED` with its parts, so a
+        model-and-count reservation never takes it for a free one; its live holders are
+        :meth:`_charges`' ``uuid#holder`` keys."""
+        ledger = self.cluster.ledger
+        shares = ledger.share_use()
+        held = {**ledger.charged(), **dict.fromkeys(shares, SHARED)}
+        return ClusterSnapshot(tuple(nodes), held, shares=shares)
+
     def fencing(self, now: float | None = None) -> bool:
         """Whether a reservation is active or starts soon: then every GPU spawn goes
         through the queue, whose decision keeps reserved GPUs for their group."""
@@ -320,13 +331,14 @@ class SpawnQueue:
         self, holder: str, gpus: Iterable[str], now: float | None = None
     ) -> Conflict | None:
         """The conflict that stops ``holder``'s live server on ``gpus`` now (a reservation
-        of another group began on them), or None. No I/O: the last node states and the
-        ledger's live holds (an orphan of the same name is not this server)."""
+        of another group began on them), or None; a share server's ``gpus`` is its one
+        GPU. No I/O: the last node states and the ledger's live holds, whole and shares
+        (an orphan of the same name is not this server)."""
         if not self.reservations:
             return None
         t = time.time() if now is None else now
         mine = set(gpus)
-        snapshot = ClusterSnapshot(self.cluster.last_nodes(), self.cluster.ledger.charged())
+        snapshot = self._live(self.cluster.last_nodes())
         found = conflicts(self.reservations, snapshot, self._charges(), t, 0.0)
         return next(
             (c for c in found if c.holder == holder and c.stop_now and mine & set(c.gpu_uuids)),
@@ -344,12 +356,12 @@ class SpawnQueue:
         server on ``nodes``) within ``settings.reservation_notice_s``: the server will be
         stopped at their start (``Conflict.notice`` says so). No I/O: the ledger's live
         holds and their charges; a model-and-count reservation's GPUs as :func:`assign`
-        would choose them at its start with today's holds."""
+        would choose them at its start with today's holds (a shared GPU is held)."""
         if not self.reservations:
             return []
         t = time.time() if now is None else now
         mine = set(gpus)
-        snapshot = ClusterSnapshot(tuple(nodes), self.cluster.ledger.charged())
+        snapshot = self._live(nodes)
         horizon = self.settings.reservation_notice_s
         found = conflicts(self.reservations, snapshot, self._charges(), t, horizon)
         return [
@@ -365,7 +377,7 @@ class SpawnQueue:
         if not self.reservations:
             return []
         t = time.time() if now is None else now
-        snapshot = ClusterSnapshot(tuple(nodes), self.cluster.ledger.charged())
+        snapshot = self._live(nodes)
         return reserved_lines(
             self.reservations,
             snapshot,

@@ -1,7 +1,8 @@
 """Reservations with a real hub, real engines and agents, and the real accounting database
 (issue 12): an admin reserves node-c's two A100s for group "course" now; a reservation
 that can't be honoured is refused when made, with the reason; alice's server (no group)
-on an A100 is stopped when the reservation begins and its record ends "preempted"; bob
+on an A100 is stopped when the reservation begins and its record ends "preempted", and so
+is dave's, which holds a share of the other A100 (issue 26: A100s are shared in 2); bob
 (no group) waits instead of getting a reserved A100; cathy (group course) gets one at
 once; deleting the reservation lets bob in. A server that runs when a reservation of
 another group is made for its GPUs is told on every hub page before it starts.
@@ -51,6 +52,7 @@ c.JupyterHub.load_roles = c.JupyterHub.load_roles + [
     {"name": "group-maker", "scopes": ["admin:groups"], "services": ["tester"]}
 ]
 """
+    + f'c.GPUSharing.models = {{{A100[0]!r}: {{"shares": 2}}}}\n'  # a share: half an A100
     + TOKEN_ROLE_CONFIG
 )
 
@@ -78,6 +80,8 @@ def test_a_reservation_keeps_its_gpus_for_its_group(
     hub: Hub, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     alice = spawn_ready(hub, "alice", ON_A100)
+    dave = spawn_ready(hub, "dave", {**ON_A100, "gpu_share": "1/2"})  # the other A100
+    assert dave["node"] == "node-c" and dave["gpu_uuids"] != alice["gpu_uuids"]
     create_users(hub, ["bob", "cathy"])
     r = hub.api("POST", "/groups/course", json={"users": ["cathy"]})
     assert r.status_code == 201, r.text
@@ -109,11 +113,13 @@ def test_a_reservation_keeps_its_gpus_for_its_group(
     r = hub.api("POST", "/gpu/reservations", json={**window, "gpu_uuids": [UUIDS["node-c"][0]]})
     assert r.status_code == 400 and "overlaps" in r.json()["message"], r.text
 
-    # alice's server (no group) on an A100 is stopped: its GPUs are reserved
+    # alice's server (no group) on an A100 is stopped: its GPUs are reserved; so is dave's
+    # (no group either), which holds a share of the other A100
     assert alice["node"] == "node-c"
-    wait_until(lambda: hub.server("alice") is None, 60, "alice's server to be stopped")
-    wait_until(lambda: record_of(hub, "alice").ended_at, 30, "alice's record to close")
-    assert record_of(hub, "alice").end_reason == "preempted"
+    both = ("alice", "dave")
+    wait_until(lambda: all(hub.server(u) is None for u in both), 60, "both to be stopped")
+    wait_until(lambda: all(record_of(hub, u).ended_at for u in both), 30, "records to close")
+    assert [record_of(hub, u).end_reason for u in both] == ["preempted", "preempted"]
 
     # bob (no group) waits for an A100; cathy (course) gets one at once
     assert hub.spawn("bob", ON_A100).status_code == 202

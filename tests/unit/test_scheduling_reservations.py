@@ -1,4 +1,5 @@
-"""Unit tests of reservations: validation, which GPUs, fencing, conflicts."""
+"""Unit tests of reservations: validation, which GPUs, fencing, conflicts (share holders
+included, issue 26)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,23 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from jupyterhub_gpu.core.inventory import SHARED, ClusterSnapshot
+from jupyterhub_gpu.core.placement import Placement, PlacementRequest, place
 from jupyterhub_gpu.core.scheduling import (
     Charge,
+    ClusterState,
     Conflict,
+    Decision,
+    QueuedRequest,
     Reservation,
     assign,
     conflicts,
     fenced,
     reserved_lines,
+    schedule,
     validate,
 )
+from jupyterhub_gpu.core.sharing import parse_policy
 from tests.unit.test_scheduling import HOUR, NOW, RTX3090, TITANX, lab, node, snap
 
 pytestmark = pytest.mark.unit
@@ -239,3 +247,135 @@ def test_a_running_server_is_told_in_its_owners_words() -> None:
         "it will be stopped at 12:30. Save your work before then."
     )
     assert two.running_notice("", NOW).startswith("Your default server is on GPUs reserved")
+
+
+# -- shares (issue 26): a share holder is a holder ------------------------------------------
+
+SHARES_OF = {A[0]: 2, A[1]: 1}  # parts held on each shared GPU
+SHARED_CHARGES = {
+    f"{A[0]}#ann/": Charge("g1", "ann", 0.25),
+    f"{A[0]}#eve/": Charge("g2", "eve", 0.25),  # the reservation's own group: kept
+    f"{A[1]}#cid/": Charge("", "cid", 0.25),  # charged to no group: another group's
+}
+
+
+def shared_snap(whole: dict[str, str] | None = None, marked: bool = True) -> ClusterSnapshot:
+    """lab() with A[0] and A[1] held by shares (``marked``: as SHARED in the allocations,
+    as the ledger has them; else only in ``shares``) and ``whole`` held whole."""
+    alloc = {u: SHARED for u in SHARES_OF} if marked else {}
+    return ClusterSnapshot(lab(), {**alloc, **(whole or {})}, shares=dict(SHARES_OF))
+
+
+@pytest.mark.parametrize("marked", [True, False])
+@pytest.mark.parametrize(
+    "case, start, stop_now",
+    [("active: stopped now", NOW - HOUR, True), ("within the horizon: warned", NOW + HOUR, False)],
+)
+def test_share_holders_of_other_groups_are_stopped_or_warned_like_whole_holders(
+    case: str, start: float, stop_now: bool, marked: bool
+) -> None:
+    """A[0] and A[1] are reserved for g2; on them ann (g1) and cid (no group) hold shares,
+    eve (g2) holds one too, dan (g1) holds A[2] whole, outside the reservation."""
+    r = gpu_res("r", A[:2], start, group="g2")
+    charges = {**SHARED_CHARGES, A[2]: Charge("g1", "dan")}
+    snapshot = shared_snap({A[2]: "dan/"}, marked)
+    got = conflicts([r], snapshot, charges, NOW, 2 * HOUR)
+    assert [(c.holder, c.gpu_uuids, c.stop_now) for c in got] == [
+        ("ann/", (A[0],), stop_now),
+        ("cid/", (A[1],), stop_now),
+    ], case
+    assert got[0].sentence(NOW).startswith("Stopped: its GPU is" if stop_now else "Its GPU is")
+
+
+def test_a_reserved_gpu_shared_by_the_reservation_s_own_group_is_no_conflict() -> None:
+    r = gpu_res("r", [A[0]], NOW - HOUR, group="g1")
+    charges = {f"{A[0]}#ann/": Charge("g1", "ann", 0.5), f"{A[0]}#bo/": Charge("g1", "bo", 0.5)}
+    snapshot = ClusterSnapshot(lab(), {A[0]: SHARED}, shares={A[0]: 2})
+    assert conflicts([r], snapshot, charges, NOW, 2 * HOUR) == []
+
+
+@pytest.mark.parametrize("marked", [True, False])
+@pytest.mark.parametrize(
+    "count, expected",
+    [
+        (1, [A[3]]),  # the free GPU
+        (2, [A[3], A[2]]),  # then the one only g1's shares are on (its own)
+        (4, [A[3], A[2], A[0], A[1]]),  # then others': shared by g2 (A[0]), held whole (A[1])
+    ],
+)
+def test_assign_treats_a_shared_gpu_as_held_by_its_share_holders_groups(
+    count: int, expected: list[str], marked: bool
+) -> None:
+    """A[0] is shared by g1 and g2 (others' for g1), A[1] held whole by g2, A[2] shared by
+    g1 alone, A[3] free: a shared GPU is never taken as free."""
+    alloc = {A[0]: SHARED, A[2]: SHARED} if marked else {}
+    snapshot = ClusterSnapshot(lab(), {**alloc, A[1]: "bob/"}, shares={A[0]: 2, A[2]: 1})
+    charges = {
+        f"{A[0]}#ann/": Charge("g1", "ann", 0.25),
+        f"{A[0]}#eve/": Charge("g2", "eve", 0.25),
+        A[1]: Charge("g2", "bob"),
+        f"{A[2]}#cid/": Charge("g1", "cid", 0.25),
+    }
+    got = assign([model_res("r", count, group="g1")], snapshot, charges, NOW)
+    assert got == {"r": tuple(expected)}
+
+
+def test_assign_prefers_the_node_whose_gpus_are_free_over_one_whose_gpu_is_shared() -> None:
+    nodes = (node("a", 1), node("c", 1))
+    snapshot = ClusterSnapshot(nodes, {}, shares={"GPU-a-0": 1})  # a's GPU: a share on it
+    charges = {"GPU-a-0#ann/": Charge("g1", "ann", 0.25)}
+    r = model_res("r", 1, NOW + HOUR, group="g2")
+    assert assign([r], snapshot, charges, NOW + HOUR) == {"r": ("GPU-c-0",)}
+    assert reserved_lines([r], snapshot, charges, {"g1"}, NOW, 24 * HOUR) == [
+        f"1 x {RTX3090} (likely on c) for group g2, 13:00 to 15:00 UTC"
+    ]
+
+
+def test_the_form_lists_a_reservation_on_shared_gpus_like_any_other() -> None:
+    r = gpu_res("r", A[:2], NOW - HOUR, group="g2")
+    got = reserved_lines([r], shared_snap(), SHARED_CHARGES, {"g1"}, NOW, 24 * HOUR)
+    assert got == ["GPUs 0 and 1 of a for group g2, now until 13:00 UTC"]
+
+
+SHARING = parse_policy({RTX3090: {"shares": 4}}, {})
+
+
+def test_an_active_reservation_keeps_new_shares_of_other_groups_off_its_gpus() -> None:
+    """Node a's A[0] is shared (1 part, g2's), the other 3090s are held whole: only A[0]
+    could take a share. It is reserved for g2 now: a g1 share waits, a g2 share joins."""
+    whole = {u: "x/" for u in A[1:]}
+    snapshot = ClusterSnapshot(lab(), {A[0]: SHARED, **whole}, shares={A[0]: 1}, sharing=SHARING)
+    charges = {f"{A[0]}#eve/": Charge("g2", "eve", 0.25)}
+    rs = (gpu_res("r", [A[0]], NOW - HOUR, group="g2"),)
+
+    def decide(group: str, now: float = NOW) -> Decision:
+        item = QueuedRequest("s", "s", group, PlacementRequest(1, shares=1,
+                             allowed_models=frozenset({RTX3090})), now)  # fmt: skip
+        return schedule([item], ClusterState(snapshot, now, charges=charges, reservations=rs))
+
+    assert decide("g1").starts == ()
+    assert [s.placement.gpu_uuids for s in decide("g2").starts] == [(A[0],)]
+    # once the reservation is over, the g1 share joins too
+    assert [s.placement.gpu_uuids for s in decide("g1", NOW + 2 * HOUR).starts] == [(A[0],)]
+
+
+def test_fencing_outside_the_queue_hides_a_shared_gpu_from_new_shares() -> None:
+    """What a spawn placed at once (no queue) sees: a free or shared fenced GPU is taken,
+    a whole hold keeps its holder."""
+    from jupyterhub_gpu.core.scheduling.reservations import hide  # new with this test
+
+    snapshot = ClusterSnapshot(
+        lab(), {A[0]: SHARED, A[1]: "bob/"}, shares={A[0]: 1}, sharing=SHARING
+    )
+    seen = hide(snapshot, {A[0], A[1], A[2]})
+    assert {u: seen.allocations.get(u) for u in A} == {
+        A[0]: "reserved",
+        A[1]: "bob/",
+        A[2]: "reserved",
+        A[3]: None,
+    }
+    assert snapshot.allocations == {A[0]: SHARED, A[1]: "bob/"}  # the original is kept
+    share = PlacementRequest(1, shares=1, allowed_models=frozenset({RTX3090}))
+    got = place(seen, share)
+    assert isinstance(got, Placement) and got.gpu_uuids == (A[3],)
+    assert hide(snapshot, ()) is snapshot

@@ -17,13 +17,14 @@ import pytest
 from dockerspawner import DockerSpawner
 from jupyterhub.spawner import SpawnException
 
-from jupyterhub_gpu.core.accounting.records import AllocationRecord
+from jupyterhub_gpu.core.accounting.records import AllocationRecord, EndReason
 from jupyterhub_gpu.core.form import SpawnOptions
 from jupyterhub_gpu.core.form.user_quota import UserQuota
 from jupyterhub_gpu.core.identity import Identity
 from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeInventory, NodeState
 from jupyterhub_gpu.core.placement.request import PlacementRequest
 from jupyterhub_gpu.core.scheduling import Reservation, queue_settings
+from jupyterhub_gpu.core.sharing import Share, parse_policy
 from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings
 from jupyterhub_gpu.hub.queue import MustQueue, QueueTimeout, SpawnQueue
 from jupyterhub_gpu.hub.runtime import runtime_of
@@ -186,6 +187,32 @@ def test_a_group_that_never_waits_is_refused_at_once_others_queue(
         s._decide_and_reserve(snapshot, PlacementRequest(gpu_count=1), UserQuota(None), "ml-lab")
 
 
+def test_a_spawn_placed_at_once_puts_no_share_on_a_gpu_reserved_for_another_group(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GPU-0 is shared (a quarter, bob's of ml-lab) and reserved for ml-lab now; GPU-1 is
+    held whole. A share for course (which never waits: placed at once, outside the queue)
+    does not join bob on GPU-0; once the reservation is over, it does."""
+    cluster.ledger.reserve("owner/", "n1", ["GPU-1"])
+    cluster.ledger.reserve_share("bob/", "n1", "GPU-0", (1, 4), "b" * 32)
+    cluster.ledger.open_allocation(
+        AllocationRecord("b" * 32, "bob", "", "ml-lab", "n1", ("GPU-0",), RTX, "i", "")
+    )
+    now = time.time()
+    queue().reservations = (
+        Reservation("r", "ml-lab", now - 60, now + 3600, gpu_uuids=frozenset({"GPU-0"})),
+    )
+    snapshot = ClusterSnapshot(NODES, {}, sharing=parse_policy({RTX: {"shares": 4}}, {}))
+    share = PlacementRequest(gpu_count=1, shares=1)
+    s = spawner(monkeypatch)
+    with pytest.raises(SpawnException) as info:
+        s._decide_and_reserve(snapshot, share, UserQuota(None), "course")
+    assert info.value.status_code == 503
+    assert [h.holder for h in cluster.ledger.shares_on("GPU-0")] == ["bob/"]
+    queue().reservations = ()
+    assert s._decide_and_reserve(snapshot, share, UserQuota(None), "course").gpu_uuids == ("GPU-0",)
+
+
 @pytest.mark.parametrize(
     "options, groups, extension",
     [
@@ -257,11 +284,21 @@ def test_the_wait_in_line_uses_the_group_s_wait(
 # ------------------------------------------------------------------ reservations
 
 
-def _place(cluster: Cluster, s: GPUDockerSpawner, group: str, gpus: list[str]) -> None:
+def _place(
+    cluster: Cluster,
+    s: GPUDockerSpawner,
+    group: str,
+    gpus: list[str],
+    share: tuple[int, int] | None = None,
+) -> None:
+    """``s`` placed on ``gpus`` (whole, or ``share`` of its one GPU) charged to ``group``."""
     s.gpu_uuids = gpus
     s.node_name = "n1"
     s.allocation_id = "a" * 32
-    cluster.ledger.reserve(s.holder, "n1", gpus, s.allocation_id)
+    if share is None:
+        cluster.ledger.reserve(s.holder, "n1", gpus, s.allocation_id)
+    else:
+        cluster.ledger.reserve_share(s.holder, "n1", gpus[0], share, s.allocation_id)
     cluster.ledger.place_server(s.holder, "n1", s.allocation_id)
     cluster.ledger.open_allocation(
         AllocationRecord(s.allocation_id, "alice", s.name, group, "n1", tuple(gpus), RTX, "i", "")
@@ -336,6 +373,42 @@ def test_a_preempted_server_s_reason_is_in_the_next_form(
     )
     assert select is not None
     assert re.findall(r'<option value="([^"]+)"', select[0]) == ["ml-lab", "vision"]
+
+
+def test_a_share_holder_on_a_reserved_gpu_is_warned_then_preempted(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """alice (ml-lab) and carol (course) hold shares of GPU-0. A reservation of course on
+    it warns alice's spawn page before it starts; once it has begun, the poll stops her
+    server: her share is released, her allocation ends PREEMPTED, carol's share stays."""
+    stopped: list[bool] = []
+
+    async def stop(self: Any, now: bool = False) -> None:
+        stopped.append(now)
+
+    monkeypatch.setattr(DockerSpawner, "stop", stop)
+    ended: list[tuple[str, EndReason | None]] = []
+    cluster.ledger.subscribe(lambda e: ended.append((e.allocation, e.reason)))
+    s = spawner(monkeypatch, server="big")
+    s.share = Share(1, 4, 6144, "time-slicing")
+    _place(cluster, s, "ml-lab", ["GPU-0"], share=(1, 4))
+    cluster.ledger.reserve_share("carol/", "n1", "GPU-0", (1, 4), "c" * 32)
+    cluster.ledger.open_allocation(
+        AllocationRecord("c" * 32, "carol", "", "course", "n1", ("GPU-0",), RTX, "i", "")
+    )
+    now = time.time()
+    on_gpu0 = frozenset({"GPU-0"})
+    queue().reservations = (Reservation("r", "course", now + 3600, now + 7200, gpu_uuids=on_gpu0),)
+    s._warn_of_reservations(ClusterSnapshot(NODES, {}))
+    said = [e["message"] for e in s._events]
+    assert len(said) == 1 and said[0].startswith("This GPU is reserved for group course from ")
+    assert asyncio.run(s._preempted()) is False and stopped == []  # not begun yet
+    queue().reservations = (Reservation("r", "course", now - 60, now + 3600, gpu_uuids=on_gpu0),)
+    assert asyncio.run(s._preempted()) is True and stopped == [True]
+    assert ("a" * 32, EndReason.PREEMPTED) in ended
+    assert s.gpu_uuids == [] and s.share is None
+    assert [h.holder for h in cluster.ledger.shares_on("GPU-0")] == ["carol/"]
+    assert "its GPU is reserved for group course until " in s.get_state()["ended_note"]
 
 
 def test_a_user_of_the_reserving_group_sees_no_notice_and_no_select(

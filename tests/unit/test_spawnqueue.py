@@ -451,3 +451,49 @@ def test_the_form_lists_reservations_of_groups_the_user_may_not_charge() -> None
     assert len(queue.reserved_for_others([], cluster.nodes, now)) == 2
     queue.reservations = ()
     assert queue.reserved_for_others(["lab"], cluster.nodes, now) == []
+
+
+def _open_share(cluster: FakeCluster, holder: str, group: str, gpu: str) -> None:
+    """A server of ``holder`` charged to ``group`` on one quarter of ``gpu``."""
+    user, server = holder.split("/", 1)
+    allocation = f"alloc-{user}-{server}"
+    cluster.ledger.reserve_share(holder, "n1", gpu, (1, 4), allocation)
+    cluster.ledger.open_allocation(
+        AllocationRecord(allocation, user, server, group, "n1", (gpu,), RTX, "img", "")
+    )
+
+
+def test_share_holders_of_other_groups_are_preempted_and_warned() -> None:
+    """GPU-0 holds shares of alice (lab) and carol (course); bob (lab) holds GPU-1 whole.
+    A reservation of course on GPU-0 stops alice's server, not carol's; one starting in
+    an hour warns alice; a model-and-count one of course takes a held GPU only when none
+    is free, and a shared GPU is held (never taken for a free one)."""
+    cluster, queue = setup(gpus=3)
+    cluster.ledger.release("owner/")
+    cluster.last_nodes = lambda: cluster.nodes  # type: ignore[attr-defined]
+    now = time.time()
+    _open_share(cluster, "alice/", "lab", "GPU-0")
+    _open_share(cluster, "carol/", "course", "GPU-0")
+    _open(cluster, "bob/", "lab", ["GPU-1"])
+    on_gpu0 = frozenset({"GPU-0"})
+    queue.reservations = (Reservation("r", "course", now - 60, now + 3600, gpu_uuids=on_gpu0),)
+    conflict = queue.preempted("alice/", ["GPU-0"], now)
+    assert conflict is not None and (conflict.holder, conflict.gpu_uuids) == ("alice/", ("GPU-0",))
+    assert queue.preempted("carol/", ["GPU-0"], now) is None
+    assert queue.preempted("bob/", ["GPU-1"], now) is None
+    queue.reservations = (Reservation("r", "course", now + 3600, now + 7200, gpu_uuids=on_gpu0),)
+    assert [c.holder for c in queue.upcoming("alice/", ["GPU-0"], cluster.nodes, now)] == ["alice/"]
+    assert queue.upcoming("carol/", ["GPU-0"], cluster.nodes, now) == []
+    assert queue.preempted("alice/", ["GPU-0"], now) is None  # not begun yet
+    # 1 x RTX 3090 for course: GPU-2 is free, nobody is warned
+    model = (Reservation("m", "course", now + 3600, now + 7200, model=RTX, count=1),)
+    queue.reservations = model
+    for holder, gpu in (("alice/", "GPU-0"), ("bob/", "GPU-1")):
+        assert queue.upcoming(holder, [gpu], cluster.nodes, now) == [], holder
+    # GPU-2 taken whole too: the first held GPU by index, the shared one: alice is warned
+    _open(cluster, "dan/", "lab", ["GPU-2"])
+    assert [c.holder for c in queue.upcoming("alice/", ["GPU-0"], cluster.nodes, now)] == ["alice/"]
+    assert queue.upcoming("bob/", ["GPU-1"], cluster.nodes, now) == []
+    assert queue.reserved_for_others(["lab"], cluster.nodes, now)[0].startswith(
+        f"1 x {RTX} (likely on n1) for group course"
+    )

@@ -12,11 +12,16 @@ Rules:
   one then takes ``count`` GPUs of its model not taken by another active reservation,
   preferring, in order: free GPUs, GPUs its own group already holds, GPUs of others,
   broken ones last; among equals the node with the most free GPUs of the model (so a
-  group gets whole nodes), then node name and GPU index. Deterministic.
-- **Fencing** (:func:`fenced`): while a reservation is active, only its group's servers
-  may be placed on its GPUs; to everyone else they look taken.
+  group gets whole nodes), then node name and GPU index. Deterministic. A GPU held by
+  shares (issue 26) is held, never free: it is the group's own when every share on it is
+  charged to the group, else others' (so is one whose shares are charged to nobody).
+- **Fencing** (:func:`fenced`, :func:`hide`): while a reservation is active, only its
+  group's servers may be placed on its GPUs; to everyone else they look taken, a shared
+  one included (it takes no more shares of theirs).
 - **Conflicts** (:func:`conflicts`): servers of other groups on GPUs of a reservation that
   starts within a horizon are warned; those on GPUs of an active one are to be stopped.
+  A share's holder is such a server like a whole GPU's: each share on a reserved GPU
+  that is not charged to the reservation's group is a conflict of its own.
 - **Notice** (:func:`reserved_lines`): what the spawn form tells a user of the GPUs other
   groups have reserved now or soon.
 """
@@ -24,11 +29,12 @@ Rules:
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import tzinfo
 
-from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeState
-from jupyterhub_gpu.core.scheduling.state import Charge, Reservation
+from jupyterhub_gpu.core.inventory import GPU, SHARED, ClusterSnapshot, NodeState
+from jupyterhub_gpu.core.placement.journal import journaled
+from jupyterhub_gpu.core.scheduling.state import SHARE_KEY, Charge, Reservation
 from jupyterhub_gpu.core.words import UTC, clock, gpus, listing, moment, of_model, zoned_clock
 
 
@@ -150,14 +156,32 @@ def validate(
     )
 
 
+def share_holders(charges: Mapping[str, Charge]) -> dict[str, dict[str, Charge]]:
+    """GPU uuid -> {holder: charge} of the shares held on it (their charges are keyed
+    ``uuid#holder``: :data:`~.state.SHARE_KEY`)."""
+    out: dict[str, dict[str, Charge]] = {}
+    for key, charge in charges.items():
+        uuid, sep, holder = key.partition(SHARE_KEY)
+        if sep:
+            out.setdefault(uuid, {})[holder] = charge
+    return out
+
+
 def _pick(
     r: Reservation,
     snapshot: ClusterSnapshot,
     charges: Mapping[str, Charge],
     taken: set[str],
 ) -> tuple[str, ...]:
-    """``r.count`` GPUs of ``r.model``: free first, then the group's own, then others'."""
+    """``r.count`` GPUs of ``r.model``: free first, then the group's own, then others'.
+    A shared GPU is held (by the groups its shares are charged to), whether or not the
+    snapshot's allocations mark it :data:`SHARED`."""
     alloc = snapshot.allocations
+    sharers = share_holders(charges)
+
+    def held(u: str) -> bool:
+        return u in alloc or snapshot.shares.get(u, 0) > 0 or u in sharers
+
     cands: list[tuple[GPU, str]] = [
         (g, n.name)
         for n in snapshot.nodes
@@ -166,17 +190,23 @@ def _pick(
     ]
     free_on: dict[str, int] = {}
     for g, node in cands:
-        free_on[node] = free_on.get(node, 0) + (g.uuid not in alloc and g.healthy is not False)
+        free_on[node] = free_on.get(node, 0) + (not held(g.uuid) and g.healthy is not False)
+
+    def groups(u: str) -> set[str | None]:
+        """The groups ``u``'s holders are charged to (None: a holder charged to nobody)."""
+        if alloc.get(u, SHARED) == SHARED and (u in sharers or snapshot.shares.get(u, 0) > 0):
+            return {c.group for c in sharers.get(u, {}).values()} or {None}
+        charge = charges.get(u)
+        return {charge.group if charge is not None else None}
 
     def rank(c: tuple[GPU, str]) -> tuple[int, int, str, int]:
         g, node = c
         if g.healthy is False:
             kind = 3
-        elif g.uuid not in alloc:
+        elif not held(g.uuid):
             kind = 0
         else:
-            charge = charges.get(g.uuid)
-            kind = 1 if charge is not None and charge.group == r.group else 2
+            kind = 1 if groups(g.uuid) == {r.group} else 2
         return (kind, -free_on[node], node, g.index)
 
     return tuple(g.uuid for g, _ in sorted(cands, key=rank)[: r.count])
@@ -213,10 +243,28 @@ def fenced(
     )
 
 
+RESERVED = "reserved"  # the holder :func:`hide` gives the GPUs it hides
+
+
+def hide(snapshot: ClusterSnapshot, uuids: Collection[str]) -> ClusterSnapshot:
+    """``snapshot`` as a placement outside the queue sees it with ``uuids`` fenced: a free
+    GPU is held by :data:`RESERVED`, and so is a shared one (it takes no more shares);
+    a GPU held whole keeps its holder. ``snapshot`` is left as it is; its allocations are
+    forked journaled, so the placement index re-checks only what was hidden."""
+    if not uuids:
+        return snapshot
+    alloc = journaled(snapshot.allocations)
+    for u in uuids:
+        if alloc.get(u, SHARED) == SHARED:
+            alloc[u] = RESERVED
+    return replace(snapshot, allocations=alloc)
+
+
 @dataclass(frozen=True)
 class Conflict:
-    """A server (``holder``, as in ``snapshot.allocations``) on GPUs of a reservation of
-    another group: to be warned (``stop_now`` False) or stopped now (True)."""
+    """A server (``holder``, as in ``snapshot.allocations``, or a share's holder as in its
+    charge's key ``uuid#holder``) on GPUs of a reservation of another group: to be warned
+    (``stop_now`` False) or stopped now (True)."""
 
     reservation: Reservation
     holder: str
@@ -282,12 +330,19 @@ def _held_by_others(
     r: Reservation, uuids: Sequence[str], snapshot: ClusterSnapshot,
     charges: Mapping[str, Charge], stop_now: bool,
 ) -> list[Conflict]:  # fmt: skip
+    """Whole holders and share holders of ``uuids`` not charged to ``r``'s group (a
+    whole holder charged to nobody is one; orphans are in neither ``charges`` nor, as
+    the hub builds its snapshots for this, ``allocations``)."""
     by_holder: dict[str, list[str]] = {}
+    sharers = share_holders(charges)
     for u in uuids:
         holder = snapshot.allocations.get(u)
         charge = charges.get(u)
-        if holder is not None and (charge is None or charge.group != r.group):
+        if holder not in (None, SHARED) and (charge is None or charge.group != r.group):
             by_holder.setdefault(holder, []).append(u)
+        for h, share in sharers.get(u, {}).items():
+            if share.group != r.group:
+                by_holder.setdefault(h, []).append(u)
     return [Conflict(r, h, tuple(us), stop_now) for h, us in sorted(by_holder.items())]
 
 
