@@ -3,9 +3,10 @@
 
 Grafana itself is not packaged here; what a board can get wrong is its queries, and those
 run in Prometheus. The hub of ``test_multinode`` (whose fixtures and helpers this module
-reuses) with its three agents: one server holds a GPU (idle: utilisation 0), one spawn is
-refused (its image needs a newer driver), one GPU is broken and another busy. Prometheus
-(Debian's package) scrapes the hub's ``/hub/metrics`` with a service token whose role has
+reuses) with its three agents: one server holds a GPU (idle: utilisation 0), another a
+quarter of an RTX 3090 (the hub shares them in four; idle too), one spawn is refused (its
+image needs a newer driver), one GPU is broken and another busy. Prometheus (Debian's
+package) scrapes the hub's ``/hub/metrics`` with a service token whose role has
 ``read:metrics`` only, and each agent's ``/metrics`` with that node's token, every second.
 """
 
@@ -26,6 +27,7 @@ import yaml
 
 from tests.integration.test_multinode import (  # noqa: F401  (fixtures: agents, cluster)
     CUDA11,
+    RTX3090,
     UUIDS,
     agents,
     cluster,
@@ -53,6 +55,7 @@ c.JupyterHub.services = c.JupyterHub.services + [
 c.JupyterHub.load_roles = c.JupyterHub.load_roles + [
     {{"name": "metrics", "scopes": ["read:metrics"], "services": ["prometheus"]}}
 ]
+c.GPUSharing.models = {{{RTX3090[0]!r}: {{"shares": 4}}}}
 """
 
 HELD = "jupyterhub_gpu_allocated == 1"
@@ -130,7 +133,8 @@ def test_every_dashboard_and_alert_query_returns_data(
     tmp_path: Path,
 ) -> None:
     """Every dashboard query (panels and variables) must be valid PromQL and return at
-    least one series here. Every alerting rule must be loaded with health "ok"; a rule
+    least one series here (one server holds a quarter of an RTX 3090, for the sharing
+    panels). Every alerting rule must be loaded with health "ok"; a rule
     whose condition the set-up makes true (an idle allocated GPU, a broken GPU, which the
     hub counts unavailable) must return series and be pending; a rule whose condition is
     false here (accounting backlog, stale agent readings) must return nothing, and its
@@ -142,8 +146,10 @@ def test_every_dashboard_and_alert_query_returns_data(
     cluster["node-c"].set_state(broken, healthy=False)
     hub = start_hub(make_hub, engines, cluster, METRICS_CONFIG)
     held = spawn_ready(hub, "watched", CUDA11)["gpu_uuids"]  # utilisation 0: idle
+    quarter = {**CUDA11, "gpu_model": RTX3090[0], "gpu_share": "1/4"}
+    (shared,) = spawn_ready(hub, "sharer", quarter)["gpu_uuids"]  # idle too
     spawn_refused(hub, "refused", {**CUDA11, "image": "demo-cuda13"}, "driver")
-    busy = next(u for node in UUIDS.values() for u in node if u not in (*held, broken))
+    busy = next(u for n in UUIDS.values() for u in n if u not in (*held, shared, broken))
     node_of_busy = next(node for node, uuids in UUIDS.items() if busy in uuids)
     cluster[node_of_busy].set_state(busy, utilization_pct=90, memory_used_mib=4096)
 
@@ -156,13 +162,14 @@ def test_every_dashboard_and_alert_query_returns_data(
     ]
     with Prometheus(tmp_path / "prometheus", jobs, rule_files=[ALERTS]) as prom:
         prom.wait_for_targets(timeout=30)
-        check_dashboard(prom, held, broken)
+        check_dashboard(prom, [*held, shared], broken)
+        check_shares(prom, shared)
         check_alerts(prom)
 
 
 def check_dashboard(prom: Prometheus, held: list[str], broken: str) -> None:
     """Every dashboard query returns data; the idle join and the unhealthy table find
-    exactly the held GPU and the broken one."""
+    exactly the held GPUs (whole or by shares) and the broken one."""
     failures: list[str] = []
     for where, expr in dashboard_queries():
         try:
@@ -176,6 +183,16 @@ def check_dashboard(prom: Prometheus, held: list[str], broken: str) -> None:
     assert sorted(s["metric"]["uuid"] for s in idle) == sorted(held), idle
     unhealthy = prom.query("jupyterhub_gpu_healthy == 0")
     assert [s["metric"]["uuid"] for s in unhealthy] == [broken], unhealthy
+
+
+def check_shares(prom: Prometheus, shared: str) -> None:
+    """The sharing panels' series: the one shared GPU, a quarter of it held, three free;
+    a quarter of a GPU held as a share by the sharer's group."""
+    shares = prom.query("jupyterhub_gpu_shares")
+    by_state = {(s["metric"]["uuid"], s["metric"]["state"]): s["value"][1] for s in shares}
+    assert by_state == {(shared, "held"): "1", (shared, "free"): "3"}, shares
+    as_shares = prom.query('sum(jupyterhub_gpu_held_gpus{kind="share"})')
+    assert [s["value"][1] for s in as_shares] == ["0.25"], as_shares
 
 
 def check_alerts(prom: Prometheus) -> None:

@@ -13,7 +13,14 @@ from typing import Any
 import pytest
 
 from jupyterhub_gpu.core.dashboard.history import History
-from jupyterhub_gpu.core.dashboard.view import HIDDEN, Viewer, cluster_view, redact
+from jupyterhub_gpu.core.dashboard.payload import GpuEntry, ShareEntry
+from jupyterhub_gpu.core.dashboard.view import (
+    HIDDEN,
+    Viewer,
+    cluster_view,
+    redact,
+    share_words,
+)
 from jupyterhub_gpu.core.inventory import GPU, SHARED, ClusterSnapshot, NodeInventory, NodeState
 from jupyterhub_gpu.core.sharing.policy import Share, ShareRule, SharingPolicy
 from jupyterhub_gpu.errors import BadPayload
@@ -223,6 +230,64 @@ def test_a_viewer_who_may_not_see_names_sees_another_user_on_the_share() -> None
     assert f'<span class="jhgpu-holder">{HIDDEN}</span> (1/4, 6.0 GiB)' in html
     assert "alert" not in html
     assert "jhgpu-stop-link" not in html
+
+
+def own_servers_html(html: str) -> str:
+    """The "Your servers" section of a rendered live fragment ("" when there is none)."""
+    if 'aria-label="Your servers"' not in html:
+        return ""
+    return html.split('aria-label="Your servers"', 1)[1].split("</section>", 1)[0]
+
+
+def test_a_share_in_words_says_its_part_its_gpu_and_its_memory() -> None:
+    gpu = GpuEntry("GPU-2", index=2, model=RTX, label="RTX 3090")
+    assert share_words(ShareEntry("alice/", count=1, of=4, memory_mib=6144), gpu) == (
+        "1 of 4 shares of GPU 2 (RTX 3090), 6.0 GiB"
+    )
+    assert share_words(ShareEntry("bob/", count=3, of=8, memory_mib=12288), gpu) == (
+        "3 of 8 shares of GPU 2 (RTX 3090), 12 GiB"
+    )
+    mig = GpuEntry("MIG-1", index=0, model="NVIDIA A100 MIG 1g.10gb")  # no short label
+    assert share_words(ShareEntry("c/", count=1, of=1, memory_mib=10240), mig) == (
+        "1 of 1 share of GPU 0 (NVIDIA A100 MIG 1g.10gb), 10 GiB"
+    )
+
+
+def test_the_viewers_own_servers_say_which_hold_a_share_and_which_whole_gpus() -> None:
+    payload = decode_payload(built())
+    history = History(window=600, points=120)
+    (alice,) = cluster_view(payload, Viewer("alice"), history, now=NOW).own_servers
+    assert alice.share == "1 of 4 shares of GPU 2 (RTX 3090), 6.0 GiB"
+    (carol,) = cluster_view(payload, Viewer("carol"), history, now=NOW).own_servers
+    assert carol.share == ""  # GPU 0, whole
+    # a share whose server was let go of is not said of a server (it has none)
+    orphaned = decode_payload(built({"GPU-2": [ShareInfo("alice/", 1, 4, 6144, orphan=True)]}))
+    (alice,) = cluster_view(orphaned, Viewer("alice"), history, now=NOW).own_servers
+    assert alice.share == ""
+
+
+def test_your_servers_shows_the_share_of_a_share_holder_and_not_of_a_whole_gpu() -> None:
+    own = own_servers_html(view_html(Viewer("alice"), show_names=False))
+    assert "alice (you)" in own
+    assert '<span class="jhgpu-own-share">1 of 4 shares of GPU 2 (RTX 3090), 6.0 GiB</span>' in own
+    own = own_servers_html(view_html(Viewer("carol"), show_names=False))
+    assert "carol (you)" in own
+    assert "jhgpu-own-share" not in own and "shares of GPU" not in own
+    # the hostile user's own list: its name escaped, its share said
+    own = own_servers_html(view_html(Viewer(XSS), show_names=False))
+    assert "<img" not in own and "&#34;&gt;&lt;img src=x onerror=alert(1)&gt; (you)" in own
+    assert "1 of 4 shares of GPU 2 (RTX 3090), 6.0 GiB" in own
+
+
+def test_a_hostile_gpu_label_in_a_share_is_escaped() -> None:
+    raw = built()
+    raw["nodes"][0]["gpus"][2]["label"] = XSS
+    view = cluster_view(
+        decode_payload(raw), Viewer("alice"), History(window=600, points=120), now=NOW
+    )
+    own = own_servers_html(render_live(view, PAGE, "xsrf"))
+    assert "<img" not in own
+    assert "of GPU 2 (&#34;&gt;&lt;img src=x onerror=alert(1)&gt;), 6.0 GiB" in own
 
 
 # ---------------------------------------------------------------------- the hub's side

@@ -3,7 +3,10 @@ JupyterHub's ``/hub/metrics`` serves, parsed by prometheus_client's own parser."
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -120,3 +123,63 @@ def test_two_shares_of_one_gpu_and_a_whole_gpu(monkeypatch: pytest.MonkeyPatch) 
     assert "jupyterhub_gpu_shares" not in m and "GPU-2" not in {
         s[0]["uuid"] for s in m["jupyterhub_gpu_allocated"] if s[1]
     }
+
+
+# ---------------------------------------------------------------------- the Grafana board
+BOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "jupyterhub-gpu.json"
+SHARING_PANELS = {"GPU shares", "GPUs held as shares by group"}
+
+
+def board_targets() -> list[tuple[str, str, str]]:
+    """(panel title, expr, legendFormat) of every target of the board, rows' panels too."""
+    board = json.loads(BOARD.read_text())
+    panels = list(board["panels"])
+    panels += [p for row in board["panels"] for p in row.get("panels") or []]
+    return [
+        (p["title"], t["expr"], t.get("legendFormat", ""))
+        for p in panels
+        for t in p.get("targets") or []
+        if t.get("expr")
+    ]
+
+
+def test_the_boards_hub_queries_use_the_labels_the_hub_exports(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every board query over one of the hub's series groups by, matches on and names in
+    its legend only labels that series has, and an exact match (``kind="share"``) names a
+    value it takes; the sharing panels are among those checked (a scene with a share and
+    a whole GPU). Whether the queries return data in Prometheus is test_grafana's part."""
+    monkeypatch.setattr(metrics, "time", SimpleNamespace(monotonic=lambda: 1000.0))
+    nodes = [{"name": "n1", "docker_url": "unix:///nowhere.sock", "address": "127.0.0.1"}]
+    cluster = Cluster(ClusterSettings(nodes=nodes), GPUDockerSpawner().log)
+    HubRuntime.of(cluster)
+    cluster._nodes = _snapshot().nodes
+    model = "NVIDIA GeForce RTX 3090"
+    cluster.ledger.reserve_share("alice/", "n1", "GPU-2", (1, 4), "a")
+    cluster.ledger.reserve("carol/", "n1", ["GPU-0"], "c")
+    for rid, user, gpu, fraction in (("a", "alice", "GPU-2", 0.25), ("c", "carol", "GPU-0", 1)):
+        rec = AllocationRecord(rid, user, "", "ml", "n1", (gpu,), model, "pt", "12.1")
+        cluster.ledger.open_allocation(replace(rec, gpu_fraction=fraction))
+    m = samples()
+
+    checked: set[str] = set()
+    failures = []
+    for title, expr, legend in board_targets():
+        names = set(re.findall(r"\bjupyterhub_gpu_\w+", expr))
+        if len(names) != 1 or not names <= set(m):
+            continue  # a join, or an agent's series (or a counter not yet incremented)
+        (name,) = names
+        labels = {k for labels, _ in m[name] for k in labels}
+        used = {x.strip() for by in re.findall(r"by \(([^)]*)\)", expr) for x in by.split(",")}
+        used |= set(re.findall(r"\{\{(\w+)\}\}", legend))
+        matchers = re.findall(r'(\w+)\s*(=~|!=|!~|=)\s*"([^"]*)"', expr.split(name, 1)[1])
+        used |= {k for k, _, _ in matchers}
+        if used - labels:
+            failures.append(f"{title}: {sorted(used - labels)} not labels of {name}")
+        for key, op, value in matchers:
+            if op == "=" and value not in {labels.get(key) for labels, _ in m[name]}:
+                failures.append(f"{title}: no {name} series has {key}={value!r}")
+        checked.add(title)
+    assert not failures, "\n".join(failures)
+    assert checked >= SHARING_PANELS, checked

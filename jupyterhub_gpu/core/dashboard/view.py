@@ -139,6 +139,7 @@ class ServerView:
     activity: str  # "3 min ago"
     cull: str
     can_stop: bool
+    share: str = ""  # the shares it holds in words (:func:`share_words`); "": whole GPUs
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,7 @@ class ClusterView:
     prepull: list[dict[str, str]] = field(default_factory=list)
 
 
-def server_view(s: ServerEntry, viewer: Viewer, now: datetime) -> ServerView:
+def server_view(s: ServerEntry, viewer: Viewer, now: datetime, share: str = "") -> ServerView:
     hidden = s.hidden
     mine = not hidden and s.user == viewer.name
     label = HIDDEN if hidden else (s.user + (f"/{s.server}" if s.server else ""))
@@ -228,6 +229,7 @@ def server_view(s: ServerEntry, viewer: Viewer, now: datetime) -> ServerView:
         activity=ago(activity, now),
         cull=cull.strftime("%Y-%m-%d %H:%M UTC") if cull else "unknown",
         can_stop=viewer.admin and not hidden,
+        share=share,
     )
 
 
@@ -304,6 +306,27 @@ def share_view(share: ShareEntry, ctx: _Context) -> ShareView:
         part=f"{share.count}/{share.of}",
         server=None if share.orphan else server,
     )
+
+
+def share_words(share: ShareEntry, gpu: GpuEntry) -> str:
+    """``1 of 4 shares of GPU 2 (RTX 3090), 6.0 GiB``: a share as its holder's server
+    list says it (the GPU's index on its node, its model's short name, the share's memory)."""
+    parts = f"{share.count} of {share.of} {'share' if share.of == 1 else 'shares'}"
+    card = gpu.label or gpu.model or "GPU"
+    return f"{parts} of GPU {gpu.index} ({card}), {gib(share.memory_mib)}"
+
+
+def _shares_by_holder(nodes: Sequence[NodeEntry]) -> dict[str, str]:
+    """Server key ("user/server") -> the shares it holds in words, ``"; "``-joined (one
+    per GPU; a server holds a share of one GPU, but the payload does not forbid more).
+    Hidden shares have no key and orphans no server: neither is listed."""
+    words: dict[str, list[str]] = {}
+    for node in nodes:
+        for gpu in node.gpus:
+            for s in gpu.shares:
+                if s.holder and not s.hidden and not s.orphan:
+                    words.setdefault(s.holder, []).append(share_words(s, gpu))
+    return {key: "; ".join(texts) for key, texts in words.items()}
 
 
 def _gpu_idle(status: str, idle: float | None) -> str:
@@ -430,7 +453,8 @@ def cluster_view(
     now: datetime,
 ) -> ClusterView:
     """The view of a (:func:`redact`-ed) payload for ``viewer`` at ``now`` (aware UTC)."""
-    servers = [server_view(s, viewer, now) for s in payload.servers]
+    shares = _shares_by_holder(payload.nodes)
+    servers = [server_view(s, viewer, now, shares.get(s.key, "")) for s in payload.servers]
     by_uuid: dict[str, ServerView] = {}
     by_key: dict[str, ServerView] = {}
     cpu_only: dict[str, list[ServerView]] = {}
