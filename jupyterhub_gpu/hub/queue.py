@@ -128,10 +128,11 @@ class SpawnQueue:
         self._usage: UsageTotals | None = None
         self._store_read = float("-inf")
         self._reading: asyncio.Future[None] | None = None  # the store read in flight
-        # (GPU uuid, user) -> its allocation's group and user (a shared GPU has several)
+        # (GPU uuid, holder "user/server") -> its allocation's group and user: per server,
+        # since a shared GPU has several holders, one user's among them
         self._charge_of: dict[tuple[str, str], Charge] = {}
         self._gpus_of: dict[str, tuple[str, ...]] = {}  # allocation -> its GPUs
-        self._user_of: dict[str, str] = {}  # allocation -> its user
+        self._holder_of: dict[str, str] = {}  # allocation -> its holder
         self._waiters: dict[str, _Waiter] = {}
         self._changed: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -153,13 +154,14 @@ class SpawnQueue:
         record = event.record
         if event.kind in (EventKind.RESERVED, EventKind.REJOINED) and record is not None:
             self._gpus_of[event.allocation] = record.gpu_uuids
-            self._user_of[event.allocation] = record.user
+            holder = f"{record.user}/{record.server}"  # as the ledger names it
+            self._holder_of[event.allocation] = holder
             for uuid in record.gpu_uuids:
-                self._charge_of[(uuid, record.user)] = Charge(record.group, record.user)
+                self._charge_of[(uuid, holder)] = Charge(record.group, record.user)
         if event.kind is EventKind.RELEASED:
-            user = self._user_of.pop(event.allocation, "")
+            holder = self._holder_of.pop(event.allocation, "")
             for uuid in self._gpus_of.pop(event.allocation, ()):
-                self._charge_of.pop((uuid, user), None)
+                self._charge_of.pop((uuid, holder), None)
             if self._waiters:
                 self.kick()
 
@@ -289,7 +291,7 @@ class SpawnQueue:
 
     def _charge(self, uuid: str, holder: str) -> Charge:
         user = holder.split("/", 1)[0]
-        return self._charge_of.get((uuid, user)) or Charge("", user)
+        return self._charge_of.get((uuid, holder)) or Charge("", user)
 
     def _live(self, nodes: Sequence[NodeState]) -> ClusterSnapshot:
         """``nodes`` with the holds the reservation checks read: GPUs live servers hold

@@ -497,3 +497,24 @@ def test_share_holders_of_other_groups_are_preempted_and_warned() -> None:
     assert queue.reserved_for_others(["lab"], cluster.nodes, now)[0].startswith(
         f"1 x {RTX} (likely on n1) for group course"
     )
+
+
+def test_a_users_two_shares_of_one_gpu_keep_each_its_own_group() -> None:
+    """A charge is per server, not per user: alice's two servers on quarters of GPU-0,
+    one charged to course and one to lab. Course's reservation stops the lab one only;
+    once that one is stopped, the course one is still course's (never preempted by its
+    own group's reservation, as when the charges were kept per GPU and user)."""
+    cluster, queue = setup(gpus=2)
+    cluster.ledger.release("owner/")
+    cluster.last_nodes = lambda: cluster.nodes  # type: ignore[attr-defined]
+    now = time.time()
+    _open_share(cluster, "alice/a", "course", "GPU-0")
+    _open_share(cluster, "alice/b", "lab", "GPU-0")
+    on_gpu0 = frozenset({"GPU-0"})
+    queue.reservations = (Reservation("r", "course", now - 60, now + 3600, gpu_uuids=on_gpu0),)
+    stopped = queue.preempted("alice/b", ["GPU-0"], now)
+    assert stopped is not None and stopped.holder == "alice/b"
+    assert queue.preempted("alice/a", ["GPU-0"], now) is None
+    cluster.ledger.release("alice/b")
+    cluster.ledger.end_allocation("alloc-alice-b", EndReason.STOPPED)
+    assert queue.preempted("alice/a", ["GPU-0"], now) is None
