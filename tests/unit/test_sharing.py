@@ -35,7 +35,7 @@ def node(name: str, model: str, count: int) -> NodeState:
 
 
 POLICY = parse_policy(
-    {RTX3090: {"shares": 4, "mode": "mps"}, TITANX: {"shares": 2}},
+    {RTX3090: {"shares": 4, "mode": "mps", "max_held": 3}, TITANX: {"shares": 2}},
     {"big": {"shareable": False}},
 )
 NODES = (
@@ -59,7 +59,7 @@ def snap(
 
 
 def test_policy_rules_by_model_and_node() -> None:
-    assert POLICY.rule("n1", RTX3090) == ShareRule(4, "mps")
+    assert POLICY.rule("n1", RTX3090) == ShareRule(4, "mps", max_held=3)
     assert POLICY.rule("big", RTX3090) is None  # the node's rule replaces the model's
     assert POLICY.rule("n1", A100) is None  # no rule: not shared
     assert ShareRule(4).share_memory(24576) == 6144
@@ -223,3 +223,20 @@ def test_a_waiting_share_gets_an_estimate() -> None:
     release = Release("n1", ("n1-0",), 100.0, "alice's server ends")
     got = estimates(queue, ClusterState(snap(full), now=10.0), [release])
     assert got["a"].at == 100.0 and got["a"].why == "alice's server ends"
+
+
+def test_no_server_is_placed_on_more_shares_than_its_gpus_rule_lets_one_hold() -> None:
+    """``max_held`` is the node's rule's, not only the form's: with RTX 3090s time-sliced
+    in 4 (up to 3 a server) but n2's shared by MPS (1 a server, the daemon's limit), 3
+    quarters go to n1 and never to n2, and 2 quarters of an n2-only cluster are refused."""
+    policy = parse_policy(
+        {RTX3090: {"shares": 4}}, {"n2": {"shares": 4, "mode": "mps"}, "big": {"shareable": False}}
+    )
+    result = place(snap(policy=policy), share(3))
+    assert isinstance(result, Placement) and result.node == "n1", result
+    assert result.share == Share(3, 4, 18432, "time-slicing")
+    only_n2 = (node("n2", RTX3090, 4),)
+    refused = place(snap(policy=policy, nodes=only_n2), share(2))
+    assert isinstance(refused, NoFit) and "Choose a whole GPU, or fewer shares" in refused.reason
+    one = place(snap(policy=policy, nodes=only_n2), share(1))
+    assert isinstance(one, Placement) and one.share == Share(1, 4, 6144, "mps")

@@ -57,7 +57,7 @@ def eligible(index: ClusterIndex, request: PlacementRequest, policy: SharingPoli
     for group in index.candidates(static_request(request)):
         for s in group.slots:
             rule = policy.rule(index.node_name[index.slot_node[s]], index.slot_model[s])
-            if rule is None or request.shares > rule.shares:
+            if rule is None or request.shares > rule.most_held:  # more than a server may hold
                 continue
             if request.share_of and rule.shares != request.share_of:
                 continue
