@@ -248,6 +248,15 @@ def test_episodes_round_trip_and_go_on_only_for_the_same_server() -> None:
     assert continued_episode(None, "GPU-a", "c" * 64, EPISODE.started) is None
 
 
+def test_an_episode_of_a_server_without_a_start_time_round_trips() -> None:
+    """The culler passes "" when the hub gives no start time: saved, read back, and never
+    a reason to throw away the other servers' episodes."""
+    now = T0 + timedelta(minutes=6)
+    bare = Episode(T0, T0 + timedelta(minutes=5), "GPU-b", "d" * 64, "")
+    both = {"bob/": EPISODE, "eve/": bare}
+    assert episodes_from_json(episodes_to_json(both), now) == both
+
+
 def test_only_episodes_seen_shortly_before_a_restart_go_on() -> None:
     saved = {"bob/": EPISODE}
     assert recent_episodes(saved, EPISODE.seen + timedelta(seconds=300), 300) == saved
@@ -265,6 +274,7 @@ def test_only_episodes_seen_shortly_before_a_restart_go_on() -> None:
         ({"container": "x" * 64}, "64 hex digits"),
         ({"gpu": "G" * 129}, "gpu must be a string of 1 to 128"),
         ({"started": None}, "started must be a string"),
+        ({"started": "9" * 65}, "started must be a string of 0 to"),
     ],
 )
 def test_a_malformed_saved_episode_is_refused_with_its_reason(

@@ -149,10 +149,12 @@ def episodes_to_json(episodes: Mapping[str, Episode]) -> dict[str, dict[str, str
     }
 
 
-def _text(item: Mapping[str, Any], name: str, most: int) -> str:
+def _text(item: Mapping[str, Any], name: str, most: int, least: int = 1) -> str:
     value = item.get(name)
-    if not isinstance(value, str) or not value or len(value) > most:
-        raise ValueError(f"{name} must be a string of 1 to {most} characters, got {value!r:.60}")
+    if not isinstance(value, str) or not least <= len(value) <= most:
+        raise ValueError(
+            f"{name} must be a string of {least} to {most} characters, got {value!r:.60}"
+        )
     return value
 
 
@@ -189,7 +191,7 @@ def episodes_from_json(data: Any, now: datetime) -> dict[str, Episode]:
                 seen,
                 _text(item, "gpu", _GPU_MAX),
                 container,
-                _text(item, "started", _STARTED_MAX),
+                _text(item, "started", _STARTED_MAX, least=0),  # "": the hub gave none
             )
         except ValueError as e:
             raise ValueError(f"share episode {holder!r:.60}: {e}") from None
