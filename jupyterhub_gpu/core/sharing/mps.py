@@ -273,7 +273,8 @@ def _threads_check(node: str, devices: Sequence[MpsDevice], f: MpsFacts) -> Chec
             "mps.threads",
             False,
             seen,
-            "give every mps model of this node the same shares (GPUSharing.models / nodes)",
+            "give every mps model of this node the same shares and max_held "
+            "(GPUSharing.models / nodes)",
         )
     pct = wanted[0]
     largest = " or ".join(sorted({d.largest for d in devices}))

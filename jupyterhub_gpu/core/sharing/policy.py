@@ -169,6 +169,8 @@ def parse_rule(where: str, raw: Any) -> ShareRule | None:
     ):
         raise ConfigError(f"{where}: memory_mib must be a whole number >= 256, got {memory!r}")
     most = raw.get("max_held")
+    if most is not None and mode == "mig":
+        raise ConfigError(f"{where}: max_held means nothing in mode 'mig' (one instance a share)")
     if most is not None and (
         isinstance(most, bool) or not isinstance(most, int) or not 1 <= most <= shares - 1
     ):
