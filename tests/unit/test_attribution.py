@@ -275,6 +275,7 @@ def test_only_episodes_seen_shortly_before_a_restart_go_on() -> None:
         ({"gpu": "G" * 129}, "gpu must be a string of 1 to 128"),
         ({"started": None}, "started must be a string"),
         ({"started": "9" * 65}, "started must be a string of 0 to"),
+        ({"started": "2026-01-05T12:01:00Z"}, "before the server started"),
     ],
 )
 def test_a_malformed_saved_episode_is_refused_with_its_reason(

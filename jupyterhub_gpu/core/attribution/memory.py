@@ -165,6 +165,20 @@ def _time(item: Mapping[str, Any], name: str, now: datetime) -> datetime:
     return at
 
 
+def _not_before_start(since: datetime, started: Any) -> None:
+    """An episode cannot begin before its server did (a tampered or mixed-up file would
+    otherwise stop a server at its first reading); a start time that is not an ISO time
+    with a zone is left to :func:`continued_episode`'s comparison."""
+    if not isinstance(started, str) or not started:
+        return
+    try:
+        start = datetime.fromisoformat(started)
+    except ValueError:
+        return
+    if start.tzinfo is not None and since < start:
+        raise ValueError(f"since ({since}) is before the server started ({start})")
+
+
 def episodes_from_json(data: Any, now: datetime) -> dict[str, Episode]:
     """Read :func:`episodes_to_json`'s output back; ``ValueError`` (one sentence) for
     anything malformed: more than :data:`MAX_EPISODES`, a wrong type, a bad time or one
@@ -186,6 +200,7 @@ def episodes_from_json(data: Any, now: datetime) -> dict[str, Episode]:
                 raise ValueError(f"container must be 64 hex digits, got {container!r:.60}")
             if since > seen:
                 raise ValueError(f"since ({since}) is after seen ({seen})")
+            _not_before_start(since, item.get("started"))
             out[holder] = Episode(
                 since,
                 seen,
