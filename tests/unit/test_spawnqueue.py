@@ -453,6 +453,15 @@ def test_the_form_lists_reservations_of_groups_the_user_may_not_charge() -> None
     assert queue.reserved_for_others(["lab"], cluster.nodes, now) == []
 
 
+def free_setup(gpus: int) -> tuple[FakeCluster, SpawnQueue]:
+    """:func:`setup` with every GPU free, and the queue's view of the nodes the cluster's
+    (the hub's reservation checks read ``last_nodes``)."""
+    cluster, queue = setup(gpus)
+    cluster.ledger.release("owner/")
+    cluster.last_nodes = lambda: cluster.nodes  # type: ignore[attr-defined]
+    return cluster, queue
+
+
 def _open_share(cluster: FakeCluster, holder: str, group: str, gpu: str) -> None:
     """A server of ``holder`` charged to ``group`` on one quarter of ``gpu``."""
     user, server = holder.split("/", 1)
@@ -468,9 +477,7 @@ def test_share_holders_of_other_groups_are_preempted_and_warned() -> None:
     A reservation of course on GPU-0 stops alice's server, not carol's; one starting in
     an hour warns alice; a model-and-count one of course takes a held GPU only when none
     is free, and a shared GPU is held (never taken for a free one)."""
-    cluster, queue = setup(gpus=3)
-    cluster.ledger.release("owner/")
-    cluster.last_nodes = lambda: cluster.nodes  # type: ignore[attr-defined]
+    cluster, queue = free_setup(gpus=3)
     now = time.time()
     _open_share(cluster, "alice/", "lab", "GPU-0")
     _open_share(cluster, "carol/", "course", "GPU-0")
@@ -504,9 +511,7 @@ def test_a_users_two_shares_of_one_gpu_keep_each_its_own_group() -> None:
     one charged to course and one to lab. Course's reservation stops the lab one only;
     once that one is stopped, the course one is still course's (never preempted by its
     own group's reservation, as when the charges were kept per GPU and user)."""
-    cluster, queue = setup(gpus=2)
-    cluster.ledger.release("owner/")
-    cluster.last_nodes = lambda: cluster.nodes  # type: ignore[attr-defined]
+    cluster, queue = free_setup(gpus=2)
     now = time.time()
     _open_share(cluster, "alice/a", "course", "GPU-0")
     _open_share(cluster, "alice/b", "lab", "GPU-0")
