@@ -20,10 +20,10 @@ Which limit holds a server: a server holding ``K`` of ``N`` shares gets ``K`` sh
 memory and ``100 * K / N`` % of the threads in its environment
 (:func:`jupyterhub_gpu.core.containers.share_env`), the sizes the ledger, the labels, the
 culler and the form count. A client's own values only lower the daemon's defaults, so the
-defaults must be at least the largest share a server may hold (``N - 1`` shares,
-:attr:`ShareRule.most_held`): with one share's defaults a server holding ``K > 1`` would be
-held to one share. The defaults are thus the hard bound per client process (a user who
-raises the environment gets at most ``N - 1`` shares per process); the memory a share's
+defaults are the largest share a server may hold (:attr:`ShareRule.most_held`: the rule's
+``max_held``, 1 by default in ``mps`` mode, so by default every client is held to one
+share). They are the hard bound per client process: with ``max_held`` above 1, a user who
+raises the environment gets at most ``max_held`` shares per process; the memory a share's
 processes hold together is watched by the culler, as in time-slicing (docs/sharing.md).
 """
 
@@ -125,8 +125,8 @@ class MpsDevice:
 
 def mps_expectations(node: str, inventory: NodeInventory, policy: SharingPolicy) -> list[MpsDevice]:
     """The node's GPUs the policy shares in ``mps`` mode, each with the sizes of the
-    largest share a server may hold (``N - 1`` of ``N``; a rule whose shares do not fit
-    the card is never used on it, as in placement)."""
+    largest share a server may hold (:attr:`ShareRule.most_held` of ``N``; a rule whose
+    shares do not fit the card is never used on it, as in placement)."""
     out = []
     for g in inventory.gpus:
         rule = policy.rule(node, g.model)
