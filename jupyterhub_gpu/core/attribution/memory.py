@@ -165,12 +165,10 @@ def _time(item: Mapping[str, Any], name: str, now: datetime) -> datetime:
     return at
 
 
-def _not_before_start(since: datetime, started: Any) -> None:
+def _not_before_start(since: datetime, started: str) -> None:
     """An episode cannot begin before its server did (a tampered or mixed-up file would
     otherwise stop a server at its first reading); a start time that is not an ISO time
     with a zone is left to :func:`continued_episode`'s comparison."""
-    if not isinstance(started, str) or not started:
-        return
     try:
         start = datetime.fromisoformat(started)
     except ValueError:
@@ -200,14 +198,9 @@ def episodes_from_json(data: Any, now: datetime) -> dict[str, Episode]:
                 raise ValueError(f"container must be 64 hex digits, got {container!r:.60}")
             if since > seen:
                 raise ValueError(f"since ({since}) is after seen ({seen})")
-            _not_before_start(since, item.get("started"))
-            out[holder] = Episode(
-                since,
-                seen,
-                _text(item, "gpu", _GPU_MAX),
-                container,
-                _text(item, "started", _STARTED_MAX, least=0),  # "": the hub gave none
-            )
+            started = _text(item, "started", _STARTED_MAX, least=0)  # "": the hub gave none
+            _not_before_start(since, started)
+            out[holder] = Episode(since, seen, _text(item, "gpu", _GPU_MAX), container, started)
         except ValueError as e:
             raise ValueError(f"share episode {holder!r:.60}: {e}") from None
     return out
