@@ -20,11 +20,13 @@ import hashlib
 import hmac
 import json
 import uuid
-from collections.abc import Iterable, Set
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 from typing import Any
 
+from jupyterhub_gpu.core.attribution.labels import parse_share as parse_share_labels
 from jupyterhub_gpu.core.sharing.policy import parse_share
+from jupyterhub_gpu.errors import ShareLabelError
 
 LABEL = "jupyterhub-gpu"
 ALLOCATION_LABEL = f"{LABEL}.allocation"
@@ -33,6 +35,20 @@ SEAL_LABEL = f"{LABEL}.seal"
 # the share's memory in MiB; a whole-GPU allocation has neither
 SHARE_LABEL = f"{LABEL}.share"
 SHARE_MEMORY_LABEL = f"{LABEL}.share_memory_mib"
+#: Every label the hub writes on a server's container and reads back. Docker copies an
+#: image's labels into its containers unless the create call sets the same key, so
+#: :func:`.containers.server_labels` writes each of these on every container ("" where
+#: unused): no image's ``LABEL`` line can forge a share, a seal or an owner (issue 30).
+OWNED_LABELS = tuple(
+    f"{LABEL}.{key}"
+    for key in (
+        "hub", "owner", "server", "node", "gpus", "image", "started",
+        "allocation", "seal", "share", "share_memory_mib",
+    )
+)  # fmt: skip
+#: The longest label value read back (a GPU list of 64 UUIDs fits; anything longer was
+#: not written by the hub): such a container is held whole, never parsed further.
+MAX_LABEL_CHARS = 4096
 _KEY_CONTEXT = b"jupyterhub-gpu allocation seal v1"
 
 
@@ -95,8 +111,10 @@ class LabelledContainer:
     server: str = ""
     allocation: str = ""
     seal: str = ""
-    share: str = ""  # the SHARE_LABEL's value as found ("" for a whole GPU)
+    share: str = ""  # the SHARE_LABEL's value when it parsed ("" for a whole GPU)
     share_memory_mib: int = 0
+    #: why its share labels did not parse ("" when they did): its GPUs are held whole
+    label_problem: str = ""
 
     def claim(self, hub_id: str) -> Allocation:
         return Allocation(
@@ -117,21 +135,74 @@ class LabelledContainer:
             return None
         return parse_share(self.share)
 
+    def verified(self, hub_id: str, key: bytes | None) -> Allocation | None:
+        """The claim this hub sealed for this container, or ``None`` (not sealed by it).
+
+        A container sealed as a whole-GPU allocation whose share labels say otherwise
+        (made before the hub wrote every key of its own, from an image with
+        ``LABEL jupyterhub-gpu.share=1/4``) verifies as the whole claim: it holds its
+        GPU whole, as it was given, not the share its image claims."""
+        claim = self.claim(hub_id)
+        if claim.sealed_by(key, self.seal):
+            return claim
+        whole = Allocation(hub_id, self.allocation, self.owner, self.server, self.node, self.gpus)
+        if self.share and whole.sealed_by(key, self.seal):
+            return whole
+        return None
+
+    def held_whole(self, hub_id: str, key: bytes | None) -> bool:
+        """Whether the hub holds this container's GPUs whole (no well-formed share, or a
+        share label on a container this hub sealed as whole)."""
+        if self.shares is None:
+            return True
+        verified = self.verified(hub_id, key)
+        return verified is not None and not verified.share
+
+
+def _share_of(labels: Mapping[str, str]) -> tuple[str, int, str]:
+    """``(K/N, MiB, problem)`` of a container's share labels, read by the strict parser;
+    ``("", 0, why)`` for labels that do not parse (the container holds its GPUs whole)."""
+    try:
+        share = parse_share_labels(labels)
+    except ShareLabelError as e:
+        return "", 0, str(e)
+    if share is None:
+        return "", 0, ""
+    return f"{share.held}/{share.of}", share.memory_mib, ""
+
 
 def containers_from_docker(node: str, listing: list[dict[str, Any]]) -> list[LabelledContainer]:
-    """Pure: the ``docker ps`` JSON of one node -> our labelled containers."""
+    """Pure: the ``docker ps`` JSON of one node -> our labelled containers.
+
+    Never raises on what a container's labels say (an image's labels reach its container
+    where the hub did not write the key): a value over :data:`MAX_LABEL_CHARS` or not a
+    string makes the container one that holds its GPUs whole and is never removed as
+    interrupted (its seal cannot verify), with ``label_problem`` saying why."""
     out = []
     for c in listing:
-        labels = c.get("Labels") or {}
+        if not isinstance(c, dict) or not isinstance(c.get("Id"), str):
+            continue
+        raw = c.get("Labels")
+        labels = {
+            k: v for k, v in (raw.items() if isinstance(raw, dict) else ()) if k.startswith(LABEL)
+        }
         owner = labels.get(f"{LABEL}.owner")
         if owner is None:
             continue
+        bad = sorted(
+            k for k, v in labels.items() if not isinstance(v, str) or len(v) > MAX_LABEL_CHARS
+        )
+        if bad:
+            labels = {k: ("" if k in bad else v) for k, v in labels.items()}
         server = labels.get(f"{LABEL}.server", "")
         gpus = tuple(g for g in labels.get(f"{LABEL}.gpus", "").split(",") if g)
         # a paused (or restarting) container still holds its GPUs
         alive = c.get("State") in ("running", "paused", "restarting")
         allocation, seal = labels.get(ALLOCATION_LABEL, ""), labels.get(SEAL_LABEL, "")
-        memory = labels.get(SHARE_MEMORY_LABEL, "")
+        share, memory, problem = _share_of(labels)
+        if bad:
+            problem = f"label(s) {', '.join(bad)} longer than {MAX_LABEL_CHARS} characters"
+            share, memory, seal = "", 0, ""  # held whole while it runs, never removed
         out.append(
             LabelledContainer(
                 node,
@@ -143,8 +214,9 @@ def containers_from_docker(node: str, listing: list[dict[str, Any]]) -> list[Lab
                 server,
                 allocation,
                 seal,
-                labels.get(SHARE_LABEL, ""),
-                int(memory) if memory.isdigit() else 0,
+                share,
+                memory,
+                problem,
             )
         )
     return out
@@ -169,5 +241,5 @@ def interrupted(
         if c.running
         and c.allocation not in live
         and c.holder not in pending
-        and c.claim(hub_id).sealed_by(key, c.seal)
+        and c.verified(hub_id, key) is not None
     ]

@@ -21,12 +21,14 @@ from docker.types import DeviceRequest
 from jupyterhub_gpu.core.allocation import (
     ALLOCATION_LABEL,
     LABEL,
+    OWNED_LABELS,
     SEAL_LABEL,
     SHARE_LABEL,
     SHARE_MEMORY_LABEL,
     Allocation,
 )
 from jupyterhub_gpu.core.form.resources import ResourceLimits
+from jupyterhub_gpu.core.nodecheck import PROBE_LABEL, PROBE_OWNER_LABEL
 from jupyterhub_gpu.core.sharing.mps import MpsPaths, mps_binds, mps_env
 from jupyterhub_gpu.core.sharing.policy import MODES, Share
 from jupyterhub_gpu.errors import NodeFailure
@@ -167,20 +169,47 @@ def server_labels(
     claim: Allocation, image: str, started: datetime, seal_key: bytes | None
 ) -> dict[str, str]:
     """The labels of a server's container: who, where, which GPUs, and the allocation id
-    with its seal (:mod:`.allocation`) when the hub has a key."""
-    labels = {
-        f"{LABEL}.hub": claim.hub_id,
-        f"{LABEL}.owner": claim.owner,
-        f"{LABEL}.server": claim.server,
-        f"{LABEL}.node": claim.node,
-        f"{LABEL}.gpus": ",".join(claim.gpus),
-        f"{LABEL}.image": image,
-        f"{LABEL}.started": started.isoformat(timespec="seconds"),
-        ALLOCATION_LABEL: claim.id,
-    }
+    with its seal (:mod:`.allocation`) when the hub has a key. Every key of
+    :data:`~.allocation.OWNED_LABELS` is written, empty where unused (a whole GPU's share
+    labels, the seal without a key): Docker would otherwise copy the image's own labels
+    of those keys into the container (issue 30)."""
+    labels = dict.fromkeys(OWNED_LABELS, "")
+    labels.update(
+        {
+            f"{LABEL}.hub": claim.hub_id,
+            f"{LABEL}.owner": claim.owner,
+            f"{LABEL}.server": claim.server,
+            f"{LABEL}.node": claim.node,
+            f"{LABEL}.gpus": ",".join(claim.gpus),
+            f"{LABEL}.image": image,
+            f"{LABEL}.started": started.isoformat(timespec="seconds"),
+            ALLOCATION_LABEL: claim.id,
+        }
+    )
     if claim.share:
         labels[SHARE_LABEL] = claim.share
         labels[SHARE_MEMORY_LABEL] = str(claim.share_memory_mib)
     if seal_key is not None:
         labels[SEAL_LABEL] = claim.seal(seal_key)
     return labels
+
+
+#: Label keys that mark a container for the hub or its tools and that no image may carry
+#: (a probe label would make ``check-node`` remove the user's server as a leftover probe).
+RESERVED_IMAGE_LABELS = (*OWNED_LABELS, PROBE_LABEL, PROBE_OWNER_LABEL)
+
+
+def reserved_label_refusal(image: str, labels: object) -> str | None:
+    """Why a server may not start from ``image`` whose labels (the engine's inspect,
+    ``Config.Labels``) are ``labels``: it carries a label the hub writes on containers;
+    ``None`` when it carries none."""
+    if not isinstance(labels, Mapping):
+        return None
+    found = sorted(k for k in labels if isinstance(k, str) and k in RESERVED_IMAGE_LABELS)
+    if not found:
+        return None
+    return (
+        f"The image {image[:200]} carries the label {found[0]}, which only the hub may set "
+        "on a server's container; rebuild the image without that LABEL line (or choose "
+        "another image)."
+    )

@@ -145,6 +145,7 @@ class Cluster:
         self._pulls_seen: dict[str, int] = {}  # per node: pulls noted (see image_pulled)
         self._nodes: tuple[NodeState, ...] = ()  # the last snapshot's, reused while equal
         self._our_containers: set[str] = set()
+        self._label_problems: set[str] = set()  # containers whose bad labels were logged
         self.pending: set[str] = set()  # holders whose spawn is in progress
         self._ids_on: dict[str, set[str]] = {}
         self._specs: dict[str, NodeSpec] = {}
@@ -689,6 +690,16 @@ class Cluster:
         self._ids_on[node] = {c.id for c in running}
         self._our_containers.update(self._ids_on[node])
         for c in running:
+            if c.label_problem and c.id not in self._label_problems:
+                self._label_problems.add(c.id)
+                self.log.warning(
+                    "Container %s of %s on %s: its labels do not parse (%s); its GPUs are "
+                    "held whole while it runs",
+                    c.id[:12],
+                    c.holder,
+                    node,
+                    c.label_problem,
+                )
             orphaned = c in doomed
             conflicts = [u for u in self._adopt(c, node, orphaned) if not self._own_orphan(u, c)]
             if conflicts:
@@ -720,7 +731,9 @@ class Cluster:
     def _adopt(self, c: LabelledContainer, node: str, orphaned: bool) -> list[str]:
         """Hold what ``c``'s labels list (a share as a share: issue 26); the conflicts."""
         share = c.shares
-        if share is None:  # whole GPUs (a malformed share label holds its GPU whole)
+        # whole GPUs: no share, a malformed share label, or a share label on a container
+        # this hub sealed as whole (an image's forged LABEL, before every key was ours)
+        if share is None or c.held_whole(self.settings.hub_id, self.settings.seal_key):
             return self.ledger.adopt(c.holder, node, c.gpus, c.allocation, orphaned)
         (uuid,) = c.gpus
         if self.ledger.adopt_share(c.holder, node, uuid, share, c.allocation, orphaned):

@@ -51,6 +51,7 @@ from jupyterhub_gpu.core.containers import (
     container_spec,
     gpu_env,
     published_port,
+    reserved_label_refusal,
     server_labels,
     share_env,
     share_from_state,
@@ -751,6 +752,14 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
                 "images (image 'saved:OWNER/NAME'), if its owner shares it with you."
             )
 
+    def _check_labels(self, image: str, info: dict[str, Any]) -> None:
+        """Refuse an image that carries a label the hub writes on containers (issue 30:
+        :func:`~jupyterhub_gpu.core.containers.reserved_label_refusal`)."""
+        refusal = reserved_label_refusal(image, (info.get("Config") or {}).get("Labels"))
+        if refusal is not None:
+            self.log.warning("%s: image %s refused: %s", self.holder, image[:200], refusal)
+            raise InvalidRequest(refusal)
+
     async def _check_saved(self, image: str, info: dict[str, Any], pulled: bool) -> None:
         """Refuse to start a saved image (what ``image`` is on the node: ``info``, the
         engine's inspect) unless the user chose it by its slug (core.saving.identity);
@@ -929,6 +938,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             return
         try:
             info = await self.docker("inspect_image", image)
+            self._check_labels(image, info)
             await self._check_saved(image, info, pulled=False)
             self._image_checked = (image, info)
             return
@@ -949,6 +959,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             stall_timeout=self.pull_stall_timeout,
         )
         info = await self.docker("inspect_image", image)
+        self._check_labels(image, info)
         await self._check_saved(image, info, pulled=True)
         self._image_checked = (image, info)
 

@@ -370,3 +370,73 @@ def test_two_users_share_one_gpu(make_hub, engine) -> None:
         r = hub.spawn(user, options)
         assert r.status_code >= 400, r.text
         assert containers_of(engine, hub, user) == []
+
+
+def test_an_images_labels_neither_stop_the_hub_nor_reach_its_containers(
+    make_hub, engine, tmp_path: Path
+) -> None:
+    """Issue 30, findings 1 and 2, on a real engine. An image labelled
+    ``jupyterhub-gpu.share="1/4"`` and ``jupyterhub-gpu.share_memory_mib="²"``: an old
+    container of it (as a release that did not write every key made it) holds its GPU
+    whole without breaking reconciliation, the form or the next spawn; a new spawn of the
+    image is refused with a sentence, and nothing of it is left."""
+    hostile = "jupyterhub-gpu/hostile-labels:test"
+    with engine.client() as client:
+        base = client.containers.create(TEST_IMAGE)  # never started: its CMD is kept
+        try:
+            base.commit(
+                repository=hostile,
+                changes=[
+                    'LABEL jupyterhub-gpu.share="1/4"',
+                    'LABEL jupyterhub-gpu.share_memory_mib="\u00b2"',
+                ],
+            )
+        finally:
+            base.remove()
+    catalog = yaml.safe_load(CATALOG.read_text())
+    entry = dict(catalog["images"][1], slug="hostile", display_name="Hostile labels")
+    catalog["images"].append({**entry, "image": hostile})
+    path = tmp_path / "catalog.yaml"
+    path.write_text(yaml.safe_dump(catalog))
+    extra = f"c.GPUDockerSpawner.catalog_file = {str(path)!r}\n"
+    extra += "c.GPUDockerSpawner.max_queue_wait = 0\n"
+    hub = two_gpu_hub(make_hub, engine, extra)
+    taken = "GPU-aaaaaaaa0000-0000-4000-8000-000000000000"
+    with engine.client() as client:  # mallory's old server, its image's labels under ours
+        client.containers.run(
+            hostile,
+            ["sleep", "600"],
+            detach=True,
+            user="1000:100",
+            labels={
+                "jupyterhub-gpu.hub": hub.hub_id,
+                "jupyterhub-gpu.owner": "mallory",
+                "jupyterhub-gpu.server": "",
+                "jupyterhub-gpu.gpus": taken,
+                "jupyterhub-gpu.allocation": "m" * 32,
+            },
+        )
+    offset = hub.log_offset()
+    hub.create_user("alice")
+    form = hub.api("GET", "/users/alice")  # the hub answers
+    assert form.status_code == 200, form.text
+    state = spawn_ready(hub, "alice", {"image": "demo-cuda11", "gpu_count": 1})
+    assert state["gpu_uuids"] != [taken], "alice was given the GPU mallory's container holds"
+    # the GPU is held whole: no second server fits, not even on a share
+    hub.create_user("bob")
+    r = hub.spawn("bob", {"image": "demo-cuda11", "gpu_count": 1})
+    assert r.status_code >= 400 and "free" in r.json()["message"].lower(), r.text
+    wait_until(
+        lambda: "its labels do not parse" in hub.log_since(offset), 30, "the label problem logged"
+    )
+    assert hub.log_since(offset).count("its labels do not parse") == 1
+    # a new server from that image is refused, with the sentence, and leaves nothing
+    hub.stop_server("alice")
+    wait_until(lambda: containers_of(engine, hub, "alice") == [], 30, "alice's container to go")
+    r = hub.spawn("alice", {"image": "hostile", "gpu_count": 1})
+    if r.status_code in (201, 202):
+        with pytest.raises(RuntimeError):
+            hub.wait_ready("alice")
+    message = hub.log_since(offset)
+    assert "carries the label jupyterhub-gpu.share" in message, message[-3000:]
+    assert containers_of(engine, hub, "alice") == []

@@ -205,5 +205,8 @@ def test_server_labels_carry_the_allocation_and_its_seal() -> None:
         "jupyterhub-gpu.started": "2026-11-26T09:00:00+00:00",
         "jupyterhub-gpu.allocation": "a-1",
         "jupyterhub-gpu.seal": claim.seal(b"k" * 32),
+        # every key of ours, empty where unused: no image label reaches the container
+        "jupyterhub-gpu.share": "",
+        "jupyterhub-gpu.share_memory_mib": "",
     }
-    assert "jupyterhub-gpu.seal" not in server_labels(claim, "demo:1", at, None)
+    assert server_labels(claim, "demo:1", at, None)["jupyterhub-gpu.seal"] == ""

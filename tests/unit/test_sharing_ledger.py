@@ -101,7 +101,7 @@ def test_a_share_is_labelled_and_sealed() -> None:
     bigger = Allocation(HUB, claim.id, "alice", "", "node-c", ("GPU-c0",), "3/4", 6144)
     assert not bigger.sealed_by(KEY, labels["jupyterhub-gpu.seal"])
     whole = server_labels(Allocation(HUB, "w" * 32, "w", "", "node-c", ("GPU-c1",)), "i", WHEN, KEY)
-    assert SHARE_LABEL not in whole and SHARE_MEMORY_LABEL not in whole
+    assert whole[SHARE_LABEL] == whole[SHARE_MEMORY_LABEL] == ""  # written empty: ours alone
 
 
 @pytest.mark.parametrize(

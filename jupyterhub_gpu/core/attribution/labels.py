@@ -20,6 +20,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from jupyterhub_gpu.core.sharing.policy import parse_share as parse_fraction
 from jupyterhub_gpu.errors import ShareLabelError
 
 SHARE_LABEL = "jupyterhub-gpu.share"
@@ -29,8 +30,7 @@ ALLOCATION_LABEL = "jupyterhub-gpu.allocation"
 
 MAX_SHARES = 64  # shares of one GPU: no policy splits a card finer
 MAX_SHARE_MIB = 1 << 24  # 16 TiB, as the agent wire's bound
-_FRACTION_RE = re.compile(r"^([0-9]{1,3})/([0-9]{1,3})$")
-_MIB_RE = re.compile(r"^[0-9]{1,9}$")
+_MIB_RE = re.compile(r"0|[1-9][0-9]{0,8}", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -55,9 +55,14 @@ def _show(value: str) -> str:
 
 
 def parse_share(labels: Mapping[str, str]) -> Share | None:
-    """The share a container's ``labels`` describe, or ``None`` for a whole-GPU one."""
-    fraction = labels.get(SHARE_LABEL)
-    memory = labels.get(SHARE_MEMORY_LABEL)
+    """The share a container's ``labels`` describe, or ``None`` for a whole-GPU one.
+
+    The hub writes both labels on every server's container, empty for a whole GPU (so an
+    image's own ``LABEL`` lines never reach its containers: :func:`.containers.server_labels`);
+    absent and empty mean the same. ``K/N`` is read by the one strict parser,
+    :func:`jupyterhub_gpu.core.sharing.policy.parse_share`."""
+    fraction = labels.get(SHARE_LABEL) or None
+    memory = labels.get(SHARE_MEMORY_LABEL) or None
     if fraction is None and memory is None:
         return None
     if fraction is None or memory is None:
@@ -70,17 +75,18 @@ def parse_share(labels: Mapping[str, str]) -> Share | None:
             f"the container has {present} but not {absent}: a share needs both "
             "(the hub writes them together; recreate the server)"
         )
-    if not isinstance(fraction, str) or not (match := _FRACTION_RE.match(fraction)):
+    parsed = parse_fraction(fraction) if isinstance(fraction, str) else None
+    if parsed is None:
         raise ShareLabelError(
-            f"{SHARE_LABEL} must be 'K/N' (K shares held of N, e.g. '1/4'), "
-            f"got {_show(str(fraction))}"
+            f"{SHARE_LABEL} must be 'K/N' with 1 <= K <= N <= {MAX_SHARES} (K shares held "
+            f"of N, e.g. '1/4'), got {_show(str(fraction))}"
         )
-    held, of = int(match.group(1)), int(match.group(2))
-    if not 1 <= held <= of <= MAX_SHARES:
+    held, of = parsed
+    if of > MAX_SHARES:
         raise ShareLabelError(
             f"{SHARE_LABEL} must have 1 <= K <= N <= {MAX_SHARES}, got {fraction!r}"
         )
-    if not isinstance(memory, str) or not _MIB_RE.match(memory):
+    if not isinstance(memory, str) or not _MIB_RE.fullmatch(memory):
         raise ShareLabelError(
             f"{SHARE_MEMORY_LABEL} must be a whole number of MiB such as '6144', "
             f"got {_show(str(memory))}"

@@ -52,7 +52,8 @@ def check_share(value: Any, count: int, model: str | None, policy: SharingPolicy
         return ""
     if not isinstance(value, str) or parse_share(value) is None:
         raise InvalidRequest(
-            f"The GPU share must look like '1/4' (1 share of a GPU split in 4); got {value!r}."
+            "The GPU share must look like '1/4' (1 share of a GPU split in 4); got "
+            f"{str(value)[:40]!r}."
         )
     k, n = parse_share(value) or (0, 0)
     if count != 1:

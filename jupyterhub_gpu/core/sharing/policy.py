@@ -21,6 +21,7 @@ is not shared. Modes:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,14 +117,20 @@ class SharingPolicy:
 NO_SHARING = SharingPolicy()
 
 
-def parse_share(text: str) -> tuple[int, int] | None:
-    """``"1/4"`` -> ``(1, 4)``; ``None`` for anything that is not ``K/N`` with
-    ``1 <= K <= N`` (then the container is taken to hold its GPU whole: never overcommit)."""
-    k, sep, n = text.partition("/")
-    if not sep or not k.isdigit() or not n.isdigit():
+_SHARE_RE = re.compile(r"([1-9][0-9]{0,2})/([1-9][0-9]{0,2})", re.ASCII)
+
+
+def parse_share(text: object) -> tuple[int, int] | None:
+    """``"1/4"`` -> ``(1, 4)``: the one reader of ``K/N`` (the form's choice, a
+    container's share label, a saved episode). ``None`` for anything that is not exactly
+    ``K/N`` in ASCII digits with no leading zero, at most 3 digits each, ``1 <= K <= N``
+    (``"01/4"``, fullwidth or superscript digits, signs, spaces and a trailing newline
+    are all refused; then a container is taken to hold its GPU whole: never an
+    overcommit)."""
+    if not isinstance(text, str) or not (match := _SHARE_RE.fullmatch(text)):
         return None
-    count, of = int(k), int(n)
-    return (count, of) if 1 <= count <= of else None
+    count, of = int(match.group(1)), int(match.group(2))
+    return (count, of) if count <= of else None
 
 
 def share_of(rule: ShareRule, count: int, gpu_memory_mib: int) -> Share:
