@@ -45,9 +45,11 @@ from jupyterhub_gpu.core.sharing.mps import (
     mps_checks,
     mps_expectations,
     mps_paths,
+    nvidia_pipe_check,
 )
 from jupyterhub_gpu.edges.docker_nodes import node_client, tls_config
 from jupyterhub_gpu.edges.mps import gather as gather_mps
+from jupyterhub_gpu.edges.mps import nvidia_pipes_present
 from jupyterhub_gpu.edges.nodecheck import (
     CheckSettings,
     check_node,
@@ -317,7 +319,9 @@ def local(args: argparse.Namespace) -> int:
     settings = CheckSettings(probe_image=args.image or "", uid_gid=(uid, gid), only=only)
     run = secrets.token_hex(6)
     report = rules.NodeReport(name, rules.nvml_checks(name, inventory, error))
-    if "mps" in only:
+    if "mps" in only:  # NVIDIA's default pipes reach every GPU container, MPS policy or not
+        present = nvidia_pipes_present()
+        report.checks.append(nvidia_pipe_check(name, "mps.nvidia-default", present, "on the node"))
         report.checks += local_mps_checks(name, inventory, sharing, explicit="mps" in args.only)
     if only <= {"mps"}:
         return _print_local(report, args.json)

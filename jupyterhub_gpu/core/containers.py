@@ -29,7 +29,7 @@ from jupyterhub_gpu.core.allocation import (
 )
 from jupyterhub_gpu.core.form.resources import ResourceLimits
 from jupyterhub_gpu.core.nodecheck import PROBE_LABEL, PROBE_OWNER_LABEL
-from jupyterhub_gpu.core.sharing.mps import MpsPaths, mps_binds, mps_env
+from jupyterhub_gpu.core.sharing.mps import NO_MPS_PIPE_DIRECTORY, MpsPaths, mps_binds, mps_env
 from jupyterhub_gpu.core.sharing.policy import MODES, Share
 from jupyterhub_gpu.errors import NodeFailure
 
@@ -83,6 +83,26 @@ def share_env(share: Share, mps: MpsPaths | None = None) -> dict[str, str]:
         env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={share.memory_mib}M"
         env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(share.thread_percentage)
         env.update(mps_env(mps or MpsPaths()))
+    return env
+
+
+def server_env(
+    uuids: Sequence[str], share: Share | None = None, mps: MpsPaths | None = None
+) -> dict[str, str]:
+    """The environment the spawner applies after everything else (the user's options and
+    an image's ``ENV`` never decide it): where MPS is, the share's sizes, then the GPUs.
+
+    ``CUDA_MPS_PIPE_DIRECTORY`` is set for every server: an ``mps`` share's is the node's
+    pipe directory (``mps``, from :func:`share_env`); every other server (CPU-only, whole
+    GPUs, time-slicing and MIG shares) gets :data:`NO_MPS_PIPE_DIRECTORY`, which does not
+    exist, so libcuda never becomes a client of a daemon at NVIDIA's default
+    ``/tmp/nvidia-mps``, which the container toolkit mounts into every GPU container
+    (issue 30). :func:`gpu_env` last.
+    """
+    env = {"CUDA_MPS_PIPE_DIRECTORY": NO_MPS_PIPE_DIRECTORY}
+    if share is not None:
+        env.update(share_env(share, mps))
+    env.update(gpu_env(uuids))
     return env
 
 

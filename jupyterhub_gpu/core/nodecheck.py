@@ -329,6 +329,7 @@ class GPUProbe:
     error: str = ""  # the container could not be created or started
     seen: tuple[str, ...] = ()
     nvidia_smi: bool = False  # nvidia-smi was there (the toolkit injected it)
+    nvidia_mps: bool = False  # /tmp/nvidia-mps was there (the toolkit mounted it)
 
 
 #: fixes of the GPU isolation checks (gpu_checks; the toolkit's own: _toolkit_fix)

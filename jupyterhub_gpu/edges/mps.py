@@ -21,6 +21,7 @@ from jupyterhub_gpu.core.sharing.compute_mode import QUERY, ComputeModeFacts
 from jupyterhub_gpu.core.sharing.mps import (
     CONTROL_BIN,
     CONTROL_PIPE,
+    NVIDIA_PIPE_DIRECTORY,
     PID_FILE,
     MpsDevice,
     MpsFacts,
@@ -32,6 +33,13 @@ PROC = Path("/proc")
 #: the node's own /dev/shm, which the shm directory must not be
 HOST_SHM = Path("/dev/shm")
 TIMEOUT_S = 5.0
+#: NVIDIA's default MPS pipe directory, which must not exist on a node (issue 30)
+NVIDIA_PIPES = Path(NVIDIA_PIPE_DIRECTORY)
+
+
+def nvidia_pipes_present() -> bool:
+    """Does NVIDIA's default MPS pipe directory exist here (a link to nowhere counts)?"""
+    return os.path.lexists(NVIDIA_PIPES)
 
 
 def ask_daemon(pipe_directory: str, command: str, timeout: float = TIMEOUT_S) -> str:

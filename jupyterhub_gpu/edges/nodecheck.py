@@ -28,8 +28,9 @@ from docker.types import Mount
 
 from jupyterhub_gpu.core import nodecheck as rules
 from jupyterhub_gpu.core.catalog.entries import CatalogEntry
-from jupyterhub_gpu.core.containers import device_requests, gpu_env
+from jupyterhub_gpu.core.containers import device_requests, server_env
 from jupyterhub_gpu.core.inventory import NodeInventory
+from jupyterhub_gpu.core.sharing.mps import NVIDIA_PIPE_DIRECTORY, nvidia_pipe_check
 from jupyterhub_gpu.edges.agents import AgentEndpoint
 from jupyterhub_gpu.edges.docker_nodes import node_client, tls_config
 from jupyterhub_gpu.edges.probe import make_probe
@@ -67,9 +68,10 @@ while time.time() < deadline:
         pass
 """
 
-# What GPUs a container sees: the toolkit injects nvidia-smi and lists what it exposes.
+# What GPUs a container sees: the toolkit injects nvidia-smi and lists what it exposes;
+# and whether it mounted NVIDIA's default MPS pipe directory (argv[1]) too.
 GPU_PROBE = r"""
-import json, os, shutil, subprocess
+import json, os, shutil, subprocess, sys
 smi = shutil.which("nvidia-smi")
 if not smi and os.path.exists("/usr/bin/nvidia-smi"):
     smi = "/usr/bin/nvidia-smi"
@@ -80,7 +82,8 @@ if smi:
     except Exception as e:
         out = "error: %r" % e
 print(json.dumps({"smi": bool(smi), "out": out,
-                  "devices": sorted(d for d in os.listdir("/dev") if d.startswith("nvidia"))}))
+                  "devices": sorted(d for d in os.listdir("/dev") if d.startswith("nvidia")),
+                  "nvidia_mps": len(sys.argv) > 1 and os.path.lexists(sys.argv[1])}))
 """
 
 # The shared home, from the node: the hub's marker there? a file written as uid:gid?
@@ -97,6 +100,9 @@ except OSError as e:
     r["error"] = "%s: %s" % (type(e).__name__, e)
 print(json.dumps(r))
 """
+
+
+IN_GPU = "in a GPU container"
 
 
 @dataclass(frozen=True)
@@ -233,7 +239,7 @@ class Probes:
         env: dict[str, str] = {}
         requests_: list[Any] = []
         if uuids is not None:
-            env = gpu_env(uuids)  # as the spawner sets them: last, exactly the UUIDs
+            env = server_env(uuids)  # as the spawner sets them: last, exactly the UUIDs
             requests_ = device_requests(uuids, self.settings.gpu_device_driver)
         uid, gid = self.settings.uid_gid
         host_config = self.client.create_host_config(
@@ -329,11 +335,14 @@ def firewall_facts(
 
 def gpu_probe(probes: Probes, uuids: Sequence[str]) -> rules.GPUProbe:
     try:
-        r = probes.run_json(GPU_PROBE, uuids=uuids)
+        r = probes.run_json(GPU_PROBE, [NVIDIA_PIPE_DIRECTORY], uuids=uuids)
     except (docker.errors.DockerException, GPUHubError, requests.RequestException) as e:
         return rules.GPUProbe(tuple(uuids), error=_error(e))
     return rules.GPUProbe(
-        tuple(uuids), seen=rules.visible_uuids(str(r.get("out", ""))), nvidia_smi=bool(r.get("smi"))
+        tuple(uuids),
+        seen=rules.visible_uuids(str(r.get("out", ""))),
+        nvidia_smi=bool(r.get("smi")),
+        nvidia_mps=r.get("nvidia_mps") is True,
     )
 
 
@@ -544,6 +553,8 @@ def _probe_checks(
                 one = gpu_probe(probes, [inventory.gpus[0].uuid])
                 none = gpu_probe(probes, [])
             out += rules.gpu_checks(name, inventory, one, none, settings.gpu_device_driver)
+            if one is not None and not one.error:  # did the toolkit mount NVIDIA's MPS pipes?
+                out.append(nvidia_pipe_check(name, "gpu.nvidia-mps", one.nvidia_mps, IN_GPU))
         if settings.wants("home"):
             out += rules.home_checks(name, home_facts(probes, settings))
     return out

@@ -56,12 +56,15 @@ class GPUSharing(LoggingConfigurable):
         DEFAULT_PIPE_DIRECTORY,
         config=True,
         help="""The MPS control daemon's pipe directory on every node
-        (``CUDA_MPS_PIPE_DIRECTORY`` of the daemon; NVIDIA's default ``/tmp/nvidia-mps``).
+        (``CUDA_MPS_PIPE_DIRECTORY`` of the daemon, as the unit in docs/sharing.md sets it).
         A share container of a GPU in mode ``mps`` gets it mounted at the same path, and
         ``CUDA_MPS_PIPE_DIRECTORY`` set to it by the spawner (last, never from the user's
-        options). ``check-node --local`` checks the daemon there (docs/sharing.md). An
-        absolute path of its own: never ``/``, ``/tmp``, ``/dev/shm`` or ``/run``.
-        Default: ``"/tmp/nvidia-mps"``.
+        options); every other server gets ``CUDA_MPS_PIPE_DIRECTORY`` naming a directory
+        that does not exist. ``check-node --local`` checks the daemon there (docs/sharing.md).
+        An absolute path of its own: never ``/``, ``/tmp``, ``/dev/shm`` or ``/run``, and
+        never NVIDIA's default ``/tmp/nvidia-mps`` (or below it), which the NVIDIA
+        Container Toolkit mounts into every GPU container and libcuda uses by default.
+        Default: ``"/run/jupyterhub-gpu/mps"``.
         """,
     )
     mps_shm_directory = Unicode(

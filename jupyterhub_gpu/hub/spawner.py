@@ -49,11 +49,10 @@ from jupyterhub_gpu.core.catalog import Catalog
 from jupyterhub_gpu.core.containers import (
     ServerContainer,
     container_spec,
-    gpu_env,
     published_port,
     reserved_label_refusal,
+    server_env,
     server_labels,
-    share_env,
     share_from_state,
 )
 from jupyterhub_gpu.core.form import (
@@ -829,9 +828,8 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         env = super().get_env()
         if self.home_template:
             env["HOME"] = self._container_home()
-        env.update(gpu_env(self.gpu_uuids))  # last: nothing else decides the GPUs
-        if self.share is not None:  # the share's limits and its MPS daemon, never the user's
-            env.update(share_env(self.share, self._mps_paths()))
+        # last: nothing else decides the GPUs, the share's limits or where MPS is
+        env.update(server_env(self.gpu_uuids, self.share, self._mps_paths()))
         return env
 
     def _mps_paths(self) -> MpsPaths | None:

@@ -374,6 +374,8 @@ def test_a_container_that_sees_two_gpus(
     rc, checks = run_checks(config, "--only", "gpu", capsys=capsys)
     assert rc == 0, failing(checks)
     assert uuids[0] in checks["gpu.one"]["detail"]
+    # the probe given a GPU ran with NVIDIA's MPS directory to look for, and saw none
+    assert checks["gpu.nvidia-mps"]["ok"], checks["gpu.nvidia-mps"]
 
 
 def test_no_firewall(

@@ -63,6 +63,7 @@ def test_each_user_gets_own_gpu_seen_inside_container(make_hub, engine, tmp_path
         env = container_env(engine, container.name)
         assert env["NVIDIA_VISIBLE_DEVICES"] == ",".join(state["gpu_uuids"])
         assert env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+        assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/nonexistent/jupyterhub-gpu-no-mps"
         labels = container.labels
         assert labels["jupyterhub-gpu.gpus"] == ",".join(state["gpu_uuids"])
         assert labels["jupyterhub-gpu.node"] == engine.name

@@ -64,10 +64,10 @@ FAKE_PID = 4242
     "pipe, shm, fragment",
     [
         ("/dev/shm", "/run/x", "mps_pipe_directory: /dev/shm is the node's own"),
-        ("/tmp/nvidia-mps", "/dev/shm/", "mps_shm_directory: /dev/shm is the node's own"),
-        ("/tmp/nvidia-mps", "/tmp", "/tmp is the node's own"),
-        ("tmp/nvidia-mps", "/run/x", "an absolute path"),
-        ("/tmp/nvidia-mps/../../etc", "/run/x", "no '..'"),
+        ("/srv/mps", "/dev/shm/", "mps_shm_directory: /dev/shm is the node's own"),
+        ("/srv/mps", "/tmp", "/tmp is the node's own"),
+        ("srv/mps", "/run/x", "an absolute path"),
+        ("/srv/mps/../../etc", "/run/x", "no '..'"),
         ("/srv/mps", "/srv/mps/shm", "must be separate directories"),
         ("/srv/mps", "/srv/mps", "must be separate directories"),
     ],
@@ -81,8 +81,8 @@ def test_mps_directories_that_would_hand_users_the_host_are_refused(
 
 
 def test_mps_directories_are_normalised() -> None:
-    assert mps_paths("/tmp/nvidia-mps/", "/run//jhgpu/shm") == MpsPaths(
-        "/tmp/nvidia-mps", "/run/jhgpu/shm"
+    assert mps_paths("/run/jupyterhub-gpu//mps/", "/run//jhgpu/shm") == MpsPaths(
+        "/run/jupyterhub-gpu/mps", "/run/jhgpu/shm"
     )
 
 
@@ -103,22 +103,22 @@ def _spec(share: Share | None, mps: MpsPaths | None, binds: dict | None = None) 
 
 
 def test_an_mps_share_gets_the_pipe_directory_and_the_daemons_shm_and_never_host_ipc() -> None:
-    paths = MpsPaths("/tmp/nvidia-mps", "/run/jupyterhub-gpu/mps-shm")
+    paths = MpsPaths("/run/jupyterhub-gpu/mps", "/run/jupyterhub-gpu/mps-shm")
     hostile = {  # an admin's dataset mount at /dev/shm or at the pipe directory loses
         "/dev/shm": {"bind": "/dev/shm", "mode": "rw"},
-        "/srv/other": {"bind": "/tmp/nvidia-mps", "mode": "ro"},
+        "/srv/other": {"bind": "/run/jupyterhub-gpu/mps", "mode": "ro"},
         "/srv/data": {"bind": "/data", "mode": "ro"},
     }
     _, host = _spec(Share(1, 4, 6144, "mps"), paths, hostile)
     assert host["binds"] == {
         "/srv/data": {"bind": "/data", "mode": "ro"},
-        "/tmp/nvidia-mps": {"bind": "/tmp/nvidia-mps", "mode": "rw"},
+        "/run/jupyterhub-gpu/mps": {"bind": "/run/jupyterhub-gpu/mps", "mode": "rw"},
         "/run/jupyterhub-gpu/mps-shm": {"bind": "/dev/shm", "mode": "rw"},
     }
     assert "ipc_mode" not in host and "shm_size" not in host
     assert host["cap_drop"] == ["ALL"] and host["security_opt"] == ["no-new-privileges"]
     env = share_env(Share(1, 4, 6144, "mps"), paths)
-    assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/run/jupyterhub-gpu/mps"
     assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=6144M"
 
 
@@ -157,7 +157,7 @@ def test_only_the_policys_mps_gpus_are_expected_with_the_largest_shares_sizes() 
 
 def _good_facts() -> MpsFacts:
     return MpsFacts(
-        "/tmp/nvidia-mps",
+        "/run/jupyterhub-gpu/mps",
         "/run/s",
         pipe_dir_exists=True,
         control_pipe=True,
@@ -195,6 +195,7 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     monkeypatch.setenv("FAKE_SMI_STATE", str(tmp_path / "smi"))
     monkeypatch.delenv("FAKE_SMI_ANSWER", raising=False)
     monkeypatch.setattr(edge, "PROC", proc)
+    monkeypatch.setattr(edge, "NVIDIA_PIPES", tmp_path / "no-nvidia-mps")  # not this machine's
     return {"pipe": pipe, "shm": shm, "proc": proc, "root": tmp_path}
 
 
@@ -216,7 +217,7 @@ def _follow_the_unit(pipe: Path) -> None:
     for line in re.findall(r"^Environment=(\S+)$", unit, re.M):
         key, _, value = line.partition("=")
         env[key] = value
-    assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/run/jupyterhub-gpu/mps"  # never NVIDIA's
     env["CUDA_MPS_PIPE_DIRECTORY"] = str(pipe)  # the test's, not the node's
     smis = re.findall(r"^ExecStartPre=/usr/bin/(nvidia-smi .*)$", unit, re.M)
     assert smis, "the unit no longer sets the GPUs' compute mode"
@@ -363,8 +364,8 @@ def test_the_spawner_sets_the_pipe_directory_last_over_any_other_environment() -
     s.gpu_uuids = ["GPU-aaaa"]
     s.share = Share(1, 4, 6144, "mps")
     assert s.get_env()["CUDA_MPS_PIPE_DIRECTORY"] == "/srv/mps-pipes"
-    s.share = Share(1, 2, 6144, "time-slicing")
-    assert s.get_env()["CUDA_MPS_PIPE_DIRECTORY"] == "/home/alice/mine"  # not ours to set
+    s.share = Share(1, 2, 6144, "time-slicing")  # no daemon for it: a path that is nowhere
+    assert s.get_env()["CUDA_MPS_PIPE_DIRECTORY"] == "/nonexistent/jupyterhub-gpu-no-mps"
     assert s._mps_paths() is None
 
 

@@ -56,7 +56,7 @@ def test_mps_env_carries_the_shares_limits() -> None:
         "JUPYTERHUB_GPU_SHARE_MEMORY_MIB": "6144",
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=6144M",
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",
-        "CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps",  # NVIDIA's default (c.GPUSharing)
+        "CUDA_MPS_PIPE_DIRECTORY": "/run/jupyterhub-gpu/mps",  # our daemon's (c.GPUSharing)
     }
     assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in share_env(Share(1, 4, 6144, "time-slicing"))
 

@@ -40,8 +40,16 @@ from jupyterhub_gpu.core.sharing.compute_mode import ComputeModeFacts, compute_m
 from jupyterhub_gpu.core.sharing.policy import SharingPolicy, share_of
 from jupyterhub_gpu.errors import ConfigError
 
-#: NVIDIA's default pipe directory (CUDA_MPS_PIPE_DIRECTORY unset)
-DEFAULT_PIPE_DIRECTORY = "/tmp/nvidia-mps"
+#: NVIDIA's default pipe directory (CUDA_MPS_PIPE_DIRECTORY unset): the NVIDIA Container
+#: Toolkit mounts it into every container with the ``compute`` capability and libcuda uses
+#: it by default, so a daemon there serves every GPU server of the node (issue 30). Never
+#: ours: refused as a setting, and check-node fails a node where it exists.
+NVIDIA_PIPE_DIRECTORY = "/tmp/nvidia-mps"
+#: our daemon's pipe directory (the unit in docs/sharing.md): mounted into mps shares only
+DEFAULT_PIPE_DIRECTORY = "/run/jupyterhub-gpu/mps"
+#: ``CUDA_MPS_PIPE_DIRECTORY`` of every server that is not an mps share: a directory that
+#: does not exist, so libcuda never finds a daemon (nor NVIDIA's default directory)
+NO_MPS_PIPE_DIRECTORY = "/nonexistent/jupyterhub-gpu-no-mps"
 #: where our daemon unit mounts the tmpfs it uses as its /dev/shm (docs/sharing.md)
 DEFAULT_SHM_DIRECTORY = "/run/jupyterhub-gpu/mps-shm"
 #: the control daemon's pipe in its pipe directory
@@ -73,6 +81,15 @@ def check_directory(option: str, value: object) -> str:
     if ".." in value.split("/") or any(ch in value for ch in ":,\n\0"):
         raise ConfigError(f"{option}: a plain absolute path (no '..', ':' or ','), got {value!r}")
     path = posixpath.normpath(value)
+    if path == NVIDIA_PIPE_DIRECTORY or path.startswith(NVIDIA_PIPE_DIRECTORY + "/"):
+        raise ConfigError(
+            f"{option}: {path} is refused: the NVIDIA Container Toolkit mounts "
+            f"{NVIDIA_PIPE_DIRECTORY} into every GPU container and libcuda uses it by default, "
+            "so an MPS daemon there would serve whole-GPU and time-slicing servers too; set "
+            f"GPUSharing.mps_pipe_directory to {DEFAULT_PIPE_DIRECTORY} (the default) and "
+            f"mps_shm_directory to {DEFAULT_SHM_DIRECTORY}, and start the daemon with "
+            f"CUDA_MPS_PIPE_DIRECTORY={DEFAULT_PIPE_DIRECTORY} (docs/upgrade.md)"
+        )
     if path in _HOST_ONLY:
         raise ConfigError(
             f"{option}: {path} is the node's own; give the MPS daemon a directory of its "
@@ -110,6 +127,26 @@ def mps_env(paths: MpsPaths) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------- check-node --local
+def nvidia_pipe_check(node: str, check: str, present: bool, where: str) -> Check:
+    """``check`` fails when NVIDIA's default pipe directory exists ``where`` (``"on the
+    node"``: ``check-node --local`` looked; ``"in a GPU container"``: a probe saw the
+    toolkit mount it). Whatever serves there reaches every GPU container of the node."""
+    d = NVIDIA_PIPE_DIRECTORY
+    if not present:
+        return Check(node, check, True, f"no {d} {where}")
+    seen = (
+        f"{d} exists {where}: the NVIDIA Container Toolkit mounts it into every GPU "
+        "container and libcuda uses it by default, so an MPS daemon there serves every "
+        "server of the node"
+    )
+    fix = (
+        f"run the MPS daemon with CUDA_MPS_PIPE_DIRECTORY={DEFAULT_PIPE_DIRECTORY} (the unit "
+        f"in docs/sharing.md; GPUSharing.mps_pipe_directory), stop any daemon using {d}, "
+        f"then remove {d} on the node (docs/upgrade.md)"
+    )
+    return Check(node, check, False, seen, fix)
+
+
 @dataclass(frozen=True)
 class MpsDevice:
     """One ``mps`` GPU of the node and the daemon defaults the policy wants for it: the
