@@ -27,11 +27,12 @@ image at the registry, ``10.250.0.1:PORT/jupyterhub-gpu/pytorch:2.8.0-cuda12.8-p
 - ``prepull`` (c): a hub with node-a, node-b and node-c, each declaring ``G`` identical
   GPUs (``G = ceil(0.4 * users)``: 8 for 20 users, so node-a fills first and the later
   users need node-b and node-c); only node-a holds the image at the start. The pre-puller
-  is on (``configure_prepuller(images="all", disk_budget_gib=0, interval=15)``); an
-  untimed warm-up server starts its rounds, then (``--prepull-wait S``, default 600) the
-  benchmark waits until the pre-puller reports the image on every node or S seconds pass,
-  then stops the warm-up server. Then ``--users`` users arrive at random times (fixed
-  ``--seed``) spread over ``--minutes`` minutes; each keeps its server until the end;
+  is on (``configure_prepuller(images="all", disk_budget_gib=0, custom_disk_budget_gib=0,
+  interval=15)``: it removes nothing); an untimed warm-up server starts its rounds, then
+  (``--prepull-wait S``, default 600) the benchmark waits until the pre-puller reports the
+  image on every node or S seconds pass, then stops the warm-up server. Then ``--users``
+  users arrive at random times (fixed ``--seed``) spread over ``--minutes`` minutes; each
+  keeps its server until the end;
 - ``no_prepull`` (d): the same arrivals and nodes with the pre-puller off and image
   locality off (placement is told that no node holds any image: a benchmark-only patch of
   ``Cluster.images_on`` in the hub's config); the same warm-up server, with no wait.
@@ -273,7 +274,8 @@ c.Spawner.http_timeout = 120
     if prepull:
         config += (
             "from jupyterhub_gpu.hub.extensions import configure_prepuller\n"
-            "configure_prepuller(c, images='all', disk_budget_gib=0, interval=15)\n"
+            "configure_prepuller(c, images='all', disk_budget_gib=0, custom_disk_budget_gib=0,"
+            " interval=15)\n"
             # its scopes exist once configure_prepuller registered them
             "c.JupyterHub.load_roles = c.JupyterHub.load_roles + [{'name': 'bench-prepull', "
             "'scopes': ['custom:gpu-cluster:read', 'custom:gpu-cluster:admin'], "

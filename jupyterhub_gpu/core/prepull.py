@@ -12,22 +12,40 @@ admin's disk budget (bytes of *our* images on that node):
   image's size is learnt from any node that holds it; an image of unknown size is pulled
   only while the node is under budget (its size is known at the next round).
 - **removals**: while the node is over budget, or to make room for a chosen pull, our
-  images that no container uses: first those no longer in the catalog, then those in it
-  but not chosen, each least recently used first. To get back under budget, chosen ones
-  go last, least recently used first, and only when that brings the node within its
-  budget (images that containers use may keep it over); a chosen image is never removed
-  to make room for another one (that would pull and remove the same images round after
-  round).
+  images that no container uses: first those not chosen, least recently used first. To
+  get back under budget, chosen ones go last, least recently used first, and only when
+  that brings the node within its budget (images that containers use may keep it over);
+  a chosen image is never removed to make room for another one (that would pull and
+  remove the same images round after round).
 
-Never removed: an image a container (running or stopped) uses; a saved image ("My
-images": its own sweep removes those); an image that is not ours. Ours means a catalog
-image (by reference) or one labelled :data:`CATALOG_LABEL` by ``images/build.py``.
-Images that share layers are counted whole: the budget is an upper bound on what the
-engine's ``docker system df`` reports.
+Ours means a catalog image, by reference (its tags or digests against the catalog's
+references). :data:`CATALOG_LABEL` (set by ``images/build.py``) proves nothing: anyone
+can set it on an image they build, so a labelled image whose reference the catalog does
+not list is not ours: it is a custom image.
+
+- **custom images** (:func:`custom`): not ours, not foreign, and either labelled
+  :data:`CATALOG_LABEL` (an image taken out of the catalog, or one claiming a catalog
+  slug) or named by a reference the catalog's ``allowed_image_patterns`` let users
+  spawn from. They have a budget of their own (``custom_budget_bytes``) and never count
+  against the catalog's; while they are over it, those no container uses are removed,
+  least recently used first, until they are within it (:func:`sweep_custom`).
+
+"Least recently used" (:func:`_lru`): :attr:`HeldImage.last_used` (the runner sets it to
+the newest creation time of a container made from the image, or the last time it saw
+one, as the engine lists its containers), else the image's ``Created`` (the engine keeps
+no last-use time, and its list has no ``LastTagTime``).
+
+Never removed: an image a container (running or stopped) uses; an image a server is
+starting from (:attr:`NodeFacts.pinned`: its spawn has placed it on the node but its
+container does not exist yet, the image maybe still being pulled); a saved image ("My
+images": its own sweep removes those); an image neither ours nor custom (the engine's
+other images: the agent's, an admin's). Images that share layers are counted whole: the
+budget is an upper bound on what the engine's ``docker system df`` reports.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -124,12 +142,14 @@ class HeldImage:
 
 @dataclass(frozen=True)
 class NodeFacts:
-    """What the planner knows of one node."""
+    """What the planner knows of one node. ``pinned``: references (any spelling) of the
+    images servers are starting from there (placed, no container yet): never removed."""
 
     inventory: NodeInventory
     images: tuple[HeldImage, ...] = ()
     reachable: bool = True
     schedulable: bool = True
+    pinned: frozenset[str] = frozenset()
 
     @property
     def name(self) -> str:
@@ -139,7 +159,7 @@ class NodeFacts:
 @dataclass(frozen=True)
 class Removal:
     image: HeldImage
-    why: str  # "not in the catalog", "not chosen", "least recently used"
+    why: str  # "not chosen", "least recently used", CUSTOM_LRU
 
 
 @dataclass(frozen=True)
@@ -154,6 +174,8 @@ class NodePlan:
     skipped: Mapping[str, str] = field(default_factory=dict)
     used_bytes: int = 0  # our images on the node now
     budget_bytes: int = 0
+    custom_used_bytes: int = 0  # custom images on the node now
+    custom_budget_bytes: int = 0
 
 
 def normal_reference(reference: str) -> str:
@@ -186,14 +208,57 @@ def foreign(image: HeldImage) -> bool:
     return image.saved or any(k.startswith(p) for k in image.labels for p in FOREIGN_LABEL_PREFIXES)
 
 
+def _normal_refs(image: HeldImage) -> set[str]:
+    return {normal_reference(r) for r in image.references}
+
+
 def ours(image: HeldImage, catalog_refs: frozenset[str]) -> bool:
-    """A catalog image, or one our builder labelled with its catalog slug (and no saved
-    image: those are never the pre-puller's)."""
-    if foreign(image):
+    """A catalog image: one of its references is in the catalog (never a saved image's
+    or a build's). :data:`CATALOG_LABEL` alone does not make an image ours."""
+    return not foreign(image) and bool(_normal_refs(image) & catalog_refs)
+
+
+def custom(image: HeldImage, catalog_refs: frozenset[str], patterns: Sequence[str] = ()) -> bool:
+    """An image users brought: not ours, not foreign, and labelled :data:`CATALOG_LABEL`
+    or named by a reference (as listed, or as an engine names it) that one of the
+    catalog's ``allowed_image_patterns`` (fnmatch) matches."""
+    if foreign(image) or ours(image, catalog_refs):
         return False
     if image.labels.get(CATALOG_LABEL):
         return True
-    return any(normal_reference(r) in catalog_refs for r in image.references)
+    names = {*image.references, *_normal_refs(image)}
+    return any(fnmatch.fnmatchcase(n, p) for n in names for p in patterns)
+
+
+def pinned(image: HeldImage, refs: frozenset[str]) -> bool:
+    """Whether a server is starting from ``image`` (``refs``: :attr:`NodeFacts.pinned`)."""
+    return bool(refs) and bool(_normal_refs(image) & {normal_reference(r) for r in refs})
+
+
+CUSTOM_LRU = "custom image, least recently used"
+
+
+def sweep_custom(
+    node: NodeFacts,
+    catalog_refs: frozenset[str],
+    patterns: Sequence[str],
+    budget_bytes: int,
+) -> tuple[int, tuple[Removal, ...]]:
+    """The node's custom images' bytes, and those to remove to bring them within
+    ``budget_bytes``: unused (no container, not :attr:`NodeFacts.pinned`), least
+    recently used first (see the module's docstring). ``budget_bytes`` <= 0: none."""
+    theirs = [i for i in node.images if custom(i, catalog_refs, patterns)]
+    used = total = sum(i.size for i in theirs)
+    removals: list[Removal] = []
+    if budget_bytes <= 0:
+        return total, ()
+    free = [i for i in theirs if not i.in_use and not pinned(i, node.pinned)]
+    for image in sorted(free, key=_lru):
+        if used <= budget_bytes:
+            break
+        removals.append(Removal(image, CUSTOM_LRU))
+        used -= image.size
+    return total, tuple(removals)
 
 
 def known_sizes(entries: Sequence[CatalogEntry], nodes: Sequence[NodeFacts]) -> dict[str, int]:
@@ -217,14 +282,19 @@ def plan_node(
     catalog: Catalog | Iterable[CatalogEntry],
     budget_bytes: int,
     sizes: Mapping[str, int] | None = None,
+    custom_budget_bytes: int = 0,
 ) -> NodePlan:
     """One node's pulls and removals (see the module's docstring). ``budget_bytes`` <= 0
-    means no budget: nothing is removed and every chosen image is pulled."""
+    means no budget: nothing of ours is removed and every chosen image is pulled.
+    ``custom_budget_bytes``: the custom images' budget (<= 0: none, none removed); their
+    patterns are ``catalog.allowed_image_patterns`` when ``catalog`` is a :class:`Catalog`."""
     sizes = sizes or {}
+    patterns = catalog.allowed_image_patterns if isinstance(catalog, Catalog) else ()
     all_entries = [e for e in catalog if not e.custom and not e.saved_from]
     catalog_refs = frozenset(normal_reference(e.image) for e in all_entries)
     chosen_refs = {normal_reference(e.image) for e in chosen}
     mine = [i for i in node.images if ours(i, catalog_refs)]
+    custom_used, custom_removals = sweep_custom(node, catalog_refs, patterns, custom_budget_bytes)
     used = sum(i.size for i in mine)
     unlimited = budget_bytes <= 0
     held = [e.slug for e in chosen if any(holds(i, e) for i in node.images)]
@@ -242,13 +312,13 @@ def plan_node(
             wanted.append(entry)
 
     def rank(image: HeldImage) -> int:
-        refs = {normal_reference(r) for r in image.references}
-        if not refs & catalog_refs:
-            return 0  # labelled ours, no longer in the catalog
-        return 1 if not refs & chosen_refs else 2
+        return 1 if not _normal_refs(image) & chosen_refs else 2
 
-    free = sorted((i for i in mine if not i.in_use), key=lambda i: (rank(i), _lru(i)))
-    why = {0: "not in the catalog", 1: "not chosen", 2: "least recently used"}
+    free = sorted(
+        (i for i in mine if not i.in_use and not pinned(i, node.pinned)),
+        key=lambda i: (rank(i), _lru(i)),
+    )
+    why = {1: "not chosen", 2: "least recently used"}
     removals: list[Removal] = []
 
     def remove_until(limit: int, ranks: tuple[int, ...]) -> None:
@@ -262,7 +332,7 @@ def plan_node(
                 used -= image.size
 
     if not unlimited and used > budget_bytes:
-        remove_until(budget_bytes, (0, 1))
+        remove_until(budget_bytes, (1,))
         chosen_free = sum(i.size for i in free if rank(i) == 2)
         if used - chosen_free <= budget_bytes:  # a chosen one goes only if that is enough
             remove_until(budget_bytes, (2,))
@@ -286,17 +356,19 @@ def plan_node(
                     f"{node.name}: {size / GIB:.1f} GiB does not fit its disk budget"
                 )
                 continue
-            remove_until(budget_bytes - size, (0, 1))
+            remove_until(budget_bytes - size, (1,))
         pulls.append(entry)
         used += size
     return NodePlan(
         node=node.name,
         pulls=tuple(pulls),
-        removals=tuple(removals),
+        removals=(*removals, *custom_removals),
         held=tuple(held),
         skipped=skipped,
         used_bytes=sum(i.size for i in mine),
         budget_bytes=budget_bytes,
+        custom_used_bytes=custom_used,
+        custom_budget_bytes=custom_budget_bytes,
     )
 
 
@@ -306,19 +378,23 @@ def plan(
     catalog: Catalog | Iterable[CatalogEntry],
     budget_bytes: int,
     remembered: Mapping[str, int] | None = None,
+    custom_budget_bytes: int = 0,
 ) -> dict[str, NodePlan]:
     """Every reachable node's plan (an unreachable one is planned at a later round).
     ``remembered``: slug -> size of images pulled before (none of the nodes may hold it
-    now); a size seen on a node now wins."""
-    entries = list(catalog)
-    sizes = {**(remembered or {}), **known_sizes(entries, nodes)}
+    now); a size seen on a node now wins. ``custom_budget_bytes``: see :func:`plan_node`."""
+    entries = catalog if isinstance(catalog, Catalog) else list(catalog)
+    sizes = {**(remembered or {}), **known_sizes(list(entries), nodes)}
     return {
-        n.name: plan_node(n, chosen, entries, budget_bytes, sizes) for n in nodes if n.reachable
+        n.name: plan_node(n, chosen, entries, budget_bytes, sizes, custom_budget_bytes)
+        for n in nodes
+        if n.reachable
     }
 
 
 __all__ = [
     "CATALOG_LABEL",
+    "CUSTOM_LRU",
     "GIB",
     "HeldImage",
     "NodeFacts",
@@ -326,12 +402,15 @@ __all__ = [
     "Removal",
     "Selection",
     "choose_entries",
+    "custom",
     "foreign",
     "holds",
     "known_sizes",
     "normal_reference",
     "ours",
     "parse_selection",
+    "pinned",
     "plan",
     "plan_node",
+    "sweep_custom",
 ]

@@ -35,8 +35,10 @@ from docker.errors import APIError
 from traitlets import Bool, Float, List, TraitError, Unicode, Union, validate
 from traitlets.config import LoggingConfigurable
 
+from jupyterhub_gpu.core.accounting.records import AllocationEvent, EventKind
 from jupyterhub_gpu.core.catalog.entries import Catalog
 from jupyterhub_gpu.core.prepull import (
+    CUSTOM_LRU,
     GIB,
     HeldImage,
     NodeFacts,
@@ -76,11 +78,25 @@ class PrePuller(LoggingConfigurable):
     disk_budget_gib = Float(
         50.0,
         config=True,
-        help="""GiB of catalog images the pre-puller keeps on a node. Over it, our images
-        that no container uses are removed: those no longer in the catalog first, then
-        the least recently used; never an image a container (running or stopped) uses,
-        a saved image, or an image that is not from the catalog. 0: no budget (everything
-        chosen is pulled, nothing is removed).""",
+        help="""GiB of catalog images the pre-puller keeps on a node. Over it, catalog
+        images that no container uses are removed: those not chosen (images) first, then
+        the least recently used; never an image a container (running or stopped) uses or
+        a server is starting from, a saved image, or an image whose reference the catalog
+        does not list (the io.jupyterhub-gpu.catalog-slug label alone does not make an
+        image a catalog one: custom_disk_budget_gib bounds those). 0: no budget
+        (everything chosen is pulled, nothing is removed).""",
+    )
+    custom_disk_budget_gib = Float(
+        30.0,
+        config=True,
+        help="""GiB of custom images the pre-puller lets a node keep, apart from
+        disk_budget_gib: images outside the catalog that the catalog's
+        allowed_image_patterns let users spawn from, and images labelled
+        io.jupyterhub-gpu.catalog-slug whose reference the catalog does not list (one
+        taken out of it, or one a user labelled). Over it, those no container uses and
+        no server is starting from are removed, least recently used first, at each
+        round. Saved images and other images on the node are never touched. 0: no
+        budget (custom images are never removed). Example: 100.""",
     )
     interval = Float(300.0, config=True, help="Seconds between two rounds of the pre-puller.")
     pull_timeout = Float(
@@ -109,7 +125,7 @@ class PrePuller(LoggingConfigurable):
             raise TraitError(str(e)) from None
         return value
 
-    @validate("disk_budget_gib", "most_used_days")
+    @validate("disk_budget_gib", "custom_disk_budget_gib", "most_used_days")
     def _not_negative(self, proposal: Any) -> float:
         value = float(proposal["value"])
         if value < 0:
@@ -130,6 +146,10 @@ class PrePuller(LoggingConfigurable):
     @property
     def budget_bytes(self) -> int:
         return int(self.disk_budget_gib * GIB)
+
+    @property
+    def custom_budget_bytes(self) -> int:
+        return int(self.custom_disk_budget_gib * GIB)
 
 
 class PullFunction(Protocol):
@@ -233,6 +253,26 @@ class PrePullRunner:
         self._round_lock = asyncio.Lock()
         self._seen_in_use: dict[tuple[str, str], float] = {}  # (node, image ID) -> when
         self._sizes: dict[str, int] = {}  # slug -> size of a pull, once done
+        # allocation -> (node, image chosen): servers placed whose container is not made
+        self._starting: dict[str, tuple[str, str]] = {}
+        cluster.ledger.subscribe(self._on_allocation)
+
+    def _on_allocation(self, event: AllocationEvent) -> None:
+        """Keep what servers are starting from (RESERVED until STARTED or RELEASED)."""
+        if event.kind is EventKind.RESERVED and event.record is not None:
+            self._starting[event.allocation] = (event.record.node, event.record.image)
+        elif event.kind in (EventKind.STARTED, EventKind.RELEASED):
+            self._starting.pop(event.allocation, None)
+
+    def _pinned(self, node: str, catalog: Catalog) -> frozenset[str]:
+        """The references of the images servers are starting from on ``node`` (a
+        catalog slug as its entry's image, a custom image as the reference chosen)."""
+        refs = set()
+        for where, image in self._starting.values():
+            if where == node:
+                entry = catalog.get(image)
+                refs.add(entry.image if entry is not None else image)
+        return frozenset(refs)
 
     # ------------------------------------------------------------------ loop
     def start(self) -> None:
@@ -293,10 +333,17 @@ class PrePullRunner:
                 del self.nodes[gone]  # a node taken out of the configuration
             states = [s for s in snapshot.nodes if s.reachable]
             idle = [s for s in states if s.name not in self.workers]
-            listed = await asyncio.gather(*(self._facts(s, registry) for s in idle))
+            listed = await asyncio.gather(*(self._facts(s, registry, catalog) for s in idle))
             facts = [f for f in listed if f is not None]
             self._sizes.update(known_sizes(list(catalog), facts))
-            plans = plan(facts, chosen, catalog, self.settings.budget_bytes, self._sizes)
+            plans = plan(
+                facts,
+                chosen,
+                catalog,
+                self.settings.budget_bytes,
+                self._sizes,
+                self.settings.custom_budget_bytes,
+            )
             now = time.time()
             for name, node_plan in plans.items():
                 status = self.nodes.setdefault(name, NodeStatus())
@@ -312,7 +359,9 @@ class PrePullRunner:
             self.rounds += 1
             return plans
 
-    async def _facts(self, state: Any, registry: SavedRegistry | None) -> NodeFacts | None:
+    async def _facts(
+        self, state: Any, registry: SavedRegistry | None, catalog: Catalog
+    ) -> NodeFacts | None:
         node = state.name
         try:
             images, containers = await self.cluster.run(
@@ -345,7 +394,13 @@ class PrePullRunner:
                     created=engine.created,
                 )
             )
-        return NodeFacts(state.inventory, tuple(held), state.reachable, state.schedulable)
+        return NodeFacts(
+            state.inventory,
+            tuple(held),
+            state.reachable,
+            state.schedulable,
+            self._pinned(node, catalog),  # read after the listing: a spawn placed meanwhile
+        )
 
     # ------------------------------------------------------------------ a node's worker
     async def _work(self, node: str, node_plan: NodePlan) -> None:
@@ -374,10 +429,12 @@ class PrePullRunner:
             )
             if gone:
                 removed.append(name)
+                custom = removal.why == CUSTOM_LRU
+                budget = node_plan.custom_budget_bytes if custom else node_plan.budget_bytes
                 self.log.info(
                     "Pre-puller removed %s (%.1f GiB, %s) from node %s to keep it within "
-                    "its %.0f GiB budget", name, image.size / GIB, removal.why, node,
-                    node_plan.budget_bytes / GIB,
+                    "its %.0f GiB %sbudget", name, image.size / GIB, removal.why, node,
+                    budget / GIB, "custom images' " if custom else "",
                 )  # fmt: skip
             else:
                 self.log.info("Pre-puller kept %s on node %s: a container uses it", name, node)

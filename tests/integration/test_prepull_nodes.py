@@ -1,7 +1,8 @@
 """The pre-puller on a real engine (node-b) with the test registry: a catalog image the
-registry has and node-b lacks is pulled within one round; an image of ours out of the
-catalog, over the budget, is removed; one that a stopped container uses is kept (the
-planner never picks it, and the engine refuses, 409, if asked).
+registry has and node-b lacks is pulled within one round; images labelled with a catalog
+slug whose reference the catalog does not list are custom images (issue 30): over the
+custom images' budget, the unused one is removed; one that a stopped container uses is
+kept (the planner never picks it, and the engine refuses, 409, if asked).
 
 The cluster is shared: the round sees only this test's images on node-b (the listing is
 filtered to them), so no other image there can be planned for removal."""
@@ -46,8 +47,8 @@ def registry(engines: list[Engine], tmp_path_factory: pytest.TempPathFactory) ->
 
 
 def labelled(client: docker.DockerClient, tag: str, slug: str) -> str:
-    """An image of ours (labelled with a catalog slug the catalog lacks), made on the node
-    from the test image in a second (one LABEL: no layer)."""
+    """A custom image (labelled with a catalog slug, its reference not in the catalog),
+    made on the node from the test image in a second (one LABEL: no layer)."""
     dockerfile = f"FROM {TEST_IMAGE}\nLABEL {CATALOG_LABEL}={slug}\n".encode()
     image, _ = client.images.build(fileobj=io.BytesIO(dockerfile), tag=tag, rm=True)
     return str(image.id)
@@ -96,14 +97,23 @@ async def test_a_round_pulls_what_is_missing_and_removes_what_is_over_budget(
     try:
         with node_b.client() as client:
             size = client.images.get(gone).attrs["Size"]
-        # ours: gone + kept = 2 sizes; the budget is 1.5: gone (out of the catalog) must go
-        policy = PrePuller(enabled=True, images=["prepulltest"], disk_budget_gib=1.5 * size / GIB)
+        # custom: gone + kept = 2 sizes; their budget is 1.5: gone (unused) must go, and
+        # the catalog's budget (1.5 too) is the catalog image's alone: it is pulled
+        budget = 1.5 * size / GIB
+        policy = PrePuller(
+            enabled=True,
+            images=["prepulltest"],
+            disk_budget_gib=budget,
+            custom_disk_budget_gib=budget,
+        )
         runner = PrePullRunner(
             cluster, policy, lambda: Catalog((entry,)), cluster.log, remove_fn=guarded_remove
         )
         plans = await runner.round()
         assert [r.image.id for r in plans[node_b.name].removals] == [gone_id]
         assert plans[node_b.name].pulls == (entry,)
+        assert plans[node_b.name].used_bytes == 0  # the labels count for nothing here
+        assert plans[node_b.name].custom_used_bytes == 2 * size
         await runner.idle()
         state = runner.state()["nodes"][node_b.name]
         assert state["has"] == ["prepulltest"] and state["last_error"] is None, state

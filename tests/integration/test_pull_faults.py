@@ -104,7 +104,7 @@ async def test_a_full_disk_and_a_registry_down_are_sentences_and_leave_nothing_p
         entries = (cpu_entry("big", big), cpu_entry("small", small))
         runner = PrePullRunner(
             cluster,
-            PrePuller(enabled=True, images="all", disk_budget_gib=0),
+            PrePuller(enabled=True, images="all", disk_budget_gib=0, custom_disk_budget_gib=0),
             lambda: Catalog(entries),
             log,
         )

@@ -11,6 +11,7 @@ from jupyterhub_gpu.core.catalog import Catalog, CatalogEntry
 from jupyterhub_gpu.core.inventory import GPU, NodeInventory
 from jupyterhub_gpu.core.prepull import (
     CATALOG_LABEL,
+    CUSTOM_LRU,
     GIB,
     HeldImage,
     NodeFacts,
@@ -80,6 +81,9 @@ def test_policy_config_refuses_bad_values_with_a_sentence() -> None:
         PrePuller(images="most-used:-1")
     with pytest.raises(TraitError, match=r"disk_budget_gib is -1\.0; it must be 0 or more"):
         PrePuller(disk_budget_gib=-1)
+    with pytest.raises(TraitError, match=r"custom_disk_budget_gib is -2\.0; it must be 0"):
+        PrePuller(custom_disk_budget_gib=-2)
+    assert PrePuller().custom_budget_bytes == 30 * GIB
     with pytest.raises(TraitError, match=r"interval is 0\.0; it must be more than 0"):
         PrePuller(interval=0)
     c = Config()
@@ -96,6 +100,11 @@ def test_configure_prepuller_sets_the_policy_and_the_api() -> None:
     assert any(h[0] == r"/api/gpu/prepull" for h in c.JupyterHub.extra_handlers)
     with pytest.raises(TypeError, match=r"unknown setting.*budget"):
         configure_prepuller(Config(), budget=3)
+    with pytest.raises(TypeError, match=r"unknown setting.*custom_budget"):
+        configure_prepuller(Config(), custom_budget=3)
+    custom = Config()
+    configure_prepuller(custom, custom_disk_budget_gib=12)
+    assert PrePuller(config=custom).custom_budget_bytes == 12 * GIB
     bad = Config()
     with pytest.raises(TraitError, match="most-used:N"):
         configure_prepuller(bad, images="most-used:x")
@@ -182,28 +191,28 @@ def test_unknown_size_is_pulled_only_under_budget_one_at_a_time() -> None:
 
 
 # ---------------------------------------------------------------------- removals
-def test_over_budget_removes_out_of_catalog_first_then_least_recently_used() -> None:
-    gone = img(f"{REG}/old:1", 3, labels={CATALOG_LABEL: "old"}, last_used=900)
+def test_over_budget_removes_unchosen_first_then_least_recently_used() -> None:
     cpu = img(f"{REG}/cpu:1", 1, last_used=100)
     torch = img(f"{REG}/torch:2.8", 5, last_used=50)
     tf = img(f"{REG}/tf:2.20", 4, last_used=800)
-    a = node("a", gone, cpu, torch, tf)  # 13 GiB of ours
-    removals = plan([a], (CPU, TORCH, TF), CATALOG, 9 * GIB)["a"].removals
-    assert [(r.image.references[0], r.why) for r in removals] == [
-        (f"{REG}/old:1", "not in the catalog"),
-        (f"{REG}/torch:2.8", "least recently used"),
-    ]
-    # under the budget: nothing is removed, even out of the catalog
-    assert plan([a], (CPU, TORCH, TF), CATALOG, 13 * GIB)["a"].removals == ()
+    retired = img(f"{REG}/old:1", 3, labels={CATALOG_LABEL: "old"}, last_used=900)
+    a = node("a", retired, cpu, torch, tf)  # 10 GiB of ours: the retired one is custom
+    removals = plan([a], (CPU, TORCH), CATALOG, 6 * GIB)["a"].removals
+    assert [(r.image.references[0], r.why) for r in removals] == [(f"{REG}/tf:2.20", "not chosen")]
+    nplan = plan([a], (CPU, TORCH, TF), CATALOG, 9 * GIB)["a"]
+    assert [(r.image, r.why) for r in nplan.removals] == [(torch, "least recently used")]
+    assert nplan.used_bytes == 10 * GIB and nplan.custom_used_bytes == 3 * GIB
+    # under the budget: nothing is removed
+    assert plan([a], (CPU, TORCH, TF), CATALOG, 10 * GIB)["a"].removals == ()
     # no budget: nothing is removed
     assert plan([a], (CPU,), CATALOG, 0)["a"].removals == ()
 
 
 def test_an_image_a_container_uses_is_never_removed() -> None:
-    gone = img(f"{REG}/old:1", 30, labels={CATALOG_LABEL: "old"}, in_use=True)
+    tf = img(f"{REG}/tf:2.20", 30, in_use=True)
     torch = img(f"{REG}/torch:2.8", 5, in_use=True)
     cpu = img(f"{REG}/cpu:1", 1)
-    nplan = plan([node("a", gone, torch, cpu)], (TORCH,), CATALOG, 1 * GIB)["a"]
+    nplan = plan([node("a", tf, torch, cpu)], (TORCH,), CATALOG, 1 * GIB)["a"]
     assert [r.image for r in nplan.removals] == [cpu]  # not chosen: it goes; the others stay
     assert nplan.used_bytes == 36 * GIB
 
@@ -215,25 +224,96 @@ def test_never_saved_images_nor_images_not_ours() -> None:
     )
     build = img("tmp/x:1", 9, labels={"io.jupyterhub-gpu.build-id": "b1"})
     stranger = img("postgres:16", 9)
-    mine = img(f"{REG}/old:1", 1, labels={CATALOG_LABEL: "old"})
-    nplan = plan([node("a", saved, saved_labelled, build, stranger, mine)], (), CATALOG, 1)["a"]
+    mine = img(f"{REG}/tf:2.20", 1)
+    facts = node("a", saved, saved_labelled, build, stranger, mine)
+    nplan = plan([facts], (), CATALOG, 1, custom_budget_bytes=1)["a"]
     assert [r.image for r in nplan.removals] == [mine]
     assert nplan.used_bytes == 1 * GIB  # only ours count
+    assert nplan.custom_used_bytes == 0  # and none of them is a custom image
 
 
 def test_room_is_made_for_a_chosen_pull_from_unchosen_images_only() -> None:
-    b = node("b", img(f"{REG}/old:1", 4, labels={CATALOG_LABEL: "old"}), img(f"{REG}/tf:2.20", 4))
+    b = node("b", img(f"{REG}/cpu:1", 4), img(f"{REG}/tf:2.20", 4))
     sizes_from = node("a", img(f"{REG}/torch:2.8", 5))
-    # torch (5) needs room: old (not in catalog) and tf (not chosen) may go, old first
+    # torch (5) needs room: cpu and tf (not chosen) may go, least recently used first
     nplan = plan([b, sizes_from], (TORCH,), CATALOG, 9 * GIB)["b"]
     assert nplan.pulls == (TORCH,)
-    assert [r.image.references[0] for r in nplan.removals] == [f"{REG}/old:1"]
+    assert [r.image.references[0] for r in nplan.removals] == [f"{REG}/cpu:1"]
     # a chosen image is never removed for another chosen one
     nplan = plan([b, sizes_from], (TF, TORCH), CATALOG, 9 * GIB)["b"]
-    assert nplan.pulls == (TORCH,) and [r.why for r in nplan.removals] == ["not in the catalog"]
+    assert nplan.pulls == (TORCH,) and [r.why for r in nplan.removals] == ["not chosen"]
     nplan = plan([b, sizes_from], (TF, TORCH), CATALOG, 8 * GIB)["b"]
     assert nplan.pulls == () and nplan.removals == ()
     assert "does not fit" in nplan.skipped["torch"]
+
+
+# ---------------------------------------------------------------------- custom images
+LAB = "hub.example.org/lab"
+OPEN = Catalog((CPU, TORCH, TF, NEW13), allowed_image_patterns=(f"{LAB}/*",))
+
+
+def test_a_labelled_custom_image_does_not_evict_a_catalog_image() -> None:
+    """Issue 30: the catalog label on an image the catalog does not list (a user's own,
+    in use) counted against the catalog's budget: chosen torch was removed, cpu not
+    pulled."""
+    torch = img(f"{REG}/torch:2.8", 5)
+    mimic = img(f"{LAB}/mine:1", 8, labels={CATALOG_LABEL: "torch"}, in_use=True)
+    nplan = plan([node("a", torch, mimic)], (TORCH, CPU), CATALOG, 8 * GIB, {"cpu": GIB})["a"]
+    assert nplan.removals == ()
+    assert nplan.pulls == (CPU,)
+    assert nplan.held == ("torch",)
+    assert nplan.used_bytes == 5 * GIB and nplan.custom_used_bytes == 8 * GIB
+
+
+def test_unused_custom_images_beyond_their_budget_go_least_recently_used_first() -> None:
+    c1 = img(f"{LAB}/one:1", 3, last_used=100)
+    c2 = img(f"{LAB}/two:1", 3, last_used=300)
+    c3 = img(f"{LAB}/three:1", 3, created=200)  # never seen in use: its creation time
+    retired = img(f"{REG}/old:1", 3, labels={CATALOG_LABEL: "old"}, last_used=50)
+    stranger = img("postgres:16", 30, created=1)  # no pattern names it: never touched
+    cpu = img(f"{REG}/cpu:1", 1)
+    facts = node("a", c2, c3, stranger, cpu, c1, retired)
+    nplan = plan([facts], (CPU,), OPEN, 1 * GIB, custom_budget_bytes=5 * GIB)["a"]
+    assert [(r.image, r.why) for r in nplan.removals] == [
+        (retired, CUSTOM_LRU),
+        (c1, CUSTOM_LRU),
+        (c3, CUSTOM_LRU),
+    ]
+    assert nplan.custom_used_bytes == 12 * GIB and nplan.custom_budget_bytes == 5 * GIB
+    # within the budget, or no budget: none goes
+    assert plan([facts], (CPU,), OPEN, 1 * GIB, custom_budget_bytes=12 * GIB)["a"].removals == ()
+    assert plan([facts], (CPU,), OPEN, 1 * GIB, custom_budget_bytes=0)["a"].removals == ()
+    # without the patterns only the labelled one is a custom image
+    nplan = plan([facts], (CPU,), CATALOG, 1 * GIB, custom_budget_bytes=1)["a"]
+    assert [r.image for r in nplan.removals] == [retired]
+
+
+def test_a_custom_image_in_use_or_a_server_starts_from_is_never_removed() -> None:
+    used = img(f"{LAB}/used:1", 3, in_use=True, last_used=1)
+    starting = img(f"{LAB}/starting:1", 3, last_used=2)
+    saved = img(f"{LAB}/saved:1", 3, saved=True)
+    idle = img(f"{LAB}/idle:1", 3, last_used=3)
+    facts = NodeFacts(
+        inv("a"), (used, starting, saved, idle), pinned=frozenset({f"{LAB}/starting:1"})
+    )
+    nplan = plan_node(facts, (), OPEN, 0, custom_budget_bytes=1)
+    assert [r.image for r in nplan.removals] == [idle]
+    assert nplan.custom_used_bytes == 9 * GIB  # the saved one is never a custom image
+    # a pin in another spelling (Docker Hub's long form, no tag) holds too
+    hub = img("python:latest", 1)
+    pinned_hub = NodeFacts(inv("a"), (hub,), pinned=frozenset({"docker.io/library/python"}))
+    only_hub = Catalog((CPU,), allowed_image_patterns=("python:*",))
+    assert plan_node(pinned_hub, (), only_hub, 0, custom_budget_bytes=1).removals == ()
+    assert [
+        r.image for r in plan_node(NodeFacts(inv("a"), (hub,)), (), only_hub, 0, None, 1).removals
+    ] == [hub]
+
+
+def test_a_catalog_image_a_server_starts_from_is_not_removed_either() -> None:
+    tf = img(f"{REG}/tf:2.20", 4)
+    facts = NodeFacts(inv("a"), (tf,), pinned=frozenset({f"{REG}/tf:2.20"}))
+    assert plan_node(facts, (), CATALOG, 1).removals == ()
+    assert [r.image for r in plan_node(NodeFacts(inv("a"), (tf,)), (), CATALOG, 1).removals] == [tf]
 
 
 def test_one_plan_node_matches_plan() -> None:
@@ -242,7 +322,7 @@ def test_one_plan_node_matches_plan() -> None:
 
 
 def test_a_chosen_image_goes_only_when_that_brings_the_node_within_budget() -> None:
-    used = img(f"{REG}/old:1", 3, labels={CATALOG_LABEL: "old"}, in_use=True)
+    used = img(f"{REG}/tf:2.20", 3, in_use=True)
     cpu = img(f"{REG}/cpu:1", 1)
     # 4 GiB, budget 2: the image in use keeps the node over it whatever goes
     assert plan([node("a", used, cpu)], (CPU,), CATALOG, 2 * GIB)["a"].removals == ()

@@ -14,11 +14,13 @@ import pytest
 import requests
 from docker.errors import APIError
 
+from jupyterhub_gpu.core.accounting.records import AllocationRecord
 from jupyterhub_gpu.core.catalog import Catalog, CatalogEntry
 from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeInventory, NodeState
 from jupyterhub_gpu.core.prepull import CATALOG_LABEL, GIB
 from jupyterhub_gpu.core.progress import DISK_FULL, MISSING
 from jupyterhub_gpu.errors import ImageUnavailable, PullYielded
+from jupyterhub_gpu.hub.ledger import GPULedger
 from jupyterhub_gpu.hub.prepull import PrePuller, PrePullRunner
 from jupyterhub_gpu.hub.pull import pull, pulls_on
 from tests.support.waiting import wait_until_async
@@ -95,6 +97,7 @@ class FakeCluster:
     def __init__(self, **nodes: Engine) -> None:
         self.engines = dict(nodes)
         self.recorder = None
+        self.ledger = GPULedger()
 
     async def snapshot(self) -> ClusterSnapshot:
         inventories = [
@@ -243,13 +246,44 @@ async def test_removal_never_of_an_image_a_container_uses() -> None:
     engine.add("postgres:16", 50)  # not ours
     cluster = FakeCluster(a=engine)
     fake = FakePull(cluster)
-    r = runner(cluster, [Catalog((CPU,))], fake, disk_budget_gib=4)
+    # labelled, out of the catalog: custom images (6 GiB), with a budget of their own
+    r = runner(cluster, [Catalog((CPU,))], fake, disk_budget_gib=4, custom_disk_budget_gib=4)
     await r.round()
     await r.idle()
-    assert engine.removed == [f"{REG}/older:1"]  # 7 GiB of ours; 4 once it is gone
+    assert engine.removed == [f"{REG}/older:1"]  # 6 GiB of custom images; 3 once it is gone
     assert f"{REG}/old:1" in [t for i in engine.images for t in i["RepoTags"]]
     assert r.state()["nodes"]["a"]["removed"] == [f"{REG}/older:1"]
     assert fake.calls == []
+
+
+async def test_custom_images_swept_through_the_engine_but_not_one_a_server_starts_from() -> None:
+    engine = Engine()
+    lab = "hub.example.org/lab"
+    engine.add(f"{REG}/cpu:1", 1)  # the catalog's one image, held: nothing to pull
+    a_id = engine.add(f"{lab}/a:1", 2)
+    engine.add(f"{lab}/b:1", 2)
+    engine.add(f"{lab}/c:1", 2)
+    engine.add("postgres:16", 50)  # no pattern lets users spawn it: never touched
+    cluster = FakeCluster(a=engine)
+    catalog = Catalog((CPU,), allowed_image_patterns=(f"{lab}/*",))
+    r = runner(cluster, [catalog], FakePull(cluster), images=["cpu"], custom_disk_budget_gib=3)
+    record = AllocationRecord(
+        id="alloc-1", user="ann", server="", group="", node="a", gpu_uuids=(),
+        gpu_model="", image=f"{lab}/a:1", cuda="",
+    )  # fmt: skip
+    cluster.ledger.open_allocation(record)  # ann's server is starting from lab/a
+    await r.round()
+    await r.idle()
+    assert sorted(engine.removed) == [f"{lab}/b:1", f"{lab}/c:1"]  # 6 GiB; a is pinned
+    assert "postgres:16" in [t for i in engine.images for t in i["RepoTags"]]
+    # the server runs: its container uses the image, which no longer needs the pin
+    engine.use(a_id)
+    cluster.ledger.allocation_started("alloc-1")
+    assert r._starting == {}
+    engine.add(f"{lab}/d:1", 2)  # 4 GiB of custom images: d goes, a (in use) stays
+    await r.round()
+    await r.idle()
+    assert sorted(engine.removed) == [f"{lab}/b:1", f"{lab}/c:1", f"{lab}/d:1"]
 
 
 async def test_a_container_created_after_the_listing_keeps_its_image() -> None:
@@ -258,7 +292,7 @@ async def test_a_container_created_after_the_listing_keeps_its_image() -> None:
     engine.on_remove = lambda: engine.use(old)  # created between the listing and removal
     cluster = FakeCluster(a=engine)
     fake = FakePull(cluster)
-    r = runner(cluster, [Catalog((CPU,))], fake, disk_budget_gib=1)
+    r = runner(cluster, [Catalog((CPU,))], fake, disk_budget_gib=1, custom_disk_budget_gib=1)
     plans = await r.round()
     assert [x.image.id for x in plans["a"].removals] == [old]
     await wait_until_async(lambda: fake.calls, 5, "the pull after the removal")
