@@ -13,7 +13,9 @@ Made with the ``cryptography`` library (ECDSA P-256, SHA-256), under ``--etc``/t
   node's ``/etc/jupyterhub-gpu/tls``. It prints the node's ``daemon.json`` and the
   docker.service drop-in that goes with it.
 
-Each refuses to replace an existing certificate without ``--force``; keys are created 0600.
+Each refuses to replace an existing certificate without ``--force``; keys are created 0600,
+certificates 0644, and ``tls/``, ``tls/nodes`` and each node's folder are 0700, whatever
+the caller's umask.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from jupyterhub_gpu.cli.layout import DEFAULT_ETC, SECRET_MODE, Site, write_all
+from jupyterhub_gpu.cli.layout import DEFAULT_ETC, SECRET_MODE, Site, private_dir, write_all
 from jupyterhub_gpu.errors import ConfigError
 
 CA_DAYS = 3650
@@ -188,6 +190,7 @@ def make_site_ca(site: Site, force: bool = False) -> list[Path]:
         "A new CA voids every certificate signed by the old one (all nodes and the hub).",
     )
     cert, key = make_ca()
+    private_dir(site.tls)
     write_all({site.ca_cert: (cert, 0o644), site.ca_key: (key, SECRET_MODE)})
     return [site.ca_cert, site.ca_key]
 
@@ -196,6 +199,7 @@ def make_hub_cert(site: Site, force: bool = False) -> list[Path]:
     ca = _read_ca(site)
     _refuse_existing([site.hub_cert, site.hub_key], force, "")
     cert, key = issue(*ca, "jupyterhub-gpu hub", client=True)
+    private_dir(site.tls)
     write_all({site.hub_cert: (cert, 0o644), site.hub_key: (key, SECRET_MODE)})
     return [site.hub_cert, site.hub_key]
 
@@ -215,6 +219,8 @@ def make_node_cert(
     cert_path, key_path = folder / site.node_cert.name, folder / site.node_key.name
     _refuse_existing([cert_path, key_path], force, "")
     cert, key = issue(ca_cert, ca_key, node, server_names=[node, address, *(dns or [])])
+    for private in (site.tls, folder.parent, folder):  # 0700 before a key goes in
+        private_dir(private)
     write_all(
         {
             folder / "ca.pem": (ca_cert, 0o644),
@@ -222,7 +228,6 @@ def make_node_cert(
             key_path: (key, SECRET_MODE),
         }
     )
-    folder.chmod(0o700)
     return [folder / "ca.pem", cert_path, key_path]
 
 

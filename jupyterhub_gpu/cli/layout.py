@@ -5,7 +5,9 @@ One layout for every command (``site init``, ``certs``, ``units install``,
 ``/var/lib/jupyterhub-gpu`` (both overridable, so tests use temporary folders), nothing
 relative to a working directory. Files are written whole or not at all: a temporary file
 in the same folder, then ``os.replace``; secrets and keys are created 0600 from the start
-(never chmod-ed after being written readable).
+(never chmod-ed after being written readable), every mode set explicitly whatever the
+caller's umask: 0700 for ``secrets/`` and ``tls/`` (:func:`private_dir`), 0600 keys,
+0644 certificates.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 DEFAULT_ETC = Path("/etc/jupyterhub-gpu")
 DEFAULT_STATE = Path("/var/lib/jupyterhub-gpu")
 SECRET_MODE = 0o600
+PRIVATE_DIR_MODE = 0o700
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,14 @@ def render(template: str, values: dict[str, str]) -> str:
         if left:
             raise ValueError(f"template placeholders without a value: {left}")
     return out
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` exists as a folder with mode 0700 exactly: made so, or closed if it was
+    open. The caller's umask decides nothing (a folder of keys is never 0777)."""
+    path.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    path.chmod(PRIVATE_DIR_MODE)
+    return path
 
 
 def staged(path: Path, data: bytes, mode: int = 0o644) -> Path:

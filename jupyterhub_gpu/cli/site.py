@@ -4,8 +4,9 @@
 ``jupyterhub_config.py`` (every path in it absolute, into ``--etc`` and ``--state``),
 ``catalog.yaml`` (a copy of the shipped catalog), ``nodes.yaml`` (the one list of GPU
 nodes), and ``secrets/`` (0700) with the node agents' site secret, the cookie secret and
-``hub.env`` (JUPYTERHUB_CRYPT_KEY), each 0600. ``--state`` (default
-``/var/lib/jupyterhub-gpu``, 0700) is created for what the hub writes. A new site is
+``hub.env`` (JUPYTERHUB_CRYPT_KEY), each 0600, and an empty ``tls/`` (0700) for
+``certs``. ``--state`` (default ``/var/lib/jupyterhub-gpu``, 0700) is created for what
+the hub writes. Every mode is set, none left to the caller's umask. A new site is
 built in a temporary folder beside ``--etc`` and renamed into place: it appears whole or
 not at all. An existing site is refused without ``--force``; with it, the configuration,
 catalog and nodes file are rewritten and the secrets kept (a new cookie secret would log
@@ -32,6 +33,7 @@ from jupyterhub_gpu.cli.layout import (
     SECRET_MODE,
     Site,
     package_file,
+    private_dir,
     render,
     write_all,
     write_atomic,
@@ -144,10 +146,11 @@ def init(site: Site, args: argparse.Namespace) -> list[str]:
             " nothing was changed. Run with --force to rewrite its configuration, catalog and"
             " nodes file (its secrets and certificates are kept)."
         )
-    site.state.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dir(site.state)
     if exists:
         fresh = {p: (data, SECRET_MODE) for p, data in secret_files(site).items() if not p.exists()}
-        site.secrets.mkdir(mode=0o700, exist_ok=True)
+        private_dir(site.secrets)
+        private_dir(site.tls)
         write_all({**files, **fresh})
         return [f"rewrote {p}" for p in files] + [f"made the missing secret {p}" for p in fresh]
     # a new site: built whole in a temporary folder, then renamed into place
@@ -155,7 +158,8 @@ def init(site: Site, args: argparse.Namespace) -> list[str]:
     tmp = Path(tempfile.mkdtemp(dir=site.etc.parent, prefix=f".{site.etc.name}."))
     try:
         staging = Site(etc=tmp, state=site.state)
-        staging.secrets.mkdir(mode=0o700)
+        private_dir(staging.secrets)
+        private_dir(staging.tls)
         for path, (data, mode) in files.items():
             write_atomic(tmp / path.relative_to(site.etc), data, mode)
         for path, data in secret_files(site).items():

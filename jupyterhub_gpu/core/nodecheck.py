@@ -172,13 +172,24 @@ def network_checks(
     ]
 
 
-def bridge_gateway(info: Mapping[str, Any] | None) -> str | None:
-    """The user network's gateway (the node's address on the bridge), if known."""
+def _gateways(info: Mapping[str, Any] | None) -> list[str]:
+    out = []
     for cfg in ((info or {}).get("IPAM") or {}).get("Config") or []:
         gw = cfg.get("Gateway") if isinstance(cfg, Mapping) else None
         if isinstance(gw, str) and gw:
-            return gw.split("/")[0]
-    return None
+            out.append(gw.split("/")[0])
+    return out
+
+
+def bridge_gateway(info: Mapping[str, Any] | None) -> str | None:
+    """The user network's IPv4 gateway (the node's address on the bridge), if known."""
+    return next((gw for gw in _gateways(info) if ":" not in gw), None)
+
+
+def bridge_gateway6(info: Mapping[str, Any] | None) -> str | None:
+    """The user network's IPv6 gateway, if it has one (it must not: network_checks fails
+    it; the firewall probe tries it too, to show what a container reaches over IPv6)."""
+    return next((gw for gw in _gateways(info) if ":" in gw), None)
 
 
 # ---------------------------------------------------------------- 2. firewall
@@ -191,7 +202,9 @@ class Target:
 
     @property
     def key(self) -> str:
-        return f"{self.host}:{self.port}"
+        """``host:port``, ``[host]:port`` for an IPv6 host (the probe's keys are the same)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
 
 
 def firewall_targets(
@@ -203,11 +216,15 @@ def firewall_targets(
     hub_private: Sequence[tuple[str, int, str]] = (),
     peer: str | None = None,
     peer_port: int = 8888,
+    gateway6: str | None = None,
 ) -> list[Target]:
-    """Where a user's container must not get (and the hub's API, where it must)."""
+    """Where a user's container must not get (and the hub's API, where it must).
+    ``gateway6``: the bridge's IPv6 gateway, on a user network with IPv6 (unfit anyway)."""
     hosts = [(node_address, "the node")]
     if gateway and gateway != node_address:
         hosts.append((gateway, "the bridge gateway (the node)"))
+    if gateway6:
+        hosts.append((gateway6, "the bridge's IPv6 gateway (the node)"))
     out: list[Target] = []
     for host, where in hosts:
         out.append(Target(host, 2375, f"plain Docker API on {where}"))
@@ -244,6 +261,10 @@ _FIREWALL_FIX = {
         "{bridge}{allow} (and at every boot, after docker.service; docs/nodes.md)"
     ),
     "icc": "; containers reach each other: the user network needs enable_icc=false",
+    "no-outcome": (
+        "the probe did not try every target, so they are not shown blocked: check the "
+        "probe image (python3) and the engine's log, then run check-node again"
+    ),
     "hub-api": (
         "allow it in the node firewall: scripts/node-firewall.sh --bridge {bridge} "
         "--allow {key}; check JupyterHub.hub_connect_url is an address the "
@@ -288,21 +309,31 @@ def _private_targets_check(
     bridge: str,
     hub_api: tuple[str, int] | None,
 ) -> Check:
-    """firewall: a user's container reaches none of the targets it must not reach."""
-    leaks = [t for t in targets if not t.must_reach and reached(outcomes.get(t.key, ""))]
-    if not leaks:
-        blocked = [t for t in targets if not t.must_reach]
+    """firewall: a user's container reaches none of the targets it must not reach. A
+    target the probe gave no outcome for was not shown blocked: that fails too."""
+    private = [t for t in targets if not t.must_reach]
+    leaks = [t for t in private if reached(outcomes.get(t.key, ""))]
+    untried = [t for t in private if not outcomes.get(t.key)]
+    if not leaks and not untried:
         seen = (
             f"a user's container (uid {uid}, no capabilities) reached none of "
-            f"{len(blocked)} private targets"
+            f"{len(private)} private targets"
         )
         return Check(node, "firewall", True, seen)
-    seen = "; ".join(f"{t.key} ({t.what}: {outcomes[t.key]})" for t in leaks)
-    allow = f" --allow {hub_api[0]}:{hub_api[1]}" if hub_api else " --allow HUB_IP:HUB_API_PORT"
-    fix = _FIREWALL_FIX["apply"].format(bridge=bridge, allow=allow)
-    if any(t.what.startswith("another container") for t in leaks):
-        fix += _FIREWALL_FIX["icc"]
-    return Check(node, "firewall", False, f"a user's container reached {seen}", fix)
+    parts, fixes = [], []
+    if leaks:
+        reach = "; ".join(f"{t.key} ({t.what}: {outcomes[t.key]})" for t in leaks)
+        parts.append(f"a user's container reached {reach}")
+        allow = f" --allow {hub_api[0]}:{hub_api[1]}" if hub_api else " --allow HUB_IP:HUB_API_PORT"
+        fix = _FIREWALL_FIX["apply"].format(bridge=bridge, allow=allow)
+        if any(t.what.startswith("another container") for t in leaks):
+            fix += _FIREWALL_FIX["icc"]
+        fixes.append(fix)
+    if untried:
+        names = ", ".join(f"{t.key} ({t.what})" for t in untried)
+        parts.append(f"the probe gave no outcome for {names}")
+        fixes.append(_FIREWALL_FIX["no-outcome"])
+    return Check(node, "firewall", False, "; ".join(parts), "; ".join(fixes))
 
 
 def _hub_api_check(node: str, key: str, outcome: str, bridge: str) -> Check:

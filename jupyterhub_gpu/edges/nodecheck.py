@@ -44,15 +44,16 @@ import json, os, socket, sys
 from concurrent.futures import ThreadPoolExecutor
 targets = json.loads(sys.argv[1])
 def connect(t):
-    s = socket.socket(); s.settimeout(2.0)
+    s = socket.socket(socket.AF_INET6 if ":" in t[0] else socket.AF_INET); s.settimeout(2.0)
     try:
         s.connect((t[0], t[1])); return "open"
     except socket.timeout: return "timeout"
     except ConnectionRefusedError: return "refused"
     except OSError as e: return "error:" + type(e).__name__
     finally: s.close()
+def key(h, p): return ("[%s]:%d" if ":" in h else "%s:%d") % (h, p)
 with ThreadPoolExecutor(32) as pool:
-    out = dict(zip(["%s:%d" % (h, p) for h, p in targets], pool.map(connect, targets)))
+    out = dict(zip([key(h, p) for h, p in targets], pool.map(connect, targets)))
 print(json.dumps({"uid": os.getuid(), "connect": out}))
 """
 
@@ -309,6 +310,7 @@ def firewall_facts(
     targets = rules.firewall_targets(
         node_address=spec.address,
         gateway=rules.bridge_gateway(net),
+        gateway6=rules.bridge_gateway6(net),
         agent_port=agent_port,
         hub_api=settings.hub_api,
         hub_private=settings.hub_private,

@@ -341,9 +341,10 @@ class Cluster:
         )
 
     async def ensure_user_network(self, node: str, name: str, bridge: str) -> None:
-        """The node's user bridge network exists and is fit (ICC off, on ``bridge``): created
-        when missing, checked once per node (again after the node was unreachable). Raises
-        :class:`ConfigError` naming the node and what to do when an existing one is unfit."""
+        """The node's user bridge network exists and is fit (ICC off, no IPv6, on
+        ``bridge``): created when missing, checked once per node (again after the node was
+        unreachable). Raises :class:`ConfigError` naming the node and what to do when an
+        existing one (or one the engine made otherwise than asked) is unfit."""
         if self._networks.get(node) == (name, bridge):
             return
         async with self._network_locks.setdefault(node, asyncio.Lock()):
@@ -360,7 +361,10 @@ class Cluster:
                         lambda: client.create_network(
                             name,
                             driver="bridge",
+                            # ICC off, IPv6 explicitly off (docker-py sends no
+                            # EnableIPv6 for False: the option says it to the engine)
                             options=network_options(bridge),
+                            enable_ipv6=False,
                             labels={f"{LABEL}.network": "users"},
                         ),
                     )

@@ -29,12 +29,14 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+import docker
 import pytest
 import yaml
 
 from jupyterhub_gpu.cli import check_node
 from jupyterhub_gpu.core.nodecheck import PROBE_LABEL
 from jupyterhub_gpu.core.tokens import node_token
+from jupyterhub_gpu.core.usernet import network_options, network_problem
 from tests.conftest import gpu_inventory
 from tests.support.cluster import REPO, SITE_ADDRESS, STATE, TEST_IMAGE, Engine
 from tests.support.hub import free_port
@@ -266,6 +268,49 @@ def test_icc_on_fails_the_network_and_the_firewall(
     rc, checks = run_checks(write_config(), "--only", "user-network,firewall", capsys=capsys)
     assert rc == 0, failing(checks)
     no_probe_left(node)
+
+
+def test_an_ipv6_user_network_fails_and_its_ipv6_gateway_is_probed(
+    node: Engine, write_config: Any, metadata_here: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A user network with IPv6 (as an engine with IPv6 on for new networks makes it): the
+    node firewall filters IPv4 only, so user-network fails with the fix and the probe
+    tries the bridge's IPv6 gateway. Control: the hub's own options make a network
+    without IPv6 on this engine, which passes."""
+    name, bridge = "jhgpu-check-v6", "jhgpu-chk-v6"
+    extra = (
+        f'c.GPUDockerSpawner.user_network = "{name}"\nc.GPUDockerSpawner.user_bridge = "{bridge}"\n'
+    )
+    pool = docker.types.IPAMPool(subnet="fd00:7a6b::/64", gateway="fd00:7a6b::1")
+    with node.client() as client:
+        try:
+            client.networks.create(
+                name,
+                driver="bridge",
+                enable_ipv6=True,
+                ipam=docker.types.IPAMConfig(pool_configs=[pool]),
+                options={**network_options(bridge), "com.docker.network.enable_ipv6": "true"},
+            )
+        except docker.errors.APIError as e:
+            pytest.skip(f"this engine makes no IPv6 network here: {e}")
+        try:
+            rc, checks = run_checks(
+                write_config(extra=extra), "--only", "user-network,firewall", capsys=capsys
+            )
+            assert rc == 1
+            assert "IPv6" in checks["user-network"]["detail"]
+            assert "docker network rm jhgpu-check-v6" in failing(checks)["user-network"]
+            # nothing filters IPv6 from the bridge: the node answers on its IPv6 gateway
+            assert "[fd00:7a6b::1]:2376" in checks["firewall"]["detail"]
+        finally:
+            client.networks.get(name).remove()
+        # control: the options the hub creates user networks with give no IPv6 here
+        client.api.create_network(name, driver="bridge", options=network_options(bridge))
+        try:
+            info = client.api.inspect_network(name)
+            assert not info.get("EnableIPv6") and network_problem(info, name, bridge) is None
+        finally:
+            client.networks.get(name).remove()
 
 
 def test_agent_down_or_wrong_token(

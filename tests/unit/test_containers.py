@@ -90,6 +90,9 @@ def test_user_network_options_turn_container_to_container_traffic_off() -> None:
     assert network_options("jhgpu-users") == {
         "com.docker.network.bridge.enable_icc": "false",
         "com.docker.network.bridge.name": "jhgpu-users",
+        # explicitly off: an engine whose default-network-opts turn IPv6 on for new networks
+        # would otherwise give user servers IPv6, which the node firewall does not filter
+        "com.docker.network.enable_ipv6": "false",
     }
 
 
@@ -107,6 +110,9 @@ GOOD = {"Driver": "bridge", "Internal": False, "Options": network_options("jhgpu
         ({"Options": {**GOOD["Options"], "com.docker.network.bridge.name": "br-1234"}},
          "node firewall"),
         ({"Internal": True}, "internal"),
+        ({"EnableIPv6": True}, "without IPv6"),
+        ({"EnableIPv6": True}, '"ipv6": false'),
+        ({"EnableIPv6": False}, None),
     ],
 )  # fmt: skip
 def test_an_unfit_user_network_is_refused_with_the_fix(

@@ -57,3 +57,57 @@ def test_a_bad_allow_changes_nothing(bad: str) -> None:
     r = dry_run("10.250.0.1:8081", bad)
     assert r.returncode == 2 and "nothing was changed" in r.stderr and bad in r.stderr
     assert "iptables" not in r.stdout  # no chain was flushed, no rule written
+
+
+# A stand-in for iptables on PATH: it logs every call and answers `-S FORWARD` with the
+# FORWARD rules the test gives ($FORWARD_RULES, one a line): Docker's jump to DOCKER-USER,
+# or none. `-C` finds no rule; `-N` says the chain exists.
+FAKE_IPTABLES = """#!/usr/bin/env bash
+echo "$*" >> "$IPT_LOG"
+case " $* " in
+  *" -S FORWARD "*) echo "-P FORWARD DROP"; printf '%s\\n' "$FORWARD_RULES"; exit 0 ;;
+  *" -C "*|*" -N "*) exit 1 ;;
+esac
+exit 0
+"""
+DOCKER_FORWARD = "-A FORWARD -j DOCKER-USER\n-A FORWARD -j DOCKER-FORWARD"
+
+
+def apply(tmp_path: Path, forward: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """The script in apply mode against the stand-in; its result and the iptables calls."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(exist_ok=True)
+    fake = bin_ / "iptables"
+    fake.write_text(FAKE_IPTABLES)
+    fake.chmod(0o755)
+    log = tmp_path / "iptables.log"
+    log.write_text("")
+    env = {"PATH": f"{bin_}:/usr/bin:/bin", "IPT_LOG": str(log), "FORWARD_RULES": forward}
+    argv = ["bash", str(SCRIPT), "--allow", "10.250.0.1:8081"]
+    r = subprocess.run(argv, capture_output=True, text=True, env=env)
+    return r, log.read_text().splitlines()
+
+
+def changes(calls: list[str]) -> list[str]:
+    """The calls that would change the rules (not -S/-C lookups)."""
+    return [c for c in calls if not c.startswith(("-w -S", "-w -C"))]
+
+
+def test_without_dockers_jump_to_docker_user_nothing_is_applied(tmp_path: Path) -> None:
+    """With nftables or Docker's "iptables": false nothing jumps to DOCKER-USER: rules
+    there would filter nothing, so the script must fail, not say "applied"."""
+    r, calls = apply(tmp_path, "-A FORWARD -i docker0 -j ACCEPT")
+    assert r.returncode != 0
+    assert "applied" not in r.stdout
+    assert "DOCKER-USER" in r.stderr and "FORWARD" in r.stderr
+    assert changes(calls) == []  # no chain made or flushed, no rule written
+    assert not any("-N DOCKER-USER" in c for c in calls)
+
+
+def test_with_dockers_jump_the_rules_are_applied(tmp_path: Path) -> None:
+    r, calls = apply(tmp_path, DOCKER_FORWARD)
+    assert r.returncode == 0, r.stderr
+    assert "applied" in r.stdout
+    assert "-w -I DOCKER-USER 1 -i jhgpu-users -j JHGPU-FORWARD" in calls
+    assert "-w -I INPUT 1 -i jhgpu-users -j JHGPU-INPUT" in calls
+    assert not any("-N DOCKER-USER" in c for c in calls)  # Docker's chain, never ours

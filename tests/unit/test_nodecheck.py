@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ from jupyterhub_gpu.cli import check_node as cmd
 from jupyterhub_gpu.core import nodecheck as nc
 from jupyterhub_gpu.core.catalog.entries import CatalogEntry
 from jupyterhub_gpu.core.inventory import GPU, NodeInventory
+from jupyterhub_gpu.edges.nodecheck import FIREWALL_PROBE
 from jupyterhub_gpu.wire.catalog_file import parse_entry
 
 pytestmark = pytest.mark.unit
@@ -112,6 +116,65 @@ def test_user_network(info: dict | None, ok: bool, hint: str) -> None:
 def test_bridge_gateway() -> None:
     assert nc.bridge_gateway(net()) == "172.18.0.1"
     assert nc.bridge_gateway({}) is None and nc.bridge_gateway(None) is None
+    assert nc.bridge_gateway6(net()) is None and nc.bridge_gateway6(None) is None
+
+
+def net6() -> dict:
+    """A user network that Docker gave IPv6 (an engine with IPv6 on for new networks)."""
+    info = net()
+    info["EnableIPv6"] = True
+    info["IPAM"]["Config"] = [
+        {"Subnet": "fd00:1::/64", "Gateway": "fd00:1::1"},
+        {"Subnet": "172.18.0.0/16", "Gateway": "172.18.0.1"},
+    ]
+    return info
+
+
+def test_a_user_network_with_ipv6_fails_with_the_fix() -> None:
+    # the node firewall filters IPv4 only: over IPv6 a user's container reaches the node
+    [c] = nc.network_checks("n1", net6(), "jupyterhub-gpu-users", "jhgpu-users")
+    assert not c.ok and "IPv6" in c.detail
+    assert "docker network rm jupyterhub-gpu-users" in c.fix and "without IPv6" in c.fix
+
+
+def test_the_create_fix_turns_ipv6_off() -> None:
+    [c] = nc.network_checks("n1", None, "jupyterhub-gpu-users", "jhgpu-users")
+    assert "--opt com.docker.network.enable_ipv6=false" in c.fix
+
+
+def test_the_ipv6_gateway_is_probed_too() -> None:
+    assert nc.bridge_gateway(net6()) == "172.18.0.1"  # the IPv4 one, whatever the order
+    assert nc.bridge_gateway6(net6()) == "fd00:1::1"
+    targets = nc.firewall_targets(
+        node_address="10.0.0.2",
+        gateway="172.18.0.1",
+        gateway6="fd00:1::1",
+        agent_port=9450,
+        hub_api=HUB,
+    )
+    keys = {t.key for t in targets}
+    assert {"[fd00:1::1]:2375", "[fd00:1::1]:2376", "[fd00:1::1]:9450"} <= keys
+    # an open IPv6 port on the node is a leak like any other
+    seen = {t.key: "timeout" for t in targets} | {HUB_KEY: "open", "[fd00:1::1]:2376": "open"}
+    got = by_name(nc.firewall_checks("n1", targets, seen, 64123, "jhgpu-users", HUB))
+    assert not got["firewall"].ok and "[fd00:1::1]:2376" in got["firewall"].detail
+
+
+def test_the_probe_names_its_outcomes_as_the_targets_do() -> None:
+    """The probe container's script, run here: IPv6 targets are tried over IPv6 and their
+    outcomes come back under the target's own key (loopback only, nothing listens)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # free once closed: the connections are refused
+    targets = [nc.Target("127.0.0.1", port, "v4"), nc.Target("::1", port, "v6")]
+    argv = [sys.executable, "-c", FIREWALL_PROBE, json.dumps([[t.host, t.port] for t in targets])]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)["connect"]
+    assert set(out) == {t.key for t in targets}
+    assert out[f"127.0.0.1:{port}"] == "refused"
+    # "refused" where the machine has IPv6 on loopback; never an IPv4 socket's gaierror
+    assert out[f"[::1]:{port}"] in ("refused", "error:OSError"), out
 
 
 # ---------------------------------------------------------------- firewall
@@ -159,6 +222,30 @@ def test_firewall(seen: dict[str, str], uid: int, want: dict[str, bool], hint: s
     got = by_name(nc.firewall_checks("n1", TARGETS, seen, uid, "jhgpu-users", HUB))
     assert {k: got[k].ok for k in want} == want
     assert all(hint in c.fix for c in got.values() if not c.ok)
+
+
+HUB_KEY = "10.0.0.5:8081"
+
+
+def test_a_target_without_an_outcome_is_a_failure_not_a_block() -> None:
+    # a probe that answered for some targets only proves nothing about the others
+    seen = outcomes("timeout")
+    del seen["10.0.0.2:2376"]
+    got = by_name(nc.firewall_checks("n1", TARGETS, seen, 64123, "jhgpu-users", HUB))
+    assert not got["firewall"].ok
+    assert "10.0.0.2:2376" in got["firewall"].detail and "no outcome" in got["firewall"].detail
+    assert got["firewall"].fix
+    seen[TARGETS[0].key] = ""  # an empty outcome is no outcome either
+    got = by_name(nc.firewall_checks("n1", TARGETS, seen, 64123, "jhgpu-users", HUB))
+    assert not got["firewall"].ok and TARGETS[0].key in got["firewall"].detail
+
+
+def test_a_leak_and_a_missing_outcome_are_both_named() -> None:
+    seen = outcomes("timeout", **{"10.0.0.2_2375": "open"})
+    del seen["10.0.0.2:2376"]
+    got = by_name(nc.firewall_checks("n1", TARGETS, seen, 64123, "jhgpu-users", HUB))
+    detail = got["firewall"].detail
+    assert not got["firewall"].ok and "10.0.0.2:2375" in detail and "10.0.0.2:2376" in detail
 
 
 def test_firewall_without_a_known_hub_api() -> None:

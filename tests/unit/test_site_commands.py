@@ -12,6 +12,7 @@ import stat
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -67,8 +68,10 @@ def test_site_init_lays_out_a_coherent_site(paths: Site) -> None:
         "jupyterhub_config.py",
         "nodes.yaml",
         "secrets",
+        "tls",
     ]
     assert mode(paths.secrets) == 0o700 and mode(paths.state) == 0o700
+    assert mode(paths.tls) == 0o700 and list(paths.tls.iterdir()) == []
     for secret in (paths.site_secret, paths.cookie_secret, paths.hub_env):
         assert mode(secret) == 0o600, secret
     assert len(bytes.fromhex(paths.cookie_secret.read_text().strip())) == 32  # JupyterHub's form
@@ -97,6 +100,42 @@ def test_site_init_lays_out_a_coherent_site(paths: Site) -> None:
         }
     ]
     assert paths.catalog.read_bytes() == (REPO / "images" / "catalog.yaml").read_bytes()
+
+
+@pytest.fixture
+def umask_0() -> Iterator[None]:
+    """The caller's umask at its most open: every mode must be set, none inherited."""
+    old = os.umask(0)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def test_site_folders_and_keys_have_their_modes_whatever_the_umask(
+    paths: Site, umask_0: None
+) -> None:
+    assert init(paths, "--node", "gpu-a=127.0.0.1") == 0
+    for argv in (["ca"], ["hub"], ["node", "gpu-a", "--address", "127.0.0.1"]):
+        assert cli.main(["certs", "--etc", str(paths.etc), *argv]) == 0
+    folders = [paths.tls, paths.tls / "nodes", paths.node_dir("gpu-a"), paths.secrets]
+    for folder in [*folders, paths.state]:
+        assert mode(folder) == 0o700, folder
+    node = paths.node_dir("gpu-a")
+    for key in (paths.ca_key, paths.hub_key, node / "key.pem", paths.site_secret):
+        assert mode(key) == 0o600, key
+    for cert in (paths.ca_cert, paths.hub_cert, node / "cert.pem", node / "ca.pem"):
+        assert mode(cert) == 0o644, cert
+    assert mode(paths.etc) == 0o755 and mode(paths.nodes_file) == 0o644
+
+
+def test_certs_close_an_open_tls_folder(paths: Site) -> None:
+    """A site made before ``site init`` made tls/ (or one an admin made by hand, open)."""
+    assert init(paths) == 0
+    paths.tls.mkdir(exist_ok=True)
+    paths.tls.chmod(0o777)
+    assert cli.main(["certs", "--etc", str(paths.etc), "ca"]) == 0
+    assert mode(paths.tls) == 0o700
 
 
 def test_site_init_refuses_an_existing_site_and_force_keeps_the_secrets(
@@ -286,6 +325,9 @@ def test_units_install_renders_the_hub_agent_and_firewall(tmp_path: Path) -> Non
     assert f"ExecStartPre={bin_}/jupyterhub-gpu check-config --etc /etc/jupyterhub-gpu" in hub
     assert "EnvironmentFile=/etc/jupyterhub-gpu/secrets/hub.env" in hub
     assert "WorkingDirectory=/var/lib/jupyterhub-gpu" in hub
+    # root (it makes homes with the users' uid/gid), but sandboxed as far as that allows
+    for line in ("NoNewPrivileges=yes", "ProtectSystem=full", "PrivateTmp=yes"):
+        assert f"\n{line}\n" in hub, line
     argv = ["--node", "gpu-a", "--address", "10.0.0.12", "--allow", "10.0.0.1:8081"]
     assert install(tmp_path, *argv) == 0
     agent = unit(tmp_path, "jupyterhub-gpu-agent.service")
@@ -300,6 +342,9 @@ def test_units_install_renders_the_hub_agent_and_firewall(tmp_path: Path) -> Non
         f"ExecStart={bin_}/jupyterhub-gpu firewall --bridge jhgpu-users --allow 10.0.0.1:8081\n"
     ) in fw
     assert "BindsTo=docker.service" in fw and "WantedBy=docker.service" in fw
+    # stopping the unit (or docker.service) must not open the bridge: no ExecStop=--remove
+    service = [line for line in fw.splitlines() if not line.startswith("#")]
+    assert not [line for line in service if line.startswith("ExecStop") or "--remove" in line]
     for text in (hub, agent, fw):
         assert "@" not in text
         sections = [line for line in text.splitlines() if line.startswith("[")]

@@ -23,7 +23,12 @@
 # API port: the hub machine's other services, LDAP say, stay out of reach unless allowed).
 # Rules live in two chains of our own, JHGPU-INPUT and JHGPU-FORWARD, that this script
 # flushes and refills; the jumps to them go first in INPUT and DOCKER-USER.
-# IPv4 only: Docker bridge networks have no IPv6 unless the daemon enables it.
+# DOCKER-USER is Docker's: the script refuses to run (and changes nothing) unless the
+# FORWARD chain jumps to it, as dockerd's iptables rules do. With nftables-only set-ups or
+# "iptables": false in daemon.json nothing would pass through rules put there.
+# IPv4 only: the user network must have no IPv6. The hub creates it with IPv6 off and
+# refuses one with IPv6; `jupyterhub-gpu check-node` fails a node whose network has it.
+# Nothing removes the rules when the unit stops: `--remove` is for an admin, by hand.
 # It ships inside the package (jupyterhub_gpu/cli/files/); `jupyterhub-gpu firewall` runs
 # it, `jupyterhub-gpu units install` runs it at boot; scripts/node-firewall.sh links here.
 set -euo pipefail
@@ -56,10 +61,16 @@ chain() {  # chain NAME: exists and is empty
   iptables -w -N "$1" 2>/dev/null || iptables -w -F "$1"
 }
 
-jump() {  # jump FROM TO: the first rule of FROM sends the bridge's packets to TO
+jump() {  # jump FROM TO: the first rule of FROM (an existing chain) sends the bridge's packets to TO
   if [[ $MODE == print ]]; then echo "iptables -I $1 1 -i $BRIDGE -j $2"; return; fi
-  iptables -w -N "$1" 2>/dev/null || true
   iptables -w -C "$1" -i "$BRIDGE" -j "$2" 2>/dev/null || iptables -w -I "$1" 1 -i "$BRIDGE" -j "$2"
+}
+
+docker_user_in_use() {  # does FORWARD send packets to DOCKER-USER (dockerd's own rule)?
+  if [[ $MODE == print ]]; then echo "iptables -S FORWARD  # must show -j DOCKER-USER"; return; fi
+  local rules  # read whole first: `iptables | grep -q` fails under pipefail when grep quits early
+  rules=$(iptables -w -S FORWARD 2>/dev/null) || return 1
+  grep -Eq -- '^-A FORWARD( .*)? -j DOCKER-USER( |$)' <<<"$rules"
 }
 
 if [[ $MODE == remove ]]; then
@@ -93,6 +104,14 @@ for a in "${ALLOW[@]}"; do
     exit 2
   fi
 done
+
+if ! docker_user_in_use; then
+  echo "the FORWARD chain does not jump to DOCKER-USER, so rules there would filter nothing" \
+    "(is dockerd running with its iptables rules? \"iptables\": false in daemon.json, or an" \
+    "nftables-only firewall, leaves the user bridge unfiltered); start dockerd with iptables" \
+    "on, or filter $BRIDGE in your own firewall; nothing was changed" >&2
+  exit 1
+fi
 
 chain JHGPU-INPUT
 ipt -A JHGPU-INPUT -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN
