@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Local test/demo cluster for jupyterhub-gpu. Idempotent: installs what is missing,
-# starts what is stopped, rebuilds an image only when its Dockerfile changed.
+# starts what is stopped, rebuilds an image only when its Dockerfile, images/common or
+# its build arguments changed.
 #
 #   scripts/cluster.sh up [N]   install packages, start N nodes (default 1, max 3), build images
 #   scripts/cluster.sh down     stop the engines (image data is kept)
@@ -235,29 +236,46 @@ build_base() {
   tar -C "$rootfs" --exclude=./.complete -c . | dk builder import - "$BASE_IMAGE" >/dev/null
 }
 
-build_test_image() {
+# An image is rebuilt when what it is made of changed: its Dockerfile, images/common (the
+# install and start scripts every image shares) and the given build arguments. The hash
+# is the image's jupyterhub-gpu.build label.
+build_hash() {  # build_hash DOCKERFILE [BUILD-ARG...]
+  { cat "$1" "$REPO"/images/common/*; shift; printf '%s\n' "$@"; } | sha256sum | cut -c1-16
+}
+
+built_as() {  # built_as IMAGE HASH: the builder has IMAGE with that build label
+  [[ $(dk builder image inspect -f '{{index .Config.Labels "jupyterhub-gpu.build"}}' \
+       "$1" 2>/dev/null) == "$2" ]]
+}
+
+build_test_image() {  # context: the Dockerfile, images/common, the host's CA bundle
   local ctx hash
-  hash=$(cat "$REPO/images/singleuser-test/Dockerfile" | sha256sum | cut -c1-16)
-  if [[ $(dk builder image inspect -f '{{index .Config.Labels "jupyterhub-gpu.build"}}' \
-          "$TEST_IMAGE" 2>/dev/null) == "$hash" ]]; then
-    return
-  fi
+  hash=$(build_hash "$REPO/images/singleuser-test/Dockerfile")
+  built_as "$TEST_IMAGE" "$hash" && return
   log "builder: building $TEST_IMAGE"
   ctx=$(mktemp -d)
   cp "$REPO/images/singleuser-test/Dockerfile" "$ctx/"
-  cp /etc/ssl/certs/ca-certificates.crt "$ctx/"
+  cp -r "$REPO/images/common" "$ctx/common"
+  cp /etc/ssl/certs/ca-certificates.crt "$ctx/pip-ca.crt"
   dk builder build -q --network host --label "jupyterhub-gpu.build=$hash" \
     -t "$TEST_IMAGE" "$ctx" >/dev/null
   rm -rf "$ctx"
 }
 
+# --minimal skips the framework and the apt packages, but not libnss-wrapper, which
+# names the user's uid in terminals (images/common/start-singleuser.sh)
+CPU_BUILD_ARGS=(APT_PACKAGES=libnss-wrapper)
+
 build_catalog_image() {  # the catalog's CPU image, built the way a site builds its images
-  local py=python3
-  dk builder image inspect "$CPU_IMAGE" >/dev/null 2>&1 && return
+  local py=python3 hash a args=()
+  hash=$(build_hash "$REPO/images/cpu/Dockerfile" "${CPU_BUILD_ARGS[@]}")
+  built_as "$CPU_IMAGE" "$hash" && return
   [[ -x $REPO/.venv/bin/python ]] && py=$REPO/.venv/bin/python
+  for a in "${CPU_BUILD_ARGS[@]}"; do args+=(--build-arg "$a"); done
   log "builder: building $CPU_IMAGE with images/build.py (--minimal, on the local base)"
   DOCKER_HOST="unix://$(sock builder)" "$py" "$REPO/images/build.py" --only python-cpu \
-    --base "$BASE_IMAGE" --minimal --pip-cert /etc/ssl/certs/ca-certificates.crt \
+    --base "$BASE_IMAGE" --minimal "${args[@]}" --label "jupyterhub-gpu.build=$hash" \
+    --pip-cert /etc/ssl/certs/ca-certificates.crt \
     --network host --quiet >"$STATE/build-python-cpu.log" 2>&1 \
     || { tail -30 "$STATE/build-python-cpu.log" >&2; exit 1; }
 }

@@ -8,7 +8,9 @@
 #   3. jupyterhub==$JUPYTERHUB_VERSION and $JUPYTER_PIP (JupyterLab);
 #   4. $FRAMEWORK_PIP (may be empty: a fast, framework-less test image), with
 #      $FRAMEWORK_INDEX_URL as an extra index and $FRAMEWORK_PIP_FLAGS, after
-#      $FRAMEWORK_PIP_PRE; then `python -c "$FRAMEWORK_CHECK"`.
+#      $FRAMEWORK_PIP_PRE; then `python -c "$FRAMEWORK_CHECK"`;
+#   5. /etc/profile.d/jupyterhub-gpu-path.sh: login shells (JupyterLab's terminal) get
+#      the image's PATH back, $VENV/bin first.
 # pip trusts $PIP_CA_BUNDLE when set (a CA bundle copied into the build context).
 set -eu
 set -f  # no globbing: requirement specs like 'pkg[extra]>=1' stay literal
@@ -70,6 +72,34 @@ if [ -n "$(echo "${FRAMEWORK_PIP:-}" | tr -d ' ')" ]; then
 fi
 
 "$VENV/bin/jupyterhub-singleuser" --version
+
+# Login shells: JupyterLab's terminal runs `bash -l`, and /etc/profile (Debian, Ubuntu)
+# sets PATH anew, which drops $VENV/bin and the base's own entries (CUDA's). This file,
+# read by /etc/profile after that, puts back the image's PATH as it is here (the ENV PATH
+# of the Dockerfile, $VENV/bin first), then what the shell had, without duplicates.
+image_path="$VENV/bin:$PATH"
+case $image_path in
+    *"'"*|*'\'*) echo "install-python-env: PATH has a quote or backslash: $image_path" >&2; exit 1 ;;
+esac
+mkdir -p /etc/profile.d
+cat > /etc/profile.d/jupyterhub-gpu-path.sh <<PROFILE
+# Written by jupyterhub-gpu's install-python-env.sh (images/common): the image's PATH,
+# $VENV/bin first, for login shells (/etc/profile resets PATH): docs/troubleshooting.md.
+jhgpu_rest='$image_path':\$PATH:
+jhgpu_path=
+while [ -n "\$jhgpu_rest" ]; do
+    jhgpu_dir=\${jhgpu_rest%%:*}
+    jhgpu_rest=\${jhgpu_rest#*:}
+    case ":\$jhgpu_path:" in
+        *":\$jhgpu_dir:"*) ;;
+        *) [ -z "\$jhgpu_dir" ] || jhgpu_path=\${jhgpu_path:+\$jhgpu_path:}\$jhgpu_dir ;;
+    esac
+done
+PATH=\$jhgpu_path
+export PATH
+unset jhgpu_rest jhgpu_path jhgpu_dir
+PROFILE
+chmod 0644 /etc/profile.d/jupyterhub-gpu-path.sh
 chmod 0755 "$here/start-singleuser.sh"
 chmod 1777 /tmp  # a docker-imported rootfs may lack the sticky, world-writable /tmp
 chmod -R a+rX "$VENV"
