@@ -152,8 +152,9 @@ class ServerContainer:
 
 
 def container_spec(c: ServerContainer) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(create_kwargs, host_config)`` for Docker's create call (DockerSpawner's
-    ``extra_create_kwargs`` and ``extra_host_config``): the user's uid:gid, its labels, the
+    """The identity and isolation part of Docker's create call, ``(create_kwargs,
+    host_config)``, that :func:`jupyterhub_gpu.core.workload.make_container` completes
+    (image, command, environment, limits, port): the user's uid:gid, its labels, the
     home as working directory; exactly its GPUs, the user network, the limits, every
     capability dropped and no privilege gain; a share of an ``mps`` GPU also the node's
     MPS pipe directory and the daemon's shm directory as ``/dev/shm`` (its own IPC

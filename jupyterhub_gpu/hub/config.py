@@ -34,6 +34,7 @@ from jupyterhub_gpu.core.mounts import parse_group_mounts
 from jupyterhub_gpu.core.scheduling import queue_settings
 from jupyterhub_gpu.core.sharing import parse_policy
 from jupyterhub_gpu.core.sharing.mps import DEFAULT_PIPE_DIRECTORY, DEFAULT_SHM_DIRECTORY, mps_paths
+from jupyterhub_gpu.core.workload import FORBIDDEN_HOST_KEYS, OWNED_CREATE_KEYS, OWNED_HOST_KEYS
 from jupyterhub_gpu.errors import ConfigError
 from jupyterhub_gpu.wire.catalog_file import default_catalog_path, load_catalog
 from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
@@ -69,22 +70,19 @@ OVERRIDDEN_TRAITS: dict[str, str] = {
     "host_ip": "servers are published on each node's publish address (nodes[].publish_ip)",
     "network_name": "servers join GPUDockerSpawner.user_network on every node",
     "use_internal_ip": "the hub reaches servers at the port published on the node",
+    # create_object submits core/workload.py's description: DockerSpawner's own mounts
+    # and links are not part of it (homes: home_template; datasets: group_mounts)
+    "volumes": "homes are mounted by home_template and datasets by group_mounts",
+    "read_only_volumes": "datasets are mounted read-only by group_mounts",
+    "mounts": "homes are mounted by home_template and datasets by group_mounts",
+    "links": "servers never reach other containers (the user network)",
 }
-#: ``extra_host_config`` keys the spawner replaces for every server.
-OVERRIDDEN_HOST_CONFIG: frozenset[str] = frozenset(
-    {
-        "device_requests",
-        "binds",
-        "network_mode",
-        "group_add",
-        "shm_size",
-        "pids_limit",
-        "cap_drop",
-        "security_opt",
-    }
-)
+#: ``extra_host_config`` keys the spawner replaces for every server (the workload's own:
+#: core/workload.py), and those no user container gets at all.
+OVERRIDDEN_HOST_CONFIG: frozenset[str] = OWNED_HOST_KEYS
+FORBIDDEN_HOST_CONFIG: frozenset[str] = FORBIDDEN_HOST_KEYS
 #: ``extra_create_kwargs`` keys the spawner replaces for every server.
-OVERRIDDEN_CREATE_KWARGS: frozenset[str] = frozenset({"user", "labels", "working_dir"})
+OVERRIDDEN_CREATE_KWARGS: frozenset[str] = OWNED_CREATE_KEYS
 
 _SPAWNER_SECTIONS = ("Spawner", "DockerSpawner", "GPUDockerSpawner")
 
@@ -157,6 +155,12 @@ def override_warnings(config: Any) -> list[str]:
                     f"c.{section}.{trait}[{key!r}] is ignored: GPUDockerSpawner sets it "
                     "for every server"
                 )
+            if trait == "extra_host_config":
+                for key in sorted(set(value or {}) & FORBIDDEN_HOST_CONFIG):
+                    found.append(
+                        f"c.{section}.{trait}[{key!r}] is ignored: no user's container gets "
+                        "it (it would undo the container's isolation)"
+                    )
     hub = config.get("JupyterHub", {})
     if hub.get("allow_named_servers") and not hub.get("named_server_limit_per_user"):
         found.append(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import re
 from collections.abc import AsyncIterator
@@ -48,7 +49,6 @@ from jupyterhub_gpu.core.allocation import (
 from jupyterhub_gpu.core.catalog import Catalog
 from jupyterhub_gpu.core.containers import (
     ServerContainer,
-    container_spec,
     published_port,
     reserved_label_refusal,
     server_env,
@@ -92,6 +92,7 @@ from jupyterhub_gpu.core.sharing import Share
 from jupyterhub_gpu.core.sharing.mps import MpsPaths
 from jupyterhub_gpu.core.tokens import site_secret_from
 from jupyterhub_gpu.core.usernet import bridge_name_problem
+from jupyterhub_gpu.core.workload import Workload, make_container
 from jupyterhub_gpu.edges.home_dirs import ensure_home
 from jupyterhub_gpu.edges.nodecheck import CheckSettings
 from jupyterhub_gpu.errors import ConfigError, InvalidRequest, NodeFailure, UserFacingError
@@ -432,8 +433,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         self._events_changed = asyncio.Event()
         self._start_done = True
         self._start_began: float | None = None  # the event loop's time when start began
-        self._create_kwargs: dict[str, Any] = {}
-        self._host_config: dict[str, Any] = {}
+        self._container: ServerContainer | None = None  # decided by _prepare
         self._from_state = False  # placed by load_state and not polled since
         self._cuda = ""  # the chosen catalog entry's CUDA version
         self._charge_group = ""  # the allocation's, kept in state for metrics after restarts
@@ -877,35 +877,63 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             )
             home = (str(path), self._container_home())
         limits = resource_limits(options.cpu, options.mem_gib, self.policy)
-        self.cpu_limit = limits.cpu  # DockerSpawner turns these into cpu_quota and mem_limit
+        # JupyterHub's get_env tells the server its limits (CPU_LIMIT, MEM_LIMIT), and
+        # DockerSpawner's port lookups read host_ip; the container's own come from limits
+        self.cpu_limit = limits.cpu
         self.mem_limit = limits.mem_bytes
-        self.host_ip = self._node(self.node_name).publish_ip  # DockerSpawner publishes here
-        self._create_kwargs, self._host_config = container_spec(
-            ServerContainer(
-                uid=ident.uid,
-                gid=ident.gid,
-                supplementary_gids=ident.supplementary_gids,
-                labels=self._labels(),
-                gpu_uuids=self.gpu_uuids,
-                network=self.user_network,
-                limits=limits,
-                home=home,
-                binds=dataset_binds(parse_group_mounts(self.group_mounts), ident.groups),
-                device_driver=self.gpu_device_driver,
-                mps=self._mps_paths(),
-            )
+        self.host_ip = self._node(self.node_name).publish_ip
+        self._container = ServerContainer(
+            uid=ident.uid,
+            gid=ident.gid,
+            supplementary_gids=ident.supplementary_gids,
+            labels=self._labels(),
+            gpu_uuids=self.gpu_uuids,
+            network=self.user_network,
+            limits=limits,
+            home=home,
+            binds=dataset_binds(parse_group_mounts(self.group_mounts), ident.groups),
+            device_driver=self.gpu_device_driver,
+            mps=self._mps_paths(),
+        )
+
+    async def _site_extras(self, trait: str) -> dict[str, Any]:
+        """The site's ``extra_create_kwargs`` / ``extra_host_config`` (a dict, or a
+        callable returning one), its templates rendered: laid *under* the workload's own
+        keys by :func:`~jupyterhub_gpu.core.workload.make_container`."""
+        value = self._eval_if_callable(getattr(self, trait))
+        if inspect.isawaitable(value):
+            value = await value
+        return dict(self._render_templates(value or {}))
+
+    async def workload(self) -> Workload:
+        """This server as a :class:`~jupyterhub_gpu.core.workload.Workload` (what
+        :meth:`_prepare` decided, the image's command, JupyterHub's environment)."""
+        if self._container is None:
+            raise RuntimeError("the server's container was not prepared")
+        return Workload(
+            name=self.container_name,
+            image=str(self.image),
+            command=await self.get_command(),
+            env=self.get_env(),
+            container=self._container,
+            share=self.share,
+            port=self.port,
+            publish_ip=str(self.host_ip),
+            remove_on_exit=self.remove,
+            site_create=await self._site_extras("extra_create_kwargs"),
+            site_host=await self._site_extras("extra_host_config"),
         )
 
     async def create_object(self) -> dict[str, Any]:
-        create_kwargs: dict[str, Any] = dict(getattr(self, "extra_create_kwargs", {}))
-        create_kwargs.update(self._create_kwargs)
-        self.extra_create_kwargs = create_kwargs
-        host_config: dict[str, Any] = dict(getattr(self, "extra_host_config", {}))
-        host_config.update(self._host_config)
-        self.extra_host_config = host_config
+        """Create the container :func:`~jupyterhub_gpu.core.workload.make_container`
+        describes, exactly (DockerSpawner's own ``create_object`` is not called: nothing
+        is added to the description afterwards)."""
+        request = make_container(await self.workload())
         await self.cluster.ensure_user_network(self.node_name, self.user_network, self.user_bridge)
         self._event(70, "Starting the container")
-        return await super().create_object()
+        host_config = self.client.create_host_config(**request.host)
+        created = await self.docker("create_container", **request.create, host_config=host_config)
+        return dict(created)
 
     def _prepuller(self) -> PrePullRunner:
         """The hub's pre-puller (:mod:`.prepull`), reading the catalog this spawner reads."""

@@ -305,24 +305,36 @@ def test_the_override_lists_match_what_the_spawner_sets() -> None:
     inherited = set(DockerSpawner.class_traits(config=True))
     merged = {"extra_host_config", "extra_create_kwargs"}  # ours win key by key: listed below
     methods = {n.name for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
-    by_method = {"check_allowed": "allowed_images", "get_ip_and_port": "use_internal_ip"}
-    implied = {trait for method, trait in by_method.items() if method in methods}
+    by_method = {
+        "check_allowed": ("allowed_images",),
+        "get_ip_and_port": ("use_internal_ip",),
+        # the whole container is core/workload.py's: DockerSpawner's mounts are not in it
+        "create_object": ("volumes", "read_only_volumes", "mounts", "links"),
+    }
+    implied = {trait for method, ts in by_method.items() if method in methods for trait in ts}
 
-    # the container's keys come from the pure builder the spawner calls (core/containers.py)
-    from jupyterhub_gpu.core.containers import ServerContainer, container_spec
+    # the container's keys come from the pure description the spawner submits
+    # (core/workload.py): it sets every key it owns, the site's never win
+    from jupyterhub_gpu.core.containers import ServerContainer
     from jupyterhub_gpu.core.form.resources import ResourceLimits
+    from jupyterhub_gpu.core.workload import Workload, make_container
 
-    assert "container_spec(" in ast.unparse(cls)
-    create, host = container_spec(
-        ServerContainer(
-            1000, 100, (), {}, ("GPU-1",), "net", ResourceLimits(1.0, 1, 1, 1), ("/h", "/c")
-        )
+    assert "make_container(" in ast.unparse(cls)
+    container = ServerContainer(
+        1000, 100, (), {}, ("GPU-1",), "net", ResourceLimits(1.0, 1, 1, 1), ("/h", "/c")
     )
-    assert set(host) == OVERRIDDEN_HOST_CONFIG
-    if "network_mode" in OVERRIDDEN_HOST_CONFIG:
-        implied.add("network_name")  # DockerSpawner's network_mode comes from network_name
+    request = make_container(Workload("n", "i", ["c"], {}, container, port=8888))
+    assert set(request.host) == OVERRIDDEN_HOST_CONFIG
+    assert set(request.create) | {"host_config"} == OVERRIDDEN_CREATE_KWARGS
+    implied.add("network_name")  # DockerSpawner's network_mode comes from network_name
     assert (set(assigned) & inherited) - merged | implied == set(OVERRIDDEN_TRAITS)
-    assert set(create) == OVERRIDDEN_CREATE_KWARGS
+
+
+def test_forbidden_host_config_is_warned_about() -> None:
+    c = Config()
+    c.DockerSpawner.extra_host_config = {"privileged": True, "dns": ["1.1.1.1"]}
+    (line,) = override_warnings(c)
+    assert "['privileged'] is ignored" in line and "isolation" in line
 
 
 # every <placeholder> of the site example, and a value a site could give it
