@@ -44,7 +44,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +144,14 @@ def one_save(
     return end - start, phases, saved
 
 
+def remove_saved(client: Any, reference: str) -> None:
+    """Remove a saved image from the engine, if the save left it there: the product
+    removes its image from the node after a successful push (``build_and_push``), so
+    it is normally gone already. Any other failure to remove it is raised."""
+    with suppress(docker.errors.ImageNotFound):
+        client.remove_image(reference, force=True)
+
+
 @contextmanager
 def registry_for(args: argparse.Namespace) -> Iterator[str]:
     """``--registry``, or a real registry started for the run (stopped at the end)."""
@@ -217,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             seconds, split, saved = one_save(
                 client, args, python, reqs, settings, f"bench-{run_id}-{n}"
             )
-            client.remove_image(saved.reference, force=True)
+            remove_saved(client, saved.reference)
             if n == 0:
                 warmup = seconds
                 continue
