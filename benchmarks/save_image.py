@@ -203,7 +203,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--rounds", type=int, default=5, help="timed saves (default: %(default)s)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
-    return ap.parse_args(argv)
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="smallest meaningful run (the warm-up save and one timed save of one small "
+        "package; the same keys): --rounds 1 --packages bench-alpha==1.0 "
+        "--package-bytes 20000",
+    )
+    args = ap.parse_args(argv)
+    if args.smoke:  # smaller defaults; options given explicitly still win
+        ap.set_defaults(rounds=1, packages=[DEFAULT_PACKAGES[0]], package_bytes=20_000)
+        args = ap.parse_args(argv)
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:

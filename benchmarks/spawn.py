@@ -520,7 +520,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="where the GPU hub records allocations: its default SQLite file, a PostgreSQL "
         "server started for the run (tests/support/postgres.py), or nothing (sqlite)",
     )
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="smallest meaningful run (about a minute; the same keys): "
+        "--rounds 1 --sequential 1 --concurrent 2",
+    )
     args = p.parse_args(argv)
+    if args.smoke:  # smaller defaults; options given explicitly still win
+        p.set_defaults(rounds=1, sequential=1, concurrent=2)
+        args = p.parse_args(argv)
     if args.rounds < 1 or args.sequential < 1 or args.concurrent < 1:
         p.error("--rounds, --sequential and --concurrent must be >= 1")
     if args.concurrent > INVENTORY_GPUS:
