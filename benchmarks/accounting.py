@@ -380,7 +380,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--no-postgres", action="store_true", help="SQLite only")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="smallest meaningful run (seconds; the same keys): --allocations 2000 --runs 1",
+    )
     args = ap.parse_args(argv)
+    if args.smoke:  # smaller defaults; options given explicitly still win
+        ap.set_defaults(allocations=2000, runs=1)
+        args = ap.parse_args(argv)
     if args.allocations < 1 or args.runs < 1 or not 0 < args.load <= 10:
         ap.error("--allocations and --runs must be positive, --load in (0, 10]")
     return args

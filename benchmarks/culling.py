@@ -353,9 +353,11 @@ def score(
     }
 
 
-def run(folder: Path, seed: int, kill_window_min: float) -> dict[str, Any]:
+def run(
+    folder: Path, seed: int, kill_window_min: float, max_sessions: int | None = None
+) -> dict[str, Any]:
     t0 = time.perf_counter()
-    sessions = load_sessions(folder / TRACE_DIR)
+    sessions = load_sessions(folder / TRACE_DIR)[:max_sessions]
     acts = [model_activity(s, seed) for s in sessions]
     spacing = statistics.median(
         b - a for s in sessions for a, b in zip(s.times, s.times[1:], strict=False)
@@ -535,12 +537,26 @@ def main(argv: list[str] | None = None) -> int:
         default=30.0,
         help="minutes after a cull in which busy GPU samples count as killed work",
     )
+    ap.add_argument(
+        "--sessions",
+        type=int,
+        default=None,
+        help="replay only the trace's first N sessions (default: all)",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="smallest meaningful run (seconds; the same keys): --sessions 12",
+    )
     args = ap.parse_args(argv)
+    if args.smoke:  # smaller defaults; options given explicitly still win
+        ap.set_defaults(sessions=12)
+        args = ap.parse_args(argv)
     if not (args.traces / TRACE_DIR).is_dir():
         print(f"no {TRACE_DIR}/ under {args.traces} (see --traces)", file=sys.stderr)
         return 2
-    result = run(args.traces, args.seed, args.kill_window_min)
+    result = run(args.traces, args.seed, args.kill_window_min, args.sessions)
     summary = summarise(result, args.seed, args.kill_window_min)
     if args.json:
         print(json.dumps(as_json(result, summary), indent=1))

@@ -231,7 +231,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
-def main() -> int:
+# --smoke: a small cluster and history, a few rounds; the same cases and keys
+SMOKE: dict[str, Any] = {"nodes": 4, "gpus": 8, "servers": 12, "window": 60.0, "rounds": 3}
+
+
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--nodes", type=int, default=50)
@@ -240,7 +244,16 @@ def main() -> int:
     p.add_argument("--window", type=float, default=600.0, help="history seconds per GPU")
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args()
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="smallest meaningful run (seconds; the same keys): "
+        + " ".join(f"--{k} {v}" for k, v in SMOKE.items()),
+    )
+    args = p.parse_args(argv)
+    if args.smoke:  # smaller defaults; options given explicitly still win
+        p.set_defaults(**SMOKE)
+        args = p.parse_args(argv)
     results = run(args)
     if args.json:
         print(json.dumps(results, indent=2))

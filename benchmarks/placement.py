@@ -134,6 +134,9 @@ LATENCY_SHARING = parse_policy(
     {"NVIDIA GeForce RTX 3090": {"shares": 4}, "NVIDIA TITAN X (Pascal)": {"shares": 4}}, {}
 )
 QUEUE_WAITING = 200  # requests waiting in the timed queue decision
+# --smoke: one sub-cluster, the first 400 GPU pods of the trace, 40 warm and 1 cold
+# decisions per cluster size (every latency request shape is still asked)
+SMOKE: dict[str, object] = {"repeats": 1, "max_pods": 400, "decisions": 40, "cold": 1}
 
 
 # -- latency -------------------------------------------------------------------------------
@@ -1156,7 +1159,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--only-shares", action="store_true", help="only the shares replay (and latency)"
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    return p.parse_args(argv)
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="smallest meaningful run (seconds; the same keys): " + _smoke_help(SMOKE),
+    )
+    args = p.parse_args(argv)
+    if args.smoke:  # smaller defaults; options given explicitly still win
+        p.set_defaults(**SMOKE)
+        args = p.parse_args(argv)
+    return args
+
+
+def _smoke_help(values: dict[str, object]) -> str:
+    return " ".join(f"--{k.replace('_', '-')} {v}" for k, v in values.items())
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -212,10 +212,10 @@ def size_bucket(gpus: int) -> str:
     return next(name for name, (lo, hi) in SIZES.items() if lo <= gpus <= hi)
 
 
-def replay(seeds: Sequence[int], traces: Path) -> dict[str, object]:
+def replay(seeds: Sequence[int], traces: Path, max_pods: int | None = None) -> dict[str, object]:
     """Every policy on the sub-cluster of each seed; metrics pooled over the seeds."""
     trace_dir = traces / "alibaba-gpu-v2023"
-    all_pods = bench.load_pods(trace_dir / "openb_pod_list_gpuspec33.csv", None, True)
+    all_pods = bench.load_pods(trace_dir / "openb_pod_list_gpuspec33.csv", max_pods, True)
     results: dict[str, list[bench.SimResult]] = {}
     by_size: dict[str, dict[str, list[float]]] = {}
     pods_by_size: Counter[str] = Counter()
@@ -288,8 +288,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--seeds", type=parse_seeds, default="1-10", help="e.g. 1-10 (default)")
     p.add_argument("--traces", default=str(bench.DEFAULT_TRACES), help="the shared traces")
+    p.add_argument(
+        "--max-pods", type=int, default=None, help="GPU pods of the trace replayed (default all)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    return p.parse_args(argv)
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="smallest meaningful run (seconds; the same keys): --seeds 1 --max-pods 400",
+    )
+    args = p.parse_args(argv)
+    if args.smoke:  # smaller defaults; options given explicitly still win
+        p.set_defaults(seeds=[1], max_pods=400)
+        args = p.parse_args(argv)
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -302,7 +314,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "queue": "backfill",
         "window": WINDOW,
     }
-    result.update(replay(args.seeds, Path(args.traces)))
+    result.update(replay(args.seeds, Path(args.traces), args.max_pods))
     result["elapsed_s"] = time.perf_counter() - t
     if args.json:
         print(json.dumps(result, indent=2))

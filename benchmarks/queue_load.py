@@ -843,6 +843,19 @@ def table(result: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------- main
 
 
+# --smoke: one node, 2 servers running, 3 spawns queued, 12 s of load at 5 operations/s
+# (long enough for the culler, every 5 s, to judge during the load)
+SMOKE: dict[str, Any] = {
+    "nodes": 1,
+    "running": 2,
+    "queued": 3,
+    "concurrency": 5,
+    "settle": 1.0,
+    "duration": 12.0,
+    "rate": 5.0,
+}
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     assert __doc__ is not None
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -869,7 +882,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="do not run scripts/cluster.sh up (cluster_up); only check that the engines "
         "answer and have the test image",
     )
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="smallest meaningful run (under a minute; the same keys): "
+        + " ".join(f"--{k} {v}" for k, v in SMOKE.items()),
+    )
     args = p.parse_args(argv)
+    if args.smoke:  # smaller defaults; options given explicitly still win
+        p.set_defaults(**SMOKE)
+        args = p.parse_args(argv)
     if args.running < args.nodes or args.queued < 1:
         p.error("--running must be >= --nodes and --queued >= 1")
     if args.duration <= 0 or args.rate <= 0 or args.concurrency < 1 or args.settle < 0:

@@ -59,6 +59,7 @@ BUILDER = f"unix://{STATE / 'engines' / 'builder' / 'docker.sock'}"
 BASE = "jupyterhub-gpu/base:bookworm"
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 BUILDS = ROOT / "builds.json"
+SMOKE_SLUG = "pytorch-2.8-cuda12.8-pypi"  # --smoke: this one entry, reused, never built
 CHECKS = {
     "pytorch": (
         "import json, torch; "
@@ -237,7 +238,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--node", default="node-a", help="test node that runs the checks")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    return p.parse_args(argv)
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"smallest run (the same keys): --only {SMOKE_SLUG}, and never build: the "
+        "image must already be on the builder (one real image is the smallest scale; its "
+        "build from PyPI is multi-GB), so it reuses it, pushes it if the registry lacks "
+        "it, and checks it on --node",
+    )
+    args = p.parse_args(argv)
+    if args.smoke:  # smaller defaults; options given explicitly still win
+        p.set_defaults(only=[SMOKE_SLUG])
+        args = p.parse_args(argv)
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -254,6 +267,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             entry = catalog.get(slug)
             if entry is None or entry.framework not in CHECKS:
                 raise SystemExit(f"real_images.py: no checkable catalog entry {slug!r}")
+            if args.smoke and image_id(BUILDER, entry.image) is None:
+                raise SystemExit(
+                    f"real_images.py --smoke: {entry.image} is not on the builder and a smoke "
+                    "run never builds it (a multi-GB build from PyPI): run real_images.py "
+                    f"--only {slug} --no-check first"
+                )
             res: dict[str, Any] = {"image": entry.image}
             res["build"] = build(entry, args.rebuild, python)
             size = image_size(BUILDER, entry.image)

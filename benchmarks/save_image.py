@@ -44,7 +44,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +144,14 @@ def one_save(
     return end - start, phases, saved
 
 
+def remove_saved(client: Any, reference: str) -> None:
+    """Remove a saved image from the engine, if the save left it there: the product
+    removes its image from the node after a successful push (``build_and_push``), so
+    it is normally gone already. Any other failure to remove it is raised."""
+    with suppress(docker.errors.ImageNotFound):
+        client.remove_image(reference, force=True)
+
+
 @contextmanager
 def registry_for(args: argparse.Namespace) -> Iterator[str]:
     """``--registry``, or a real registry started for the run (stopped at the end)."""
@@ -195,7 +203,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--rounds", type=int, default=5, help="timed saves (default: %(default)s)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
-    return ap.parse_args(argv)
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="smallest meaningful run (the warm-up save and one timed save of one small "
+        "package; the same keys): --rounds 1 --packages bench-alpha==1.0 "
+        "--package-bytes 20000",
+    )
+    args = ap.parse_args(argv)
+    if args.smoke:  # smaller defaults; options given explicitly still win
+        ap.set_defaults(rounds=1, packages=[DEFAULT_PACKAGES[0]], package_bytes=20_000)
+        args = ap.parse_args(argv)
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -217,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             seconds, split, saved = one_save(
                 client, args, python, reqs, settings, f"bench-{run_id}-{n}"
             )
-            client.remove_image(saved.reference, force=True)
+            remove_saved(client, saved.reference)
             if n == 0:
                 warmup = seconds
                 continue

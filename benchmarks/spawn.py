@@ -104,12 +104,15 @@ class Side:
 
     def containers(self) -> list[Any]:
         with self.engine.client() as client:
-            found = client.containers.list(all=True, filters={"name": self.prefix})
+            # ignore_removed: one removed between the listing and its inspection is gone
+            found = client.containers.list(
+                all=True, filters={"name": self.prefix}, ignore_removed=True
+            )
         return [c for c in found if c.name.startswith(self.prefix + "-")]
 
     def remove_containers(self) -> None:
         for c in self.containers():
-            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+            with contextlib.suppress(docker.errors.NotFound):  # removed meanwhile
                 c.remove(force=True)
         remove_hub_containers(self.engine, self.hub.hub_id)
 
@@ -517,7 +520,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="where the GPU hub records allocations: its default SQLite file, a PostgreSQL "
         "server started for the run (tests/support/postgres.py), or nothing (sqlite)",
     )
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="smallest meaningful run (about a minute; the same keys): "
+        "--rounds 1 --sequential 1 --concurrent 2",
+    )
     args = p.parse_args(argv)
+    if args.smoke:  # smaller defaults; options given explicitly still win
+        p.set_defaults(rounds=1, sequential=1, concurrent=2)
+        args = p.parse_args(argv)
     if args.rounds < 1 or args.sequential < 1 or args.concurrent < 1:
         p.error("--rounds, --sequential and --concurrent must be >= 1")
     if args.concurrent > INVENTORY_GPUS:
@@ -544,6 +556,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     url = {"sqlite": None, "none": ""}.get(args.accounting, postgres.url if postgres else None)
     sides = make_sides(engine, workdir, run_id, args.hub_log_level, url)
     ok = False
+    cleanup_errors: list[str] = []
     try:
         for side in sides.values():
             side.hub.start()
@@ -569,8 +582,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for side in sides.values():
             side.hub.stop()
         for side in sides.values():
-            with contextlib.suppress(Exception):
+            try:
                 side.remove_containers()
+            except Exception as exc:  # reported, not hidden: the engine may keep them
+                cleanup_errors.append(f"{side.name}: {exc!r}")
+                progress(f"could not remove the {side.name} hub's containers: {exc!r}")
         if postgres is not None:
             postgres.stop()
         if args.keep or not ok:
@@ -578,7 +594,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps(result, indent=2) if args.json else table(result))
-    return 0
+    return 1 if cleanup_errors else 0
 
 
 if __name__ == "__main__":

@@ -682,7 +682,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, help="merge the results into this JSON file")
     p.add_argument("--keep", action="store_true", help="keep the hubs' folders")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    return p.parse_args(argv)
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="smallest run (the same keys, those of scenarios not run are null): "
+        "--scenarios local --local-spawns 1: one spawn on node-a, which holds the image "
+        "(it still needs the image in the test registry: run real_images.py)",
+    )
+    args = p.parse_args(argv)
+    if args.smoke:  # smaller defaults; options given explicitly still win
+        p.set_defaults(scenarios="local", local_spawns=1)
+        args = p.parse_args(argv)
+    return args
 
 
 def summary(results: dict[str, Any]) -> dict[str, Any]:
