@@ -134,14 +134,15 @@ async def first_answer(
 
 
 def log_tail(output: bytes, secrets: Sequence[str], lines: int = 20, limit: int = 4000) -> str:
-    """An exited server's last output, fit for the hub's log: its last ``lines`` lines
-    (at most ``limit`` bytes), every one of ``secrets`` (the server's own credentials,
-    which a start command that prints its environment would show) replaced, control
-    characters escaped and each line marked as the server's, so that it can't pass
-    for the hub's own log lines."""
-    text = output[-limit:].decode("utf-8", "replace")
+    """An exited server's last output, fit for the hub's log: every one of ``secrets``
+    (the server's own credentials, which a start command that prints its environment
+    would show) replaced first, in all of ``output``, then its last ``lines`` lines (at
+    most ``limit`` bytes; a cut can't leave part of a secret, too short to be replaced),
+    control characters escaped and each line marked as the server's, so that it can't
+    pass for the hub's own log lines."""
     for secret in secrets:
         if secret:
-            text = text.replace(secret, "[secret]")
+            output = output.replace(secret.encode(), b"[secret]")
+    text = output[-limit:].decode("utf-8", "replace")
     kept = text.splitlines()[-lines:]
     return "\n".join("  | " + line.encode("unicode_escape").decode("ascii") for line in kept)

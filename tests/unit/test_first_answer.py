@@ -173,6 +173,17 @@ def test_an_exited_servers_output_is_bounded_escaped_and_hides_its_credentials()
     assert len(log_tail(b"x" * 100_000, [], lines=20, limit=4000)) <= 4000 + 4
 
 
+def test_a_token_cut_by_the_limit_is_hidden_too() -> None:
+    """The limit cuts the output inside the token: what is left of it is hidden as well
+    (masked first, then cut), not shown as a part too short to match."""
+    token = "f3a9c0ffee0123456789abcdef"
+    after = b"\n" + b"z" * 60 + b"\n"
+    for kept in range(1, len(token)):  # the cut leaves the token's last `kept` characters
+        output = b"x" * 100 + f"TOKEN={token}".encode() + after
+        text = log_tail(output, [token], limit=kept + len(after))
+        assert token[-kept:] not in text.replace("  | ", ""), (kept, text)
+
+
 MiB = 1 << 20
 PIECE = b"x" * MiB  # a flood's body is this one piece, sent again and again
 READ_AT_MOST = 32 * MiB  # what a check may take off the wire (kernel buffers included)
