@@ -27,6 +27,8 @@ from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.httputil import HTTPInputError, parse_response_start_line
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
 
+from jupyterhub_gpu.core.words import one_line
+
 # What a check of the container says: None while it runs, else its exit code.
 ExitCheck = Callable[[], Awaitable[int | None]]
 
@@ -138,11 +140,11 @@ def log_tail(output: bytes, secrets: Sequence[str], lines: int = 20, limit: int 
     (the server's own credentials, which a start command that prints its environment
     would show) replaced first, in all of ``output``, then its last ``lines`` lines (at
     most ``limit`` bytes; a cut can't leave part of a secret, too short to be replaced),
-    control characters escaped and each line marked as the server's, so that it can't
-    pass for the hub's own log lines."""
+    control characters escaped (:func:`~jupyterhub_gpu.core.words.one_line`) and each
+    line marked as the server's, so that it can't pass for the hub's own log lines."""
     for secret in secrets:
         if secret:
             output = output.replace(secret.encode(), b"[secret]")
     text = output[-limit:].decode("utf-8", "replace")
     kept = text.splitlines()[-lines:]
-    return "\n".join("  | " + line.encode("unicode_escape").decode("ascii") for line in kept)
+    return "\n".join("  | " + one_line(line) for line in kept)
