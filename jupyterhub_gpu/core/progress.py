@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from jupyterhub_gpu.core.words import duration
+from jupyterhub_gpu.core.words import duration, one_line
 
 
 class PullProgress:
@@ -153,8 +153,10 @@ def registry_of(image: str) -> str:
 
 def pull_failure(image: str, node: str, why: str) -> tuple[str, str]:
     """(cause, the sentence for the user and the log) of a pull the engine refused or
-    abandoned, from its error text ``why``."""
+    abandoned, from its error text ``why`` (the registry's words, often: shown on one
+    line, :func:`~jupyterhub_gpu.core.words.one_line`)."""
     cause = pull_failure_cause(why)
+    why = one_line(why)
     head = f"Could not pull {image} on node {node}"
     if cause == DISK_FULL:
         return cause, (

@@ -3,7 +3,8 @@
 Every sentence the scheduler, the queue, the culler and the dashboard produce is read by a
 person (the spawn-pending page, a culler note on the spawn form, the dashboard) or by an
 admin at a command line: counts with their nouns, ordinals, durations (:func:`duration`,
-the one formatter of them), and wall-clock times in the hub's time zone.
+the one formatter of them), and wall-clock times in the hub's time zone; and
+:func:`one_line`, the one escaper of text someone else chose, for the hub's log.
 """
 
 from __future__ import annotations
@@ -88,3 +89,12 @@ def listing(items: list[str], limit: int = 4) -> str:
     if len(items) <= 1:
         return "".join(items)
     return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def one_line(text: str) -> str:
+    """``text`` fit for one line of the hub's log: newlines, carriage returns, terminal
+    escapes, every other control character and anything outside ASCII written as Python
+    writes them in a string (``\\n``, ``\\x1b``, ``\\xe9``), backslashes doubled.
+    For text that someone else chose (a server's output, a registry's error), so that it
+    can't pass for, hide or rewrite the hub's own lines."""
+    return text.encode("unicode_escape").decode("ascii")

@@ -9,6 +9,12 @@ checks the same URL with the same rule (any answer under 500 counts, as in
 container now and then so that a server that exits is reported at once, with its exit
 code, instead of after ``http_timeout``. When it returns, JupyterHub's own first check
 succeeds at once; when it gives up, JupyterHub's wait goes on as before.
+
+The user's server decides what it answers (her ``~/.jupyter`` configuration can make it
+answer 503 with 100 MiB, ten times a second): each check has an HTTP client of its own,
+closed when it ends, that reads the status and headers, throws the body away as it comes
+and cuts the connection past :data:`BODY_LIMIT` bytes of it. The hub's shared client, its
+slots and its memory are never the user's to fill.
 """
 
 from __future__ import annotations
@@ -17,10 +23,20 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+from tornado.httpclient import HTTPClientError, HTTPRequest
+from tornado.httputil import HTTPInputError, parse_response_start_line
+from tornado.simple_httpclient import SimpleAsyncHTTPClient
+
+from jupyterhub_gpu.core.words import one_line
 
 # What a check of the container says: None while it runs, else its exit code.
 ExitCheck = Callable[[], Awaitable[int | None]]
+
+#: The most of an answer's body a check reads (and drops) before it cuts the connection;
+#: the status, read before it, still decides.
+BODY_LIMIT = 64 * 1024
+#: What a check's connection holds at once: headers (tornado's limit: 64 KiB), a piece of body.
+BUFFER_LIMIT = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -35,16 +51,52 @@ class Answer:
 async def answers(url: str, timeout: float = 2.0) -> bool:
     """One check, JupyterHub's rule: any HTTP answer under 500 (a redirect to the login
     or to JupyterLab included); a refused connection, a silence, a 5xx is not an answer
-    yet. Even with ``raise_error=False`` tornado raises its own 599s (a timeout, a full
-    request queue, curl's errors when the hub uses pycurl): not an answer either."""
+    yet. Even with ``raise_error=False`` tornado raises its own 599s (a timeout, a body
+    over :data:`BODY_LIMIT`): then the status, if its head came whole, decides, since the
+    body is never looked at. A client of its own (not the hub's shared one), closed here."""
+    head = _Head()
     request = HTTPRequest(
-        url, method="GET", follow_redirects=False, connect_timeout=timeout, request_timeout=timeout
+        url,
+        method="GET",
+        follow_redirects=False,
+        connect_timeout=timeout,
+        request_timeout=timeout,
+        header_callback=head.line,
+        streaming_callback=_drop,
     )
+    client = SimpleAsyncHTTPClient(
+        force_instance=True, max_body_size=BODY_LIMIT, max_buffer_size=BUFFER_LIMIT
+    )
+    code: int | None
     try:
-        response = await AsyncHTTPClient().fetch(request, raise_error=False)
+        code = (await client.fetch(request, raise_error=False)).code
     except (OSError, asyncio.TimeoutError, HTTPClientError):
-        return False
-    return response.code < 500  # 599: tornado's "no answer" (refused, timed out)
+        code = head.code  # None: no head came (refused, timed out, not HTTP)
+    finally:
+        client.close()
+    return code is not None and 200 <= code < 500  # 599: tornado's "no answer"
+
+
+def _drop(chunk: bytes) -> None:
+    """A check's ``streaming_callback``: the body is not kept."""
+
+
+class _Head:
+    """The status of the last response head a check read whole: tornado's
+    ``header_callback`` gives each head (a 1xx's, then the answer's) as its start line,
+    its header lines, then an empty line, once it has parsed all of it."""
+
+    def __init__(self) -> None:
+        self.code: int | None = None
+        self._starts = True
+
+    def line(self, line: str) -> None:
+        if self._starts:
+            try:
+                self.code = parse_response_start_line(line.strip()).code
+            except HTTPInputError:
+                self.code = None
+        self._starts = line == "\r\n"
 
 
 async def first_answer(
@@ -84,14 +136,15 @@ async def first_answer(
 
 
 def log_tail(output: bytes, secrets: Sequence[str], lines: int = 20, limit: int = 4000) -> str:
-    """An exited server's last output, fit for the hub's log: its last ``lines`` lines
-    (at most ``limit`` bytes), every one of ``secrets`` (the server's own credentials,
-    which a start command that prints its environment would show) replaced, control
-    characters escaped and each line marked as the server's, so that it can't pass
-    for the hub's own log lines."""
-    text = output[-limit:].decode("utf-8", "replace")
+    """An exited server's last output, fit for the hub's log: every one of ``secrets``
+    (the server's own credentials, which a start command that prints its environment
+    would show) replaced first, in all of ``output``, then its last ``lines`` lines (at
+    most ``limit`` bytes; a cut can't leave part of a secret, too short to be replaced),
+    control characters escaped (:func:`~jupyterhub_gpu.core.words.one_line`) and each
+    line marked as the server's, so that it can't pass for the hub's own log lines."""
     for secret in secrets:
         if secret:
-            text = text.replace(secret, "[secret]")
+            output = output.replace(secret.encode(), b"[secret]")
+    text = output[-limit:].decode("utf-8", "replace")
     kept = text.splitlines()[-lines:]
-    return "\n".join("  | " + line.encode("unicode_escape").decode("ascii") for line in kept)
+    return "\n".join("  | " + one_line(line) for line in kept)

@@ -92,6 +92,7 @@ from jupyterhub_gpu.core.sharing import Share
 from jupyterhub_gpu.core.sharing.mps import MpsPaths
 from jupyterhub_gpu.core.tokens import site_secret_from
 from jupyterhub_gpu.core.usernet import bridge_name_problem
+from jupyterhub_gpu.core.words import one_line
 from jupyterhub_gpu.core.workload import Workload, make_container
 from jupyterhub_gpu.edges.home_dirs import ensure_home
 from jupyterhub_gpu.edges.nodecheck import CheckSettings
@@ -1118,7 +1119,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             await self._undo()
             raise _spawn_error(e) from None
         except APIError as e:  # the engine answered, with an error: not a dead node
-            node, why = self.node_name, e.explanation or str(e)
+            node, why = self.node_name, one_line(str(e.explanation or e))  # on one line
             self.log.warning("Node %s refused %s's server: %s", node, self.holder, why)
             await self._undo()
             raise SpawnException(

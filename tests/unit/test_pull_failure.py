@@ -3,7 +3,13 @@ engine's error text, sorted by cause, each cause with its own advice."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
 import pytest
+from docker.errors import APIError
 
 from jupyterhub_gpu.core.progress import (
     DISK_FULL,
@@ -13,6 +19,8 @@ from jupyterhub_gpu.core.progress import (
     pull_failure,
     registry_of,
 )
+from jupyterhub_gpu.errors import ImageUnavailable
+from jupyterhub_gpu.hub.pull import pull
 
 pytestmark = pytest.mark.unit
 
@@ -81,3 +89,66 @@ def test_each_cause_has_its_sentence(why: str, cause: str, says: str) -> None:
 )
 def test_the_registry_is_named_as_the_engine_reaches_it(image: str, registry: str) -> None:
     assert registry_of(image) == registry
+
+
+FORGED = "\n[I 2026-01-01 hub] forged"
+
+
+@pytest.mark.parametrize(
+    "why",
+    [
+        'Get "http://10.250.0.1:5000/v2/": dial tcp: connect: connection refused' + FORGED,
+        "manifest unknown" + FORGED,
+        "unknown blob" + FORGED + "\x1b[31m\r",
+    ],
+)
+def test_a_registrys_words_stay_on_one_line(why: str) -> None:
+    """The registry chooses its error text; it reaches the hub's log (and the user): its
+    newlines and control characters are shown escaped, never as a line of their own."""
+    _, sentence = pull_failure(IMAGE, "gpu-1", why)
+    assert sentence.isprintable(), sentence
+    assert "\\n[I 2026-01-01 hub] forged" in sentence, sentence
+
+
+class Refusing:
+    """An engine whose pull fails: with an error answer, or an error inside its stream."""
+
+    def __init__(self, why: str, in_stream: bool) -> None:
+        self.why, self.in_stream = why, in_stream
+
+    def pull(self, image: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        if not self.in_stream:
+            raise APIError("500 Server Error", explanation=self.why)
+        yield {"error": self.why, "errorDetail": {"message": self.why}}
+
+    def close(self) -> None:
+        pass
+
+
+class Node:
+    def __init__(self, client: Refusing) -> None:
+        self.client = client
+
+    def new_client(self, node: str, timeout: float) -> Refusing:
+        return self.client
+
+    async def run(
+        self, node: str, fn: Callable[[], Any], timeout: float | None = None, *,
+        executor: Any = None,
+    ) -> Any:  # fmt: skip
+        return await asyncio.get_running_loop().run_in_executor(executor, fn)
+
+
+@pytest.mark.parametrize("in_stream", [False, True], ids=["answer", "stream"])
+async def test_a_failed_pulls_log_line_cant_be_forged(
+    in_stream: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    why = "manifest for jhgpu/torch:2.8 not found: manifest unknown" + FORGED
+    log = logging.getLogger("test.pull.forged")
+    cluster: Any = Node(Refusing(why, in_stream))
+    with caplog.at_level(logging.WARNING, logger=log.name), pytest.raises(ImageUnavailable) as e:
+        await pull(cluster, "gpu-1", IMAGE, 30, lambda p, m: None, log)
+    (line,) = [r.getMessage() for r in caplog.records if r.name == log.name]
+    assert line.startswith("Pull failed (missing): Could not pull"), line
+    assert "\n" not in line and "\\n[I 2026-01-01 hub] forged" in line, line
+    assert "\n" not in str(e.value)  # JupyterHub logs the start's failure too
