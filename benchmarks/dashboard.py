@@ -51,7 +51,8 @@ from jupyterhub_gpu.core.accounting.report import Interval
 from jupyterhub_gpu.core.dashboard.history import History
 from jupyterhub_gpu.core.dashboard.payload import ClusterPayload
 from jupyterhub_gpu.core.dashboard.view import Viewer, cluster_view, redact
-from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.core.inventory import GPU, NodeInventory, NodeState
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.services.dashboard.render import Page, Usage, render_live, render_page
 from jupyterhub_gpu.services.dashboard.usage import summarize, usage_charts
 from jupyterhub_gpu.wire.cluster import ServerInfo, build_payload, decode_payload

@@ -67,13 +67,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jupyterhub_gpu.core.inventory import (
-    GPU,
-    SHARED,
-    ClusterSnapshot,
-    NodeInventory,
-    NodeState,
-)
+from jupyterhub_gpu.core.inventory import GPU, NodeInventory, NodeState
 from jupyterhub_gpu.core.placement import NoFit, Placement, PlacementRequest, place
 from jupyterhub_gpu.core.placement.baselines import best_fit, first_fit, random_fit, spread
 from jupyterhub_gpu.core.placement.index import clear_cache, index_for
@@ -89,6 +83,7 @@ from jupyterhub_gpu.core.scheduling import (
     schedule,
 )
 from jupyterhub_gpu.core.sharing.policy import NO_SHARING, SharingPolicy, parse_policy
+from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
 from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
 
 Policy = Callable[[ClusterSnapshot, PlacementRequest], Placement | NoFit]

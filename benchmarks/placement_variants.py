@@ -51,12 +51,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the package
 
 import placement as bench
 
-from jupyterhub_gpu.core.inventory import ClusterSnapshot, NodeState
+from jupyterhub_gpu.core.inventory import NodeState
 from jupyterhub_gpu.core.placement import NoFit, Placement, PlacementRequest
 from jupyterhub_gpu.core.placement.explain import explain
 from jupyterhub_gpu.core.placement.index import ClassSlots, index_for
 from jupyterhub_gpu.core.placement.policy import ClassOption, best_slot, choose_devices, fair_share
 from jupyterhub_gpu.core.placement.view import View, check_request
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 
 WINDOW = 500  # arrivals in the recent-demand history
 LOAD = 0.9  # the defaults of benchmarks/placement.py

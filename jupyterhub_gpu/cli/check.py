@@ -237,6 +237,11 @@ def _key_problems(config: Any, config_path: Path) -> list[str]:
 def _load_problem(e: BaseException, config_path: Path, reported: set[Path]) -> str | None:
     if isinstance(e, ConfigError):
         return f"{config_path}: {e} (fix it in {config_path} or the file it names)."
+    if isinstance(e, ModuleNotFoundError) and (e.name or "").startswith("jupyterhub_gpu."):
+        return (
+            f"{config_path}: it imports {e.name!r}, which jupyterhub-gpu does not have: an "
+            "old path? docs/upgrade.md ('Import paths that went') names the new one."
+        )
     if isinstance(e, ModuleNotFoundError):
         return (
             f"{config_path}: it imports {e.name!r}, which is not installed here: check-config "

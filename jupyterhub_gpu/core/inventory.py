@@ -1,16 +1,14 @@
 """Plain data describing GPU nodes: what the probes produce and placement consumes.
 
 Nothing here does I/O. Every probe (NVML, declared inventory, a node agent's JSON)
-produces a :class:`NodeInventory`; the hub combines them into a :class:`ClusterSnapshot`.
+produces a :class:`NodeInventory`; the hub combines them into a
+:class:`~jupyterhub_gpu.core.snapshot.ClusterSnapshot`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-
-from jupyterhub_gpu.core.attribution.processes import GpuProcess
-from jupyterhub_gpu.core.sharing.policy import NO_SHARING, SharingPolicy
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -33,6 +31,20 @@ def parse_compute_capability(text: str | float | tuple[int, int]) -> tuple[int, 
 
 
 @dataclass(frozen=True)
+class GpuProcess:
+    """One compute process on a GPU, as the node agent reports it.
+
+    ``container`` is its Docker container id, ``""`` when it is in none (or its cgroup
+    could not be read). ``memory_mib`` / ``utilization_pct`` are ``None`` when NVML can't
+    tell (NOT_SUPPORTED, no sample yet)."""
+
+    pid: int
+    container: str = ""
+    memory_mib: int | None = None
+    utilization_pct: float | None = None
+
+
+@dataclass(frozen=True)
 class GPU:
     """One physical GPU (or MIG instance) as a probe sees it."""
 
@@ -50,7 +62,7 @@ class GPU:
     # ids of containers running compute processes on this GPU ("" = a host process)
     process_containers: tuple[str, ...] = ()
     # each compute process with its container, memory and utilisation; None: the probe
-    # (or an older agent) reports no per-process data (see core/attribution)
+    # (or an older agent) reports no per-process data (core/attribution attributes them)
     processes: tuple[GpuProcess, ...] | None = None
     # GPUs with the same topology group share a PCIe switch / NVLink (None: unknown)
     topology_group: str | None = None
@@ -94,26 +106,3 @@ class NodeState:
     @property
     def name(self) -> str:
         return self.inventory.name
-
-
-@dataclass(frozen=True)
-class ClusterSnapshot:
-    """The whole cluster at one instant.
-
-    ``allocations`` maps GPU uuid -> holder (an opaque id such as ``"alice/"``) for
-    every GPU the hub's ledger has handed out; ``our_containers`` holds the ids of
-    containers the hub started, so a GPU process in any other container is foreign.
-
-    A GPU held by shares (issue 26) is in ``allocations`` as :data:`SHARED` (taken for
-    every whole request) and in ``shares``: uuid -> the parts held on it. ``sharing`` is
-    the admin's policy (which GPUs may be shared, into how many parts).
-    """
-
-    nodes: tuple[NodeState, ...]
-    allocations: Mapping[str, str] = field(default_factory=dict)
-    our_containers: frozenset[str] = frozenset()
-    shares: Mapping[str, int] = field(default_factory=dict)
-    sharing: SharingPolicy = NO_SHARING
-
-
-SHARED = "shared:"  # the holder of a GPU held by shares in ``ClusterSnapshot.allocations``

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
 from jupyterhub_gpu.core.catalog.compat import image_runs_on
 from jupyterhub_gpu.core.catalog.entries import CatalogEntry
+from jupyterhub_gpu.core.checklist import Check
 from jupyterhub_gpu.core.inventory import NodeInventory
 from jupyterhub_gpu.core.usernet import network_options, network_problem
 from jupyterhub_gpu.core.words import duration
@@ -38,20 +39,6 @@ PROBE_FAILED = "the probe failed:"
 MAX_CLOCK_SKEW_S = 5.0
 #: what a node's GPU containers run: the UUIDs the NVIDIA toolkit shows them
 UUID_RE = re.compile(r"UUID:\s*((?:GPU|MIG)-[0-9A-Za-z-]+)")
-
-
-@dataclass(frozen=True)
-class Check:
-    """One line of the checklist."""
-
-    node: str
-    check: str  # e.g. "engine", "firewall"
-    ok: bool
-    detail: str  # what was seen
-    fix: str = ""  # what to do when not ok
-
-    def as_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def not_run(node: str, check: str, because: str) -> Check:

@@ -38,12 +38,8 @@ from typing import Any
 
 import pynvml
 
-from jupyterhub_gpu.core.attribution.processes import (
-    MAX_CGROUP_TEXT,
-    GpuProcess,
-    container_id_from_cgroup,
-)
-from jupyterhub_gpu.core.inventory import GPU, NodeInventory
+from jupyterhub_gpu.core.attribution.processes import MAX_CGROUP_TEXT, container_id_from_cgroup
+from jupyterhub_gpu.core.inventory import GPU, GpuProcess, NodeInventory
 from jupyterhub_gpu.errors import ProbeError
 from jupyterhub_gpu.wire.agent import MAX_PROCESSES
 

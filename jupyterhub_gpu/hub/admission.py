@@ -36,12 +36,12 @@ from jupyterhub_gpu.core.form.user_quota import (
     holdings_of,
     quota_refusal,
 )
-from jupyterhub_gpu.core.inventory import ClusterSnapshot
 from jupyterhub_gpu.core.placement import place
 from jupyterhub_gpu.core.placement.locality import cpu_node
 from jupyterhub_gpu.core.placement.request import NoFit, Placement, PlacementRequest
 from jupyterhub_gpu.core.scheduling import Policies, QueuedRequest, Refuse, Wait, never_fits
 from jupyterhub_gpu.core.scheduling.reservations import hide
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.core.words import duration
 from jupyterhub_gpu.hub.cluster import NODE_ERRORS
 from jupyterhub_gpu.hub.queue import MustQueue, QueueFull, QueueRefused, QueueTimeout, SpawnQueue

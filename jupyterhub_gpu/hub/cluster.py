@@ -45,9 +45,10 @@ from jupyterhub_gpu.core.allocation import (
     containers_from_docker,
     interrupted,
 )
-from jupyterhub_gpu.core.inventory import ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.core.inventory import NodeInventory, NodeState
 from jupyterhub_gpu.core.placement import locality
 from jupyterhub_gpu.core.sharing.policy import NO_SHARING, SharingPolicy
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.core.usernet import network_options, network_problem
 from jupyterhub_gpu.edges.accounting.store import AccountingStore, AccountingUnavailable, safe_url
 from jupyterhub_gpu.edges.agents import AgentEndpoint, Unreachable, agent_client

@@ -20,8 +20,8 @@ from jupyterhub_gpu.core.accounting.records import (
     EndReason,
     EventKind,
 )
-from jupyterhub_gpu.core.inventory import SHARED
 from jupyterhub_gpu.core.placement.journal import Allocations
+from jupyterhub_gpu.core.snapshot import SHARED
 
 log = logging.getLogger(__name__)
 Listener = Callable[[AllocationEvent], None]
@@ -113,7 +113,7 @@ class GPULedger:
 
     def allocations(self) -> Allocations:
         """uuid -> holder of every held GPU, orphans included (for placement: taken); a
-        GPU held by shares is :data:`~jupyterhub_gpu.core.inventory.SHARED`.
+        GPU held by shares is :data:`~jupyterhub_gpu.core.snapshot.SHARED`.
 
         A copy (a C-level dict copy), journaled: the placement index re-checks only the
         GPUs that changed since the copy it saw last."""

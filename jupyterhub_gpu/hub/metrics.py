@@ -19,7 +19,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from jupyterhub_gpu.core.accounting.records import AllocationEvent, EventKind
-from jupyterhub_gpu.core.inventory import SHARED, NodeState
+from jupyterhub_gpu.core.inventory import NodeState
+from jupyterhub_gpu.core.snapshot import SHARED
 from jupyterhub_gpu.hub.ledger import GPULedger
 from jupyterhub_gpu.hub.recorder import Recorder
 

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from jupyterhub_gpu.core.accounting.records import AllocationEvent, EventKind, utcnow
 from jupyterhub_gpu.core.accounting.report import Interval
-from jupyterhub_gpu.core.inventory import SHARED, ClusterSnapshot, NodeState
+from jupyterhub_gpu.core.inventory import NodeState
 from jupyterhub_gpu.core.placement import Placement
 from jupyterhub_gpu.core.scheduling import (
     Allowed,
@@ -72,6 +72,7 @@ from jupyterhub_gpu.core.scheduling import (
     schedule,
 )
 from jupyterhub_gpu.core.scheduling.state import SHARE_KEY
+from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
 from jupyterhub_gpu.core.words import duration
 from jupyterhub_gpu.edges.accounting.store import AccountingUnavailable
 from jupyterhub_gpu.errors import MustQueue as MustQueue

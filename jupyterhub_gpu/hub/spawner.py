@@ -74,7 +74,6 @@ from jupyterhub_gpu.core.identity import (
     map_home,
     resolve_identity,
 )
-from jupyterhub_gpu.core.inventory import ClusterSnapshot
 from jupyterhub_gpu.core.mounts import dataset_binds, parse_group_mounts
 from jupyterhub_gpu.core.names import CONTAINER_NAME, PATH, check_name_lengths
 from jupyterhub_gpu.core.placement import availability
@@ -90,6 +89,7 @@ from jupyterhub_gpu.core.saving.entries import (
 from jupyterhub_gpu.core.saving.identity import NodeImage, in_registry, start_refusal
 from jupyterhub_gpu.core.sharing import Share
 from jupyterhub_gpu.core.sharing.mps import MpsPaths
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.core.tokens import site_secret_from
 from jupyterhub_gpu.core.usernet import bridge_name_problem
 from jupyterhub_gpu.core.words import one_line

@@ -38,9 +38,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from jupyterhub_gpu.core.attribution.processes import GpuProcess
 from jupyterhub_gpu.core.inventory import (
     GPU,
+    GpuProcess,
     NodeInventory,
     parse_compute_capability,
     parse_version,

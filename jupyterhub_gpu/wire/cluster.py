@@ -76,8 +76,9 @@ from jupyterhub_gpu.core.form.availability import (
     gpu_model_availability,
     short_model_name,
 )
-from jupyterhub_gpu.core.inventory import GPU, SHARED, ClusterSnapshot, NodeState
+from jupyterhub_gpu.core.inventory import GPU, NodeState
 from jupyterhub_gpu.core.sharing.policy import share_of
+from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
 from jupyterhub_gpu.core.times import parse_time
 from jupyterhub_gpu.errors import BadPayload
 from jupyterhub_gpu.wire.nodes_file import NodeSpec

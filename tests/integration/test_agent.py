@@ -18,8 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from jupyterhub_gpu.core.attribution.processes import GpuProcess
-from jupyterhub_gpu.core.inventory import NodeInventory
+from jupyterhub_gpu.core.inventory import GpuProcess, NodeInventory
 from jupyterhub_gpu.edges.agents import AgentClient, AgentEndpoint, Unreachable
 from jupyterhub_gpu.wire.agent import inventory_from_json, parse_agent_body
 from tests.support.hub import free_port

@@ -33,9 +33,10 @@ from tornado.iostream import StreamClosedError
 from tornado.netutil import bind_sockets
 from traitlets.config import Config
 
-from jupyterhub_gpu.core.inventory import ClusterSnapshot, NodeInventory
+from jupyterhub_gpu.core.inventory import NodeInventory
 from jupyterhub_gpu.core.placement import PlacementRequest, place
 from jupyterhub_gpu.core.placement.request import NoFit, Placement
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.core.tokens import node_token
 from jupyterhub_gpu.edges.agents import AgentEndpoint, Unreachable
 from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings

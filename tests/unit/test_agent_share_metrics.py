@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from jupyterhub_gpu.core.attribution.processes import GpuProcess
+from jupyterhub_gpu.core.inventory import GpuProcess
 from jupyterhub_gpu.services.agent.metrics import SnapshotCollector
 from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
 

@@ -25,11 +25,11 @@ from jupyterhub_gpu.core.attribution.memory import (
 from jupyterhub_gpu.core.attribution.processes import (
     MAX_CGROUP_TEXT,
     Container,
-    GpuProcess,
     attribute,
     container_id_from_cgroup,
     share_reading,
 )
+from jupyterhub_gpu.core.inventory import GpuProcess
 from jupyterhub_gpu.errors import ConfigError
 
 pytestmark = pytest.mark.unit

@@ -15,7 +15,8 @@ import pytest
 
 from jupyterhub_gpu.core.dashboard.payload import ClusterPayload, ReservationEntry
 from jupyterhub_gpu.core.dashboard.view import Viewer, redact
-from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.core.inventory import GPU, NodeInventory, NodeState
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.errors import BadPayload
 from jupyterhub_gpu.wire.cluster import (
     ServerInfo,

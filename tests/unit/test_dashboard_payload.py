@@ -17,7 +17,8 @@ from traitlets.config import Config
 
 from jupyterhub_gpu.core.dashboard.history import History
 from jupyterhub_gpu.core.dashboard.view import Viewer, cluster_view
-from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.core.inventory import GPU, NodeInventory, NodeState
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.hub.api.cluster import (
     ADMIN_SCOPE,
     READ_SCOPE,

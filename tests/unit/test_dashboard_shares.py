@@ -21,8 +21,9 @@ from jupyterhub_gpu.core.dashboard.view import (
     redact,
     share_words,
 )
-from jupyterhub_gpu.core.inventory import GPU, SHARED, ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.core.inventory import GPU, NodeInventory, NodeState
 from jupyterhub_gpu.core.sharing.policy import Share, ShareRule, SharingPolicy
+from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
 from jupyterhub_gpu.errors import BadPayload
 from jupyterhub_gpu.hub.api.cluster import SnapshotCache, server_info, share_holds
 from jupyterhub_gpu.hub.ledger import GPULedger

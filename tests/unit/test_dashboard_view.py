@@ -22,7 +22,8 @@ from jupyterhub_gpu.core.dashboard.payload import (
     ServerEntry,
 )
 from jupyterhub_gpu.core.dashboard.view import HIDDEN, Viewer, cluster_view, redact, spawn_link
-from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.core.inventory import GPU, NodeInventory, NodeState
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.services.dashboard.notes import messages_for, record_stop
 from jupyterhub_gpu.services.dashboard.render import Page, Usage, render_live, render_page
 from jupyterhub_gpu.services.dashboard.usage import summarize, usage_charts

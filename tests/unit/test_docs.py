@@ -35,11 +35,26 @@ def _named_in_docs() -> list[tuple[str, str]]:
     found = []
     for f in files:
         text = f.read_text()
+        if f.name == "upgrade.md":
+            text = _without_removed_paths(text)
         found += [(f.name, m) for m in re.findall(r"jupyterhub_gpu(?:\.[A-Za-z_][\w]*)+", text)]
         found += [(f.name, m) for m in re.findall(r"jupyterhub_gpu/[\w/.]+\w", text)]
         for module, names in re.findall(r"from (jupyterhub_gpu[\w.]*) import \(?([\w, ]+)", text):
             found += [(f.name, f"{module}.{n.split()[0]}") for n in names.split(",") if n.strip()]
     return found
+
+
+def _without_removed_paths(text: str) -> str:
+    """upgrade.md's table of the import paths that went, its first column (the old paths,
+    which must not exist: tests/unit/test_layers.py) left out."""
+    import re
+
+    head = "### Import paths that went"
+    start = text.index(head)
+    end = text.find("\n#", start + len(head))
+    end = len(text) if end < 0 else end
+    table = re.sub(r"^\|[^|\n]*\|", "| |", text[start:end], flags=re.MULTILINE)
+    return text[:start] + table + text[end:]
 
 
 def test_every_module_and_path_the_docs_name_exists() -> None:

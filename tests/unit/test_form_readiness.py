@@ -11,8 +11,9 @@ import pytest
 from jupyterhub_gpu.core.catalog import Catalog
 from jupyterhub_gpu.core.form import policy_from_config, resolve_bounds, spawn_form_html
 from jupyterhub_gpu.core.form.readiness import image_size, readiness
-from jupyterhub_gpu.core.inventory import ClusterSnapshot, NodeState
+from jupyterhub_gpu.core.inventory import NodeState
 from jupyterhub_gpu.core.placement.locality import sizes, wanted
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.wire.catalog_file import parse_catalog
 from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
 from tests.unit.test_form_render import parse

@@ -22,7 +22,8 @@ from jupyterhub_gpu.core.form import (
     spawn_form_html,
     visible_entries,
 )
-from jupyterhub_gpu.core.inventory import ClusterSnapshot, NodeState
+from jupyterhub_gpu.core.inventory import NodeState
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.wire.catalog_file import load_catalog, parse_catalog
 from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
 

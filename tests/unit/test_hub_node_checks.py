@@ -24,7 +24,8 @@ from traitlets.config import Config
 
 from jupyterhub_gpu.core import nodecheck as nc
 from jupyterhub_gpu.core.dashboard.view import _state_label
-from jupyterhub_gpu.core.inventory import ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.core.inventory import NodeInventory, NodeState
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.edges.nodecheck import CheckSettings, remove_leftovers
 from jupyterhub_gpu.errors import BadPayload, ConfigError
 from jupyterhub_gpu.hub import cluster as cluster_module

@@ -1,7 +1,9 @@
 """The package's layers, as written in each top folder's ``__init__`` docstring and in
 docs/architecture.md, checked on every import of every module (``TYPE_CHECKING`` and
 function-level imports included): no import upward, none into another service, no import
-circle, and no I/O library in the pure core."""
+circle (between modules, nor between the parts of a layer: ``core/sharing/`` and
+``core/inventory.py`` are two parts of ``core``), no I/O library in the pure core, and no
+module that only re-exports another one (the old paths that did are gone)."""
 
 from __future__ import annotations
 
@@ -27,19 +29,22 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
     "services": frozenset({"errors", "core", "wire", "edges"}),
     "cli": frozenset({"errors", "core", "wire", "edges"}),
 }
-# old public paths a site's configuration names: one-line re-exports of one new module
-OLD_PATHS = frozenset(
-    {
-        "spawner",
-        "config",
-        "reservations",
-        "auth",
-        "agent",
-        "culler",
-        "dashboard",
-        "myimages",
-        "accounting",
-    }
+# the old paths that only re-exported the new modules; removed (docs/upgrade.md), and
+# never to come back: nothing was released under them
+REMOVED_PATHS = (
+    "spawner",
+    "config",
+    "reservations",
+    "auth",
+    "auth.ldap",
+    "auth.oauth",
+    "agent",
+    "culler",
+    "dashboard",
+    "dashboard.hub",
+    "myimages",
+    "accounting",
+    "accounting.service",
 )
 # what the pure core must never import (I/O: engines, databases, HTTP, the hub, NVML)
 NOT_IN_CORE = frozenset(
@@ -122,14 +127,25 @@ def modules_of(root: Path) -> dict[str, Path]:
     }
 
 
+def part_of(module: str) -> str:
+    """The part of its layer a module belongs to: ``jupyterhub_gpu.core.sharing`` for
+    ``core/sharing/mps.py``, ``jupyterhub_gpu.core.inventory`` for ``core/inventory.py``;
+    '' for a layer's own ``__init__`` and for the package root."""
+    parts = module.split(".")
+    return ".".join(parts[:3]) if len(parts) >= 3 else ""
+
+
 def problems(root: Path) -> list[str]:
-    """Every import that breaks the rules, as ``module:line -> target: why``."""
+    """Every import that breaks the rules, as ``module:line -> target: why``, then the
+    import circles between modules and between the parts of a layer."""
     modules = modules_of(root)
     out: list[str] = []
     graph: dict[str, set[str]] = {m: set() for m in modules}
+    # part -> parts of the same layer it imports, and the imports that make each arrow
+    parts: dict[str, set[str]] = {}
+    arrows: dict[tuple[str, str], list[str]] = {}
     for name, path in modules.items():
         layer = layer_of(name)
-        old_path = layer in OLD_PATHS or name == P
         seen: set[tuple[int, str]] = set()
         for line, target in imports_of(path, name):
             ours_or_target = existing(modules, target) or target.split(".")[0]
@@ -153,11 +169,13 @@ def problems(root: Path) -> list[str]:
                 continue  # the package itself (its version)
             graph[name].add(ours)
             theirs = layer_of(ours)
-            if old_path:
-                continue  # re-exports of the new paths, checked below
-            if theirs in OLD_PATHS:
-                out.append(f"{where}: an old path, kept for sites only; import the new one")
-            elif theirs != layer and theirs not in MAY_IMPORT.get(layer, frozenset()):
+            mine, its = part_of(name), part_of(ours)
+            if mine and its and mine != its and theirs == layer:
+                parts.setdefault(mine, set()).add(its)
+                arrows.setdefault((mine, its), []).append(f"{name}:{line}")
+            if name == P:
+                continue
+            if theirs != layer and theirs not in MAY_IMPORT.get(layer, frozenset()):
                 out.append(f"{where}: {layer or 'the package root'} may not import {theirs}")
             elif (
                 layer == "services"
@@ -166,6 +184,11 @@ def problems(root: Path) -> list[str]:
             ):
                 out.append(f"{where}: a service never imports another service")
     out += [f"circle: {' -> '.join(c)}" for c in circles(graph)]
+    for c in circles(parts):
+        why = "; ".join(
+            f"{a} -> {b} ({', '.join(arrows[a, b])})" for a in c for b in c if (a, b) in arrows
+        )
+        out.append(f"circle between parts: {' -> '.join(c)}: {why}")
     return out
 
 
@@ -210,18 +233,17 @@ def test_no_import_breaks_the_layers() -> None:
 
 def test_every_top_folder_is_a_layer_with_its_rule_written() -> None:
     """A newcomer reads the architecture from the tree: every folder at the top is a
-    layer (or an old path), and its ``__init__`` says what it may import; ``data/`` holds
+    layer, and its ``__init__`` says what it may import; ``data/`` holds
     the package's data files (the shipped catalog) and no code."""
     assert not list((PACKAGE / "data").rglob("*.py"))
     for folder in sorted(
         p for p in PACKAGE.iterdir() if p.is_dir() and p.name not in ("__pycache__", "data")
     ):
-        assert folder.name in MAY_IMPORT or folder.name in OLD_PATHS, folder.name
+        assert folder.name in MAY_IMPORT, folder.name
         doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())) or ""
-        if folder.name in MAY_IMPORT:
-            assert "Imports:" in doc, f"{folder.name}/__init__.py does not say what it imports"
+        assert "Imports:" in doc, f"{folder.name}/__init__.py does not say what it imports"
     root_modules = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
-    assert root_modules <= {"errors"} | OLD_PATHS, root_modules
+    assert root_modules == {"errors"}, root_modules
 
 
 def test_the_architecture_tree_names_every_module_of_the_layers() -> None:
@@ -246,30 +268,89 @@ def test_the_architecture_tree_names_every_module_of_the_layers() -> None:
     assert unnamed == []
 
 
-def test_old_paths_only_re_export_new_ones() -> None:
-    """The old public paths hold nothing but imports of the new modules (and
-    ``main()`` for ``python -m``)."""
-    for name, path in modules_of(PACKAGE).items():
-        if layer_of(name) not in OLD_PATHS:
-            continue
+def re_exports(root: Path) -> list[str]:
+    """The modules that only re-export other modules of ours: a body of nothing but a
+    docstring, imports, ``__all__`` and ``main()`` (or one that says it is kept for old
+    paths). A package's ``__init__`` handing on its own modules' names
+    (``core/catalog/__init__.py``) and a ``__main__`` running its own package's ``main``
+    are not re-exports."""
+    modules = modules_of(root)
+    found = []
+    for name, path in modules.items():
         tree = ast.parse(path.read_text())
-        for node in tree.body:
-            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
-                continue  # the docstring
-            if isinstance(node, ast.ImportFrom):
-                assert node.module and layer_of(node.module) in MAY_IMPORT, (name, node.module)
-                continue
-            if isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == [
-                "__all__"
-            ]:
-                continue
-            call = node.value if isinstance(node, ast.Expr) else None
-            guarded = (
-                isinstance(node, ast.If) and ast.unparse(node.test) == "__name__ == '__main__'"
-            )
-            assert guarded or (isinstance(call, ast.Call) and ast.unparse(call) == "main()"), (
-                f"{name}: {ast.unparse(node)[:80]}"
-            )
+        doc = (ast.get_docstring(tree) or "").lower()
+        if "old path" in doc or "kept for existing" in doc or "kept for old" in doc:
+            found.append(f"{name}: says it is kept for an old path")
+            continue
+        body = tree.body[1:] if ast.get_docstring(tree) is not None else tree.body
+        imports = [n for n in body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        if not imports or not all(
+            isinstance(n, (ast.Import, ast.ImportFrom)) or _hands_on(n) for n in body
+        ):
+            continue
+        # what an __init__ or a __main__ may hand on: its own package's modules
+        own = {"__init__.py": name, "__main__.py": name.rpartition(".")[0]}.get(path.name)
+        outside = sorted(
+            ours
+            for _, target in imports_of(path, name)
+            if (ours := existing(modules, target)) is not None
+            and ours != P
+            and (own is None or not ours.startswith(own + "."))
+        )
+        if outside:
+            found.append(f"{name}: only re-exports {', '.join(outside)}; import that instead")
+    return found
+
+
+def _hands_on(node: ast.stmt) -> bool:
+    """``__all__ = [...]``, ``main()`` or ``if __name__ == "__main__": main()``."""
+    if isinstance(node, ast.Assign):
+        return [getattr(t, "id", "") for t in node.targets] == ["__all__"]
+    if isinstance(node, ast.Expr):
+        return ast.unparse(node.value) == "main()"
+    return isinstance(node, ast.If) and ast.unparse(node.test) == "__name__ == '__main__'"
+
+
+def test_no_module_only_re_exports_another() -> None:
+    """No module stands in for another under a second path (issue 31): code, tests and
+    configurations name the module where the code is."""
+    assert re_exports(PACKAGE) == []
+
+
+def test_the_removed_old_paths_stay_removed() -> None:
+    """The old paths docs/upgrade.md lists as gone are neither modules nor folders."""
+    back = [
+        old
+        for old in REMOVED_PATHS
+        if (PACKAGE / (old.replace(".", "/") + ".py")).exists()
+        or (PACKAGE / old.replace(".", "/")).exists()
+    ]
+    assert back == []
+    upgrade = (PACKAGE.parent / "docs" / "upgrade.md").read_text()
+    assert [old for old in REMOVED_PATHS if not re.search(rf"\b{P}\.{old}\b", upgrade)] == []
+
+
+@pytest.mark.parametrize(
+    ("where", "source"),
+    [
+        ("spawner.py", "from jupyterhub_gpu.hub.spawner import GPUDockerSpawner\n"),
+        (
+            "hub/old_auth.py",
+            '"""Re-exported."""\n\nfrom jupyterhub_gpu.hub.auth.ldap import GPULDAPAuthenticator'
+            '\n\n__all__ = ["GPULDAPAuthenticator"]\n',
+        ),
+        ("cli/agent.py", "from jupyterhub_gpu.services.agent.app import main\n\nmain()\n"),
+        ("hub/kept.py", '"""Old path, kept for existing configurations."""\n'),
+    ],
+)
+def test_a_planted_re_export_is_caught(tmp_path: Path, where: str, source: str) -> None:
+    import shutil
+
+    copy = tmp_path / P
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / where).write_text(source)
+    name = module_name(copy / where, copy)
+    assert [f.split(":")[0] for f in re_exports(copy)] == [name]
 
 
 @pytest.mark.parametrize(
@@ -303,7 +384,6 @@ def test_old_paths_only_re_export_new_ones() -> None:
             "from jupyterhub_gpu.hub.runtime import HubRuntime\n",
             "cli may not import hub",
         ),
-        ("hub/planted.py", "from jupyterhub_gpu.spawner import GPUDockerSpawner\n", "an old path"),
         (
             "core/planted.py",
             "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
@@ -341,44 +421,52 @@ def test_a_planted_circle_is_caught(tmp_path: Path) -> None:
     (copy / "core" / "planted_b.py").write_text("from jupyterhub_gpu.core import planted_a\n")
     before = set(problems(PACKAGE))
     assert sorted(set(problems(copy)) - before) == [
-        "circle: jupyterhub_gpu.core.planted_a -> jupyterhub_gpu.core.planted_b"
+        "circle between parts: jupyterhub_gpu.core.planted_a -> jupyterhub_gpu.core.planted_b: "
+        "jupyterhub_gpu.core.planted_a -> jupyterhub_gpu.core.planted_b "
+        "(jupyterhub_gpu.core.planted_a:1); "
+        "jupyterhub_gpu.core.planted_b -> jupyterhub_gpu.core.planted_a "
+        "(jupyterhub_gpu.core.planted_b:1)",
+        "circle: jupyterhub_gpu.core.planted_a -> jupyterhub_gpu.core.planted_b",
     ]
 
 
-@pytest.mark.parametrize(
-    "module", ["agent", "culler", "dashboard", "accounting.service", "services.usage"]
-)
-def test_the_old_and_new_service_commands_run(module: str) -> None:
-    """``python -m jupyterhub_gpu.culler`` (and the others sites' configurations name)
-    still start the service: asked for its help, it answers."""
+def test_a_planted_circle_between_parts_is_caught(tmp_path: Path) -> None:
+    """No two modules import each other, yet two parts of the core do: a module of
+    ``core/sharing/`` imports ``core/inventory.py``, which imports another module of
+    ``core/sharing/`` (the arrows issue 31 removed)."""
+    import shutil
+
+    copy = tmp_path / P
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "core" / "planted.py").write_text(
+        "from jupyterhub_gpu.core.sharing.policy import SharingPolicy\n"
+    )
+    (copy / "core" / "sharing" / "planted.py").write_text(
+        "from jupyterhub_gpu.core.planted import SharingPolicy\n"
+    )
+    found = sorted(set(problems(copy)) - set(problems(PACKAGE)))
+    assert found == [
+        "circle between parts: jupyterhub_gpu.core.planted -> jupyterhub_gpu.core.sharing: "
+        "jupyterhub_gpu.core.planted -> jupyterhub_gpu.core.sharing "
+        "(jupyterhub_gpu.core.planted:1); "
+        "jupyterhub_gpu.core.sharing -> jupyterhub_gpu.core.planted "
+        "(jupyterhub_gpu.core.sharing.planted:1)"
+    ]
+
+
+@pytest.mark.parametrize("module", ["agent", "culler", "dashboard", "usage"])
+def test_the_service_commands_run(module: str) -> None:
+    """``python -m jupyterhub_gpu.services.culler`` (and the others the hub's
+    ``configure_*`` and sites' configurations name) start the service: asked for its
+    help, it answers."""
     import subprocess
     import sys
 
     r = subprocess.run(
-        [sys.executable, "-m", f"jupyterhub_gpu.{module}", "--help"],
+        [sys.executable, "-m", f"jupyterhub_gpu.services.{module}", "--help"],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert "usage" in (r.stdout + r.stderr).lower() or "--" in r.stdout
-
-
-def test_the_old_public_names_are_the_new_objects() -> None:
-    from jupyterhub_gpu import config, reservations, spawner
-    from jupyterhub_gpu.auth import ldap, oauth
-    from jupyterhub_gpu.dashboard import hub
-    from jupyterhub_gpu.hub import extensions
-    from jupyterhub_gpu.hub.auth import ldap as new_ldap
-    from jupyterhub_gpu.hub.auth import oauth as new_oauth
-    from jupyterhub_gpu.hub.config import check_config
-    from jupyterhub_gpu.hub.spawner import GPUDockerSpawner
-    from jupyterhub_gpu.myimages import configure as add_my_images
-
-    assert spawner.GPUDockerSpawner is GPUDockerSpawner
-    assert config.check_config is check_config
-    assert ldap.GPULDAPAuthenticator is new_ldap.GPULDAPAuthenticator
-    assert oauth.make_identity_hook is new_oauth.make_identity_hook
-    assert hub.configure is extensions.configure_dashboard
-    assert reservations.configure is extensions.configure_reservations
-    assert add_my_images is extensions.configure_my_images

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from jupyterhub_gpu.core.inventory import ClusterSnapshot, NodeState
+from jupyterhub_gpu.core.inventory import NodeState
 from jupyterhub_gpu.core.placement import NoFit, Placement, PlacementRequest, place
 from jupyterhub_gpu.core.placement.index import index_for
 from jupyterhub_gpu.core.placement.locality import NO_NODE, cpu_node, held, identity, wanted
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from tests.unit.test_placement import A100, GIB, RTX3090, TITANX, gpu, node, placed, snap, uniform
 
 pytestmark = pytest.mark.unit

@@ -19,10 +19,10 @@ from jupyterhub_gpu.core.form import resolve_bounds
 from jupyterhub_gpu.core.form.render import spawn_form_html
 from jupyterhub_gpu.core.form.resources import policy_from_config
 from jupyterhub_gpu.core.form.validation import validate_options
-from jupyterhub_gpu.core.inventory import ClusterSnapshot
 from jupyterhub_gpu.core.saving import entries
 from jupyterhub_gpu.core.saving.data import InvalidPackage, LimitReached, Progress, SavedImage
 from jupyterhub_gpu.core.saving.limits import Limits, check_new_save
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.edges.accounting.store import AccountingStore, AccountingUnavailable
 from jupyterhub_gpu.hub import saves as service
 from jupyterhub_gpu.hub.saved_images import SavedImages

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from jupyterhub_gpu.core.attribution.processes import GpuProcess
+from jupyterhub_gpu.core.inventory import GpuProcess
 from jupyterhub_gpu.edges.nvml import fold_process_samples, gpu_processes
 from jupyterhub_gpu.wire.agent import MAX_PROCESSES
 

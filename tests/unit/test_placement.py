@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.core.inventory import GPU, NodeInventory, NodeState
 from jupyterhub_gpu.core.placement import (
     ModelAvailability,
     NoFit,
@@ -19,6 +19,7 @@ from jupyterhub_gpu.core.placement import (
 )
 from jupyterhub_gpu.core.placement.baselines import best_fit, first_fit, random_fit, spread
 from jupyterhub_gpu.core.placement.index import ClusterIndex, clear_cache
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
 
 pytestmark = pytest.mark.unit

@@ -11,13 +11,14 @@ import random
 
 import pytest
 
-from jupyterhub_gpu.core.inventory import GPU, SHARED, ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.core.inventory import GPU, NodeInventory, NodeState
 from jupyterhub_gpu.core.placement import NoFit, Placement, PlacementRequest, place
 from jupyterhub_gpu.core.placement import journal as journal_module
 from jupyterhub_gpu.core.placement.index import ClusterIndex, _IndexCache
 from jupyterhub_gpu.core.placement.journal import Allocations, changed_between, journaled
 from jupyterhub_gpu.core.scheduling import ClusterState, QueuedRequest, SchedulerSettings, schedule
 from jupyterhub_gpu.core.sharing import parse_policy
+from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
 from jupyterhub_gpu.hub.ledger import GPULedger
 
 pytestmark = pytest.mark.unit

@@ -16,9 +16,10 @@ from docker.errors import APIError
 
 from jupyterhub_gpu.core.accounting.records import AllocationRecord
 from jupyterhub_gpu.core.catalog import Catalog, CatalogEntry
-from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.core.inventory import GPU, NodeInventory, NodeState
 from jupyterhub_gpu.core.prepull import CATALOG_LABEL, GIB
 from jupyterhub_gpu.core.progress import DISK_FULL, MISSING
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.errors import ImageUnavailable, PullYielded
 from jupyterhub_gpu.hub.ledger import GPULedger
 from jupyterhub_gpu.hub.prepull import PrePuller, PrePullRunner

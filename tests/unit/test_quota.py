@@ -16,8 +16,9 @@ from jupyterhub_gpu.core.form.user_quota import (
     holdings_of,
     quota_refusal,
 )
-from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.core.inventory import GPU, NodeInventory, NodeState
 from jupyterhub_gpu.core.placement.request import PlacementRequest
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.errors import ConfigError
 from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings
 from jupyterhub_gpu.hub.spawner import GPUDockerSpawner

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.core.inventory import GPU, NodeInventory, NodeState
 from jupyterhub_gpu.core.placement import PlacementRequest
 from jupyterhub_gpu.core.scheduling import (
     Allowed,
@@ -37,6 +37,7 @@ from jupyterhub_gpu.core.scheduling import (
     prioritise,
 )
 from jupyterhub_gpu.core.scheduling.fairshare import decay
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.core.words import article, duration, ordinal
 
 pytestmark = pytest.mark.unit

@@ -8,7 +8,6 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from jupyterhub_gpu.core.inventory import SHARED, ClusterSnapshot
 from jupyterhub_gpu.core.placement import Placement, PlacementRequest, place
 from jupyterhub_gpu.core.scheduling import (
     Charge,
@@ -25,6 +24,7 @@ from jupyterhub_gpu.core.scheduling import (
     validate,
 )
 from jupyterhub_gpu.core.sharing import parse_policy
+from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
 from tests.unit.test_scheduling import HOUR, NOW, RTX3090, TITANX, lab, node, snap
 
 pytestmark = pytest.mark.unit

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from jupyterhub_gpu.core.inventory import GPU, SHARED, ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.core.inventory import GPU, NodeInventory, NodeState
 from jupyterhub_gpu.core.placement import NoFit, Placement, PlacementRequest, place
 from jupyterhub_gpu.core.scheduling import (
     ClusterState,
@@ -18,6 +18,7 @@ from jupyterhub_gpu.core.scheduling import (
 )
 from jupyterhub_gpu.core.scheduling.state import GroupPolicy, Policies, Quota
 from jupyterhub_gpu.core.sharing import Share, ShareRule, SharingPolicy, parse_policy
+from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
 from jupyterhub_gpu.errors import ConfigError
 
 pytestmark = pytest.mark.unit

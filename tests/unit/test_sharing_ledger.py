@@ -21,7 +21,7 @@ from jupyterhub_gpu.core.allocation import (
     parse_share,
 )
 from jupyterhub_gpu.core.containers import server_labels
-from jupyterhub_gpu.core.inventory import SHARED
+from jupyterhub_gpu.core.snapshot import SHARED
 from jupyterhub_gpu.edges.accounting.store import AccountingStore
 from jupyterhub_gpu.hub.ledger import GPULedger
 from tests.unit.test_allocation import HUB, KEY, Engine, engine_cluster

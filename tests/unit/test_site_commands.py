@@ -559,6 +559,23 @@ def test_check_config_wants_check_config_called(ready: Site) -> None:
     assert found.startswith(f"{ready.config} does not call check_config(c)")
 
 
+def test_check_config_names_an_import_path_we_do_not_have(ready: Site) -> None:
+    """A configuration importing a module jupyterhub-gpu does not have (an old path that
+    went, docs/upgrade.md) is told where the new paths are listed, not that jupyterhub-gpu
+    is not installed."""
+    text = ready.config.read_text()
+    old = "from jupyterhub_gpu.hub.config import check_config"
+    assert old in text
+    wrong = "from jupyterhub_gpu.hub.configuration import check_config"
+    ready.config.write_text(text.replace(old, wrong))
+    (found,) = problems(ready)
+    assert found == (
+        f"{ready.config}: it imports 'jupyterhub_gpu.hub.configuration', which "
+        "jupyterhub-gpu does not have: an old path? docs/upgrade.md ('Import paths that "
+        "went') names the new one."
+    )
+
+
 def test_check_config_of_a_missing_config(paths: Site, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["check-config", "--etc", str(paths.etc), "--state", str(paths.state)]) == 1
     assert f"{paths.config} (the hub's configuration) does not exist" in capsys.readouterr().err

@@ -21,10 +21,11 @@ from jupyterhub_gpu.core.accounting.records import AllocationRecord, EndReason
 from jupyterhub_gpu.core.form import SpawnOptions
 from jupyterhub_gpu.core.form.user_quota import UserQuota
 from jupyterhub_gpu.core.identity import Identity
-from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.core.inventory import GPU, NodeInventory, NodeState
 from jupyterhub_gpu.core.placement.request import PlacementRequest
 from jupyterhub_gpu.core.scheduling import Reservation, queue_settings
 from jupyterhub_gpu.core.sharing import Share, parse_policy
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings
 from jupyterhub_gpu.hub.queue import MustQueue, QueueTimeout, SpawnQueue
 from jupyterhub_gpu.hub.runtime import runtime_of

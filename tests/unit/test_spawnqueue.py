@@ -18,9 +18,10 @@ import pytest
 from jupyterhub_gpu.core.accounting.records import AllocationRecord, EndReason
 from jupyterhub_gpu.core.accounting.report import Interval
 from jupyterhub_gpu.core.culling.idleness import Deadline
-from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeInventory, NodeState
+from jupyterhub_gpu.core.inventory import GPU, NodeInventory, NodeState
 from jupyterhub_gpu.core.placement import Placement, PlacementRequest
 from jupyterhub_gpu.core.scheduling import QueuedRequest, Reservation
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.hub.ledger import GPULedger
 from jupyterhub_gpu.hub.queue import QueueFull, QueueTimeout, SpawnQueue, span, usage_items
 from jupyterhub_gpu.wire.deadlines import save_deadlines

@@ -27,9 +27,10 @@ from jupyterhub_gpu.core.form import (
     resource_limits,
     validate_options,
 )
-from jupyterhub_gpu.core.inventory import ClusterSnapshot, NodeState
+from jupyterhub_gpu.core.inventory import NodeState
 from jupyterhub_gpu.core.saving.data import SavedImage
 from jupyterhub_gpu.core.saving.entries import saved_entries, with_saved
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.errors import ConfigError, InvalidRequest
 from jupyterhub_gpu.wire.catalog_file import parse_catalog
 from jupyterhub_gpu.wire.declared_inventory import load_inventory_file

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from jupyterhub_gpu.core.attribution.processes import GpuProcess
+from jupyterhub_gpu.core.inventory import GpuProcess
 from jupyterhub_gpu.errors import InventoryError, ProbeError
 from jupyterhub_gpu.wire.agent import (
     MAX_PROCESSES,

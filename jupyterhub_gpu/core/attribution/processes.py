@@ -29,6 +29,7 @@ from jupyterhub_gpu.core.attribution.labels import (
     labelled_gpus,
     parse_share,
 )
+from jupyterhub_gpu.core.inventory import GpuProcess
 
 _CONTAINER_RE = re.compile(r"(?:/docker-([0-9a-f]{64})\.scope|/docker/([0-9a-f]{64}))(?=/|$)")
 #: Most bytes of a ``/proc/<pid>/cgroup`` text read (v1 hosts list ~13 lines of ~100).
@@ -51,20 +52,6 @@ def container_id_from_cgroup(text: str) -> str | None:
         if match:
             return match.group(1) or match.group(2)
     return None
-
-
-@dataclass(frozen=True)
-class GpuProcess:
-    """One compute process on a GPU, as the node agent reports it.
-
-    ``container`` is its Docker container id, ``""`` when it is in none (or its cgroup
-    could not be read). ``memory_mib`` / ``utilization_pct`` are ``None`` when NVML can't
-    tell (NOT_SUPPORTED, no sample yet)."""
-
-    pid: int
-    container: str = ""
-    memory_mib: int | None = None
-    utilization_pct: float | None = None
 
 
 @dataclass(frozen=True)

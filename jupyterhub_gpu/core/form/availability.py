@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from jupyterhub_gpu.core.inventory import GPU, ClusterSnapshot, NodeState
+from jupyterhub_gpu.core.inventory import GPU, NodeState
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 
 _PREFIXES = ("NVIDIA ", "GeForce ")
 

@@ -21,8 +21,8 @@ from jupyterhub_gpu.core.form.readiness import readiness
 from jupyterhub_gpu.core.form.resources import UserBounds
 from jupyterhub_gpu.core.form.shares import share_choices
 from jupyterhub_gpu.core.form.validation import ANY_MODEL, finite_number, whole_number
-from jupyterhub_gpu.core.inventory import ClusterSnapshot
 from jupyterhub_gpu.core.sharing.policy import NO_SHARING, SharingPolicy
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TEMPLATE_NAME = "spawn_form.html"

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import random
 
-from jupyterhub_gpu.core.inventory import ClusterSnapshot
 from jupyterhub_gpu.core.placement.explain import explain
 from jupyterhub_gpu.core.placement.policy import best_slot, choose_devices
 from jupyterhub_gpu.core.placement.request import NoFit, Placement, PlacementRequest
 from jupyterhub_gpu.core.placement.view import View, check_request
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 
 
 def _fitting(view: View, request: PlacementRequest) -> list[int]:

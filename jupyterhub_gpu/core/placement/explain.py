@@ -11,10 +11,10 @@ from collections import Counter
 from dataclasses import replace
 from typing import NamedTuple
 
-from jupyterhub_gpu.core.inventory import ClusterSnapshot
 from jupyterhub_gpu.core.placement.index import ClusterIndex, GPUClass, required_driver
 from jupyterhub_gpu.core.placement.request import PlacementRequest
 from jupyterhub_gpu.core.placement.view import View
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 
 _FREE_LISTED = 3
 

@@ -28,9 +28,9 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from jupyterhub_gpu.core.inventory import ClusterSnapshot
 from jupyterhub_gpu.core.placement.request import NoFit, Placement, PlacementRequest
 from jupyterhub_gpu.core.saving.identity import repository
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _NONE = "<none>"

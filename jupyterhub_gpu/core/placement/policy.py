@@ -57,7 +57,6 @@ from __future__ import annotations
 
 from operator import itemgetter
 
-from jupyterhub_gpu.core.inventory import ClusterSnapshot
 from jupyterhub_gpu.core.placement.classes import (  # noqa: F401 (re-exported)
     KEEP_WHOLE_GPUS,
     ClassOption,
@@ -69,6 +68,7 @@ from jupyterhub_gpu.core.placement.index import ClassSlots, Device
 from jupyterhub_gpu.core.placement.request import NoFit, Placement, PlacementRequest
 from jupyterhub_gpu.core.placement.shares import place_share
 from jupyterhub_gpu.core.placement.view import View, check_request
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 
 _NO_SLOT = -1
 _TOPOLOGY_LOOKS = 64  # equally packed nodes examined for a shared topology group

@@ -30,12 +30,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from jupyterhub_gpu.core.inventory import SHARED, ClusterSnapshot
 from jupyterhub_gpu.core.placement.classes import ClassOption, breaks_whole, fair_share
 from jupyterhub_gpu.core.placement.index import ClusterIndex, index_for
 from jupyterhub_gpu.core.placement.request import NoFit, Placement, PlacementRequest
 from jupyterhub_gpu.core.placement.view import View
 from jupyterhub_gpu.core.sharing.policy import ShareRule, SharingPolicy, share_of
+from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
 
 # per slot that may hold the request's shares: (slot, rule), weakest class first
 Eligible = tuple[tuple[int, ShareRule], ...]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from jupyterhub_gpu.core.inventory import ClusterSnapshot
 from jupyterhub_gpu.core.placement.index import ClusterIndex, Device, index_for
 from jupyterhub_gpu.core.placement.request import Placement, PlacementRequest
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 
 
 class View:

@@ -30,7 +30,6 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from jupyterhub_gpu.core.inventory import SHARED, ClusterSnapshot
 from jupyterhub_gpu.core.placement import NoFit, Placement, PlacementRequest, place
 from jupyterhub_gpu.core.placement.index import ClusterIndex, index_for
 from jupyterhub_gpu.core.placement.journal import Allocations, journaled
@@ -48,6 +47,7 @@ from jupyterhub_gpu.core.scheduling.quota import (
 )
 from jupyterhub_gpu.core.scheduling.reservations import Conflict, assign, fenced
 from jupyterhub_gpu.core.scheduling.state import ClusterState, QueuedRequest, SchedulerSettings
+from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
 from jupyterhub_gpu.core.words import article, gpus, ordinal
 
 PlaceFn = Callable[[ClusterSnapshot, PlacementRequest], Placement | NoFit]

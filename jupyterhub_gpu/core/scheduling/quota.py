@@ -21,13 +21,13 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 
-from jupyterhub_gpu.core.inventory import ClusterSnapshot
 from jupyterhub_gpu.core.placement.explain import _static_gap
 from jupyterhub_gpu.core.placement.index import index_for
 from jupyterhub_gpu.core.placement.request import PlacementRequest
 from jupyterhub_gpu.core.placement.shares import never_shares
 from jupyterhub_gpu.core.placement.view import View
 from jupyterhub_gpu.core.scheduling.state import SHARE_KEY, Charge, Policies, QueuedRequest, Quota
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.core.words import gpus, listing, of_model
 
 

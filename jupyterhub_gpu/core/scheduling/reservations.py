@@ -32,9 +32,10 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import tzinfo
 
-from jupyterhub_gpu.core.inventory import GPU, SHARED, ClusterSnapshot, NodeState
+from jupyterhub_gpu.core.inventory import GPU, NodeState
 from jupyterhub_gpu.core.placement.journal import journaled
 from jupyterhub_gpu.core.scheduling.state import SHARE_KEY, Charge, Reservation
+from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
 from jupyterhub_gpu.core.words import UTC, clock, gpus, listing, moment, of_model, zoned_clock
 
 

@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from jupyterhub_gpu.core.nodecheck import Check
+from jupyterhub_gpu.core.checklist import Check
 from jupyterhub_gpu.errors import ComputeModeError
 
 #: the arguments of the one nvidia-smi call (its wire format: ``GPU-<uuid>, <mode>`` a line)

@@ -34,8 +34,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from jupyterhub_gpu.core.checklist import Check
 from jupyterhub_gpu.core.inventory import NodeInventory
-from jupyterhub_gpu.core.nodecheck import Check
 from jupyterhub_gpu.core.sharing.compute_mode import ComputeModeFacts, compute_mode_checks
 from jupyterhub_gpu.core.sharing.policy import SharingPolicy, share_of
 from jupyterhub_gpu.errors import ConfigError

@@ -32,8 +32,8 @@ from jupyterhub.scopes import define_custom_scopes, needs_scope
 from tornado import web
 
 from jupyterhub_gpu.core.dashboard.inputs import BadInput, clean_note, known_node
-from jupyterhub_gpu.core.inventory import SHARED, ClusterSnapshot
 from jupyterhub_gpu.core.saving.entries import is_saved_slug
+from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
 from jupyterhub_gpu.hub.cluster import Cluster
 from jupyterhub_gpu.hub.ledger import GPULedger
 from jupyterhub_gpu.hub.runtime import runtime_of

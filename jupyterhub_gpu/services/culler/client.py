@@ -19,8 +19,8 @@ from urllib.parse import quote
 
 import httpx
 
-from jupyterhub_gpu.core.attribution.processes import GpuProcess
 from jupyterhub_gpu.core.culling.idleness import KernelObservation, KernelsObservation
+from jupyterhub_gpu.core.inventory import GpuProcess
 from jupyterhub_gpu.core.times import parse_time
 from jupyterhub_gpu.errors import ProbeError
 from jupyterhub_gpu.wire.agent import DEFAULT_MAX_BODY_SIZE, DEFAULT_MAX_GPUS, parse_agent_body

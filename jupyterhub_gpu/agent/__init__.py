@@ -1,2 +1,0 @@
-"""Old path, kept for existing configurations; the code is in
-:mod:`jupyterhub_gpu.services.agent`."""

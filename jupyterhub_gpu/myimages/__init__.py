@@ -1,6 +1,0 @@
-"""Old path, kept for existing configurations; the code is in
-:mod:`jupyterhub_gpu.hub.extensions`."""
-
-from jupyterhub_gpu.hub.extensions import configure_my_images as configure
-
-__all__ = ["configure"]
