@@ -4,6 +4,13 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/culling.py            # readable tables
     .venv/bin/python benchmarks/culling.py --json     # one JSON object
+    .venv/bin/python benchmarks/culling.py --returns  # returning users (issue 35), below
+    .venv/bin/python benchmarks/culling.py --smoke    # the same on a tiny slice, seconds
+
+``--returns`` replays a notebook-session model (``notebook_model.py``) and this trace with
+users who come back after a cull: the server restarts then, and the measures are those of
+``culling_returns.py`` (interrupted minutes, forced restarts, freed hours until the return,
+two oracles). Everything below is about the default replay.
 
 Each container of the Alibaba GenAI trace (v2026) is one server holding one GPU, from its
 first sample to its last. A seeded user-activity model (below, and docs/culler.md) adds
@@ -70,7 +77,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -85,6 +92,11 @@ from jupyterhub_gpu.core.culling.idleness import (
     judge,
 )
 from jupyterhub_gpu.core.culling.tracker import GpuTracker
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import notebook_model
+from culling_returns import SPAWN_S, Samples, Timeline, Work, print_case, run_case
 
 DEFAULT_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 TRACE_DIR = "alibaba-genai-v2026"
@@ -145,6 +157,8 @@ class Activity:
     # per job: (start, end, launch time of its process); a continuation has its
     # process's launch time, a launched job the time its user's launch activity began
     jobs: list[tuple[float, float, float]]
+    presence: list[tuple[float, float]] = field(default_factory=list)  # the user's visits
+    cells: list[tuple[float, float]] = field(default_factory=list)  # kernel busy spans
 
 
 def load_sessions(folder: Path) -> list[Session]:
@@ -231,7 +245,7 @@ def model_activity(s: Session, seed: int) -> Activity:
     events = sorted(t for a, z in busy for t in (a, z))
     presence = merge(presence)
     ticks = [s.start + i * TICK_S for i in range(int((s.end - s.start) // TICK_S) + 1)]
-    act = Activity(ticks, [], [], [], jobs)
+    act = Activity(ticks, [], [], [], jobs, presence, busy)
     last_seen, p, b, e = s.start, 0, 0, 0
     for t in ticks:
         while p < len(presence) and presence[p][1] <= t:
@@ -545,9 +559,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument(
+        "--returns",
+        action="store_true",
+        help="returning users (issue 35): notebook-session model and the inference trace,\n"
+        "a culled session restarts when its user comes back (benchmarks/culling_returns.py)",
+    )
+    ap.add_argument(
+        "--notebook-sessions", type=int, default=400, help="sessions of the notebook model"
+    )
+    ap.add_argument(
         "--smoke",
         action="store_true",
-        help="smallest meaningful run (seconds; the same keys): --sessions 12",
+        help="smallest meaningful run (seconds; the same keys): --sessions 12, or with\n"
+        "--returns 12 notebook sessions, 8 trace sessions and one timeout",
     )
     args = ap.parse_args(argv)
     if args.smoke:  # smaller defaults; options given explicitly still win
@@ -556,12 +580,54 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.traces / TRACE_DIR).is_dir():
         print(f"no {TRACE_DIR}/ under {args.traces} (see --traces)", file=sys.stderr)
         return 2
+    if args.returns:
+        return run_returns(args)
     result = run(args.traces, args.seed, args.kill_window_min, args.sessions)
     summary = summarise(result, args.seed, args.kill_window_min)
     if args.json:
         print(json.dumps(as_json(result, summary), indent=1))
     else:
         print_tables(result, summary)
+    return 0
+
+
+def inference_timelines(folder: Path, seed: int, limit: int | None) -> list[Timeline]:
+    """The trace's containers as sessions for the returning-user replay: GPU readings as
+    recorded, visits and notebook cells from the activity model above."""
+    out = []
+    for s in load_sessions(folder / TRACE_DIR)[:limit]:
+        act = model_activity(s, seed)
+        work = tuple(Work(a, z, launched) for a, z, launched in act.jobs)
+        visits = tuple((a, min(z, s.end)) for a, z in act.presence if a < s.end)
+        samples = Samples(s.times, s.util, s.mem_mib)
+        out.append(Timeline(s.cid, s.start, s.end, work, visits, tuple(act.cells), samples=samples))
+    return out
+
+
+def run_returns(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    n_notebook = 12 if args.smoke else args.notebook_sessions
+    timeouts = (30,) if args.smoke else TIMEOUTS_MIN
+    notebook = run_case(notebook_model.sessions(n_notebook, args.seed), timeouts)
+    inference = run_case(
+        inference_timelines(args.traces, args.seed, 8 if args.smoke else None), timeouts
+    )
+    out = {
+        "mode": "returns" + (" (smoke)" if args.smoke else ""),
+        "seed": args.seed,
+        "tick_s": TICK_S,
+        "spawn_s_per_restart": SPAWN_S,
+        "notebook_model": notebook_model.MODEL,
+        "inference_activity_model": ACTIVITY_MODEL,
+        "cases": {"notebook": notebook, "inference": inference},
+        "runtime_s": round(time.perf_counter() - t0, 1),
+    }
+    if args.json:
+        print(json.dumps(out, indent=1))
+    else:
+        print_case("notebook sessions (model)", notebook)
+        print_case("inference containers (Alibaba GenAI v2026)", inference)
+        print(f"({out['runtime_s']} s)")
     return 0
 
 
