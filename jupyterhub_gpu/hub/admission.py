@@ -26,7 +26,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
-from jupyterhub.spawner import SpawnException
 from traitlets import Dict, Float
 
 from jupyterhub_gpu.core.accounting.records import EndReason, chargeable_groups
@@ -42,9 +41,11 @@ from jupyterhub_gpu.core.placement.request import NoFit, Placement, PlacementReq
 from jupyterhub_gpu.core.scheduling import Policies, QueuedRequest, Refuse, Wait, never_fits
 from jupyterhub_gpu.core.scheduling.reservations import hide
 from jupyterhub_gpu.core.snapshot import ClusterSnapshot
+from jupyterhub_gpu.core.waiting import joined_line, news_html
 from jupyterhub_gpu.core.words import duration
 from jupyterhub_gpu.hub.cluster import NODE_ERRORS
 from jupyterhub_gpu.hub.queue import MustQueue, QueueFull, QueueRefused, QueueTimeout, SpawnQueue
+from jupyterhub_gpu.hub.refusal import spawn_refusal
 
 if TYPE_CHECKING:
     from jupyterhub.spawner import Spawner as _SpawnerBase
@@ -101,7 +102,7 @@ class QueueingSpawnerMixin(_SpawnerBase):
         @property
         def policy(self) -> ResourcePolicy: ...
         async def identity(self) -> Identity: ...
-        def _event(self, progress: int, message: str) -> None: ...
+        def _event(self, progress: int, message: str, **extra: Any) -> None: ...
         def _reserve(self, decision: Placement) -> Placement: ...
         def _forget_placement(self, ended: EndReason | None = None) -> None: ...
 
@@ -166,7 +167,7 @@ class QueueingSpawnerMixin(_SpawnerBase):
         if isinstance(decision, NoFit):
             if queue and never_fits(snapshot, request) is None:
                 raise MustQueue(decision.reason)
-            raise SpawnException(decision.reason, reason="no_capacity", status_code=503)
+            raise spawn_refusal(decision.reason, reason="no_capacity", status_code=503)
         return self._reserve(decision)
 
     def _within_quotas(
@@ -179,12 +180,12 @@ class QueueingSpawnerMixin(_SpawnerBase):
         item = QueuedRequest(self.holder, self.user.name, group, request, time.time())
         verdict = self.queue.admit(item, snapshot)
         if isinstance(verdict, Refuse):
-            raise SpawnException(verdict.reason, reason="gpu_quota", status_code=403)
+            raise spawn_refusal(verdict.reason, reason="gpu_quota", status_code=403)
         if isinstance(verdict, Wait):
             if queue:
                 raise MustQueue(verdict.reason)
             later = verdict.reason.replace(": it waits in the queue until", ": start it again when")
-            raise SpawnException(later, reason="gpu_quota", status_code=429)
+            raise spawn_refusal(later, reason="gpu_quota", status_code=429)
         return verdict.request
 
     def _take(self, decision: Placement) -> bool:
@@ -202,7 +203,7 @@ class QueueingSpawnerMixin(_SpawnerBase):
         servers = {n.name: self.ledger.servers_on(n.name) for n in snapshot.nodes}
         decision = cpu_node(snapshot, request, servers)
         if isinstance(decision, NoFit):
-            raise SpawnException(decision.reason, reason="no_capacity", status_code=503)
+            raise spawn_refusal(decision.reason, reason="no_capacity", status_code=503)
         return decision.node
 
     # ------------------------------------------------------------------ the queue
@@ -223,22 +224,30 @@ class QueueingSpawnerMixin(_SpawnerBase):
         item = QueuedRequest(self.holder, self.user.name, group, request, time.time())
         limit = self._max_wait(group)
         wait = duration(limit)
-        self._event(20, f"{why} Your server waits in line for GPUs (up to {wait}).")
+        self._queue_news(joined_line(why, wait))
         try:
-            return await self.queue.wait(
-                item, take, lambda words: self._event(20, words), limit, quota.limit
-            )
+            return await self.queue.wait(item, take, self._queue_news, limit, quota.limit)
         except QueueFull as e:
-            raise SpawnException(str(e), reason="queue_full", status_code=429) from None
+            raise spawn_refusal(str(e), reason="queue_full", status_code=429) from None
         except QueueTimeout as e:
-            raise SpawnException(
+            raise spawn_refusal(
                 f"No GPU freed up for your server within {wait} "
-                f"({e.where or 'in line'}). Start again later, or ask for fewer or other GPUs.",
+                f"({e.where.rstrip('.') or 'in line'}). Start again later, or ask for fewer or "
+                "other GPUs.",
                 reason="queue_timeout",
                 status_code=503,
             ) from None
         except QueueRefused as e:
-            raise SpawnException(str(e), reason="never_fits", status_code=503) from None
+            raise spawn_refusal(str(e), reason="never_fits", status_code=503) from None
+
+    def _queue_news(self, words: str) -> None:
+        """A line of the progress page while the spawn waits in line: marked
+        ``jhgpu_queued`` (the page then says so and offers "Leave the queue"), with the
+        estimate's time as ``<time>`` in ``html_message`` (shown in the browser's zone)."""
+        at = self.queue.expected_at(self.holder)
+        tz = self.queue.settings.timezone
+        html = news_html(words, at, time.time(), tz)
+        self._event(20, words, html_message=html, jhgpu_queued=True)
 
     def run_pre_spawn_hook(self) -> Any:
         """JupyterHub bounds ``start`` by ``start_timeout``, read right after this hook (it

@@ -34,7 +34,7 @@ import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from jupyterhub_gpu.core.accounting.records import AllocationEvent, EventKind, utcnow
@@ -73,7 +73,7 @@ from jupyterhub_gpu.core.scheduling import (
 )
 from jupyterhub_gpu.core.scheduling.state import SHARE_KEY
 from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
-from jupyterhub_gpu.core.words import duration
+from jupyterhub_gpu.core.words import UTC, duration
 from jupyterhub_gpu.edges.accounting.store import AccountingUnavailable
 from jupyterhub_gpu.errors import MustQueue as MustQueue
 from jupyterhub_gpu.errors import QueueFull, QueueRefused, QueueTimeout
@@ -105,6 +105,7 @@ class _Waiter:
     told: str = ""  # the latest sentence sent to its progress page
     where: str = field(default="")  # its position sentence
     position: int = 0  # 1 = next for the GPUs it waits for; 0 = not decided yet
+    expected: float | None = None  # when its GPUs should free up (epoch s), if known
 
 
 class SpawnQueue:
@@ -150,6 +151,12 @@ class SpawnQueue:
     def standings(self) -> dict[str, tuple[int, str]]:
         """Request id -> (position, what its progress page says now), for the dashboard."""
         return {k: (w.position, w.told) for k, w in self._waiters.items()}
+
+    def expected_at(self, request_id: str) -> float | None:
+        """When the GPUs ``request_id`` waits for should free up (epoch seconds), as its
+        latest news said; None when nothing is known (or it no longer waits)."""
+        waiter = self._waiters.get(request_id)
+        return waiter.expected if waiter is not None else None
 
     def _on_event(self, event: AllocationEvent) -> None:
         record = event.record
@@ -446,10 +453,13 @@ class SpawnQueue:
         """Tell each waiter where it stands and what is known of its wait (once per change)."""
         queue = [w.item for w in waiters.values()]
         known: dict[str, Estimate] = estimates(queue, state, self._releases(), self.settings)
+        tz = self.settings.timezone
         for place in positions(queue, state, self.settings):
             waiter = waiters[place.request.id]
-            words = _words(place, known.get(place.request.id), state.now)
+            estimate = known.get(place.request.id)
+            words = _words(place, estimate, state.now, tz)
             waiter.where, waiter.position = place.sentence(), place.position
+            waiter.expected = estimate.at if estimate is not None else None
             if words != waiter.told:
                 waiter.told = words
                 waiter.news(words)
@@ -468,7 +478,7 @@ def usage_items(intervals: Iterable[Interval], since: datetime, now: datetime) -
     return items
 
 
-def _words(place: Position, estimate: Estimate | None, now: float) -> str:
-    """ "2nd in line for an RTX 3090 (group ml-lab); ...; waiting 3 min. <estimate>" """
-    tail = f" {estimate.sentence(now)}" if estimate is not None else ""
+def _words(place: Position, estimate: Estimate | None, now: float, tz: tzinfo = UTC) -> str:
+    """ "2nd in line for an RTX 3090 (group ml-lab). <estimate, its time in tz>" """
+    tail = f" {estimate.sentence(now, tz)}" if estimate is not None else ""
     return place.sentence() + tail

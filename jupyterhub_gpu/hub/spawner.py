@@ -105,6 +105,7 @@ from jupyterhub_gpu.hub.metrics import SPAWN_DECISIONS
 from jupyterhub_gpu.hub.prepull import PrePullRunner, catalog_reader, prepuller
 from jupyterhub_gpu.hub.pull import ImageUnavailable, pull
 from jupyterhub_gpu.hub.queue import MustQueue, SpawnQueue
+from jupyterhub_gpu.hub.refusal import spawn_error, spawn_refusal
 from jupyterhub_gpu.hub.runtime import HubRuntime, runtime_of
 from jupyterhub_gpu.hub.saves import my_images
 from jupyterhub_gpu.hub.sharing import GPUSharing
@@ -115,10 +116,6 @@ from jupyterhub_gpu.wire.nodes_file import NodeSpec, default_node, parse_nodes
 # the environment variables whose values never reach the hub's log (an exited
 # server's output that prints its environment)
 _SECRET_ENV = re.compile(r"TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
-
-
-def _spawn_error(e: UserFacingError) -> SpawnException:
-    return SpawnException(str(e), reason=e.reason, status_code=e.status_code)
 
 
 class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
@@ -1017,8 +1014,13 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         return self._node(self.node_name).address, self.host_port
 
     # ------------------------------------------------------------------ progress
-    def _event(self, progress: int, message: str) -> None:
-        self._events.append({"progress": progress, "message": message})
+    def _event(self, progress: int, message: str, **extra: Any) -> None:
+        """One line of the spawn page's event log (``extra``: more keys of the event, such
+        as ``html_message``); a line the same as the last one is not added again."""
+        event = {"progress": progress, "message": message, **extra}
+        if self._events and self._events[-1] == event:
+            return
+        self._events.append(event)
         self._events_changed.set()
 
     async def progress(self) -> AsyncIterator[dict[str, Any]]:
@@ -1059,7 +1061,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             names = {g.model for n in snapshot.nodes for g in n.inventory.gpus}
             request = placement_request(options, entry, bounds, names)
         except UserFacingError as e:
-            raise _spawn_error(e) from None
+            raise spawn_error(e) from None
         self.image = entry.image
         self._cuda = entry.cuda_version or ""
         return ident, options, request
@@ -1117,12 +1119,12 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             return ip_port
         except UserFacingError as e:
             await self._undo()
-            raise _spawn_error(e) from None
+            raise spawn_error(e) from None
         except APIError as e:  # the engine answered, with an error: not a dead node
             node, why = self.node_name, one_line(str(e.explanation or e))  # on one line
             self.log.warning("Node %s refused %s's server: %s", node, self.holder, why)
             await self._undo()
-            raise SpawnException(
+            raise spawn_refusal(
                 f"Node {node} could not start your server: {why}. Try again; if it keeps "
                 f"failing, tell an admin (node {node}).",
                 reason="node_error",
@@ -1131,7 +1133,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         except NODE_ERRORS as e:
             node = self.node_name
             await self._undo()
-            raise SpawnException(
+            raise spawn_refusal(
                 f"Node {node} stopped answering while your server was being created; "
                 "start again (it will go to another node).",
                 reason="node_unreachable",
@@ -1155,7 +1157,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             async with self._start_slot():
                 return await asyncio.wait_for(self._prepare_and_start(ident, options), budget)
         except asyncio.TimeoutError:
-            raise SpawnException(
+            raise spawn_refusal(
                 f"Your server did not start within {budget:.0f} s of getting its GPUs "
                 "(start_timeout); try again, or tell an admin if it keeps happening.",
                 reason="start_timeout",
@@ -1181,7 +1183,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         (when the node still has them) go to the hub's log for the admin."""
         await self._log_tail()
         how = f"exit code {code}" if code >= 0 else "its container exited and is gone"
-        return SpawnException(
+        return spawn_refusal(
             f"Your server stopped while starting ({how}): its image's start command "
             f"failed on node {self.node_name}. Start again; if it happens again, choose "
             "another image or tell an admin (the hub's log has the server's last lines "

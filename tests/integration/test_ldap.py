@@ -187,8 +187,14 @@ async def test_groups_decide_who_logs_in_and_who_is_admin(directory: LDAPServer)
         admin_groups={"hub-admins"},
         manage_groups=True,
     )
-    erin = await login(auth, "erin", DEMO_PASSWORDS["erin"])
-    assert erin is None  # authenticated, but in no allowed group
+    # the right password, but in no allowed group: told so, by the group's name (issue 36)
+    with pytest.raises(web.HTTPError) as refused:
+        await login(auth, "erin", DEMO_PASSWORDS["erin"])
+    assert refused.value.status_code == 403
+    assert refused.value.log_message == (
+        "Your account is not allowed on this hub (not in the group gpu-users); ask your admin."
+    )
+    assert await login(auth, "erin", "not-her-password") is None  # the generic line
     bob = await login(auth, "bob", DEMO_PASSWORDS["bob"])
     assert bob is not None and bob["admin"] is False and bob["groups"] == ["gpu-users"]
     carol = await login(auth, "carol", DEMO_PASSWORDS["carol"])
@@ -204,7 +210,8 @@ async def test_groups_decide_who_logs_in_and_who_is_admin(directory: LDAPServer)
     )
     carol = await login(auth, "carol", DEMO_PASSWORDS["carol"])
     assert carol is not None and carol["admin"] is True
-    assert await login(auth, "bob", DEMO_PASSWORDS["bob"]) is None
+    with pytest.raises(web.HTTPError, match="not in the group a100-users"):
+        await login(auth, "bob", DEMO_PASSWORDS["bob"])
     alice = await login(auth, "alice", DEMO_PASSWORDS["alice"])
     assert alice is not None and alice["admin"] is False
 
@@ -385,8 +392,19 @@ async def _check_hub(hub: Hub, directory: LDAPServer) -> None:
     assert hub.user("carol")["admin"] is True
     r = await fresh_login(hub, "dave", DEMO_PASSWORDS["dave"])
     assert r.status_code == 403 and "uidNumber" in r.text
+    # the right password, not in gpu-users: the login page says so (issue 36); a wrong
+    # password, or a user who does not exist, reads the generic line and nothing more
     r = await fresh_login(hub, "erin", DEMO_PASSWORDS["erin"])
-    assert r.status_code == 403 and "Invalid username or password" in r.text
+    assert r.status_code == 403
+    assert (
+        "Your account is not allowed on this hub (not in the group gpu-users); ask your admin."
+        in r.text
+    ), r.text[-2000:]
+    assert "Invalid username or password" not in r.text
+    for name, password in (("erin", "wrong"), ("nobody-here", "wrong"), ("alice", "wrong")):
+        r = await fresh_login(hub, name, password)
+        assert r.status_code == 403 and "Invalid username or password" in r.text, name
+        assert "not allowed on this hub" not in r.text and "gpu-users" not in r.text, name
     before = directory.accepted_before_probe()
     r = await fresh_login(hub, "admin)(|(uid=*", DEMO_PASSWORDS["alice"])
     assert r.status_code == 403 and directory.accepted_before_probe() == before + 1

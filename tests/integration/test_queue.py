@@ -67,10 +67,10 @@ def hub(
     return start_hub(make_hub, engines, cluster, extra)
 
 
-def progress(hub: Hub, user: str) -> list[str]:
-    """The messages of ``user``'s progress stream so far (the stream the spawn-pending
+def events(hub: Hub, user: str) -> list[dict[str, Any]]:
+    """The events of ``user``'s progress stream so far (the stream the spawn-pending
     page shows), read until it goes quiet for a moment."""
-    messages: list[str] = []
+    got: list[dict[str, Any]] = []
     url = f"{hub.url}/hub/api/users/{user}/server/progress"
     headers = {"Authorization": f"token {hub.token}"}
     try:
@@ -78,12 +78,17 @@ def progress(hub: Hub, user: str) -> list[str]:
             for line in r.iter_lines():
                 if line.startswith("data:"):
                     event = json.loads(line[5:])
-                    messages.append(str(event.get("message", "")))
+                    got.append(event)
                     if event.get("ready") or event.get("failed"):
                         break
     except httpx.ReadTimeout:
         pass  # quiet: the spawn waits on
-    return messages
+    return got
+
+
+def progress(hub: Hub, user: str) -> list[str]:
+    """The messages of ``user``'s progress stream so far."""
+    return [str(e.get("message", "")) for e in events(hub, user)]
 
 
 def told(hub: Hub, user: str, start: str, timeout: float = 30) -> str:
@@ -120,7 +125,7 @@ def test_a_full_cluster_queues_and_hands_out_freed_gpus_in_order(hub: Hub, deadl
     same_day = cull_at.date() == datetime.now(timezone.utc).date()
     when = f"{cull_at:%H:%M}" if same_day else f"{cull_at:%a %d %b %H:%M}"
     assert carol.endswith(
-        f"is expected to free up by about {when} (a server on node-c reaches its idle limit)."
+        f"is expected to free up by about {when} UTC (a server on node-c reaches its idle limit)."
     ), carol
     dave = told(hub, "dave", "2nd in line for an NVIDIA A100")
     assert "There is no estimate yet" in dave, dave  # bob's server has no known end
@@ -164,18 +169,37 @@ def test_a_wait_that_runs_out_says_so(
     hub = start_hub(make_hub, engines, cluster, QUEUE.format(wait=4))
     for user in ("alice", "bob"):
         spawn_ready(hub, user, ON_A100)
-    create_users(hub, ["carol"])
+    create_users(hub, ["carol", "zed"])
     assert hub.spawn("carol", ON_A100).status_code == 202
-    messages: list[Any] = []
+    queued: list[dict[str, Any]] = []
 
     def ended() -> bool:
-        messages[:] = progress(hub, "carol")
+        queued.extend(e for e in events(hub, "carol") if e.get("jhgpu_queued"))
         return hub.server("carol") is None
 
     wait_until(ended, 60, "carol's wait to run out")
     text = hub.log_tail(200)
     assert "No GPU freed up for your server within 4 s (1st in line for an NVIDIA A100" in text
     assert sorted(holders(hub)) == ["alice", "bob"]
+
+    # what carol read (issue 36): the wait in plain words, marked for the page; then
+    # the end as one sentence, never "503 SpawnException(reason=queue_timeout): ..."
+    lines = [e["message"] for e in queued]
+    assert any(m.startswith("1st in line for an NVIDIA A100") for m in lines), lines
+    assert not [m for m in lines if "share:" in m or "recent use" in m or "ry later" in m]
+    (failed,) = [e for e in events(hub, "carol") if e.get("failed")]
+    sentence = failed["html_message"]
+    assert sentence.startswith("No GPU freed up for your server within 4 s (1st in line"), failed
+    assert failed["message"] == f"Spawn failed: {sentence}", failed
+    # a request that can never fit is refused at once; the REST answer is the sentence
+    r = hub.spawn("zed", {**ON_A100, "gpu_count": 3})
+    assert r.status_code == 503, r.text
+    message = r.json()["message"]
+    assert message.endswith(".") and "A100" in message, message
+    for internal in ("SpawnException", "reason=", "503", "no_capacity", "never_fits"):
+        assert internal not in message, message
+    (failed,) = [e for e in events(hub, "zed") if e.get("failed")]
+    assert failed["message"] == f"Spawn failed: {message}", failed
 
 
 def test_a_hub_restart_ends_waiting_spawns_without_a_hang(hub: Hub) -> None:
@@ -268,7 +292,7 @@ def test_freed_gpus_go_by_fair_share_and_group_quotas_wait_or_refuse(
     told(hub, "l1", "1st in line for an NVIDIA A100")
     told(hub, "l2", "2nd in line for an NVIDIA A100-SXM4-80GB (group light)")
     h3 = told(hub, "h3", "3rd in line for an NVIDIA A100-SXM4-80GB (group heavy)")
-    assert "your group's share: 0.50, its recent use: 1.00" in h3, h3
+    assert "Your group has used more than its share lately, so others go first." in h3, h3
 
     # h1 stops: heavy may start one again, yet the A100 goes to light's l1
     (h1_gpu,) = holders(hub)["h1"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import pytest
@@ -276,7 +277,11 @@ def test_priority_parts_are_visible() -> None:
     assert (parts.admin, parts.age, parts.waited_s) == pytest.approx((0.25, 0.2, 720.0))
     expected = parts.fairshare + 0.1 * parts.user_fairshare + 0.25 + 0.2
     assert parts.priority == pytest.approx(expected)
-    assert parts.sentence() == "your group's share: 0.50, its recent use: 0.25; waiting 12 min"
+    assert parts.sentence() == ""  # g1 used less than its share: nothing to explain
+    heavy = replace(parts, group_usage=0.75)
+    assert heavy.sentence() == (
+        "Your group has used more than its share lately, so others go first."
+    )  # plain words: no share numbers, no waiting time (which changes every round)
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from zoneinfo import ZoneInfo
+
 import pytest
 
 from jupyterhub_gpu.core.scheduling import Release, Reservation, SchedulerSettings, estimates
@@ -91,8 +93,11 @@ def test_sentences() -> None:
     got = estimates([req("one", models=[RTX3090]), req("four", count=4)],
                     state(snap(lab(), FULL)), RELEASES, FIFO)  # fmt: skip
     assert got["one"].sentence(NOW) == (
-        f"An {RTX3090} is expected to free up by about 12:20 (bob's server reaches its idle limit)."
+        f"An {RTX3090} is expected to free up by about 12:20 UTC (bob's server reaches its "
+        "idle limit)."
     )
+    paris = ZoneInfo("Europe/Paris")  # the time is said in the hub's zone, with its name
+    assert "by about 13:20 CET (" in got["one"].sentence(NOW, paris)
     assert got["four"].sentence(NOW) == (
         f"There is no estimate yet: nothing the hub knows of (idle limits, age limits, "
         f"reservations) frees 4 x {RTX3090} for this server."

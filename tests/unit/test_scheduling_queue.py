@@ -233,8 +233,8 @@ def test_positions_count_only_requests_competing_for_the_same_gpus() -> None:
     assert got["titan"].kind == f"an {TITANX}"
     assert got["any"].kind == "a GPU"
     assert got["rtx2"].kind == f"2 x {RTX3090}"
-    assert got["rtx"].sentence().startswith(f"2nd in line for an {RTX3090} (group g1); ")
-    assert "waiting 20 s" in got["rtx"].sentence()
+    # plain words: no share numbers, no waiting time (it would change every round)
+    assert got["rtx"].sentence() == f"2nd in line for an {RTX3090} (group g1)."
 
 
 def test_a_request_only_one_model_can_hold_is_named_by_that_model() -> None:

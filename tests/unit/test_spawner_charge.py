@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from dockerspawner import DockerSpawner
 from jupyterhub.spawner import SpawnException
+from jupyterhub.utils import format_exception
 
 from jupyterhub_gpu.core.accounting.records import AllocationRecord, EndReason
 from jupyterhub_gpu.core.form import SpawnOptions
@@ -492,3 +493,59 @@ def test_group_quotas_hold_for_a_spawn_placed_at_once(
             s._decide_and_reserve(snapshot, request, group=group)
         assert (str(info.value.status_code), info.value.message) == (kind, words)
     assert cluster.ledger.held_by(s.holder) == []
+
+
+# ------------------------------------------------------------------ what the user reads
+
+
+def test_a_refusal_reads_as_its_sentence_alone(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refused spawn (course never waits; both GPUs held) reads as placement's sentence
+    wherever JupyterHub shows it (spawn form, progress page, REST answer): never
+    "503 SpawnException(reason=no_capacity): ..." (issue 36)."""
+    cluster.ledger.reserve("owner/", "n1", ["GPU-0", "GPU-1"])
+    s = spawner(monkeypatch)
+    with pytest.raises(SpawnException) as info:
+        s._decide_and_reserve(
+            ClusterSnapshot(NODES, {}), PlacementRequest(gpu_count=1), UserQuota(None), "course"
+        )
+    shown, shown_html = format_exception(info.value)
+    assert shown == info.value.message and shown.startswith("No GPU is free")
+    assert "SpawnException" not in shown and "503" not in shown and "no_capacity" not in shown
+    assert unescape(shown_html) == shown
+    assert info.value.reason == "no_capacity"  # still the metrics' label
+
+
+def test_waiting_in_line_says_it_once_without_try_later(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The join line drops placement's "Try later" (waiting is trying later); a queue line
+    is marked for the page (jhgpu_queued) and sent once while it stays the same; the
+    estimate's time is a <time> the page shows in the browser's zone."""
+    news: list[Any] = []
+
+    async def wait(item: Any, take: Any, tell: Any, timeout: float, limit: Any) -> Any:
+        news.append(tell)
+        raise QueueTimeout("1st in line for a GPU (group ml-lab).")
+
+    monkeypatch.setattr(queue(), "wait", wait)
+    s = spawner(monkeypatch)
+    with pytest.raises(SpawnException):
+        asyncio.run(
+            s._wait_in_line(
+                PlacementRequest(gpu_count=1),
+                UserQuota(None),
+                "No GPU is free right now. Try later.",
+                "ml-lab",
+            )
+        )
+    first = s._events[-1]
+    assert first["message"] == (
+        "No GPU is free right now. Your server waits in line for GPUs (up to 2 min)."
+    )
+    assert first["jhgpu_queued"] is True
+    (tell,) = news
+    for _ in range(3):  # the queue's rounds repeat the line: the log gets it once
+        tell("1st in line for a GPU (group ml-lab).")
+    assert [e["message"] for e in s._events].count("1st in line for a GPU (group ml-lab).") == 1

@@ -241,7 +241,8 @@ def test_the_culler_s_deadlines_give_the_estimate(tmp_path: Path) -> None:
         # 30 minutes on may be tomorrow (a run near midnight): then the day is said too.
         same_day = at.date() == datetime.now(timezone.utc).date()
         when = f"{at:%H:%M}" if same_day else f"{at:%a %d %b %H:%M}"
-        assert f"expected to free up by about {when} (" in words, words
+        assert f"expected to free up by about {when} UTC (" in words, words
+        assert queue.expected_at(ann.item.id) == at.timestamp()  # for the page's <time>
         assert "(a server on n1 reaches its idle limit)" in words and "owner" not in words
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

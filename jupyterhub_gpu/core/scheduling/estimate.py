@@ -29,7 +29,7 @@ from jupyterhub_gpu.core.scheduling.state import (
     QueuedRequest,
     SchedulerSettings,
 )
-from jupyterhub_gpu.core.words import UTC, clock, listing
+from jupyterhub_gpu.core.words import UTC, listing, zoned_clock
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,9 @@ class Estimate:
     why: str | None
 
     def sentence(self, now: float, tz: tzinfo = UTC) -> str:
-        """``An NVIDIA GeForce RTX 3090 is expected to free up by about 14:20 (bob's server
-        reaches its idle limit).`` or the "nothing is known" sentence."""
+        """``An NVIDIA GeForce RTX 3090 is expected to free up by about 14:20 CET (bob's
+        server reaches its idle limit).`` (the time in ``tz``, named) or the "nothing is
+        known" sentence."""
         kind = self.kind[:1].upper() + self.kind[1:]
         verb = "is" if self.request.request.gpu_count == 1 else "are"
         if self.at is None:
@@ -65,7 +66,10 @@ class Estimate:
             )
         if self.at <= now:
             return "It should start at the next scheduling round."
-        return f"{kind} {verb} expected to free up by about {clock(self.at, now, tz)} ({self.why})."
+        return (
+            f"{kind} {verb} expected to free up by about {zoned_clock(self.at, now, tz)} "
+            f"({self.why})."
+        )
 
 
 def _events(state: ClusterState, releases: Sequence[Release]) -> list[tuple[float, list[Release]]]:

@@ -36,7 +36,6 @@ from jupyterhub_gpu.core.scheduling.state import (
     UsageItem,
     UsageTotals,
 )
-from jupyterhub_gpu.core.words import duration
 
 
 def decay(elapsed_s: float, half_life_s: float) -> float:
@@ -107,11 +106,13 @@ class PriorityParts:
     priority: float
 
     def sentence(self) -> str:
-        """``your group's share: 0.40, its recent use: 0.55; waiting 12 min``."""
-        return (
-            f"your group's share: {self.group_share:.2f}, its recent use: "
-            f"{self.group_usage:.2f}; waiting {duration(self.waited_s)}"
-        )
+        """What fair share means for this request, in plain words: ``Your group has used
+        more than its share lately, so others go first.`` when its recent use is over its
+        share, else "" (nothing to explain). No numbers and no waiting time: the progress
+        page shows a line only when it changes, and a user can't act on 0.40 vs 0.55."""
+        if self.group_usage > self.group_share:
+            return "Your group has used more than its share lately, so others go first."
+        return ""
 
 
 def group_standings(

@@ -304,12 +304,12 @@ class Position:
     parts: PriorityParts
 
     def sentence(self) -> str:
-        """``2nd in line for an NVIDIA GeForce RTX 3090 (group ml-lab); your group's
-        share: 0.40, its recent use: 0.55; waiting 12 min.``"""
-        return (
-            f"{ordinal(self.position)} in line for {self.kind} (group {self.request.group}); "
-            f"{self.parts.sentence()}."
-        )
+        """``2nd in line for an NVIDIA GeForce RTX 3090 (group ml-lab).``, then fair
+        share's plain sentence when it has one (:meth:`PriorityParts.sentence`)."""
+        group = f" (group {self.request.group})" if self.request.group else ""
+        where = f"{ordinal(self.position)} in line for {self.kind}{group}."
+        why = self.parts.sentence()
+        return f"{where} {why}" if why else where
 
 
 def kind_of(request: PlacementRequest, slots: Collection[int], index: ClusterIndex) -> str:

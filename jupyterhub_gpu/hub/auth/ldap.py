@@ -48,6 +48,7 @@ from ldap3.core.exceptions import (
 )
 from ldap3.core.tls import Tls
 from ldap3.utils.conv import escape_filter_chars
+from ldap3.utils.dn import parse_dn
 from ldapauthenticator import LDAPAuthenticator
 from ldapauthenticator.ldapauthenticator import TlsStrategy
 from tornado import web
@@ -56,7 +57,7 @@ from traitlets import Float, Integer, Set, TraitError, Unicode, default, validat
 
 from jupyterhub_gpu.core.identity import IdentityError, identity_from_auth_state
 
-__all__ = ["UNAVAILABLE_MESSAGE", "GPULDAPAuthenticator"]
+__all__ = ["UNAVAILABLE_MESSAGE", "GPULDAPAuthenticator", "not_allowed_message"]
 
 #: Shown on the login page when LDAP times out or cannot be reached. The same for every
 #: user, so it reveals nothing about accounts.
@@ -64,6 +65,31 @@ UNAVAILABLE_MESSAGE = (
     "The sign-in service is not answering right now, so you could not be logged in. "
     "Please try again in a minute; if this keeps happening, tell your administrator."
 )
+
+
+def not_allowed_message(allowed_groups: list[str] | None) -> str:
+    """The login page's sentence for a user whose password LDAP accepted but who may not
+    use this hub: the groups that would let them in, by name (a DN's first value: never
+    the DN). Only someone with the right password reads it; a wrong password or an unknown
+    user still reads JupyterHub's "Invalid username or password"."""
+    names = [_group_name(g) for g in allowed_groups or ()]
+    if not names:
+        why = ""
+    elif len(names) == 1:
+        why = f" (not in the group {names[0]})"
+    else:
+        why = f" (not in any of the groups {', '.join(names)})"
+    return f"Your account is not allowed on this hub{why}; ask your admin."
+
+
+def _group_name(dn: str) -> str:
+    """``gpu-users`` for ``cn=gpu-users,ou=groups,dc=example,dc=org`` (a plain name as is)."""
+    try:
+        parts = parse_dn(dn)
+    except LDAPException:
+        parts = []
+    return str(parts[0][1]) if parts else dn
+
 
 #: Longest username sent to LDAP (POSIX login names are at most 32 on most systems).
 MAX_USERNAME_LENGTH = 64
@@ -522,13 +548,23 @@ class GPULDAPAuthenticator(LDAPAuthenticator):
         return any(g in mine or _norm_dn(g) in mine for g in self.admin_groups)
 
     async def check_allowed(self, username: str, auth_model: dict[str, Any]) -> bool:
-        """ldapauthenticator's rules (allowed_users, allowed_groups), or an admin group."""
+        """ldapauthenticator's rules (allowed_users, allowed_groups), or an admin group.
+
+        JupyterHub asks only after :meth:`authenticate` accepted the password, so a refusal
+        here is told to the user (HTTP 403 with :func:`not_allowed_message`, which the
+        login page shows) instead of "Invalid username or password", which would send
+        them to reset a password that is right."""
         if await super().check_allowed(username, auth_model):
             return True
         if self.admin_groups and self._in_admin_groups(auth_model):
             self.log.debug("Allowing %s as member of an admin group", username)
             return True
-        return False
+        self.log.warning(
+            "LDAP user %s logged in with the right password but is not allowed "
+            "(allowed_users, allowed_groups); told so",
+            _shown(username),
+        )
+        raise web.HTTPError(403, not_allowed_message(self.allowed_groups))
 
     def is_admin(self, handler: Any, authentication: dict[str, Any]) -> bool | None:
         """Admin if in ``admin_users`` or (authoritatively) in ``admin_groups``."""
