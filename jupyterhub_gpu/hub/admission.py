@@ -23,7 +23,6 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 from traitlets import Dict, Float
@@ -35,11 +34,9 @@ from jupyterhub_gpu.core.form.user_quota import (
     holdings_of,
     quota_refusal,
 )
-from jupyterhub_gpu.core.placement import place
-from jupyterhub_gpu.core.placement.locality import cpu_node
-from jupyterhub_gpu.core.placement.request import NoFit, Placement, PlacementRequest
-from jupyterhub_gpu.core.scheduling import Policies, QueuedRequest, Refuse, Wait, never_fits
-from jupyterhub_gpu.core.scheduling.reservations import hide
+from jupyterhub_gpu.core.placement.request import Placement, PlacementRequest
+from jupyterhub_gpu.core.scheduling import Policies, QueuedRequest
+from jupyterhub_gpu.core.scheduling.admission import Admit, Queue, QueueView, admit
 from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.core.waiting import joined_line, news_html
 from jupyterhub_gpu.core.words import duration
@@ -142,51 +139,30 @@ class QueueingSpawnerMixin(_SpawnerBase):
         quota: UserQuota | None = None,
         group: str = "",
     ) -> Placement:
-        """Decide and take the GPUs with no await in between: concurrent spawns can't collide,
-        nor can two spawns of one user both pass their ``max_gpus_per_user``."""
+        """Gather what :func:`~jupyterhub_gpu.core.scheduling.admission.admit` decides on,
+        and apply its answer: reserve, queue (:class:`MustQueue`) or refuse. No await in
+        between: concurrent spawns can't collide, nor can two spawns of one user both pass
+        their ``max_gpus_per_user``."""
         held = holdings_of(self.ledger.charged(), self.user.name, exclude=self.holder)
-        refusal = quota_refusal(held, request.gpu_count, quota or UserQuota(None))
-        if refusal:
-            self.log.info("%s: refused, %s", self.holder, refusal)
-            raise GPUQuotaExceeded(refusal)
-        snapshot = replace(
-            snapshot, allocations=self.ledger.allocations(), shares=self.ledger.share_use()
-        )
-        queue = self._max_wait(group) > 0  # 0: this group never waits (refused at once)
-        if request.gpu_count:  # queue_policy's quotas, as the queue checks a queued spawn
-            request = self._within_quotas(snapshot, request, group, queue)
-        if request.gpu_count == 0:
-            decision: Placement | NoFit = Placement(self._cpu_node(snapshot, request), ())
-        elif queue and len(self.queue):
-            raise MustQueue("Others are waiting for GPUs before you.")
-        elif queue and self.queue.fencing():
-            raise MustQueue("Some GPUs are reserved for a group now or soon.")
-        else:  # without a queue, reserved GPUs of other groups look taken
-            # a fenced shared GPU takes no more shares either
-            decision = place(hide(snapshot, self.queue.fenced_for(group, snapshot)), request)
-        if isinstance(decision, NoFit):
-            if queue and never_fits(snapshot, request) is None:
-                raise MustQueue(decision.reason)
-            raise spawn_refusal(decision.reason, reason="no_capacity", status_code=503)
-        return self._reserve(decision)
-
-    def _within_quotas(
-        self, snapshot: ClusterSnapshot, request: PlacementRequest, group: str, queue: bool
-    ) -> PlacementRequest:
-        """``queue_policy``'s group and user quotas for a spawn about to be placed at once:
-        over an absolute cap it is refused with the number; over a cap now it queues (a
-        group that never waits is refused, told when to start again); within them, the
-        request narrowed to the models with room."""
-        item = QueuedRequest(self.holder, self.user.name, group, request, time.time())
-        verdict = self.queue.admit(item, snapshot)
-        if isinstance(verdict, Refuse):
-            raise spawn_refusal(verdict.reason, reason="gpu_quota", status_code=403)
-        if isinstance(verdict, Wait):
-            if queue:
-                raise MustQueue(verdict.reason)
-            later = verdict.reason.replace(": it waits in the queue until", ": start it again when")
-            raise spawn_refusal(later, reason="gpu_quota", status_code=429)
-        return verdict.request
+        cap = quota_refusal(held, request.gpu_count, quota or UserQuota(None))
+        snapshot = self.ledger.overlay(snapshot)
+        may_wait = self._max_wait(group) > 0  # 0: this group never waits (refused at once)
+        if request.gpu_count:
+            item = QueuedRequest(self.holder, self.user.name, group, request, time.time())
+            view = self.queue.view(item, snapshot, may_wait)
+            servers: dict[str, int] = {}
+        else:
+            view = QueueView(may_wait=may_wait)
+            servers = {n.name: self.ledger.servers_on(n.name) for n in snapshot.nodes}
+        verdict = admit(snapshot, request, view, user_cap_refusal=cap, servers_on=servers)
+        if isinstance(verdict, Admit):
+            return self._reserve(verdict.placement)
+        if isinstance(verdict, Queue):
+            raise MustQueue(verdict.reason)
+        if verdict.code == "user_gpu_cap":
+            self.log.info("%s: refused, %s", self.holder, verdict.sentence)
+            raise GPUQuotaExceeded(verdict.sentence)
+        raise spawn_refusal(verdict.sentence, reason=verdict.code, status_code=verdict.status)
 
     def _take(self, decision: Placement) -> bool:
         """Reserve what the queue decided for this spawn (False: taken meanwhile)."""
@@ -196,15 +172,6 @@ class QueueingSpawnerMixin(_SpawnerBase):
             self.log.warning("%s: queued start not taken: %s", self.holder, e)
             return False
         return True
-
-    def _cpu_node(self, snapshot: ClusterSnapshot, request: PlacementRequest) -> str:
-        """The node of a server without GPUs: one that holds its image, else the one with
-        the fewest servers (:func:`~jupyterhub_gpu.core.placement.locality.cpu_node`)."""
-        servers = {n.name: self.ledger.servers_on(n.name) for n in snapshot.nodes}
-        decision = cpu_node(snapshot, request, servers)
-        if isinstance(decision, NoFit):
-            raise spawn_refusal(decision.reason, reason="no_capacity", status_code=503)
-        return decision.node
 
     # ------------------------------------------------------------------ the queue
     async def _wait_in_line(

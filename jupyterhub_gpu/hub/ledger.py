@@ -21,7 +21,8 @@ from jupyterhub_gpu.core.accounting.records import (
     EventKind,
 )
 from jupyterhub_gpu.core.placement.journal import Allocations
-from jupyterhub_gpu.core.snapshot import SHARED
+from jupyterhub_gpu.core.scheduling.admission import overlay
+from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
 
 log = logging.getLogger(__name__)
 Listener = Callable[[AllocationEvent], None]
@@ -127,6 +128,11 @@ class GPULedger:
             self._alloc.pop(uuid, None)
         elif self._alloc.get(uuid) != want:
             self._alloc[uuid] = want
+
+    def overlay(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
+        """``snapshot`` with this ledger's holds laid over it (the one overlay:
+        :func:`~jupyterhub_gpu.core.scheduling.admission.overlay`)."""
+        return overlay(snapshot, self.allocations(), self.share_use())
 
     def share_use(self) -> dict[str, int]:
         """uuid -> the shares held on it, orphans included (for placement)."""

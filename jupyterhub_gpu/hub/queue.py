@@ -71,6 +71,7 @@ from jupyterhub_gpu.core.scheduling import (
     reserved_lines,
     schedule,
 )
+from jupyterhub_gpu.core.scheduling.admission import QueueView
 from jupyterhub_gpu.core.scheduling.state import SHARE_KEY
 from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
 from jupyterhub_gpu.core.words import UTC, duration
@@ -239,11 +240,7 @@ class SpawnQueue:
         await self._read_store()
         snapshot = await self.cluster.snapshot()
         # from here on no await: the ledger can't change under the decision
-        snapshot = replace(
-            snapshot,
-            allocations=self.cluster.ledger.allocations(),
-            shares=self.cluster.ledger.share_use(),
-        )
+        snapshot = self.cluster.ledger.overlay(snapshot)
         waiters = {k: w for k, w in self._waiters.items() if not w.done.done()}
         now = time.time()
         usage = self._usage
@@ -267,11 +264,7 @@ class SpawnQueue:
             waiter = waiters.pop(refused.request.id)
             waiter.done.set_exception(QueueRefused(refused.reason))
         if waiters:  # what the starts took is taken for the estimates
-            taken = replace(
-                snapshot,
-                allocations=self.cluster.ledger.allocations(),
-                shares=self.cluster.ledger.share_use(),
-            )
+            taken = self.cluster.ledger.overlay(snapshot)
             self._tell(waiters, replace(state, snapshot=taken))
 
     def _releases(self) -> list[Release]:
@@ -336,6 +329,19 @@ class SpawnQueue:
         models = gpu_models(snapshot)
         holdings = holdings_of(self._charges(), models)
         return check_quota(item, holdings, self.policies, frozenset(models.values()))
+
+    def view(self, item: QueuedRequest, snapshot: ClusterSnapshot, may_wait: bool) -> QueueView:
+        """What the queue says about ``item`` (for :func:`~.scheduling.admission.admit`),
+        as plain data: how many wait, whether reservations fence GPUs, which ones they keep
+        from its group, and ``queue_policy``'s quotas. No I/O."""
+        fencing = self.fencing()
+        return QueueView(
+            waiting=len(self),
+            fencing=fencing,
+            fenced=self.fenced_for(item.group, snapshot),
+            quota=self.admit(item, snapshot),
+            may_wait=may_wait,
+        )
 
     def preempted(
         self, holder: str, gpus: Iterable[str], now: float | None = None
