@@ -1,7 +1,7 @@
 """Every pure benchmark (no Docker, no hub) runs at its smallest scale (``--smoke``) and
 prints the JSON keys benchmarks/README.md documents for it (issue 31: benchmarks are code
 too). The benchmarks that need the test cluster, a hub or PostgreSQL are in
-tests/integration/test_benchmarks_smoke.py."""
+tests/integration/test_benchmarks_smoke_cluster.py."""
 
 from __future__ import annotations
 

@@ -470,3 +470,16 @@ def test_the_service_commands_run(module: str) -> None:
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert "usage" in (r.stdout + r.stderr).lower() or "--" in r.stdout
+
+
+def test_test_modules_have_unique_basenames() -> None:
+    """tests/unit and tests/integration are not packages: pytest imports their modules by
+    basename, and two of one name stop the whole run at collection (a fresh clone's CI)."""
+    tests = Path(__file__).resolve().parents[1]
+    seen: dict[str, Path] = {}
+    clashes = []
+    for path in sorted(tests.rglob("test_*.py")):
+        if path.name in seen:
+            clashes.append(f"{seen[path.name].relative_to(tests)} and {path.relative_to(tests)}")
+        seen.setdefault(path.name, path)
+    assert not clashes, clashes
