@@ -107,10 +107,13 @@ from jupyterhub_gpu.hub.extensions import configure_culler as add_culler  # noqa
 from jupyterhub_gpu.hub.extensions import configure_dashboard as add_dashboard  # noqa: E402
 from jupyterhub_gpu.hub.extensions import configure_my_images as add_my_images  # noqa: E402
 from jupyterhub_gpu.hub.extensions import configure_reservations as add_reservations  # noqa: E402
+from jupyterhub_gpu.hub.extensions import configure_ssh as add_ssh  # noqa: E402
 
 add_culler(c, config_file="/etc/jupyterhub-gpu/culler_config.py")
 add_dashboard(c, show_names=True)  # False: users see only their own names (privacy)
 add_reservations(c)  # GPU reservations: jupyterhub-gpu reserve (docs/scheduling.md)
+# ssh alice@hub -p 8022: a shell or a command in her running server (docs/ssh.md)
+add_ssh(c, ip="0.0.0.0", port=8022, host_key_file=f"{STATE}/ssh_host_ed25519_key")
 # users save their environments as images (docs/my-images.md); saving is on with a registry
 add_my_images(c)
 c.SavedImages.registry = "registry.lab.example:5000"  # every node's engine pushes and pulls here

@@ -69,6 +69,7 @@ install_packages() {
   command -v prometheus >/dev/null || missing+=(prometheus) # dashboard/alert queries (test_grafana)
   # a real registry (Distribution 2.8) that saved images are pushed to (test_save_engine)
   command -v docker-registry >/dev/null || missing+=(docker-registry)
+  command -v ssh >/dev/null || missing+=(openssh-client) # the SSH gateway's real client (test_ssh)
   if ((${#missing[@]})); then
     log "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive

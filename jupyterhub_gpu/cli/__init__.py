@@ -12,6 +12,7 @@ Imports: ``core``, ``wire``, ``edges``, ``errors`` and ``cli``; never the hub or
     jupyterhub-gpu firewall ... the node firewall (shipped in the package)
     jupyterhub-gpu check-config a site's configuration and its files, without a hub
                                 (docs/install.md)
+    jupyterhub-gpu ssh ...      the SSH gateway's host key fingerprint (docs/ssh.md)
 
 A GPU node's install (the package without the ``hub`` extra) runs ``firewall``,
 ``units``, ``certs`` and ``site``; the others need the hub's dependencies and say so.
@@ -31,6 +32,7 @@ COMMANDS = {
     "units": "install the systemd units of the hub, or of a node's agent and firewall",
     "firewall": "apply (or --dry-run, --remove) the node firewall for the user bridge",
     "check-config": "check a site's configuration and every file it names, without a hub",
+    "ssh": "the SSH gateway: its host key's fingerprint (fingerprint)",
 }
 #: command -> its module in this package (each has ``main(argv) -> int``)
 MODULES = {
@@ -38,6 +40,7 @@ MODULES = {
     "certs": "certs",
     "units": "units",
     "check-config": "check",
+    "ssh": "ssh_gateway",
 }
 HUB_INSTALL = "pip install 'jupyterhub-gpu[hub]'"
 

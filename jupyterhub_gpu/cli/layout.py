@@ -121,6 +121,11 @@ class Site:
     def cull_deadlines(self) -> Path:
         return self.state / "cull-deadlines.json"
 
+    @property
+    def ssh_host_key(self) -> Path:
+        """The SSH gateway's host key (docs/ssh.md), made by the gateway on first start."""
+        return self.state / "ssh_host_ed25519_key"
+
 
 def package_file(*parts: str) -> Path:
     """A file shipped in the package under ``jupyterhub_gpu/cli/files``."""

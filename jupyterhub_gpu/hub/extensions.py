@@ -18,6 +18,7 @@ Call them at the end of ``jupyterhub_config.py``, after ``c.JupyterHub.services`
     configure_my_images(c)
     configure_reservations(c)
     configure_prepuller(c, images="all", disk_budget_gib=80)
+    configure_ssh(c, port=8022)
 """
 
 from __future__ import annotations
@@ -273,11 +274,63 @@ def configure_prepuller(c: Config, **policy: Any) -> None:
     register(c, HANDLERS, custom_scopes=CUSTOM_SCOPES)
 
 
+def configure_ssh(
+    c: Config,
+    *,
+    name: str = "gpu-ssh",
+    ip: str = "127.0.0.1",
+    port: int = 8022,
+    host_key_file: str = "/var/lib/jupyterhub-gpu/ssh_host_ed25519_key",
+    hub_url: str | None = None,
+    password_auth: bool = True,
+    config_file: str = "",
+    args: Sequence[str] = (),
+) -> None:
+    """Add the SSH gateway (docs/ssh.md): ``ssh alice@HOST -p PORT`` opens a shell in
+    alice's running default server, ``alice.NAME@HOST`` in her server NAME. Adds the
+    service (run by the hub), its role with the one scope it needs (where a login lands,
+    :mod:`.api.ssh`: no server tokens), and that API.
+
+    ``ip``/``port``: where it listens (default 127.0.0.1:8022). ``host_key_file``: its
+    host key, made once (0600) in the site's state folder. ``hub_url``: the hub's public
+    URL for the sentences users read (default: ``JupyterHub.public_url``, else
+    ``bind_url``). ``password_auth``: a hub API token of the user as the password
+    (False: keys only). ``config_file``/``args``: more ``c.GPUSSHGateway.*`` settings.
+    """
+    from jupyterhub_gpu.hub.api.ssh import HANDLERS, SSH_SCOPES, TARGETS_SCOPE
+
+    register(c, HANDLERS, custom_scopes=SSH_SCOPES)
+    hub = c.JupyterHub
+    if hub_url is None:
+        for key in ("public_url", "bind_url"):
+            if hub.get(key):
+                hub_url = str(hub[key])
+                break
+    command = [
+        sys.executable,
+        "-m",
+        "jupyterhub_gpu.services.ssh",
+        f"--GPUSSHGateway.ip={ip}",
+        f"--GPUSSHGateway.port={int(port)}",
+        f"--GPUSSHGateway.host_key_file={host_key_file}",
+        f"--GPUSSHGateway.password_auth={bool(password_auth)}",
+    ]
+    if hub_url:
+        command.append(f"--GPUSSHGateway.hub_url={hub_url.rstrip('/')}")
+    if config_file:
+        command.append(f"--config={config_file}")
+    command += list(args)
+    hub.services = [*_value(hub, "services", []), {"name": name, "command": command}]
+    role = {"name": name, "scopes": [TARGETS_SCOPE], "services": [name]}
+    hub.load_roles = [*_value(hub, "load_roles", []), role]
+
+
 __all__ = [
     "configure_culler",
     "configure_dashboard",
     "configure_my_images",
     "configure_prepuller",
     "configure_reservations",
+    "configure_ssh",
     "register",
 ]

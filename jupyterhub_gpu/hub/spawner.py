@@ -853,6 +853,11 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         now = datetime.now(timezone.utc)
         return server_labels(claim, str(self.image), now, self.cluster.settings.seal_key)
 
+    def home_host_path(self, ident: Identity) -> Path | None:
+        """The user's home on the hub's shared filesystem (None without ``home_template``):
+        where the SSH gateway reads her ``~/.ssh/authorized_keys`` (hub/api/ssh.py)."""
+        return self._home_path(ident)
+
     def _home_path(self, ident: Identity) -> Path | None:
         """The user's home on the shared filesystem (refuses anything leaving the root)."""
         if not self.home_template:

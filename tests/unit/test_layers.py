@@ -66,6 +66,7 @@ NOT_IN_CORE = frozenset(
         "urllib.request",
         "http.client",
         "asyncio",
+        "asyncssh",
     }
 )
 # the one exception: a Docker *type* (plain data) for the container spec

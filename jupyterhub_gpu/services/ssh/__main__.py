@@ -1,0 +1,3 @@
+from jupyterhub_gpu.services.ssh.app import main
+
+main()

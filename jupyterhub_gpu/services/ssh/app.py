@@ -1,0 +1,123 @@
+"""``GPUSSHGateway``: the SSH gateway as a hub-managed service (docs/ssh.md), added to a
+hub's configuration by :func:`jupyterhub_gpu.hub.extensions.configure_ssh`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import asyncssh
+from traitlets import Bool, Float, Int, Unicode, default
+
+from jupyterhub_gpu.core.ssh.access import MAX_AUTHORIZED_KEYS_BYTES
+from jupyterhub_gpu.core.ssh.limits import FailureLimiter
+from jupyterhub_gpu.edges.ssh_keys import fingerprint, load_or_make_host_key
+from jupyterhub_gpu.errors import ConfigError
+from jupyterhub_gpu.services.base import HubService, until_stopped
+from jupyterhub_gpu.services.ssh.hub import HubClient
+from jupyterhub_gpu.services.ssh.server import Gate, GatewayServer
+from jupyterhub_gpu.services.ssh.session import Sessions
+
+DEFAULT_HOST_KEY = "/var/lib/jupyterhub-gpu/ssh_host_ed25519_key"
+
+
+class GPUSSHGateway(HubService):
+    """SSH into one's own running server."""
+
+    name = "jupyterhub-gpu-ssh"
+    description = "SSH gateway into users' servers for jupyterhub-gpu (a hub-managed service)."
+
+    ip = Unicode(
+        "127.0.0.1",
+        help="""The address to listen on (``0.0.0.0`` for every address). Default:
+        127.0.0.1. Only the hub's users should reach it; it never listens on the user
+        bridge of a GPU node.""",
+    ).tag(config=True)
+    port = Int(8022, help="The port to listen on. Default: 8022.").tag(config=True)
+    host_key_file = Unicode(
+        DEFAULT_HOST_KEY,
+        help="""The gateway's host key (ed25519), made on first start with mode 0600 and
+        kept: its fingerprint is what users check (``jupyterhub-gpu ssh fingerprint``).""",
+    ).tag(config=True)
+    hub_url = Unicode(
+        help="""The hub's public URL, for the sentences users read ("start it at
+        https://hub.example.org/hub/spawn"). Default: $JUPYTERHUB_PUBLIC_HUB_URL without
+        its /hub/, else http://127.0.0.1:8000.""",
+    ).tag(config=True)
+    password_auth = Bool(
+        True,
+        help="""Accept a JupyterHub API token of the user as the password (its scopes must
+        reach the server). False: keys only. LDAP passwords are never accepted.""",
+    ).tag(config=True)
+    max_failures_per_user = Int(
+        5, help="Failed logins per user within failure_window before refusing her logins."
+    ).tag(config=True)
+    max_failures_per_address = Int(
+        20, help="Failed logins per client address within failure_window before refusing it."
+    ).tag(config=True)
+    failure_window = Float(60.0, help="The failure window, in seconds.").tag(config=True)
+    authorized_keys_max_bytes = Int(
+        MAX_AUTHORIZED_KEYS_BYTES, help="A larger ~/.ssh/authorized_keys is not read."
+    ).tag(config=True)
+    login_timeout = Float(30.0, help="Seconds a client has to log in.").tag(config=True)
+    keepalive_interval = Float(
+        30.0, help="Seconds between keepalives to an idle client (0: none)."
+    ).tag(config=True)
+
+    @default("hub_url")
+    def _hub_url(self) -> str:
+        import os
+
+        public = os.environ.get("JUPYTERHUB_PUBLIC_HUB_URL", "")
+        return public.rstrip("/").removesuffix("/hub") or "http://127.0.0.1:8000"
+
+    def check_config(self) -> None:
+        if not self.api_token:
+            raise ConfigError("no hub token: run the SSH gateway as a hub service")
+        if not 0 < self.port < 65536:
+            raise ConfigError(f"GPUSSHGateway.port must be 1-65535, not {self.port}")
+
+    async def run(self) -> None:
+        self.check_config()
+        try:
+            key = load_or_make_host_key(Path(self.host_key_file))
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"the SSH host key {self.host_key_file}: {e}") from None
+        hub = HubClient(self.api_url, self.api_token)
+        window = self.failure_window
+        gate = Gate(
+            hub=hub,
+            log=self.log,
+            password_auth=self.password_auth,
+            keys_max_bytes=self.authorized_keys_max_bytes,
+            by_user=FailureLimiter(self.max_failures_per_user, window),
+            by_address=FailureLimiter(self.max_failures_per_address, window),
+        )
+        sessions = Sessions(gate, self.hub_url)
+        acceptor = await asyncssh.create_server(
+            lambda: GatewayServer(gate),
+            self.ip,
+            self.port,
+            server_host_keys=[key],
+            process_factory=sessions.handle,
+            encoding=None,
+            line_editor=False,
+            allow_pty=True,
+            agent_forwarding=False,
+            x11_forwarding=False,
+            allow_scp=False,
+            login_timeout=self.login_timeout,
+            keepalive_interval=self.keepalive_interval,
+        )
+        self.log.info("SSH gateway on %s:%d, host key %s", self.ip, self.port, fingerprint(key))
+        try:
+            await until_stopped()
+        finally:
+            self.log.info("Stopping")
+            acceptor.close()
+            await acceptor.wait_closed()
+            sessions.close()
+            await hub.aclose()
+
+
+def main(argv: list[str] | None = None) -> None:
+    GPUSSHGateway.launch_instance(argv)

@@ -1,0 +1,65 @@
+"""The gateway's calls to the hub API: where a login lands (:mod:`~jupyterhub_gpu.wire.ssh_target`)
+and whose a token is. One ``httpx.AsyncClient``, an explicit timeout on every call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote
+
+import httpx
+
+from jupyterhub_gpu.core.ssh.logins import Login
+from jupyterhub_gpu.errors import ProbeError
+from jupyterhub_gpu.wire.ssh_target import SSHTarget, decode_target
+
+
+@dataclass(frozen=True)
+class TokenOwner:
+    """Who a token belongs to, and what it may do (the hub's ``/hub/api/user``)."""
+
+    user: str
+    scopes: tuple[str, ...]
+
+
+class HubClient:
+    def __init__(self, api_url: str, token: str, timeout: float = 10.0) -> None:
+        self.api_url = api_url.rstrip("/")
+        self._token = token
+        self._http = httpx.AsyncClient(timeout=timeout, trust_env=False)
+
+    async def target(self, login: Login) -> SSHTarget | None:
+        """Where ``login`` lands; None when the hub has no such user. httpx.HTTPError or
+        ProbeError when the hub can't say."""
+        r = await self._http.get(
+            f"{self.api_url}/gpu/ssh/targets/{quote(login.user, safe='')}",
+            params={"server": login.server},
+            headers={"Authorization": f"token {self._token}"},
+        )
+        if r.status_code == 404:
+            return None
+        r.raise_for_status()
+        return decode_target(r.json())
+
+    async def token_owner(self, token: str) -> TokenOwner | None:
+        """The user ``token`` belongs to (None: not a valid user token, or a service's)."""
+        if not token or len(token) > 4096 or not token.isprintable():
+            return None
+        r = await self._http.get(
+            f"{self.api_url}/user", headers={"Authorization": f"token {token}"}
+        )
+        if r.status_code in (401, 403, 404):
+            return None
+        r.raise_for_status()
+        model = r.json()
+        if not isinstance(model, dict) or model.get("kind") != "user":
+            return None
+        name, scopes = model.get("name"), model.get("scopes", [])
+        if not isinstance(name, str) or not isinstance(scopes, list):
+            raise ProbeError("the hub's /user answer has no name or scopes")
+        return TokenOwner(user=name, scopes=tuple(str(s) for s in scopes))
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+__all__ = ["HubClient", "TokenOwner"]
