@@ -10,7 +10,8 @@
 #      $FRAMEWORK_INDEX_URL as an extra index and $FRAMEWORK_PIP_FLAGS, after
 #      $FRAMEWORK_PIP_PRE; then `python -c "$FRAMEWORK_CHECK"`;
 #   5. /etc/profile.d/jupyterhub-gpu-path.sh: login shells (JupyterLab's terminal) get
-#      the image's PATH back, $VENV/bin first.
+#      the image's PATH back, $VENV/bin first; jupyterhub-gpu-name.sh: a login shell the
+#      server did not start (SSH's docker exec) gets the user's name (libnss_wrapper).
 # pip trusts $PIP_CA_BUNDLE when set (a CA bundle copied into the build context).
 set -eu
 set -f  # no globbing: requirement specs like 'pkg[extra]>=1' stay literal
@@ -100,6 +101,20 @@ export PATH
 unset jhgpu_rest jhgpu_path jhgpu_dir
 PROFILE
 chmod 0644 /etc/profile.d/jupyterhub-gpu-path.sh
+# A shell the server did not start (an SSH session is a `docker exec` in the running
+# container) names the user as the server's start did: it takes libnss_wrapper's
+# variables from the server's process 1 (readable by the same uid only), safe paths only.
+cat > /etc/profile.d/jupyterhub-gpu-name.sh <<'PROFILE'
+# Written by jupyterhub-gpu's install-python-env.sh (images/common): docs/ssh.md.
+if [ -z "${NSS_WRAPPER_PASSWD:-}" ] && [ -r /proc/1/environ ]; then
+    for jhgpu_kv in $(tr '\0' '\n' < /proc/1/environ \
+        | grep -E '^(LD_PRELOAD|NSS_WRAPPER_PASSWD|NSS_WRAPPER_GROUP)=/[A-Za-z0-9._/-]+$'); do
+        export "${jhgpu_kv?}"
+    done
+    unset jhgpu_kv
+fi
+PROFILE
+chmod 0644 /etc/profile.d/jupyterhub-gpu-name.sh
 chmod 0755 "$here/start-singleuser.sh"
 chmod 1777 /tmp  # a docker-imported rootfs may lack the sticky, world-writable /tmp
 chmod -R a+rX "$VENV"

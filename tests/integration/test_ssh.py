@@ -136,10 +136,15 @@ configure_ssh(c, port={port}, host_key_file={str(host_key)!r})
 
     # alice's key: her uid, her GPU, her home; the time from ssh to the command's answer
     started = time.monotonic()
-    done = client.run("alice", "id -u; echo $NVIDIA_VISIBLE_DEVICES; pwd", key=alice_key)
+    done = client.run(
+        "alice",
+        "id -u; echo $NVIDIA_VISIBLE_DEVICES; pwd; whoami; command -v pip",
+        key=alice_key,
+    )
     took = time.monotonic() - started
     assert done.returncode == 0, (done.stdout, done.stderr, hub.log_tail())
-    assert done.stdout.split() == [str(UID), gpu, "/home/alice"], done
+    # her name (libnss_wrapper, as in JupyterLab's terminal) and the image's pip
+    assert done.stdout.split() == [str(UID), gpu, "/home/alice", "alice", "/opt/venv/bin/pip"], done
     print(f"\nssh alice@gateway 'id -u; ...' answered in {took:.2f} s")
     # the exit status comes back; stderr stays stderr
     done = client.run("alice", "echo oops >&2; exit 3", key=alice_key)

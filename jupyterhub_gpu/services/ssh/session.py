@@ -2,7 +2,8 @@
 uid:gid, in her home, with the container's environment (the GPU variables included),
 its input and output bridged to the SSH channel; the exit status goes back to the client.
 
-``ssh alice@hub`` is ``bash -l`` with a terminal; ``ssh alice@hub CMD`` is ``bash -c CMD``
+``ssh alice@hub`` is ``bash -l`` with a terminal; ``ssh alice@hub CMD`` is ``bash -lc CMD``
+(login shells: the image's profile gives the venv's PATH and the user's name)
 (a terminal only with ``-t``). Window size changes are passed on. Subsystems (SFTP) and
 forwarding are not available yet (docs/ssh.md)."""
 
@@ -105,7 +106,8 @@ class Sessions:
         term = process.get_terminal_type()
         tty = term is not None
         command = process.command
-        argv = ["bash", "-c", command] if command else ["bash", "-l"]
+        # login shells both: the image's profile gives the venv's PATH and the user's name
+        argv = ["bash", "-lc", command] if command else ["bash", "-l"]
         extra = {"TERM": term} if term else {}
         exec_id = await engine.create(
             target.container,
