@@ -84,7 +84,7 @@ from jupyterhub_gpu.core.scheduling import (
 )
 from jupyterhub_gpu.core.sharing.policy import NO_SHARING, SharingPolicy, parse_policy
 from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
-from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
+from jupyterhub_gpu.edges.adminfiles import load_inventory_file
 
 Policy = Callable[[ClusterSnapshot, PlacementRequest], Placement | NoFit]
 DEFAULT_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"

@@ -51,7 +51,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from jupyterhub_gpu.core.catalog import CatalogEntry  # noqa: E402
-from jupyterhub_gpu.wire.catalog_file import load_catalog  # noqa: E402
+from jupyterhub_gpu.edges.adminfiles import load_catalog  # noqa: E402
 from tests.support.cluster import STATE, engines  # noqa: E402
 from tests.support.real_registry import ROOT, real_registry  # noqa: E402
 

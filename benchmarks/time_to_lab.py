@@ -94,7 +94,7 @@ import httpx  # noqa: E402
 import yaml  # noqa: E402
 
 from jupyterhub_gpu.core.catalog import CatalogEntry  # noqa: E402
-from jupyterhub_gpu.wire.catalog_file import load_catalog  # noqa: E402
+from jupyterhub_gpu.edges.adminfiles import load_catalog  # noqa: E402
 from tests.support.browser import (  # noqa: E402
     chromium_page,
     hub_login,

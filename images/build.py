@@ -47,13 +47,13 @@ MINIMAL_ARGS = {"FRAMEWORK_PIP": "", "FRAMEWORK_PIP_PRE": "", "APT_PACKAGES": ""
 
 try:
     from jupyterhub_gpu.core.catalog import CatalogEntry
+    from jupyterhub_gpu.edges.adminfiles import load_catalog
     from jupyterhub_gpu.errors import ConfigError
-    from jupyterhub_gpu.wire.catalog_file import load_catalog
 except ImportError:  # run from a checkout without the package installed
     sys.path.insert(0, str(HERE.parent))
     from jupyterhub_gpu.core.catalog import CatalogEntry
+    from jupyterhub_gpu.edges.adminfiles import load_catalog
     from jupyterhub_gpu.errors import ConfigError
-    from jupyterhub_gpu.wire.catalog_file import load_catalog
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

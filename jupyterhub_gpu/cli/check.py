@@ -156,7 +156,7 @@ def _nodes(s: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
             yield "GPUDockerSpawner.nodes", node
     path = s.get("nodes_file")
     if path and Path(path).is_file():
-        from jupyterhub_gpu.wire.nodes_file import load_nodes_file
+        from jupyterhub_gpu.edges.adminfiles import load_nodes_file
 
         try:
             entries = load_nodes_file(str(path))

@@ -47,6 +47,7 @@ from jupyterhub_gpu.core.sharing.mps import (
     mps_paths,
     nvidia_pipe_check,
 )
+from jupyterhub_gpu.edges.adminfiles import load_catalog, load_nodes_file
 from jupyterhub_gpu.edges.docker_nodes import node_client, tls_config
 from jupyterhub_gpu.edges.mps import gather as gather_mps
 from jupyterhub_gpu.edges.mps import nvidia_pipes_present
@@ -57,8 +58,8 @@ from jupyterhub_gpu.edges.nodecheck import (
     remove_leftovers,
 )
 from jupyterhub_gpu.errors import ConfigError
-from jupyterhub_gpu.wire.catalog_file import default_catalog_path, load_catalog
-from jupyterhub_gpu.wire.nodes_file import NodeSpec, default_node, load_nodes_file, parse_nodes
+from jupyterhub_gpu.wire.catalog_file import default_catalog_path
+from jupyterhub_gpu.wire.nodes_file import NodeSpec, default_node, parse_nodes
 
 GROUPS = ("user-network", "firewall", "gpu", "agent", "home", "catalog", "mps")
 SPAWNERS = ("GPUDockerSpawner", "DockerSpawner", "Spawner")

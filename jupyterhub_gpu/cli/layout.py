@@ -3,20 +3,21 @@
 One layout for every command (``site init``, ``certs``, ``units install``,
 ``check-config``): configuration under ``/etc/jupyterhub-gpu``, state under
 ``/var/lib/jupyterhub-gpu`` (both overridable, so tests use temporary folders), nothing
-relative to a working directory. Files are written whole or not at all: a temporary file
-in the same folder, then ``os.replace``; secrets and keys are created 0600 from the start
-(never chmod-ed after being written readable), every mode set explicitly whatever the
-caller's umask: 0700 for ``secrets/`` and ``tls/`` (:func:`private_dir`), 0600 keys,
-0644 certificates.
+relative to a working directory. Files are written whole or not at all, by the package's
+one atomic writer (edges/files.py: a temporary file in the same folder, then a rename);
+secrets and keys are created 0600 from the start (never chmod-ed after being written
+readable), every mode set explicitly whatever the caller's umask: 0700 for ``secrets/``
+and ``tls/`` (:func:`private_dir`), 0600 keys, 0644 certificates.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+
+from jupyterhub_gpu.edges.files import commit, staged
+from jupyterhub_gpu.edges.files import write_atomic as atomic
 
 DEFAULT_ETC = Path("/etc/jupyterhub-gpu")
 DEFAULT_STATE = Path("/var/lib/jupyterhub-gpu")
@@ -154,27 +155,11 @@ def private_dir(path: Path) -> Path:
     return path
 
 
-def staged(path: Path, data: bytes, mode: int = 0o644) -> Path:
-    """``data`` written and flushed to a new temporary file beside ``path`` (created
-    with ``mode``; never more open than that), to be moved over it with ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return Path(tmp)
-
-
 def write_atomic(path: Path, data: bytes | str, mode: int = 0o644) -> None:
-    """``path`` holds ``data`` with ``mode``, or is unchanged if anything failed."""
-    raw = data.encode() if isinstance(data, str) else data
-    os.replace(staged(path, raw, mode), path)
+    """``path`` holds ``data`` with ``mode``, or is unchanged if anything failed; its
+    folder is made if missing (the package's one atomic writer, edges/files.py)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic(path, data.encode() if isinstance(data, str) else data, mode)
 
 
 def write_all(files: dict[Path, tuple[bytes, int]]) -> None:
@@ -183,10 +168,11 @@ def write_all(files: dict[Path, tuple[bytes, int]]) -> None:
     done: list[tuple[Path, Path]] = []
     try:
         for path, (data, mode) in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
             done.append((staged(path, data, mode), path))
     except BaseException:
         for tmp, _ in done:
             tmp.unlink(missing_ok=True)
         raise
     for tmp, path in done:
-        os.replace(tmp, path)
+        commit(tmp, path)

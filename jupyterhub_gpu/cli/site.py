@@ -38,9 +38,10 @@ from jupyterhub_gpu.cli.layout import (
     write_all,
     write_atomic,
 )
+from jupyterhub_gpu.edges.adminfiles import load_nodes_file
 from jupyterhub_gpu.errors import ConfigError
 from jupyterhub_gpu.wire.catalog_file import default_catalog_path
-from jupyterhub_gpu.wire.nodes_file import load_nodes_file, parse_node
+from jupyterhub_gpu.wire.nodes_file import parse_node
 
 AGENT_PORT = 9450
 DOCKER_TLS_PORT = 2376

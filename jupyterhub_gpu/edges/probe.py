@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Protocol
 
 from jupyterhub_gpu.core.inventory import NodeInventory
+from jupyterhub_gpu.edges.adminfiles import load_inventory_file
 from jupyterhub_gpu.errors import ConfigError, ProbeError
-from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
 
 
 class Probe(Protocol):

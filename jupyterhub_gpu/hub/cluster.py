@@ -51,16 +51,17 @@ from jupyterhub_gpu.core.sharing.policy import NO_SHARING, SharingPolicy
 from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.core.usernet import network_options, network_problem
 from jupyterhub_gpu.edges.accounting.store import AccountingStore, AccountingUnavailable, safe_url
+from jupyterhub_gpu.edges.adminfiles import load_nodes_file
 from jupyterhub_gpu.edges.agents import AgentEndpoint, Unreachable, agent_client
 from jupyterhub_gpu.edges.docker_nodes import node_client, tls_config
+from jupyterhub_gpu.edges.files import load_drains, save_drains
 from jupyterhub_gpu.edges.nodecheck import CheckSettings, check_node
 from jupyterhub_gpu.edges.probe import Probe, make_probe
 from jupyterhub_gpu.errors import ConfigError, GPUHubError
 from jupyterhub_gpu.hub.ledger import GPULedger
 from jupyterhub_gpu.hub.metrics import RECONCILIATION
 from jupyterhub_gpu.hub.recorder import Recorder, close_missed
-from jupyterhub_gpu.wire.drains import load_drains, save_drains
-from jupyterhub_gpu.wire.nodes_file import NodeSpec, load_nodes_file, parse_nodes
+from jupyterhub_gpu.wire.nodes_file import NodeSpec, parse_nodes
 
 T = TypeVar("T")
 
@@ -170,7 +171,7 @@ class Cluster:
         self._usage: dict[str, Usage] = {}  # open allocation -> its usage so far
         self._unconfirmed: dict[str, str] | None = None  # open in the store at start: id -> node
         # nodes an admin drained at run time (node -> note), beside the nodes file's drain;
-        # kept in drains_file so that a restart keeps them (wire/drains.py)
+        # kept in drains_file so that a restart keeps them (edges/files.py)
         self.admin_drains: dict[str, str] = (
             load_drains(settings.drains_file) if settings.drains_file else {}
         )

@@ -35,10 +35,10 @@ from jupyterhub_gpu.core.scheduling import queue_settings
 from jupyterhub_gpu.core.sharing import parse_policy
 from jupyterhub_gpu.core.sharing.mps import DEFAULT_PIPE_DIRECTORY, DEFAULT_SHM_DIRECTORY, mps_paths
 from jupyterhub_gpu.core.workload import FORBIDDEN_HOST_KEYS, OWNED_CREATE_KEYS, OWNED_HOST_KEYS
+from jupyterhub_gpu.edges.adminfiles import load_catalog, load_inventory_file, load_nodes_file
 from jupyterhub_gpu.errors import ConfigError
-from jupyterhub_gpu.wire.catalog_file import default_catalog_path, load_catalog
-from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
-from jupyterhub_gpu.wire.nodes_file import default_node, load_nodes_file, parse_nodes
+from jupyterhub_gpu.wire.catalog_file import default_catalog_path
+from jupyterhub_gpu.wire.nodes_file import default_node, parse_nodes
 
 log = logging.getLogger("JupyterHub")
 

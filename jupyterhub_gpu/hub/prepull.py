@@ -50,10 +50,10 @@ from jupyterhub_gpu.core.prepull import (
 )
 from jupyterhub_gpu.core.progress import DISK_FULL
 from jupyterhub_gpu.core.saving.identity import NodeImage, SavedRegistry, is_saved
+from jupyterhub_gpu.edges.adminfiles import load_catalog
 from jupyterhub_gpu.errors import ConfigError, ImageUnavailable, PullYielded
 from jupyterhub_gpu.hub.cluster import NODE_ERRORS, Cluster
 from jupyterhub_gpu.hub.pull import STALL_TIMEOUT, pull, pulls_on
-from jupyterhub_gpu.wire.catalog_file import load_catalog
 
 
 class PrePuller(LoggingConfigurable):

@@ -76,9 +76,9 @@ from jupyterhub_gpu.core.scheduling.state import SHARE_KEY
 from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
 from jupyterhub_gpu.core.words import UTC, duration
 from jupyterhub_gpu.edges.accounting.store import AccountingUnavailable
+from jupyterhub_gpu.edges.files import load_deadlines
 from jupyterhub_gpu.errors import MustQueue as MustQueue
 from jupyterhub_gpu.errors import QueueFull, QueueRefused, QueueTimeout
-from jupyterhub_gpu.wire.deadlines import load_deadlines
 
 if TYPE_CHECKING:
     from jupyterhub_gpu.hub.cluster import Cluster

@@ -94,6 +94,8 @@ from jupyterhub_gpu.core.tokens import site_secret_from
 from jupyterhub_gpu.core.usernet import bridge_name_problem
 from jupyterhub_gpu.core.words import one_line
 from jupyterhub_gpu.core.workload import Workload, make_container
+from jupyterhub_gpu.edges.adminfiles import load_catalog
+from jupyterhub_gpu.edges.files import load_notes
 from jupyterhub_gpu.edges.home_dirs import ensure_home
 from jupyterhub_gpu.edges.nodecheck import CheckSettings
 from jupyterhub_gpu.errors import ConfigError, InvalidRequest, NodeFailure, UserFacingError
@@ -109,8 +111,8 @@ from jupyterhub_gpu.hub.refusal import spawn_error, spawn_refusal
 from jupyterhub_gpu.hub.runtime import HubRuntime, runtime_of
 from jupyterhub_gpu.hub.saves import my_images
 from jupyterhub_gpu.hub.sharing import GPUSharing
-from jupyterhub_gpu.wire.catalog_file import default_catalog_path, load_catalog
-from jupyterhub_gpu.wire.cull_notes import load_notes, notes_for
+from jupyterhub_gpu.wire.catalog_file import default_catalog_path
+from jupyterhub_gpu.wire.cull_notes import notes_for
 from jupyterhub_gpu.wire.nodes_file import NodeSpec, default_node, parse_nodes
 
 # the environment variables whose values never reach the hub's log (an exited

@@ -42,7 +42,6 @@ from jupyterhub_gpu.core.catalog.entries import (
 )
 from jupyterhub_gpu.core.inventory import parse_compute_capability, parse_version
 from jupyterhub_gpu.errors import ConfigError
-from jupyterhub_gpu.wire.adminfiles import read_yaml
 
 SLUG_RE = re.compile(r"^[a-z0-9](?:[a-z0-9._-]{0,62}[a-z0-9])?$")
 _BUILD_ARG_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -279,11 +278,6 @@ def parse_catalog(data: Any, source: str = "catalog") -> Catalog:
         data.get("allowed_image_patterns"), f"{source}: allowed_image_patterns", "fnmatch patterns"
     )
     return Catalog(entries=entries, allowed_image_patterns=patterns, source=source)
-
-
-def load_catalog(path: str | Path) -> Catalog:
-    """Read and validate a catalog file; raises ``ConfigError`` naming file, entry, field."""
-    return parse_catalog(read_yaml(path, "image catalog"), str(path))
 
 
 def default_catalog_path() -> Path:

@@ -5,19 +5,17 @@ takes it back if the hub refuses), so the hub's spawner sees it while stopping; 
 side (home page or spawn form) reads the file and shows the user's notes the next time
 they come. The file is
 ``{"alice": [{"server": "", "at": "2026-01-01T12:00:00+00:00", "reason": "..."}]}``,
-newest last, at most ``keep`` notes per user. Writes are atomic (temporary file, then
-rename), so a reader never sees half a file; a missing or unreadable file reads as empty.
+newest last, at most ``keep`` notes per user. :mod:`jupyterhub_gpu.edges.files` reads and
+writes it (atomically, so a reader never sees half a file; a missing or unreadable file
+reads as empty); this module encodes, decodes and edits the notes.
 Reasons are the culler's one-line decisions: durations and GPU shares, never secrets.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 Notes = dict[str, list[dict[str, str]]]
@@ -76,32 +74,18 @@ def notes_for(notes: Notes, user: str, since: datetime | None = None) -> list[Cu
     return found
 
 
-def load_notes(path: str | Path) -> Notes:
-    """Read the notes file; ``{}`` when it is missing or not valid."""
+def encode_notes(notes: Notes) -> bytes:
+    """The notes file's bytes."""
+    return json.dumps(notes, indent=1, sort_keys=True).encode("utf-8")
+
+
+def decode_notes(text: str | bytes) -> Notes:
+    """The notes in ``text``; ``{}`` when it is not a JSON object (a user's entry that is
+    not a list is left out; bad notes in a list are skipped by :func:`notes_for`)."""
     try:
-        data: Any = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data: Any = json.loads(text)
+    except ValueError:
         return {}
     if not isinstance(data, dict):
         return {}
     return {str(u): v for u, v in data.items() if isinstance(v, list)}
-
-
-def save_notes(path: str | Path, notes: Notes) -> None:
-    """Write the notes file atomically (readable by the hub, which may run as another user)."""
-    write_json_atomic(path, notes, mode=0o644)
-
-
-def write_json_atomic(path: str | Path, data: Any, mode: int = 0o600) -> None:
-    """Write ``data`` as JSON to ``path`` through a temporary file and a rename."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

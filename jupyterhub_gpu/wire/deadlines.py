@@ -4,7 +4,8 @@
 for each kept server (``user/server``) the earliest time it would be culled
 (:func:`~.idleness.earliest_cull`: ``max_age`` is certain, ``idle`` holds if nothing in it
 is active from now on). The culler writes it atomically; the hub reads it for the GPU
-queue's estimates and the dashboard. A missing, stale or unreadable file reads as empty:
+queue's estimates and the dashboard (both through :mod:`jupyterhub_gpu.edges.files`,
+which also reads a stale file as empty). Text that is not such a file decodes as empty:
 an estimate is then "not known", never wrong.
 """
 
@@ -12,37 +13,30 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
-from pathlib import Path
+from datetime import datetime, timezone
 from typing import Any
 
 from jupyterhub_gpu.core.culling.idleness import Deadline
-from jupyterhub_gpu.wire.cull_notes import write_json_atomic
 
 WHY = ("idle", "max_age")
 
 
-def save_deadlines(path: str | Path, deadlines: Mapping[str, Deadline | None]) -> None:
+def encode_deadlines(deadlines: Mapping[str, Deadline | None]) -> bytes:
+    """The file's bytes; a server with no deadline (``None``) is left out."""
     data = {
         holder: {"at": d.at.astimezone(timezone.utc).isoformat(), "why": d.why}
         for holder, d in sorted(deadlines.items())
         if d is not None
     }
-    write_json_atomic(path, data, mode=0o644)
+    return json.dumps(data, indent=1, sort_keys=True).encode("utf-8")
 
 
-def load_deadlines(
-    path: str | Path, now: datetime | None = None, max_age: float = 600.0
-) -> dict[str, Deadline]:
-    """holder -> :class:`Deadline`; ``{}`` when the file is missing, unreadable, or older
-    than ``max_age`` s (a culler that stopped writing says nothing); bad entries skipped."""
-    file = Path(path)
+def decode_deadlines(text: str | bytes) -> dict[str, Deadline]:
+    """holder -> :class:`Deadline`; ``{}`` when ``text`` is not a JSON object; bad entries
+    skipped."""
     try:
-        written = datetime.fromtimestamp(file.stat().st_mtime, timezone.utc)
-        data: Any = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if (now or datetime.now(timezone.utc)) - written > timedelta(seconds=max_age):
+        data: Any = json.loads(text)
+    except ValueError:
         return {}
     if not isinstance(data, dict):
         return {}

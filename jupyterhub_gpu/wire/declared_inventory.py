@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from jupyterhub_gpu.core.inventory import (
@@ -37,7 +36,6 @@ from jupyterhub_gpu.core.inventory import (
     parse_version,
 )
 from jupyterhub_gpu.errors import InventoryError
-from jupyterhub_gpu.wire.adminfiles import read_yaml
 from jupyterhub_gpu.wire.agent import parse_processes
 
 _UUID_RE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]{4,64}$")
@@ -188,12 +186,6 @@ def parse_inventory(data: Any, source: str = "inventory") -> list[NodeInventory]
                 )
             seen_uuids[gpu.uuid] = node.name
     return nodes
-
-
-def load_inventory_file(path: str | Path) -> list[NodeInventory]:
-    """Read and validate a declared inventory file."""
-    data = read_yaml(path, "declared inventory", InventoryError)
-    return parse_inventory(data, str(path))
 
 
 def dump_inventory(nodes: Sequence[NodeInventory]) -> dict[str, Any]:

@@ -10,12 +10,10 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from jupyterhub_gpu.errors import ConfigError
-from jupyterhub_gpu.wire.adminfiles import read_yaml
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
@@ -92,19 +90,12 @@ def parse_node(raw: Mapping[str, Any], where: str) -> NodeSpec:
     )
 
 
-def load_nodes_file(path: str) -> list[dict[str, Any]]:
-    """The raw node entries of a nodes file (``nodes: [...]``); [] when no file is set.
-    A path that names no file is an error (a mistyped path must not load no nodes)."""
-    if not path:
-        return []
-    if not Path(path).exists():
-        raise ConfigError(
-            f"The nodes file {path!r} (GPUDockerSpawner.nodes_file) does not exist: check the "
-            "path, or create it with a 'nodes:' list (docs/nodes.md)."
-        )
-    loaded = read_yaml(path, "nodes file") or {}
+def decode_nodes_file(loaded: Any, where: str) -> list[dict[str, Any]]:
+    """The raw node entries of a nodes file's YAML document (``nodes: [...]``; an empty
+    document has none); ConfigError naming ``where`` if it is not of that shape."""
+    loaded = loaded or {}
     if not isinstance(loaded, Mapping) or not isinstance(loaded.get("nodes", []), list):
-        raise ConfigError(f"{path}: must be a mapping with a 'nodes' list")
+        raise ConfigError(f"{where}: must be a mapping with a 'nodes' list")
     return list(loaded.get("nodes", []))
 
 

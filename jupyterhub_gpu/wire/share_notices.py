@@ -5,8 +5,9 @@ each round (issue #26).
 one entry per share server (``user/server``) whose own processes hold more GPU memory than
 its share (:func:`~jupyterhub_gpu.core.attribution.memory.judge_memory`). The culler
 writes it atomically; the hub's notices API reads it and shows each entry on its user's
-pages. A missing, stale (the culler stopped writing) or unreadable file reads as empty,
-bad entries are skipped, and every read is bounded: a notice is a warning, never a gate.
+pages (both through :mod:`jupyterhub_gpu.edges.files`, which reads a missing, stale (the
+culler stopped writing), unreadable or oversized file as empty, and at most
+:data:`MAX_FILE` bytes). Bad entries are skipped: a notice is a warning, never a gate.
 """
 
 from __future__ import annotations
@@ -14,11 +15,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from pathlib import Path
+from datetime import datetime, timezone
 from typing import Any
-
-from jupyterhub_gpu.wire.cull_notes import write_json_atomic
 
 MAX_FILE = 1 << 20  # bytes read at most
 MAX_MESSAGE = 500  # characters of one message
@@ -31,7 +29,8 @@ class ShareNotice:
     message: str
 
 
-def save_share_notices(path: str | Path, notices: Mapping[str, ShareNotice]) -> None:
+def encode_share_notices(notices: Mapping[str, ShareNotice]) -> bytes:
+    """The file's bytes; each message cut to :data:`MAX_MESSAGE` characters."""
     data = {
         holder: {
             "at": n.at.astimezone(timezone.utc).isoformat(),
@@ -40,25 +39,15 @@ def save_share_notices(path: str | Path, notices: Mapping[str, ShareNotice]) -> 
         }
         for holder, n in sorted(notices.items())
     }
-    write_json_atomic(path, data, mode=0o644)
+    return json.dumps(data, indent=1, sort_keys=True).encode("utf-8")
 
 
-def load_share_notices(
-    path: str | Path, now: datetime | None = None, max_age: float = 600.0
-) -> dict[str, ShareNotice]:
-    """holder -> :class:`ShareNotice`; ``{}`` when the file is missing, unreadable, larger
-    than :data:`MAX_FILE` or older than ``max_age`` s."""
-    file = Path(path)
+def decode_share_notices(text: str | bytes) -> dict[str, ShareNotice]:
+    """holder -> :class:`ShareNotice`; ``{}`` when ``text`` is not a JSON object; bad
+    entries skipped, GPU names and messages cut short."""
     try:
-        stat = file.stat()
-        if stat.st_size > MAX_FILE:
-            return {}
-        written = datetime.fromtimestamp(stat.st_mtime, timezone.utc)
-        with file.open("rb") as f:
-            data: Any = json.loads(f.read(MAX_FILE).decode("utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if (now or datetime.now(timezone.utc)) - written > timedelta(seconds=max_age):
+        data: Any = json.loads(text)
+    except ValueError:
         return {}
     if not isinstance(data, dict):
         return {}

@@ -21,9 +21,9 @@ from traitlets.config import Config
 
 from jupyterhub_gpu.core.inventory import NodeInventory
 from jupyterhub_gpu.core.tokens import node_token
+from jupyterhub_gpu.edges.adminfiles import load_inventory_file
 from jupyterhub_gpu.edges.agents import AgentClient, AgentEndpoint, Unreachable
 from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings
-from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
 from tests.support.agent import AgentProcess
 from tests.support.pki import issue, make_ca
 

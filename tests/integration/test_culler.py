@@ -42,8 +42,9 @@ from tornado.websocket import websocket_connect
 
 from jupyterhub_gpu.edges.accounting.schema import AllocationRow
 from jupyterhub_gpu.edges.accounting.store import AccountingStore
+from jupyterhub_gpu.edges.files import load_notes
 from jupyterhub_gpu.services.culler.client import parse_time
-from jupyterhub_gpu.wire.cull_notes import load_notes, notes_for
+from jupyterhub_gpu.wire.cull_notes import notes_for
 from tests.conftest import gpu_inventory
 from tests.support.agent import AgentProcess
 from tests.support.cluster import REPO, Engine

@@ -38,10 +38,10 @@ from jupyterhub_gpu.core.placement import PlacementRequest, place
 from jupyterhub_gpu.core.placement.request import NoFit, Placement
 from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.core.tokens import node_token
+from jupyterhub_gpu.edges.adminfiles import load_inventory_file
 from jupyterhub_gpu.edges.agents import AgentEndpoint, Unreachable
 from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings
 from jupyterhub_gpu.wire.agent import inventory_to_json
-from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
 
 pytestmark = pytest.mark.integration
 

@@ -24,7 +24,7 @@ from jupyterhub_gpu.core.accounting.records import AllocationRecord, EndReason
 from jupyterhub_gpu.core.culling.idleness import Deadline
 from jupyterhub_gpu.edges.accounting.schema import AllocationRow
 from jupyterhub_gpu.edges.accounting.store import AccountingStore
-from jupyterhub_gpu.wire.deadlines import save_deadlines
+from jupyterhub_gpu.edges.files import save_deadlines
 from tests.integration.test_multinode import (  # noqa: F401  (fixtures: agents, cluster)
     A100,
     agents,

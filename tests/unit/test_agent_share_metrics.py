@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from jupyterhub_gpu.core.inventory import GpuProcess
+from jupyterhub_gpu.edges.adminfiles import load_inventory_file
 from jupyterhub_gpu.services.agent.metrics import SnapshotCollector
-from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
 
 pytestmark = pytest.mark.unit
 

@@ -26,9 +26,9 @@ from jupyterhub_gpu.core.catalog import (
 )
 from jupyterhub_gpu.core.inventory import GPU, NodeInventory, NodeState
 from jupyterhub_gpu.core.placement.request import PlacementRequest
+from jupyterhub_gpu.edges.adminfiles import load_catalog, load_inventory_file
 from jupyterhub_gpu.errors import ConfigError
-from jupyterhub_gpu.wire.catalog_file import default_catalog_path, load_catalog, parse_catalog
-from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
+from jupyterhub_gpu.wire.catalog_file import default_catalog_path, parse_catalog
 
 pytestmark = pytest.mark.unit
 

@@ -27,6 +27,7 @@ from traitlets.config import Config
 from jupyterhub_gpu.core.culling.access import server_access
 from jupyterhub_gpu.core.culling.idleness import Signal
 from jupyterhub_gpu.core.tokens import node_token
+from jupyterhub_gpu.edges.files import load_deadlines, load_notes
 from jupyterhub_gpu.errors import ConfigError, ProbeError
 from jupyterhub_gpu.services.culler.app import GPUIdleCuller
 from jupyterhub_gpu.services.culler.client import (
@@ -36,8 +37,7 @@ from jupyterhub_gpu.services.culler.client import (
     read_agent,
 )
 from jupyterhub_gpu.wire.agent import DEFAULT_MAX_BODY_SIZE
-from jupyterhub_gpu.wire.cull_notes import load_notes, notes_for
-from jupyterhub_gpu.wire.deadlines import load_deadlines
+from jupyterhub_gpu.wire.cull_notes import notes_for
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.unit

@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from jupyterhub_gpu.core.culling.idleness import Signal
+from jupyterhub_gpu.edges.files import load_share_notices
 from jupyterhub_gpu.services.culler import app as culler_app
 from jupyterhub_gpu.services.culler.app import GPUIdleCuller
-from jupyterhub_gpu.wire.share_notices import load_share_notices
 from tests.unit.test_culler_service import T0, World, iso, make_culler, poll, server
 
 pytestmark = pytest.mark.unit

@@ -8,13 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from jupyterhub_gpu.edges.adminfiles import load_inventory_file
 from jupyterhub_gpu.edges.probe import DeclaredProbe
 from jupyterhub_gpu.errors import ConfigError, InventoryError
-from jupyterhub_gpu.wire.declared_inventory import (
-    dump_inventory,
-    load_inventory_file,
-    parse_inventory,
-)
+from jupyterhub_gpu.wire.declared_inventory import dump_inventory, parse_inventory
 
 pytestmark = pytest.mark.unit
 DATA = Path(__file__).resolve().parents[1] / "data" / "cluster-hetero.yaml"

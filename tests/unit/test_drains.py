@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from jupyterhub_gpu.edges.adminfiles import load_nodes_file
+from jupyterhub_gpu.edges.files import load_drains, save_drains
 from jupyterhub_gpu.errors import ConfigError
 from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings
 from jupyterhub_gpu.hub.config import check_config
-from jupyterhub_gpu.wire.drains import decode_drains, encode_drains, load_drains, save_drains
-from jupyterhub_gpu.wire.nodes_file import load_nodes_file
+from jupyterhub_gpu.wire.drains import decode_drains, encode_drains
 
 pytestmark = pytest.mark.unit
 

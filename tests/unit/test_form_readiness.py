@@ -14,8 +14,8 @@ from jupyterhub_gpu.core.form.readiness import image_size, readiness
 from jupyterhub_gpu.core.inventory import NodeState
 from jupyterhub_gpu.core.placement.locality import sizes, wanted
 from jupyterhub_gpu.core.snapshot import ClusterSnapshot
+from jupyterhub_gpu.edges.adminfiles import load_inventory_file
 from jupyterhub_gpu.wire.catalog_file import parse_catalog
-from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
 from tests.unit.test_form_render import parse
 
 pytestmark = pytest.mark.unit

@@ -24,8 +24,8 @@ from jupyterhub_gpu.core.form import (
 )
 from jupyterhub_gpu.core.inventory import NodeState
 from jupyterhub_gpu.core.snapshot import ClusterSnapshot
-from jupyterhub_gpu.wire.catalog_file import load_catalog, parse_catalog
-from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
+from jupyterhub_gpu.edges.adminfiles import load_catalog, load_inventory_file
+from jupyterhub_gpu.wire.catalog_file import parse_catalog
 
 pytestmark = pytest.mark.unit
 

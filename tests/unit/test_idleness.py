@@ -25,9 +25,9 @@ from jupyterhub_gpu.core.culling.idleness import (
     validate_overrides,
 )
 from jupyterhub_gpu.core.culling.tracker import GpuTracker
+from jupyterhub_gpu.edges.files import load_deadlines, load_notes, save_deadlines, save_notes
 from jupyterhub_gpu.errors import ConfigError
-from jupyterhub_gpu.wire.cull_notes import CullNote, add_note, load_notes, notes_for, save_notes
-from jupyterhub_gpu.wire.deadlines import load_deadlines, save_deadlines
+from jupyterhub_gpu.wire.cull_notes import CullNote, add_note, notes_for
 
 pytestmark = pytest.mark.unit
 

@@ -2,7 +2,8 @@
 docs/architecture.md, checked on every import of every module (``TYPE_CHECKING`` and
 function-level imports included): no import upward, none into another service, no import
 circle (between modules, nor between the parts of a layer: ``core/sharing/`` and
-``core/inventory.py`` are two parts of ``core``), no I/O library in the pure core, and no
+``core/inventory.py`` are two parts of ``core``), no I/O library in the pure core, no file
+I/O in ``wire/`` (it only encodes and decodes; ``edges/files.py`` reads and writes), and no
 module that only re-exports another one (the old paths that did are gone)."""
 
 from __future__ import annotations
@@ -71,6 +72,113 @@ NOT_IN_CORE = frozenset(
 )
 # the one exception: a Docker *type* (plain data) for the container spec
 CORE_MAY_USE = frozenset({"docker.types"})
+
+
+# wire/ only encodes and decodes: what would read or write a file there (issue 31)
+FILE_MODULES = frozenset({"tempfile", "shutil", "fcntl", "glob"})
+# Path (and file object) methods that touch the disk; `replace`/`rename` only as Path's
+# one-argument form (str.replace takes two, datetime.replace keywords)
+FILE_METHODS = frozenset(
+    {
+        "open",
+        "read_text",
+        "write_text",
+        "read_bytes",
+        "write_bytes",
+        "unlink",
+        "mkdir",
+        "rmdir",
+        "touch",
+        "chmod",
+        "stat",
+        "lstat",
+        "exists",
+        "is_file",
+        "is_dir",
+        "iterdir",
+        "glob",
+        "rglob",
+        "symlink_to",
+        "hardlink_to",
+        "readlink",
+    }
+)
+MOVES = frozenset({"replace", "rename"})
+# os: only the environment and pure path names are allowed in wire/
+OS_ALLOWED = frozenset({"environ", "getenv", "fspath", "fsencode", "fsdecode", "sep", "PathLike"})
+OS_PATH_ALLOWED = frozenset({"join", "basename", "dirname", "splitext", "split", "normpath"})
+# calls that open a file, or read or write a file object rather than text
+FILE_OBJECT_CALLS = frozenset({"json.load", "json.dump", "io.open", "codecs.open", "builtins.open"})
+FILE_BUILTINS = frozenset({"open"})
+
+
+def _dotted(node: ast.expr) -> str:
+    """``os.path.exists`` for that attribute chain; '' for anything else."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return ""
+
+
+def file_io(path: Path, name: str) -> list[str]:
+    """Every place ``path`` would read or write a file: ``open()``, a Path method that
+    touches the disk, an ``os`` file call, json.load/dump on a file, ``tempfile``,
+    ``shutil`` and the like, as ``module:line: what``."""
+    tree = ast.parse(path.read_text(), str(path))
+    out: list[str] = []
+    for node in ast.walk(tree):
+        found = ""
+        if isinstance(node, ast.Import):
+            bad = [a.name for a in node.names if a.name.split(".")[0] in FILE_MODULES]
+            found = f"imports {', '.join(bad)}" if bad else ""
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            top = (node.module or "").split(".")[0]
+            if top in FILE_MODULES:
+                found = f"imports from {node.module}"
+            elif node.module == "os":
+                bad = [a.name for a in node.names if a.name not in OS_ALLOWED]
+                found = f"imports {', '.join(bad)} from os" if bad else ""
+            elif node.module == "os.path":
+                bad = [a.name for a in node.names if a.name not in OS_PATH_ALLOWED]
+                found = f"imports {', '.join(bad)} from os.path" if bad else ""
+        elif isinstance(node, ast.Call):
+            func = node.func
+            dotted = _dotted(func)
+            if isinstance(func, ast.Name) and func.id in FILE_BUILTINS:
+                found = f"{func.id}()"
+            elif dotted in FILE_OBJECT_CALLS:
+                found = f"{dotted}() on a file"
+            elif dotted.startswith("os.path."):
+                if dotted.split(".", 2)[2] not in OS_PATH_ALLOWED:
+                    found = f"{dotted}()"
+            elif dotted.startswith("os.") and dotted.split(".")[1] not in OS_ALLOWED:
+                found = f"{dotted}()"
+            elif isinstance(func, ast.Attribute) and func.attr in FILE_METHODS:
+                found = f".{func.attr}()"
+            elif (
+                isinstance(func, ast.Attribute)
+                and func.attr in MOVES
+                and len(node.args) == 1
+                and not node.keywords
+            ):
+                found = f".{func.attr}() (a file moved)"
+        if found:
+            out.append(f"{name}:{getattr(node, 'lineno', 0)}: {found}")
+    return out
+
+
+def file_io_in_wire(root: Path) -> list[str]:
+    """Every file read or write in ``wire/``; it only encodes and decodes."""
+    return [
+        problem
+        for name, path in modules_of(root).items()
+        if layer_of(name) == "wire"
+        for problem in file_io(path, name)
+    ]
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -230,6 +338,61 @@ def circles(graph: Mapping[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_breaks_the_layers() -> None:
     assert problems(PACKAGE) == []
+
+
+def test_wire_does_no_file_io() -> None:
+    """wire/ only encodes and decodes (issue 31): reading and writing files is
+    edges/files.py's and edges/adminfiles.py's, with the one atomic writer."""
+    assert file_io_in_wire(PACKAGE) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "what"),
+    [
+        ("def f(p):\n    return open(p).read()\n", "open()"),
+        ("from pathlib import Path\n\ndef f(p):\n    return Path(p).read_text()\n", ".read_text()"),
+        ("def f(p, b):\n    p.write_bytes(b)\n", ".write_bytes()"),
+        ("def f(p):\n    p.unlink(missing_ok=True)\n", ".unlink()"),
+        ("def f(p):\n    p.parent.mkdir(parents=True)\n", ".mkdir()"),
+        ("def f(p):\n    with p.open('rb') as f:\n        return f.read()\n", ".open()"),
+        ("def f(p):\n    return p.stat().st_mtime\n", ".stat()"),
+        ("def f(a, b):\n    a.replace(b)\n", ".replace() (a file moved)"),
+        ("def f(a, b):\n    a.rename(b)\n", ".rename() (a file moved)"),
+        ("import os\n\ndef f(a, b):\n    os.replace(a, b)\n", "os.replace()"),
+        ("import os\n\ndef f(fd):\n    os.fsync(fd)\n", "os.fsync()"),
+        ("import os\n\ndef f(p):\n    return os.path.exists(p)\n", "os.path.exists()"),
+        ("from os import fdopen\n", "imports fdopen from os"),
+        ("import tempfile\n", "imports tempfile"),
+        ("import shutil\n", "imports shutil"),
+        ("from tempfile import mkstemp\n", "imports from tempfile"),
+        ("import json\n\ndef f(d, fh):\n    json.dump(d, fh)\n", "json.dump() on a file"),
+    ],
+)
+def test_planted_file_io_in_wire_is_caught(tmp_path: Path, source: str, what: str) -> None:
+    """The checker on a copy of the package with one file read or write added to wire/."""
+    import shutil
+
+    copy = tmp_path / P
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    before = set(file_io_in_wire(copy))
+    (copy / "wire" / "planted.py").write_text(source)
+    found = sorted(set(file_io_in_wire(copy)) - before)
+    assert len(found) == 1 and found[0].startswith(f"{P}.wire.planted:"), found
+    assert found[0].endswith(f": {what}"), found
+
+
+def test_pure_text_and_time_calls_in_wire_are_not_file_io(tmp_path: Path) -> None:
+    """``str.replace(a, b)``, ``datetime.replace(tzinfo=...)``, ``os.environ`` and
+    ``json.loads``/``dumps`` are what a decoder does, not file I/O."""
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "import json\nimport os\nfrom datetime import timezone\n\n"
+        "def f(s, t):\n"
+        "    t = t.replace(tzinfo=timezone.utc)\n"
+        "    s = s.replace('a', 'b')\n"
+        "    return json.loads(json.dumps([s, os.environ.get('X', '')])), t\n"
+    )
+    assert file_io(planted, "planted") == []
 
 
 def test_every_top_folder_is_a_layer_with_its_rule_written() -> None:

@@ -20,7 +20,7 @@ from jupyterhub_gpu.core.placement import (
 from jupyterhub_gpu.core.placement.baselines import best_fit, first_fit, random_fit, spread
 from jupyterhub_gpu.core.placement.index import ClusterIndex, clear_cache
 from jupyterhub_gpu.core.snapshot import ClusterSnapshot
-from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
+from jupyterhub_gpu.edges.adminfiles import load_inventory_file
 
 pytestmark = pytest.mark.unit
 

@@ -11,14 +11,9 @@ from typing import Any
 
 import pytest
 
+from jupyterhub_gpu.edges.files import load_share_notices, save_share_notices
 from jupyterhub_gpu.hub.api.notices import share_notices
-from jupyterhub_gpu.wire.share_notices import (
-    MAX_FILE,
-    MAX_MESSAGE,
-    ShareNotice,
-    load_share_notices,
-    save_share_notices,
-)
+from jupyterhub_gpu.wire.share_notices import MAX_FILE, MAX_MESSAGE, ShareNotice
 
 pytestmark = pytest.mark.unit
 

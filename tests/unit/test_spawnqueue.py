@@ -22,9 +22,9 @@ from jupyterhub_gpu.core.inventory import GPU, NodeInventory, NodeState
 from jupyterhub_gpu.core.placement import Placement, PlacementRequest
 from jupyterhub_gpu.core.scheduling import QueuedRequest, Reservation
 from jupyterhub_gpu.core.snapshot import ClusterSnapshot
+from jupyterhub_gpu.edges.files import save_deadlines
 from jupyterhub_gpu.hub.ledger import GPULedger
 from jupyterhub_gpu.hub.queue import QueueFull, QueueTimeout, SpawnQueue, span, usage_items
-from jupyterhub_gpu.wire.deadlines import save_deadlines
 from tests.support.waiting import wait_until_async
 
 pytestmark = pytest.mark.unit

@@ -9,7 +9,8 @@ from types import ModuleType
 
 import yaml
 
-from jupyterhub_gpu.wire.catalog_file import load_catalog, parse_catalog
+from jupyterhub_gpu.edges.adminfiles import load_catalog
+from jupyterhub_gpu.wire.catalog_file import parse_catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -31,9 +31,9 @@ from jupyterhub_gpu.core.inventory import NodeState
 from jupyterhub_gpu.core.saving.data import SavedImage
 from jupyterhub_gpu.core.saving.entries import saved_entries, with_saved
 from jupyterhub_gpu.core.snapshot import ClusterSnapshot
+from jupyterhub_gpu.edges.adminfiles import load_inventory_file
 from jupyterhub_gpu.errors import ConfigError, InvalidRequest
 from jupyterhub_gpu.wire.catalog_file import parse_catalog
-from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
 
 pytestmark = pytest.mark.unit
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from jupyterhub_gpu.core.inventory import GPU, NodeInventory
+from jupyterhub_gpu.edges.adminfiles import load_inventory_file
 from jupyterhub_gpu.errors import ProbeError
 from jupyterhub_gpu.wire.agent import (
     DEFAULT_MAX_GPUS,
@@ -22,7 +23,6 @@ from jupyterhub_gpu.wire.agent import (
     parse_live_update,
     snapshot_time,
 )
-from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
 
 pytestmark = pytest.mark.unit
 

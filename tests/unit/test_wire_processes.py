@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from jupyterhub_gpu.core.inventory import GpuProcess
+from jupyterhub_gpu.edges.adminfiles import load_inventory_file
 from jupyterhub_gpu.errors import InventoryError, ProbeError
 from jupyterhub_gpu.wire.agent import (
     MAX_PROCESSES,
@@ -18,7 +19,6 @@ from jupyterhub_gpu.wire.agent import (
     parse_agent_body,
     parse_live_update,
 )
-from jupyterhub_gpu.wire.declared_inventory import load_inventory_file
 
 pytestmark = pytest.mark.unit
 

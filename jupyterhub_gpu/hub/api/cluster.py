@@ -34,6 +34,7 @@ from tornado import web
 from jupyterhub_gpu.core.dashboard.inputs import BadInput, clean_note, known_node
 from jupyterhub_gpu.core.saving.entries import is_saved_slug
 from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
+from jupyterhub_gpu.edges.files import load_deadlines
 from jupyterhub_gpu.hub.cluster import Cluster
 from jupyterhub_gpu.hub.ledger import GPULedger
 from jupyterhub_gpu.hub.runtime import runtime_of
@@ -46,7 +47,6 @@ from jupyterhub_gpu.wire.cluster import (
     queue_entries,
     reservation_entry,
 )
-from jupyterhub_gpu.wire.deadlines import load_deadlines
 
 log = logging.getLogger("jupyterhub_gpu.hub.api")  # outside a handler; the hub's otherwise
 

@@ -28,9 +28,10 @@ from jupyterhub.scopes import needs_scope
 from tornado import web
 
 from jupyterhub_gpu.core.inventory import NodeState
+from jupyterhub_gpu.edges.files import load_share_notices
 from jupyterhub_gpu.hub.queue import SpawnQueue
 from jupyterhub_gpu.hub.runtime import runtime_of
-from jupyterhub_gpu.wire.share_notices import ShareNotice, load_share_notices
+from jupyterhub_gpu.wire.share_notices import ShareNotice
 
 
 def server_notices(

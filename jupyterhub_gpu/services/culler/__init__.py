@@ -2,5 +2,6 @@
 jupyterhub_gpu.services.culler``; docs/culler.md): :mod:`.app` is the ``GPUIdleCuller``
 application, :mod:`.client` its HTTP calls to the hub API, single-user servers and node
 agents. The judgement it applies is :mod:`jupyterhub_gpu.core.culling`; the files it
-writes for the hub are :mod:`jupyterhub_gpu.wire.deadlines` and
-:mod:`jupyterhub_gpu.wire.cull_notes`."""
+writes for the hub (deadlines, notes, share notices) are written by
+:mod:`jupyterhub_gpu.edges.files` in the formats of :mod:`jupyterhub_gpu.wire.deadlines`,
+:mod:`jupyterhub_gpu.wire.cull_notes` and :mod:`jupyterhub_gpu.wire.share_notices`."""

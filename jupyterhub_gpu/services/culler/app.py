@@ -74,6 +74,13 @@ from jupyterhub_gpu.core.culling.idleness import (
 from jupyterhub_gpu.core.culling.tracker import GpuTracker
 from jupyterhub_gpu.core.times import parse_time
 from jupyterhub_gpu.core.tokens import node_token, site_secret_from
+from jupyterhub_gpu.edges.files import (
+    load_notes,
+    save_deadlines,
+    save_notes,
+    save_share_notices,
+    write_json_atomic,
+)
 from jupyterhub_gpu.errors import ConfigError, ProbeError
 from jupyterhub_gpu.services.base import HubService
 from jupyterhub_gpu.services.culler.client import (
@@ -88,16 +95,8 @@ from jupyterhub_gpu.services.culler.shares import (
     gpu_of_key,
     share_of_state,
 )
-from jupyterhub_gpu.wire.cull_notes import (
-    CullNote,
-    add_note,
-    drop_note,
-    load_notes,
-    save_notes,
-    write_json_atomic,
-)
-from jupyterhub_gpu.wire.deadlines import save_deadlines
-from jupyterhub_gpu.wire.share_notices import ShareNotice, save_share_notices
+from jupyterhub_gpu.wire.cull_notes import CullNote, add_note, drop_note
+from jupyterhub_gpu.wire.share_notices import ShareNotice
 
 _D = Policy()
 MAX_STATE_FILE = 64 << 20  # bytes of the state file read at most

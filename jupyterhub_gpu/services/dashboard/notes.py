@@ -12,7 +12,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from jupyterhub_gpu.wire.cull_notes import CullNote, add_note, load_notes, notes_for, save_notes
+from jupyterhub_gpu.edges.files import load_notes, save_notes
+from jupyterhub_gpu.wire.cull_notes import CullNote, add_note, notes_for
 
 SHOWN_FOR = timedelta(days=7)
 
