@@ -28,6 +28,8 @@ turned into another error). A builtin base in brackets is kept for code that cat
     ├── _BadNumber [ValueError]       nobody: a bad agent number; becomes ProbeError
     ├── _StreamError                  nobody: a pull stream error; becomes ImageUnavailable
     ├── PullYielded                   nobody: a pre-pull stopped for a spawn's pull; retried
+    ├── ExecFailed                    admin: the SSH gateway's docker exec failed (log)
+    ├── KeysRefused                   admin: a user's authorized_keys can't be trusted (log)
     └── UserFacingError               user: a request can't be served; message shown as is
         ├── InvalidRequest            user: bad or tampered input (HTTP 400)
         ├── NoCapacity                user: nothing free fits now (HTTP 503, says what is free)
@@ -160,6 +162,15 @@ class _StreamError(GPUHubError):
 class PullYielded(GPUHubError):
     """The pre-puller's pull stopped because a spawn started pulling on that node; it is
     tried again at a later round."""
+
+
+class ExecFailed(GPUHubError):
+    """The engine could not run an SSH session's process; the message says what happened."""
+
+
+class KeysRefused(GPUHubError):
+    """The user's authorized_keys can't be trusted or read; the message says why (for the
+    gateway's log, never for the client)."""
 
 
 class UserFacingError(GPUHubError):

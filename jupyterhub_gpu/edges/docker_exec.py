@@ -20,14 +20,11 @@ from urllib.parse import urlsplit
 import docker
 
 from jupyterhub_gpu.edges.docker_nodes import node_client, tls_config
+from jupyterhub_gpu.errors import ExecFailed as ExecFailed
 from jupyterhub_gpu.wire.nodes_file import NodeSpec
 
 #: how long one engine call may take (create, inspect, resize), and the start's answer
 ENGINE_TIMEOUT = 15.0
-
-
-class ExecFailed(Exception):
-    """The engine could not run the process; the message says what happened."""
 
 
 class NodeEngine:

@@ -13,13 +13,9 @@ from pathlib import Path
 import asyncssh
 
 from jupyterhub_gpu.core.ssh.access import MAX_AUTHORIZED_KEYS_BYTES, PathFacts, strict_modes
+from jupyterhub_gpu.errors import KeysRefused as KeysRefused
 
 HOST_KEY_ALGORITHM = "ssh-ed25519"
-
-
-class KeysRefused(Exception):
-    """The user's authorized_keys can't be trusted or read; the message says why (for the
-    gateway's log, never for the client)."""
 
 
 def load_or_make_host_key(path: Path) -> asyncssh.SSHKey:
