@@ -43,9 +43,12 @@ class BenchmarkRun:
 
 def run_benchmark(name: str, *args: str, timeout: float = 120) -> BenchmarkRun:
     """``python benchmarks/<name>.py --smoke --json ARGS`` from the repository root, with
-    this tree first on ``PYTHONPATH`` (the benchmarks import ``tests.support``)."""
+    this tree on ``PYTHONPATH`` (the benchmarks import ``tests.support``), after the
+    package under test (``$JHGPU_UNDER_TEST``, scripts/test.sh: the wheel, which
+    tests/conftest.py insists on when a benchmark imports it)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    first = [env.get("JHGPU_UNDER_TEST"), str(REPO), env.get("PYTHONPATH")]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, first))
     command = [sys.executable, str(BENCHMARKS / f"{name}.py"), "--smoke", "--json", *args]
     start = time.monotonic()
     proc = subprocess.run(
