@@ -7,7 +7,8 @@
 # in $JHGPU_TEST_WORKERS (default 2) pytest-xdist workers, each test file whole on one
 # worker (``--dist loadfile``: a module's shared agents, hubs and clusters stay in one
 # process; every hub has its own id, ports and containers); then the ``alone`` tests
-# (they stop an engine or remove a node's firewall) one at a time. With arguments, one
+# (they stop an engine, remove a node's firewall, or check what a node holds as a whole)
+# one at a time. With arguments, one
 # plain pytest run with them (add ``-n 2 --dist loadfile`` to parallelise it).
 # Repetition loops run a fixed small number of rounds here: JHGPU_CRASH_ROUNDS (default
 # 5, each kill point of tests/integration/test_hub_crash.py once; 100 by hand before a
