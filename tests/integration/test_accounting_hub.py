@@ -173,6 +173,7 @@ def test_every_allocation_leaves_exactly_its_record(
     assert float(line[3]) == pytest.approx(used_h, abs=1e-4)  # the CSV has 4 decimals
 
 
+@pytest.mark.alone  # node-b's engine is killed: no other test may use it meanwhile
 def test_a_server_stopped_while_its_node_is_lost(
     hub: Hub,
     store: AccountingStore,

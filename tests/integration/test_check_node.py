@@ -42,7 +42,9 @@ from tests.support.cluster import REPO, SITE_ADDRESS, STATE, TEST_IMAGE, Engine
 from tests.support.hub import free_port
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.integration
+# alone: it removes a node's firewall or changes the node's networks and engine while
+# it runs, which other tests' containers on that node would see (scripts/test.sh)
+pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
 RTX = ("NVIDIA GeForce RTX 3090", 24576, "8.6")
 METADATA = "169.254.169.254"

@@ -14,8 +14,9 @@ helpers this module reuses), with its stub single-user server. Kill points, in t
 - ``ready``: as soon as a server of the wave is ready (right after ``start`` returned);
 - ``stopping``: 0-0.3 s after DELETEs of a ready wave (``slow_stop_timeout`` 0).
 
-``JHGPU_CRASH_SEED`` and ``JHGPU_CRASH_ROUNDS`` (default 10: each kill point twice, within
-the CI suite's time; 100 by hand before a release) replay or lengthen a run.
+``JHGPU_CRASH_SEED`` and ``JHGPU_CRASH_ROUNDS`` replay or lengthen a run: 10 rounds by
+default (each kill point twice), 5 in scripts/test.sh and so in CI (each kill point once,
+within the suite's time), 100 by hand before a release.
 """
 
 from __future__ import annotations

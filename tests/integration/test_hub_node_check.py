@@ -24,7 +24,9 @@ from tests.support.cluster import REPO, SITE_ADDRESS, Engine
 from tests.support.hub import Hub, free_port
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.integration
+# alone: it removes a node's firewall or changes the node's networks and engine while
+# it runs, which other tests' containers on that node would see (scripts/test.sh)
+pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
 RTX = ("NVIDIA GeForce RTX 3090", 24576, "8.6")
 A100 = ("NVIDIA A100-SXM4-40GB", 40960, "8.0")

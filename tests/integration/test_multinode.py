@@ -417,6 +417,7 @@ def test_hub_killed_restarted_then_reconciled(make_hub, engines, by_name, cluste
             client.api.unpause(paused["Id"])
 
 
+@pytest.mark.alone  # node-b's engine is killed: no other test may use it meanwhile
 def test_engine_dies_mid_run(make_hub, engines, by_name, cluster) -> None:
     hub = start_hub(make_hub, engines, cluster, DEBUG_LOG)
     on_b = {

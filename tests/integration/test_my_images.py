@@ -295,6 +295,8 @@ def node_images(engine: Engine) -> dict[str, int]:
         return {i["Id"]: int(i["Size"]) for i in client.api.images()}
 
 
+# alone: it compares node-a's whole image list, which other tests' images change
+@pytest.mark.alone
 def test_other_spellings_are_refused_and_deletes_leave_no_images_on_the_node(
     make_hub: Callable[..., Hub], engines: list[Engine], registry: Distribution,
     tmp_path: Path,
