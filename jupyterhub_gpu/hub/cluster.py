@@ -695,6 +695,7 @@ class Cluster:
         )
         self._ids_on[node] = {c.id for c in running}
         self._our_containers.update(self._ids_on[node])
+        self._label_problems &= self._our_containers  # logged once while they run, no more
         for c in running:
             if c.label_problem and c.id not in self._label_problems:
                 self._label_problems.add(c.id)
