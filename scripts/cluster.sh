@@ -265,7 +265,7 @@ build_test_image() {  # context: the Dockerfile, images/common, the host's CA bu
 
 # --minimal skips the framework and the apt packages, but not libnss-wrapper, which
 # names the user's uid in terminals (images/common/start-singleuser.sh)
-CPU_BUILD_ARGS=(APT_PACKAGES=libnss-wrapper)
+CPU_BUILD_ARGS=("APT_PACKAGES=libnss-wrapper openssh-sftp-server")
 
 build_catalog_image() {  # the catalog's CPU image, built the way a site builds its images
   local py=python3 hash a args=()
