@@ -40,7 +40,8 @@ from jupyterhub_gpu.core.scheduling.admission import Admit, Queue, QueueView, ad
 from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.core.waiting import joined_line, news_html
 from jupyterhub_gpu.core.words import duration
-from jupyterhub_gpu.hub.cluster import NODE_ERRORS
+from jupyterhub_gpu.edges.node_errors import node_calls
+from jupyterhub_gpu.errors import NodeError
 from jupyterhub_gpu.hub.queue import MustQueue, QueueFull, QueueRefused, QueueTimeout, SpawnQueue
 from jupyterhub_gpu.hub.refusal import spawn_refusal
 
@@ -83,6 +84,7 @@ class QueueingSpawnerMixin(_SpawnerBase):
     are read as ``c.GPUDockerSpawner.*``), a ``Spawner`` to the type checker."""
 
     if TYPE_CHECKING:  # what the spawner provides (spawner.py)
+        node_name: str
         gpu_uuids: list[str]
         allocation_id: str
         _events: list[dict[str, Any]]
@@ -312,8 +314,9 @@ class QueueingSpawnerMixin(_SpawnerBase):
         )
         allocation = self.allocation_id  # DockerSpawner.stop clears the state
         try:
-            await super().stop(now=True)
-        except NODE_ERRORS as e:
+            with node_calls(self.node_name):
+                await super().stop(now=True)
+        except NodeError as e:
             self.log.warning("%s not stopped, node unreachable: %s", self.holder, e)
             return False
         self.ledger.end_allocation(allocation, EndReason.PREEMPTED)

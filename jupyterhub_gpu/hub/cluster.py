@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import docker
-import requests
 import yaml
 
 from jupyterhub_gpu.core import nodecheck as rules
@@ -55,24 +54,16 @@ from jupyterhub_gpu.edges.adminfiles import load_nodes_file
 from jupyterhub_gpu.edges.agents import AgentEndpoint, Unreachable, agent_client
 from jupyterhub_gpu.edges.docker_nodes import node_client, tls_config
 from jupyterhub_gpu.edges.files import load_drains, save_drains
+from jupyterhub_gpu.edges.node_errors import engine_unreachable, node_error
 from jupyterhub_gpu.edges.nodecheck import CheckSettings, check_node
 from jupyterhub_gpu.edges.probe import Probe, make_probe
-from jupyterhub_gpu.errors import ConfigError, GPUHubError
+from jupyterhub_gpu.errors import ConfigError, GPUHubError, NodeError, NodeRefused, NotOnNode
 from jupyterhub_gpu.hub.ledger import GPULedger
 from jupyterhub_gpu.hub.metrics import RECONCILIATION
 from jupyterhub_gpu.hub.recorder import Recorder, close_missed
 from jupyterhub_gpu.wire.nodes_file import NodeSpec, parse_nodes
 
 T = TypeVar("T")
-
-#: What a call to a node raises when the node did not answer (or not as it must): the
-#: spawner's node calls catch these and never read them as "the server is gone".
-NODE_ERRORS = (
-    requests.exceptions.RequestException,
-    docker.errors.DockerException,
-    OSError,
-    asyncio.TimeoutError,
-)
 
 
 @dataclass
@@ -99,22 +90,6 @@ class ClusterSettings:
     node_check_interval: float = 300.0  # seconds between checks of a node
     image_refresh_interval: float = 45.0  # seconds between two image listings of a node
     sharing: SharingPolicy = NO_SHARING  # which GPUs may be shared (c.GPUSharing, issue 26)
-
-
-def _unreachable(error: BaseException, timed_out_counts: bool) -> bool:
-    """Whether ``error`` (or what caused it) says the engine could not be reached at all,
-    rather than that it refused a request; a call abandoned after the usual Docker timeout
-    counts when ``timed_out_counts``."""
-    seen: BaseException | None = error
-    for _ in range(10):  # the chain of causes is short; never loop on a cycle
-        if seen is None:
-            break
-        if isinstance(seen, requests.exceptions.ConnectionError | requests.exceptions.Timeout):
-            return True
-        if timed_out_counts and isinstance(seen, asyncio.TimeoutError):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
 
 
 def _endpoint(spec: NodeSpec) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -299,17 +274,23 @@ class Cluster:
         """Run a blocking call in the node's pool (or ``executor``: a pull has a thread of
         its own), abandoning it after ``timeout`` seconds.
 
-        A call that could not reach the engine marks the node down at once (as a failed
-        ping would), so placement skips it from the next spawn on, not after ``health_ttl``.
+        What it raises is ours (:func:`~jupyterhub_gpu.edges.node_errors.node_error`):
+        :class:`NodeUnreachable` (:class:`NodeTimedOut`), :class:`NodeRefused`
+        (:class:`NotOnNode`), the library's exception as its cause. A call that could not
+        reach the engine marks the node down at once (as a failed ping would), so
+        placement skips it from the next spawn on, not after ``health_ttl``.
         """
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(executor or self.executor(node), fn)
         try:
             return await asyncio.wait_for(future, timeout or self.settings.docker_timeout + 1)
         except Exception as e:
-            if _unreachable(e, timed_out_counts=timeout is None):
+            if engine_unreachable(e, timed_out_counts=timeout is None):
                 self._mark_down(node, e)
-            raise
+            mapped = node_error(node, e)
+            if mapped is e:
+                raise
+            raise mapped from e
 
     def _mark_down(self, node: str, error: BaseException) -> None:
         last = self._health.get(node)
@@ -355,9 +336,9 @@ class Cluster:
             client = self.client(node)
             try:
                 info = await self.run(node, lambda: client.inspect_network(name))
-            except docker.errors.NotFound:
+            except NotOnNode:
                 self.log.info("Node %s: creating user network %s (bridge %s)", node, name, bridge)
-                with contextlib.suppress(docker.errors.APIError):  # 409: created meanwhile
+                with contextlib.suppress(NodeRefused):  # 409: created meanwhile
                     await self.run(
                         node,
                         lambda: client.create_network(
@@ -393,7 +374,7 @@ class Cluster:
             self._probes[spec.name] = probe
         try:
             return await self.run(spec.name, probe.read, self.settings.ping_timeout)
-        except (GPUHubError, OSError, asyncio.TimeoutError) as e:
+        except GPUHubError as e:  # NodeError included (Cluster.run)
             self.log.warning("GPU inventory of node %s unreadable: %s", spec.name, e)
             return None
 
@@ -536,7 +517,7 @@ class Cluster:
         try:
             # the hub's user network exists before its firewall is probed from it (as the
             # first server placed there would make it); an unfit one is the check's to say
-            with contextlib.suppress(ConfigError, *NODE_ERRORS):
+            with contextlib.suppress(ConfigError, NodeError):
                 await self.ensure_user_network(name, settings.user_network, settings.user_bridge)
             if self._check_pool is None:
                 self._check_pool = ThreadPoolExecutor(2, thread_name_prefix="node-check")
@@ -845,7 +826,7 @@ class Cluster:
             return  # a new spawn of that server began meanwhile: next round decides
         try:
             await self.run(c.node, lambda: self.client(c.node).remove_container(c.id, force=True))
-        except docker.errors.NotFound:  # removed meanwhile (a failed start's clean-up)
+        except NotOnNode:  # removed meanwhile (a failed start's clean-up)
             self.ledger.release_orphan(c.allocation or c.holder)
             self.ledger.end_allocation(c.allocation, EndReason.INTERRUPTED)
             return

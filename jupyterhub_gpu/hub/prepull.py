@@ -51,8 +51,8 @@ from jupyterhub_gpu.core.prepull import (
 from jupyterhub_gpu.core.progress import DISK_FULL
 from jupyterhub_gpu.core.saving.identity import NodeImage, SavedRegistry, is_saved
 from jupyterhub_gpu.edges.adminfiles import load_catalog
-from jupyterhub_gpu.errors import ConfigError, ImageUnavailable, PullYielded
-from jupyterhub_gpu.hub.cluster import NODE_ERRORS, Cluster
+from jupyterhub_gpu.errors import ConfigError, ImageUnavailable, NodeError, PullYielded
+from jupyterhub_gpu.hub.cluster import Cluster
 from jupyterhub_gpu.hub.pull import STALL_TIMEOUT, pull, pulls_on
 
 
@@ -367,7 +367,7 @@ class PrePullRunner:
             images, containers = await self.cluster.run(
                 node, lambda: list_node(self.cluster.client(node)), 30.0
             )
-        except NODE_ERRORS as e:
+        except NodeError as e:
             self.nodes.setdefault(node, NodeStatus()).last_error = f"listing images failed: {e}"
             return None
         now = time.time()
@@ -408,7 +408,7 @@ class PrePullRunner:
         try:
             await self._remove(node, node_plan, status)
             await self._pulls(node, node_plan, status)
-        except NODE_ERRORS as e:
+        except NodeError as e:
             status.last_error = f"node unreachable: {e}"
             self.log.warning("Pre-puller: node %s: %s", node, e)
         except Exception as e:  # the next round tries again

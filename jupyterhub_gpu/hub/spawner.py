@@ -32,7 +32,6 @@ from typing import Any, ClassVar, cast
 from urllib.parse import urlsplit
 
 import docker
-from docker.errors import APIError
 from dockerspawner import DockerSpawner
 from jupyterhub.spawner import SpawnException
 from jupyterhub.utils import fmt_ip_url
@@ -97,11 +96,21 @@ from jupyterhub_gpu.core.workload import Workload, make_container
 from jupyterhub_gpu.edges.adminfiles import load_catalog
 from jupyterhub_gpu.edges.files import load_notes
 from jupyterhub_gpu.edges.home_dirs import ensure_home
+from jupyterhub_gpu.edges.node_errors import node_calls
 from jupyterhub_gpu.edges.nodecheck import CheckSettings
-from jupyterhub_gpu.errors import ConfigError, InvalidRequest, NodeFailure, UserFacingError
+from jupyterhub_gpu.errors import (
+    ConfigError,
+    InvalidRequest,
+    NodeError,
+    NodeFailure,
+    NodeRefused,
+    NodeUnreachable,
+    NotOnNode,
+    UserFacingError,
+)
 from jupyterhub_gpu.hub.admission import QueueingSpawnerMixin
 from jupyterhub_gpu.hub.answer import first_answer, log_tail
-from jupyterhub_gpu.hub.cluster import NODE_ERRORS, Cluster, ClusterSettings
+from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings
 from jupyterhub_gpu.hub.ledger import GPULedger
 from jupyterhub_gpu.hub.metrics import SPAWN_DECISIONS
 from jupyterhub_gpu.hub.prepull import PrePullRunner, catalog_reader, prepuller
@@ -673,10 +682,21 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         """The thread pool of this server's node, so a slow node never blocks the others."""
         return self.cluster.executor(self.node_name or self.cluster.specs()[0].name)
 
-    def docker(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """DockerSpawner's call, bounded by ``docker_timeout`` on this server's node."""
+    def _on_node(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A Docker call on this server's node, bounded by ``docker_timeout``; it raises
+        ours (``NodeUnreachable``, ``NodeRefused``, ``NotOnNode``: ``Cluster.run``)."""
         node = self.node_name or self.cluster.specs()[0].name
         return self.cluster.run(node, lambda: self._docker(method, *args, **kwargs))
+
+    async def docker(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """DockerSpawner's own call (:meth:`_on_node`). DockerSpawner's code reads docker-py's
+        ``APIError`` (a 404 is "gone"), so an engine's refusal reaches it as docker-py
+        raised it; ``start``, ``poll`` and ``stop`` map what comes back out of DockerSpawner
+        (:func:`~jupyterhub_gpu.edges.node_errors.node_calls`)."""
+        try:
+            return await self._on_node(method, *args, **kwargs)
+        except NodeRefused as e:
+            raise (e.__cause__ or e) from None
 
     # ------------------------------------------------------------------ who, what
     async def identity(self) -> Identity:
@@ -773,8 +793,8 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         self.log.warning("%s asked for saved image %s as %r: refused", self.holder,
                          found.id[:19], image)  # fmt: skip
         if pulled:
-            with contextlib.suppress(*NODE_ERRORS):
-                await self.docker("remove_image", image)
+            with contextlib.suppress(NodeError):
+                await self._on_node("remove_image", image)
         raise InvalidRequest(refusal)
 
     async def _render_options_form(self) -> str:
@@ -937,7 +957,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         await self.cluster.ensure_user_network(self.node_name, self.user_network, self.user_bridge)
         self._event(70, "Starting the container")
         host_config = self.client.create_host_config(**request.host)
-        created = await self.docker("create_container", **request.create, host_config=host_config)
+        created = await self._on_node("create_container", **request.create, host_config=host_config)
         return dict(created)
 
     def _prepuller(self) -> PrePullRunner:
@@ -968,12 +988,12 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         if self._image_checked is not None and self._image_checked[0] == image:
             return
         try:
-            info = await self.docker("inspect_image", image)
+            info = await self._on_node("inspect_image", image)
             self._check_labels(image, info)
             await self._check_saved(image, info, pulled=False)
             self._image_checked = (image, info)
             return
-        except docker.errors.NotFound:
+        except NotOnNode:
             if self.pull_policy.lower() == "never":
                 raise ImageUnavailable(
                     f"The image {image} is not on node {self.node_name} and pulling is disabled; "
@@ -989,7 +1009,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             my_images(self.cluster, self.config, self.log).settings.auth_config(image),
             stall_timeout=self.pull_stall_timeout,
         )
-        info = await self.docker("inspect_image", image)
+        info = await self._on_node("inspect_image", image)
         self._check_labels(image, info)
         await self._check_saved(image, info, pulled=True)
         self._image_checked = (image, info)
@@ -1004,13 +1024,13 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             if checked is not None and checked[0] == self.image:
                 info = checked[1]  # inspected by this start's pull_image
             else:
-                info = await self.docker("inspect_image", self.image)
+                info = await self._on_node("inspect_image", self.image)
             command = (info.get("Config") or {}).get("Cmd") or ["jupyterhub-singleuser"]
         return [*command, *self.get_args()]
 
     async def get_ip_and_port(self) -> tuple[str, int]:
         """The node's address and the port its engine published the server on."""
-        bindings = await self.docker("port", self.container_id, self.port)
+        bindings = await self._on_node("port", self.container_id, self.port)
         try:
             self.host_port = published_port(bindings)
         except NodeFailure:
@@ -1127,8 +1147,8 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         except UserFacingError as e:
             await self._undo()
             raise spawn_error(e) from None
-        except APIError as e:  # the engine answered, with an error: not a dead node
-            node, why = self.node_name, one_line(str(e.explanation or e))  # on one line
+        except NodeRefused as e:  # the engine answered, with an error: not a dead node
+            node, why = self.node_name, one_line(e.explanation)  # on one line
             self.log.warning("Node %s refused %s's server: %s", node, self.holder, why)
             await self._undo()
             raise spawn_refusal(
@@ -1137,7 +1157,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
                 reason="node_error",
                 status_code=503,
             ) from None
-        except NODE_ERRORS as e:
+        except NodeUnreachable as e:
             node = self.node_name
             await self._undo()
             raise spawn_refusal(
@@ -1202,10 +1222,10 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
     async def _exit_code(self) -> int | None:
         """None while the container runs (or the node can't say); else its exit code."""
         try:
-            info = await self.docker("inspect_container", self.container_id)
-        except docker.errors.NotFound:
+            info = await self._on_node("inspect_container", self.container_id)
+        except NotOnNode:
             return -1
-        except (APIError, *NODE_ERRORS):
+        except NodeError:
             return None
         state = info.get("State") or {}
         if state.get("Running") or state.get("Status") in ("created", "restarting"):
@@ -1216,8 +1236,8 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         """The exited server's last lines, bounded, its credentials hidden, in the hub's
         log for the admin (:func:`~jupyterhub_gpu.hub.answer.log_tail`)."""
         try:
-            raw = await self.docker("logs", self.container_id, tail=20)
-        except (APIError, *NODE_ERRORS):
+            raw = await self._on_node("logs", self.container_id, tail=20)
+        except NodeError:
             return
         secrets = [str(v) for k, v in self.get_env().items() if _SECRET_ENV.search(k)]
         self.log.warning(
@@ -1238,7 +1258,8 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
 
     async def _prepare_and_start(self, ident: Identity, options: SpawnOptions) -> tuple[str, int]:
         await self._prepare(ident, options)
-        return await super().start()
+        with node_calls(self.node_name):  # DockerSpawner's own code lets docker-py's through
+            return await super().start()
 
     def _describe(self, snapshot: ClusterSnapshot, decision: Placement) -> str:
         node = next(n for n in snapshot.nodes if n.name == decision.node)
@@ -1279,11 +1300,12 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
 
     async def _remove_leftovers(self) -> None:
         try:
-            await self.docker("remove_container", self.container_name, force=True)
-        except APIError as e:
-            if e.status_code != 404:
-                self.log.warning("Could not remove container %s: %s", self.container_name, e)
-        except NODE_ERRORS as e:
+            await self._on_node("remove_container", self.container_name, force=True)
+        except NotOnNode:
+            pass
+        except NodeRefused as e:
+            self.log.warning("Could not remove container %s: %s", self.container_name, e)
+        except NodeUnreachable as e:
             self.log.warning("Node %s unreachable while cleaning up: %s", self.node_name, e)
         self.object_id = ""
 
@@ -1300,8 +1322,9 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         if self.gpu_uuids and await self._preempted():
             return 0
         try:
-            status = await super().poll()
-        except NODE_ERRORS as e:
+            with node_calls(self.node_name):
+                status = await super().poll()
+        except NodeError as e:
             self.log.warning(
                 "Node %s unreachable while polling %s: %s", self.node_name, self.holder, e
             )
@@ -1319,11 +1342,12 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             # this flag (its own, set around User._wait_up) is still up
             never_answered = bool(getattr(self, "_waiting_for_response", False))
             try:
-                await super().stop(now=now)
+                with node_calls(self.node_name):
+                    await super().stop(now=now)
                 self.ledger.end_allocation(
                     allocation, stop_reason(never_answered, self._culled_just_now())
                 )
-            except NODE_ERRORS as e:
+            except NodeError as e:
                 # The container may still run: keep its GPUs held (as an orphan) until
                 # reconciliation sees the node again and finds the container gone.
                 self.log.warning(
