@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from jupyterhub_gpu.core.accounting.records import (
     AllocationEvent,
@@ -20,37 +20,13 @@ from jupyterhub_gpu.core.accounting.records import (
     EndReason,
     EventKind,
 )
+from jupyterhub_gpu.core.holds import Hold, NodeHolds, latest
 from jupyterhub_gpu.core.placement.journal import Allocations
 from jupyterhub_gpu.core.scheduling.admission import overlay
 from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
 
 log = logging.getLogger(__name__)
 Listener = Callable[[AllocationEvent], None]
-
-
-@dataclass(frozen=True)
-class Hold:
-    """A GPU (or a server's place on a node) held for one server.
-
-    ``orphaned``: the hub let go of the server while its container may still run (a stop
-    that could not reach the node, or a spawn interrupted by a crash). The hold stays, so
-    nobody else gets the GPU, but it is charged to nobody and belongs to no live server;
-    reconciliation frees it once the container is gone. Orphans are told apart by their
-    allocation id (:attr:`key`), so a user's new server of the same name never mixes
-    with the old one's leftovers.
-    """
-
-    holder: str  # "<username>/<servername>"
-    node: str
-    since: float = field(default_factory=time.monotonic)
-    allocation: str = ""  # the server's allocation id (allocation.py); "" before ids
-    orphaned: bool = False
-    share: tuple[int, int] | None = None  # (K, N): K of the GPU's N shares; None: whole
-
-    @property
-    def key(self) -> str:
-        """What tells this orphan apart: its allocation id (the holder before ids)."""
-        return self.allocation or self.holder
 
 
 class GPULedger:
@@ -171,35 +147,27 @@ class GPULedger:
         """The GPUs ``holder``'s live server holds, whole or a share (its orphans aside)."""
         return sorted(u for u, h in self._all() if h.holder == holder and not h.orphaned)
 
+    def on_node(self, node: str) -> NodeHolds:
+        """``node``'s holds as plain data (what reconciliation decides over)."""
+        return NodeHolds(
+            gpus=tuple((u, h) for u, h in self._all() if h.node == node),
+            servers=tuple(h for h in self._servers.values() if h.node == node),
+            orphans=tuple(h for h in self._orphans.values() if h.node == node),
+        )
+
     def holders_on(
         self, node: str, older_than: float = 0.0, taken_before: float | None = None
     ) -> set[str]:
         """Holders of live GPU holds or servers on ``node`` whose holds are at least
         ``older_than`` s old (and, if given, were taken or last confirmed before
         ``taken_before``, a monotonic time). Orphans: :meth:`orphans_on`."""
-        latest = self._latest(older_than, taken_before)
-        gpus = {
-            h.holder
-            for _, h in self._all()
-            if h.node == node and h.since <= latest and not h.orphaned
-        }
-        servers = {
-            holder for holder, h in self._servers.items() if h.node == node and h.since <= latest
-        }
-        return gpus | servers
+        return self.on_node(node).holders(latest(time.monotonic(), older_than, taken_before))
 
     def orphans_on(
         self, node: str, older_than: float = 0.0, taken_before: float | None = None
     ) -> dict[str, Hold]:
         """Orphans on ``node`` (key -> one of its holds) as old as :meth:`holders_on` asks."""
-        latest = self._latest(older_than, taken_before)
-        held = [*(h for _, h in self._all()), *self._orphans.values()]
-        return {h.key: h for h in held if h.orphaned and h.node == node and h.since <= latest}
-
-    @staticmethod
-    def _latest(older_than: float, taken_before: float | None) -> float:
-        now = time.monotonic()
-        return now - older_than if taken_before is None else min(now - older_than, taken_before)
+        return self.on_node(node).orphans_by_key(latest(time.monotonic(), older_than, taken_before))
 
     def reserve(self, holder: str, node: str, uuids: Iterable[str], allocation: str = "") -> None:
         """Take ``uuids`` for ``holder`` or raise ``KeyError`` naming a taken one; all or none.
@@ -288,14 +256,6 @@ class GPULedger:
         self._shared.setdefault(uuid, {})[key] = hold
         self._touch(uuid)
         return True
-
-    def held_on(self, holder: str, node: str, taken_before: float) -> list[str]:
-        """GPUs ``holder``'s live server holds on ``node``, taken before ``taken_before``."""
-        return sorted(
-            u
-            for u, h in self._all()
-            if h.holder == holder and h.node == node and h.since <= taken_before and not h.orphaned
-        )
 
     def release(self, holder: str, uuids: Iterable[str] | None = None) -> list[str]:
         """Free what ``holder``'s live server holds (only those ``uuids`` if given); returns
