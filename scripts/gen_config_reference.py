@@ -15,6 +15,7 @@ from traitlets import HasTraits
 
 from jupyterhub_gpu.edges.agents import AgentClient
 from jupyterhub_gpu.hub.auth.ldap import GPULDAPAuthenticator
+from jupyterhub_gpu.hub.cluster_settings import GPUCluster
 from jupyterhub_gpu.hub.prepull import PrePuller
 from jupyterhub_gpu.hub.saved_images import SavedImages
 from jupyterhub_gpu.hub.sharing import GPUSharing
@@ -26,6 +27,7 @@ from jupyterhub_gpu.services.dashboard.app import GPUDashboard
 OUT = Path(__file__).resolve().parents[1] / "docs" / "config-reference.md"
 CLASSES: list[type[HasTraits]] = [
     GPUDockerSpawner,
+    GPUCluster,
     GPULDAPAuthenticator,
     AgentClient,
     GPUIdleCuller,

@@ -37,7 +37,7 @@ HUB_INSTALL = "pip install 'jupyterhub-gpu[hub]'"
 #: defaults that put a database in the hub's working directory
 RELATIVE_DEFAULTS = {
     "JupyterHub.db_url": "sqlite:///jupyterhub.sqlite",
-    "GPUDockerSpawner.accounting_url": "sqlite:///jupyterhub-gpu-accounting.sqlite",
+    "GPUCluster.accounting_url": "sqlite:///jupyterhub-gpu-accounting.sqlite",
 }
 #: JupyterHub's own sections whose keys are checked by name (ours: check_config)
 JUPYTERHUB_SECTIONS = {
@@ -132,10 +132,10 @@ def _named_files(site: Site, config: Any, config_path: Path) -> Iterator[tuple[P
         yield Path(hub["ssl_cert"]), "JupyterHub.ssl_cert", False
     if hub.get("ssl_key"):
         yield Path(hub["ssl_key"]), "JupyterHub.ssl_key", True
-    s = _section(config, "Spawner", "DockerSpawner", "GPUDockerSpawner")
+    s = _section(config, "Spawner", "DockerSpawner", "GPUDockerSpawner", "GPUCluster")
     for key in ("nodes_file", "catalog_file", "inventory_file"):
         if s.get(key):
-            yield Path(s[key]), f"GPUDockerSpawner.{key}", False
+            yield Path(s[key]), f"GPUCluster.{key}", False
     agents = _section(config, "AgentClient")
     if agents.get("ca_cert"):
         yield Path(agents["ca_cert"]), "AgentClient.ca_cert, the agents' CA", False
@@ -153,7 +153,7 @@ def _named_files(site: Site, config: Any, config_path: Path) -> Iterator[tuple[P
 def _nodes(s: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
     for node in s.get("nodes") or []:
         if isinstance(node, Mapping):
-            yield "GPUDockerSpawner.nodes", node
+            yield "GPUCluster.nodes", node
     path = s.get("nodes_file")
     if path and Path(path).is_file():
         from jupyterhub_gpu.edges.adminfiles import load_nodes_file
@@ -281,7 +281,7 @@ def check(site: Site, config_path: Path) -> list[str]:
             continue
         reported.add(path)
         problems += file_problems(path, what, _fix(site, path), secret=secret)
-    s = _section(config, "Spawner", "DockerSpawner", "GPUDockerSpawner")
+    s = _section(config, "Spawner", "DockerSpawner", "GPUDockerSpawner", "GPUCluster")
     problems += _empty_nodes_problems(site, s)
     problems += node_certificate_problems(site, s)
     hub = _section(config, "JupyterHub")
@@ -329,12 +329,12 @@ def _load_config(config_path: Path, reported: set[Path]) -> tuple[Any, list[str]
 
 
 def _empty_nodes_problems(site: Site, s: Mapping[str, Any]) -> list[str]:
-    """Neither GPUDockerSpawner.nodes nor the nodes file lists a node."""
+    """Neither GPUCluster.nodes nor the nodes file lists a node."""
     nodes_file = Path(s.get("nodes_file") or "")
     if "nodes" in s and not any(True for _ in _nodes(s)) and nodes_file.is_file():
         return [
-            f"{nodes_file} (GPUDockerSpawner.nodes_file) lists no node and "
-            "GPUDockerSpawner.nodes is empty: add each GPU node (jupyterhub-gpu site "
+            f"{nodes_file} (GPUCluster.nodes_file) lists no node and "
+            "GPUCluster.nodes is empty: add each GPU node (jupyterhub-gpu site "
             f"add-node NAME --address ADDR --etc {site.etc})."
         ]
     return []
@@ -353,8 +353,8 @@ def _database_problems(
     for url, what in (
         (hub.get("db_url", RELATIVE_DEFAULTS["JupyterHub.db_url"]), "JupyterHub.db_url"),
         (
-            s.get("accounting_url", RELATIVE_DEFAULTS["GPUDockerSpawner.accounting_url"]),
-            "GPUDockerSpawner.accounting_url",
+            s.get("accounting_url", RELATIVE_DEFAULTS["GPUCluster.accounting_url"]),
+            "GPUCluster.accounting_url",
         ),
     ):
         db = _sqlite_path(str(url))

@@ -23,11 +23,13 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from jupyterhub.spawner import SpawnException
 from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.httputil import HTTPInputError, parse_response_start_line
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
 
 from jupyterhub_gpu.core.words import one_line
+from jupyterhub_gpu.hub.refusal import spawn_refusal
 
 # What a check of the container says: None while it runs, else its exit code.
 ExitCheck = Callable[[], Awaitable[int | None]]
@@ -148,3 +150,17 @@ def log_tail(output: bytes, secrets: Sequence[str], lines: int = 20, limit: int 
     text = output[-limit:].decode("utf-8", "replace")
     kept = text.splitlines()[-lines:]
     return "\n".join("  | " + one_line(line) for line in kept)
+
+
+def exited_refusal(code: int, node: str) -> SpawnException:
+    """What a user is told when their container exits while starting (``code``: its exit
+    code, -1 when the container is gone)."""
+    how = f"exit code {code}" if code >= 0 else "its container exited and is gone"
+    return spawn_refusal(
+        f"Your server stopped while starting ({how}): its image's start command "
+        f"failed on node {node}. Start again; if it happens again, choose "
+        "another image or tell an admin (the hub's log has the server's last lines "
+        "when the node kept them).",
+        reason="server_exited",
+        status_code=500,
+    )

@@ -121,7 +121,7 @@ def configure_dashboard(
 
     ``show_names``: whether users who are not admins see other users' names (the privacy
     setting, docs/dashboard.md). ``config_file``: more ``c.GPUDashboard.*`` settings.
-    ``accounting_url``: the usage database (default: ``GPUDockerSpawner.accounting_url``
+    ``accounting_url``: the usage database (default: ``GPUCluster.accounting_url``
     when set, else its default); passed in the service's environment, never its command
     line. ``snapshot_max_age``: seconds a reading of the nodes is reused by the API.
     """
@@ -145,7 +145,9 @@ def configure_dashboard(
         custom_scopes=CUSTOM_SCOPES,
     )
     hub = c.JupyterHub
-    if accounting_url is None and "accounting_url" in c.GPUDockerSpawner:
+    if accounting_url is None and "accounting_url" in c.GPUCluster:
+        accounting_url = str(c.GPUCluster.accounting_url)
+    elif accounting_url is None and "accounting_url" in c.GPUDockerSpawner:  # the old key
         accounting_url = str(c.GPUDockerSpawner.accounting_url)
     service = _dashboard_service(name, url, show_names, config_file, accounting_url)
     hub.services = [*_value(hub, "services", []), {**service, "display": not nav_link}]
@@ -191,24 +193,31 @@ def configure_culler(
         [(r"/api/gpu/agents", AgentsAPIHandler)],
         custom_scopes=AGENTS_SCOPES,
     )
-    spawner = c.GPUDockerSpawner
-    if notes_file is None and "cull_notes_file" in spawner:
-        notes_file = str(spawner.cull_notes_file)
-    if deadlines_file is None and "cull_deadlines_file" in spawner:
-        deadlines_file = str(spawner.cull_deadlines_file)
+    site = c.GPUCluster  # where the hub reads the files (an old c.GPUDockerSpawner key too)
+    old = {k: v for k, v in dict(c.GPUDockerSpawner).items() if k not in site}
+    if notes_file is None and "cull_notes_file" in site:
+        notes_file = str(site.cull_notes_file)
+    elif notes_file is None and "cull_notes_file" in old:
+        notes_file = str(old["cull_notes_file"])
+    if deadlines_file is None and "cull_deadlines_file" in site:
+        deadlines_file = str(site.cull_deadlines_file)
+    elif deadlines_file is None and "cull_deadlines_file" in old:
+        deadlines_file = str(old["cull_deadlines_file"])
     command = [sys.executable, "-m", "jupyterhub_gpu.services.culler"]
     if config_file:
         command.append(f"--config={config_file}")
     if notes_file is not None:
-        spawner.cull_notes_file = notes_file
+        site.cull_notes_file = notes_file
         command.append(f"--GPUIdleCuller.notes_file={notes_file}")
     if deadlines_file is not None:
-        spawner.cull_deadlines_file = deadlines_file
+        site.cull_deadlines_file = deadlines_file
         command.append(f"--GPUIdleCuller.deadlines_file={deadlines_file}")
-    if share_notices_file is None and "share_notices_file" in spawner:
-        share_notices_file = str(spawner.share_notices_file)
+    if share_notices_file is None and "share_notices_file" in site:
+        share_notices_file = str(site.share_notices_file)
+    elif share_notices_file is None and "share_notices_file" in old:
+        share_notices_file = str(old["share_notices_file"])
     if share_notices_file is not None:
-        spawner.share_notices_file = share_notices_file
+        site.share_notices_file = share_notices_file
         command.append(f"--GPUIdleCuller.share_notices_file={share_notices_file}")
     ca_cert = c.AgentClient.ca_cert if "ca_cert" in c.AgentClient else ""
     if ca_cert:  # the agents' CA: the culler reads them over HTTPS as the hub does

@@ -143,6 +143,21 @@ class GPULedger:
         out += [(u, h) for u, hs in self._shared.items() for h in hs.values()]
         return out
 
+    def adopt_server(
+        self,
+        holder: str,
+        node: str,
+        uuids: list[str],
+        share: tuple[int, int] | None,
+        allocation: str,
+    ) -> list[str]:
+        """Hold again what a server's saved state says it holds (a share of its one GPU as
+        a share); returns the uuids others hold."""
+        if share is None or len(uuids) != 1:
+            return self.adopt(holder, node, uuids, allocation)
+        (uuid,) = uuids
+        return [] if self.adopt_share(holder, node, uuid, share, allocation) else [uuid]
+
     def held_by(self, holder: str) -> list[str]:
         """The GPUs ``holder``'s live server holds, whole or a share (its orphans aside)."""
         return sorted(u for u, h in self._all() if h.holder == holder and not h.orphaned)

@@ -12,14 +12,57 @@ import contextlib
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from urllib.parse import urlsplit
 
 from jupyterhub_gpu.core import nodecheck as rules
-from jupyterhub_gpu.edges.nodecheck import check_node
+from jupyterhub_gpu.core.catalog import Catalog
+from jupyterhub_gpu.edges.nodecheck import CheckSettings, check_node
 from jupyterhub_gpu.errors import ConfigError, NodeError
-from jupyterhub_gpu.hub.cluster_settings import NodeAccess
+from jupyterhub_gpu.hub.cluster_settings import GPUCluster, NodeAccess
 from jupyterhub_gpu.wire.nodes_file import NodeSpec
+
+
+def hub_check_settings(
+    site: GPUCluster,
+    catalog: Callable[[], Catalog],
+    *,
+    api_url: str,
+    proxy_api_url: str,
+    image: str,
+    gpu_device_driver: str,
+) -> CheckSettings | None:
+    """What the hub's node checks need (``GPUCluster.check_nodes``), None when they are
+    off: the hub's API (``api_url``) and the proxy's API port on the hub's address, which
+    no user container may reach, the catalog (the probe's image) and ``image`` besides."""
+    if not site.check_nodes:
+        return None
+    hub_api = rules.hub_api_target(api_url) if api_url else None
+    private: tuple[tuple[str, int, str], ...] = ()
+    try:  # the proxy's API port, tried on the hub's address (the command does the same)
+        proxy_port = urlsplit(proxy_api_url).port
+    except ValueError:
+        proxy_port = None
+    if hub_api is not None and proxy_port:
+        private = ((hub_api[0], proxy_port, "the proxy's API on the hub's machine"),)
+    try:
+        entries = tuple(catalog())
+    except (ConfigError, OSError):
+        entries = ()  # the spawns will say what is wrong with it
+    return CheckSettings(
+        user_network=site.user_network,
+        user_bridge=site.user_bridge,
+        gpu_device_driver=gpu_device_driver,
+        catalog=entries,
+        hub_api=hub_api,
+        hub_private=private,
+        images=(image,) if image else (),
+        timeout=site.docker_timeout,
+        only=rules.HUB_CHECKS,
+        owner=site.hub_id,
+    )
 
 
 class NodeChecks:

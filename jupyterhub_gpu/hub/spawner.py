@@ -21,35 +21,41 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
-import os
 import re
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, ClassVar, cast
-from urllib.parse import urlsplit
+from typing import Any, cast
 
 import docker
 from dockerspawner import DockerSpawner
 from jupyterhub.spawner import SpawnException
 from jupyterhub.utils import fmt_ip_url
-from traitlets import Bool, Dict, Enum, Float, Int, List, TraitError, Unicode, default, validate
+from traitlets import (
+    Bool,
+    Dict,
+    Enum,
+    Float,
+    Int,
+    List,
+    TraitError,
+    Unicode,
+    default,
+    validate,
+)
 
 from jupyterhub_gpu.core import homes
-from jupyterhub_gpu.core import nodecheck as node_rules
 from jupyterhub_gpu.core.accounting.records import AllocationRecord, EndReason, stop_reason
 from jupyterhub_gpu.core.allocation import (
     Allocation,
     new_allocation_id,
-    seal_key,
 )
 from jupyterhub_gpu.core.catalog import Catalog
 from jupyterhub_gpu.core.containers import (
     ServerContainer,
     published_port,
-    reserved_label_refusal,
     server_env,
     server_labels,
     share_from_state,
@@ -64,37 +70,26 @@ from jupyterhub_gpu.core.form import (
     resolve_bounds,
     resolve_entry,
     resource_limits,
-    spawn_form_html,
     validate_options,
 )
+from jupyterhub_gpu.core.home_layout import HomeLayout
 from jupyterhub_gpu.core.identity import (
     Identity,
     identity_required,
-    map_home,
     resolve_identity,
 )
 from jupyterhub_gpu.core.mounts import dataset_binds, parse_group_mounts
 from jupyterhub_gpu.core.names import CONTAINER_NAME, PATH, check_name_lengths
-from jupyterhub_gpu.core.placement import availability
+from jupyterhub_gpu.core.placed import describe_placement, placed_record
 from jupyterhub_gpu.core.placement.request import Placement, PlacementRequest
-from jupyterhub_gpu.core.progress import describe_gpus
 from jupyterhub_gpu.core.saving.entries import (
     PREFIX,
-    Unlisted,
-    is_saved_slug,
-    saved_entries,
-    with_saved,
 )
-from jupyterhub_gpu.core.saving.identity import NodeImage, in_registry, start_refusal
 from jupyterhub_gpu.core.sharing import Share
 from jupyterhub_gpu.core.sharing.mps import MpsPaths
 from jupyterhub_gpu.core.snapshot import ClusterSnapshot
-from jupyterhub_gpu.core.tokens import site_secret_from
-from jupyterhub_gpu.core.usernet import bridge_name_problem
 from jupyterhub_gpu.core.words import one_line
 from jupyterhub_gpu.core.workload import Workload, make_container
-from jupyterhub_gpu.edges.adminfiles import load_catalog
-from jupyterhub_gpu.edges.files import load_notes
 from jupyterhub_gpu.edges.home_dirs import ensure_home
 from jupyterhub_gpu.edges.node_errors import node_calls
 from jupyterhub_gpu.edges.nodecheck import CheckSettings
@@ -109,100 +104,81 @@ from jupyterhub_gpu.errors import (
     UserFacingError,
 )
 from jupyterhub_gpu.hub.admission import QueueingSpawnerMixin
-from jupyterhub_gpu.hub.answer import first_answer, log_tail
-from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings
+from jupyterhub_gpu.hub.answer import exited_refusal, first_answer, log_tail
+from jupyterhub_gpu.hub.cluster import Cluster
+from jupyterhub_gpu.hub.cluster_settings import GPUCluster
+from jupyterhub_gpu.hub.cull_notes import culled_just_now
+from jupyterhub_gpu.hub.image_checks import (
+    check_labels,
+    refuse_saved_reference,
+    saved_refusal,
+    user_catalog,
+)
 from jupyterhub_gpu.hub.ledger import GPULedger
 from jupyterhub_gpu.hub.metrics import SPAWN_DECISIONS
-from jupyterhub_gpu.hub.prepull import PrePullRunner, catalog_reader, prepuller
+from jupyterhub_gpu.hub.node_checks import hub_check_settings
+from jupyterhub_gpu.hub.prepull import catalog_reader
 from jupyterhub_gpu.hub.pull import ImageUnavailable, pull
 from jupyterhub_gpu.hub.queue import MustQueue, SpawnQueue
 from jupyterhub_gpu.hub.refusal import spawn_error, spawn_refusal
-from jupyterhub_gpu.hub.runtime import HubRuntime, runtime_of
-from jupyterhub_gpu.hub.saves import my_images
+from jupyterhub_gpu.hub.runtime import HubRuntime, runtime_of, seal_key_of
+from jupyterhub_gpu.hub.saves import MyImages
 from jupyterhub_gpu.hub.sharing import GPUSharing
+from jupyterhub_gpu.hub.spawn_form import spawn_form
 from jupyterhub_gpu.wire.catalog_file import default_catalog_path
-from jupyterhub_gpu.wire.cull_notes import notes_for
-from jupyterhub_gpu.wire.nodes_file import NodeSpec, default_node, parse_nodes
 
 # the environment variables whose values never reach the hub's log (an exited
 # server's output that prints its environment)
 _SECRET_ENV = re.compile(r"TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
+_MOVED = "Moved to c.GPUCluster (same name): set there; accepted here for one release."
+
+
+def _options_applied_in_start(spawner: Any, user_options: dict[str, Any]) -> None:
+    """``start`` validates and applies ``user_options`` strictly; this tells JupyterHub so."""
+
+
+def derived_names(spawner: Any, username: str, server: str) -> list[tuple[str, str]]:
+    """The container name and home paths ``spawner`` makes from these names (what
+    ``check_name_lengths`` bounds before anything is made)."""
+    escaped = spawner.escape(username)
+    ns = {
+        **spawner.template_namespace(),
+        **{"username": escaped, "safe_username": escaped, "raw_username": username},
+        **{"servername": spawner.escape(server.lower()), "raw_servername": server},
+    }
+    names = [(CONTAINER_NAME, str(spawner._render_templates(spawner.name_template, ns)))]
+    if spawner.home_template:
+        names.append((PATH, str(homes.home_host_path(spawner.home_template, username))))
+    safe = homes.safe_path_component(username)
+    return [*names, (PATH, spawner.home_container_path.format(username=safe))]
 
 
 class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
     """A DockerSpawner that gives each server exactly the GPUs it was placed on."""
 
-    _start_slots: ClassVar[asyncio.Semaphore | None] = None
-    _catalogs: ClassVar[dict[str, tuple[float, Catalog]]] = {}
-
-    nodes = List(
-        Dict(),
-        config=True,
-        help="""GPU nodes: a list of {name, docker_url, address[, tls, agent_url, labels, drain]}.
-
-        ``docker_url`` is ``unix:///var/run/docker.sock``, ``ssh://host`` or
-        ``tcp://host:2376`` with ``tls: {ca_cert, client_cert, client_key}``; plain
-        ``tcp://`` without TLS is refused, loopback included (a node may opt in with
-        ``insecure_plaintext_docker_api: true``, for throw-away test set-ups only).
-        ``address`` is the node's IP (or hostname) where the engine publishes each server's
-        port and the hub reaches it; servers run on ``user_network``, never on the node's
-        network. Default: the local engine (``DOCKER_HOST``) as one node named ``local``.
-        """,
-    )
-    nodes_file = Unicode(
-        "",
-        config=True,
-        help="""A YAML file with more nodes (``nodes: [...]``, same fields as ``nodes`` plus
-        ``drain: true``), re-read when it changes: add, drain or remove nodes without
-        restarting the hub. A removed node gets no new servers; running ones stay managed.
-        A node whose ``docker_url`` or ``tls`` changes is reached at the new endpoint.
-        """,
-    )
-    agent_token = Unicode(
-        config=True,
-        help="""The node agents' site secret (default: $JUPYTERHUB_GPU_SITE_SECRET, or the
-        older $JUPYTERHUB_GPU_AGENT_TOKEN), at least 16 characters. Each node's agent gets
-        its own token derived from it, HMAC-SHA256(secret, node name): ``python -m
-        jupyterhub_gpu.services.agent --print-token --node NAME --site-secret-file FILE``
-        (docs/agent.md); the secret stays on the hub.""",
-    )
-    probe_mode = Unicode(
-        "auto",
-        config=True,
-        help="For nodes without an agent: 'nvml', 'declared' (inventory_file) or 'auto'.",
-    )
-    inventory_file = Unicode(
-        "", config=True, help="Declared GPU inventory (YAML); one entry per node name."
-    )
-    reconcile_interval = Float(
-        30.0,
-        config=True,
-        help="""Seconds between reconciliations of the ledger with the nodes (each round
-        also samples the GPUs' utilisation for accounting).""",
-    )
-    accounting_url = Unicode(
-        "sqlite:///jupyterhub-gpu-accounting.sqlite",
-        config=True,
-        help="""The accounting database (SQLAlchemy URL): every allocation, its end and
-        its usage are recorded there (docs/accounting.md). Default: a SQLite file in the
-        hub's working directory; in production e.g.
-        ``postgresql+psycopg://jhgpu@db.example.org/jhgpu`` (the password in
-        ``~/.pgpass`` or the URL). The schema is created and migrated by the hub. "" records
-        nothing.""",
-    )
+    # the cluster-wide keys moved to c.GPUCluster (cluster_settings.py): accepted here for
+    # one release with a warning naming the new key; the spawner reads self.site's
+    nodes: List[Any] = List(config=True, help=_MOVED)
+    nodes_file = Unicode(config=True, help=_MOVED)
+    agent_token = Unicode(config=True, help=_MOVED)
+    probe_mode = Unicode(config=True, help=_MOVED)
+    inventory_file = Unicode(config=True, help=_MOVED)
+    reconcile_interval = Float(config=True, help=_MOVED)
+    accounting_url = Unicode(config=True, help=_MOVED)
+    concurrent_start_limit = Int(config=True, help=_MOVED)
+    catalog_file = Unicode(config=True, help=_MOVED)
+    docker_threads_per_node = Int(config=True, help=_MOVED)
+    docker_timeout = Float(config=True, help=_MOVED)
+    user_network = Unicode(config=True, help=_MOVED)
+    user_bridge = Unicode(config=True, help=_MOVED)
+    hub_id = Unicode(config=True, help=_MOVED)
+    cull_notes_file = Unicode(config=True, help=_MOVED)
+    drains_file = Unicode(config=True, help=_MOVED)
+    check_nodes = Bool(config=True, help=_MOVED)
+    node_check_interval = Float(config=True, help=_MOVED)
+    cull_deadlines_file = Unicode(config=True, help=_MOVED)
+    share_notices_file = Unicode(config=True, help=_MOVED)
     # max_queue_wait and queue_policy: QueueingSpawnerMixin's (admission.py)
-    concurrent_start_limit = Int(
-        0,
-        config=True,
-        help="""How many servers the hub creates at once after their GPUs are assigned (0:
-        no limit); the others wait their turn, not counted as queued for GPUs.
-        ``check_config`` moves JupyterHub's own ``concurrent_spawn_limit`` here when the
-        GPU queue is on, because JupyterHub counts every pending spawn, a spawn waiting in
-        the GPU queue included, and would refuse new ones while GPUs are simply busy.""",
-    )
-    catalog_file = Unicode(
-        "", config=True, help="The image catalog (YAML). Default: the catalog shipped in images/."
-    )
     resource_defaults = Dict(
         config=True,
         help="""Site defaults and bounds: max_gpus (per server), max_gpus_per_user (held
@@ -258,12 +234,6 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
     )
     default_uid = Int(1000, config=True, help="uid for users without one (never 0).")
     default_gid = Int(100, config=True, help="gid for users without one (never 0).")
-    docker_threads_per_node = Int(
-        4, config=True, help="Threads for Docker calls, per node (a slow node blocks only its own)."
-    )
-    docker_timeout = Float(
-        10.0, config=True, help="Seconds before a Docker call to a node is abandoned."
-    )
     pull_timeout = Float(
         1800.0,
         config=True,
@@ -290,22 +260,6 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         lines go to the hub's log). After this time, or ``http_timeout`` if shorter,
         JupyterHub's wait goes on as usual. 0 = off.""",
     )
-    user_network = Unicode(
-        "jupyterhub-gpu-users",
-        config=True,
-        help="""The Docker network of user servers on every node, created by the hub when
-        missing (a bridge with inter-container traffic off, on ``user_bridge``) and checked
-        when it exists: a network that lets containers reach each other is refused. Each
-        server's port is published on the node's address to a port the engine chooses.
-        Default ``jupyterhub-gpu-users``.""",
-    )
-    user_bridge = Unicode(
-        "jhgpu-users",
-        config=True,
-        help="""The Linux bridge interface of ``user_network`` on each node: the name the
-        node firewall guards (``scripts/node-firewall.sh --bridge``, docs/nodes.md).
-        1-15 characters. Default ``jhgpu-users``.""",
-    )
     gpu_device_driver = Enum(
         ["nvidia", "cdi"],
         "nvidia",
@@ -318,86 +272,6 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         Either way the spawner also sets NVIDIA_VISIBLE_DEVICES to the assigned UUIDs
         (``void`` without GPUs), so an image's own ENV can never widen it.""",
     )
-    hub_id = Unicode(
-        "default", config=True, help="Label value that tells this hub's containers from others'."
-    )
-    cull_notes_file = Unicode(
-        "",
-        config=True,
-        help="""The idle culler's notes file (``GPUIdleCuller.notes_file``, readable by the
-        hub): the spawn form tells the user why the culler stopped their server, and
-        accounting records such a stop as ``culled`` (with the idle GPU-hours it reclaimed)
-        rather than ``stopped``. '' = off.""",
-    )
-    drains_file = Unicode(
-        "jupyterhub-gpu-drains.json",
-        config=True,
-        help="""Where the nodes that admins drain on the dashboard are kept (JSON, written
-        atomically, mode 0600), so that a hub restart keeps them drained. A relative path
-        is relative to the hub's working directory; a site keeps it with the hub's other
-        state, e.g. ``/var/lib/jupyterhub-gpu/drains.json``. '' = drains last until the hub
-        stops.""",
-    )
-    check_nodes = Bool(
-        True,
-        config=True,
-        help="""Check every node the hub sees (those of ``nodes`` and ``nodes_file``, one
-        added while the hub runs included): its engine, its user network (inter-container
-        traffic off) and, from a probe container on the user bridge (a non-root uid, no
-        capabilities), the node firewall, as ``jupyterhub-gpu check-node --only
-        user-network,firewall`` does (docs/nodes.md). A node whose firewall or user
-        network check fails gets no new servers until a check passes; the hub's log says
-        why and what to do, once per change, and the dashboard shows it drained by
-        "check". The checks run in the background: no spawn waits for them, and a node
-        not checked yet takes servers as before. The probe runs the catalog's CPU image,
-        else ``image``, where the node has it, and is removed when the check ends.
-        False: no checks (servers go to every node that is up).""",
-    )
-    node_check_interval = Float(
-        300.0,
-        config=True,
-        help="""Seconds between two checks of a node (``check_nodes``). A check that could
-        not judge (no probe image, the probe failed) runs again within 30 s; a node whose
-        entry in the nodes file changes, or whose engine answers again after it did not,
-        is checked at once.""",
-    )
-    cull_deadlines_file = Unicode(
-        "",
-        config=True,
-        help="""The idle culler's deadlines file (``GPUIdleCuller.deadlines_file``): when it
-        would stop each server at the earliest. The GPU queue estimates from it when GPUs
-        may free up, and the dashboard shows it. '' = no estimates from the culler.""",
-    )
-    share_notices_file = Unicode(
-        "",
-        config=True,
-        help="""The idle culler's share notices file (``GPUIdleCuller.share_notices_file``):
-        the GPU shares whose own processes hold more memory than their share. Their users
-        see it on every hub page (``/hub/api/gpu/users/{user}/notices``). '' = not shown.""",
-    )
-
-    @default("nodes")
-    def _default_nodes(self) -> list[dict[str, Any]]:
-        return [default_node()]
-
-    @default("agent_token")
-    def _default_agent_token(self) -> str:
-        return site_secret_from(os.environ)
-
-    @validate("nodes")
-    def _validate_nodes(self, proposal: Any) -> list[dict[str, Any]]:
-        if proposal.value:  # [] when nodes_file lists them all (the cluster checks both)
-            parse_nodes(proposal.value)  # raises ConfigError naming the entry and field
-        return list(proposal.value)
-
-    @validate("node_check_interval")
-    def _positive_interval(self, proposal: Any) -> float:
-        if proposal.value <= 0:
-            raise ConfigError(
-                "GPUDockerSpawner.node_check_interval must be more than 0 seconds "
-                "(check_nodes = False turns the node checks off)"
-            )
-        return float(proposal.value)
 
     @validate("default_uid", "default_gid")
     def _no_root(self, proposal: Any) -> int:
@@ -405,16 +279,9 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             raise ConfigError(f"{proposal.trait.name} must not be 0: containers never run as root")
         return int(proposal.value)
 
-    @validate("user_bridge")
-    def _valid_bridge(self, proposal: Any) -> str:
-        problem = bridge_name_problem(proposal.value)
-        if problem:
-            raise ConfigError(f"GPUDockerSpawner.user_bridge: {problem}")
-        return str(proposal.value)
-
     @default("network_name")
     def _default_network(self) -> str:
-        return self.user_network
+        return self.site.user_network
 
     @default("use_internal_ip")
     def _default_use_internal_ip(self) -> bool:
@@ -434,10 +301,12 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
 
     @default("options_form")
     def _default_options_form(self) -> Any:
-        return GPUDockerSpawner._render_options_form
+        return spawn_form
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        #: c.GPUCluster (moved keys given the old way still count, with a warning)
+        self.site: GPUCluster = self.runtime.configure(self.config, self.log, kwargs)
         self._events: list[dict[str, Any]] = []
         self._events_changed = asyncio.Event()
         self._start_done = True
@@ -478,7 +347,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             if self.host_port:
                 state["host_port"] = self.host_port
             if self.server is not None and self.host_port:  # the culler reads it directly
-                address = self._node(self.node_name).address
+                address = self.cluster.spec(self.node_name).address
                 state["server_url"] = f"http://{address}:{self.host_port}{self.server.base_url}"
         if self.api_token:  # the only token the culler may send this server (culler/access.py)
             state["server_token"] = self.api_token
@@ -500,7 +369,11 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         self._gpu_model = str(state.get("gpu_model") or "")
         self.share = share_from_state(state.get("share"))
         if self.node_name:
-            conflicts = self._adopt_state()
+            share = self.share
+            held = (share.count, share.of) if share is not None else None
+            conflicts = self.ledger.adopt_server(
+                self.holder, self.node_name, self.gpu_uuids, held, self.allocation_id
+            )
             self.ledger.place_server(self.holder, self.node_name, self.allocation_id)
             self.ledger.rejoin_allocation(
                 AllocationRecord(
@@ -513,7 +386,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
                     gpu_model=self._gpu_model,
                     image="",
                     cuda="",
-                    hub=self.hub_id,
+                    hub=self.site.hub_id,
                 )
             )
             self._from_state = True
@@ -521,19 +394,6 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
                 self.log.warning(
                     "%s: GPUs %s also claimed by another server", self.holder, conflicts
                 )
-
-    def _adopt_state(self) -> list[str]:
-        """Hold again what the state says this server holds (a share as a share)."""
-        share = self.share
-        if share is None or len(self.gpu_uuids) != 1:
-            return self.ledger.adopt(
-                self.holder, self.node_name, self.gpu_uuids, self.allocation_id
-            )
-        (uuid,) = self.gpu_uuids
-        held = (share.count, share.of)
-        if self.ledger.adopt_share(self.holder, self.node_name, uuid, held, self.allocation_id):
-            return []
-        return [uuid]
 
     def clear_state(self) -> None:
         super().clear_state()
@@ -553,7 +413,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         self.allocation_id = ""
         self.share = None
 
-    # ------------------------------------------------------------------ config
+    # ------------------------------------------------------------------ the hub's parts
     @property
     def runtime(self) -> HubRuntime:
         """The hub process's GPU parts (:mod:`.runtime`), through the hub's tornado
@@ -562,64 +422,36 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
 
     @property
     def cluster(self) -> Cluster:
-        """The hub's one :class:`Cluster`, built from the first spawner's configuration."""
+        """The hub's one :class:`Cluster`, built from ``c.GPUCluster`` when the runtime
+        starts (by the first spawner that needs it, unless something started it before)."""
         runtime = self.runtime
         if runtime.cluster is not None:
             return runtime.cluster
+        settings = getattr(getattr(self, "user", None), "settings", None) or {}
         return runtime.start(
-            ClusterSettings(
-                nodes=list(self.nodes),
-                nodes_file=self.nodes_file,
-                probe_mode=self.probe_mode,
-                inventory_file=self.inventory_file,
-                agent_token=self.agent_token,
-                agent_config=self.config,  # so c.AgentClient.* take effect
-                hub_id=self.hub_id,
-                seal_key=self._seal_key(),
-                docker_timeout=self.docker_timeout,
-                threads_per_node=self.docker_threads_per_node,
-                reconcile_interval=self.reconcile_interval,
-                accounting_url=self.accounting_url,
-                drains_file=self.drains_file,
+            self.site.cluster_settings(
+                seal_key=seal_key_of(settings, self.log),
                 node_checks=self._node_check_settings(),
-                node_check_interval=self.node_check_interval,
                 sharing=GPUSharing(config=self.config, parent=self).policy,
             ),
             self.log,
-            deadlines_file=self.cull_deadlines_file,
+            deadlines_file=self.site.cull_deadlines_file,
             queue_policy=self.queue_policy,
+            site=self.site,
+            config=self.config,
         )
 
     def _node_check_settings(self) -> CheckSettings | None:
-        """What the hub's node checks need (``check_nodes``), None when they are off."""
-        if not self.check_nodes:
-            return None
+        """What the hub's node checks need (``GPUCluster.check_nodes``), None when off."""
         hub = getattr(self, "hub", None)
-        api_url = self.hub_connect_url or str(getattr(hub, "api_url", "") or "")
-        hub_api = node_rules.hub_api_target(api_url) if api_url else None
-        private: tuple[tuple[str, int, str], ...] = ()
         proxy = (getattr(getattr(self, "user", None), "settings", None) or {}).get("proxy")
-        try:  # the proxy's API port, tried on the hub's address (the command does the same)
-            proxy_port = urlsplit(str(getattr(proxy, "api_url", "") or "")).port
-        except ValueError:
-            proxy_port = None
-        if hub_api is not None and proxy_port:
-            private = ((hub_api[0], proxy_port, "the proxy's API on the hub's machine"),)
-        try:
-            catalog = tuple(self.catalog)
-        except (ConfigError, OSError):
-            catalog = ()  # the spawns will say what is wrong with it
-        return CheckSettings(
-            user_network=self.user_network,
-            user_bridge=self.user_bridge,
+        return hub_check_settings(
+            self.site,
+            lambda: self.catalog,
+            api_url=self.hub_connect_url or str(getattr(hub, "api_url", "") or ""),
+            proxy_api_url=str(getattr(proxy, "api_url", "") or ""),
+            image=str(self.image or ""),
             gpu_device_driver=self.gpu_device_driver,
-            catalog=catalog,
-            hub_api=hub_api,
-            hub_private=private,
-            images=(self.image,) if self.image else (),
-            timeout=self.docker_timeout,
-            only=node_rules.HUB_CHECKS,
-            owner=self.hub_id,
         )
 
     @property
@@ -630,18 +462,6 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         assert queue is not None
         return queue
 
-    def _seal_key(self) -> bytes | None:
-        """The key of the containers' seals, derived from JupyterHub's cookie secret (the
-        hub's tornado settings, which every user object shares): stable across restarts
-        as long as the cookie secret is (``cookie_secret_file``), never sent anywhere.
-        None outside a hub: containers then carry no seal and are never removed as
-        interrupted spawns."""
-        settings = getattr(getattr(self, "user", None), "settings", None) or {}
-        key = seal_key(settings.get("cookie_secret"))
-        if key is None:
-            self.log.warning("No cookie secret: containers get no seal (allocation.py)")
-        return key
-
     @property
     def ledger(self) -> GPULedger:
         return self.cluster.ledger
@@ -649,38 +469,31 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
     @property
     def catalog(self) -> Catalog:
         """The image catalog, re-read when its file changes (a bad edit keeps the old one)."""
-        path = str(self.catalog_file or default_catalog_path())
-        mtime = Path(path).stat().st_mtime
-        cached = self._catalogs.get(path)
-        if cached and cached[0] == mtime:
-            return cached[1]
-        try:
-            catalog = load_catalog(path)
-        except ConfigError:
-            if cached is None:
-                raise
-            self.log.exception("Image catalog %s is invalid; keeping the previous one", path)
-            return cached[1]
-        self._catalogs[path] = (mtime, catalog)
-        return catalog
+        return self.runtime.catalog(self.site.catalog_file, self.log)
 
     @property
     def policy(self) -> ResourcePolicy:
         return policy_from_config(self.resource_defaults, self.group_bounds)
 
-    def _node(self, name: str) -> NodeSpec:
-        return self.cluster.spec(name)
+    def saved_images(self) -> MyImages:
+        """The hub's "My images" service (the runtime's)."""
+        self.cluster  # noqa: B018 - builds the runtime's parts on first use
+        return self.runtime.saved_images(self.log, self.config)
+
+    @property
+    def home_layout(self) -> HomeLayout:
+        return HomeLayout(
+            self.home_template,
+            self.home_from_directory,
+            self.home_directory_prefix,
+            self.home_container_path,
+        )
 
     # ------------------------------------------------------------------ docker, per node
     @property
     def client(self) -> docker.APIClient:
         """The Docker client of this server's node (DockerSpawner has one for everything)."""
         return self.cluster.client(self.node_name or self.cluster.specs()[0].name)
-
-    @property
-    def executor(self) -> ThreadPoolExecutor:
-        """The thread pool of this server's node, so a slow node never blocks the others."""
-        return self.cluster.executor(self.node_name or self.cluster.specs()[0].name)
 
     def _on_node(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """A Docker call on this server's node, bounded by ``docker_timeout``; it raises
@@ -715,113 +528,21 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             self.log.info("%s has no uid in auth_state: runs as %s", self.user.name, ident.uid)
         return ident
 
-    def _cull_notes(self) -> list[str]:
-        """Why the culler stopped this server, if it did and the server has not run since.
-
-        The hub sets ``last_activity`` when a server starts and when it stops; the stop
-        that follows a cull comes within seconds of the culler's note, a later start after."""
-        if not self.cull_notes_file:
-            return []
-        last = self.orm_spawner.last_activity if self.orm_spawner else None
-        since = last - timedelta(minutes=10) if last else None  # naive UTC, as notes_for takes
-        notes = notes_for(load_notes(self.cull_notes_file), self.user.name, since=since)
-        mine = [n for n in notes if n.server == self.name]
-        return [mine[-1].message()] if mine else []
-
-    def _culled_just_now(self) -> bool:
-        """Whether the culler noted this server in the last two minutes (it writes its
-        note before it asks the hub to stop the server)."""
-        if not self.cull_notes_file:
-            return False
-        since = datetime.now(timezone.utc) - timedelta(minutes=2)
-        started = self.orm_spawner.started if self.orm_spawner else None
-        if started is not None:  # a note from before this server started is another's
-            since = max(since, started.replace(tzinfo=timezone.utc))
-        notes = notes_for(load_notes(self.cull_notes_file), self.user.name, since=since)
-        return any(n.server == self.name for n in notes)
-
-    async def _user_catalog(
-        self, ident: Identity, wanted: Any = None
-    ) -> tuple[Catalog, tuple[Unlisted, ...]]:
-        """The catalog with the saved images ``ident`` may start ("My images",
-        myimages/), and those they see but can't start. Without the database the catalog
-        alone, unless ``wanted`` (the spawn's image option) is a saved image: then the
-        user is told why it can't start now."""
-        catalog = self.catalog
-        if self.cluster.recorder is None:
-            return catalog, ()
-        try:
-            images = await my_images(self.cluster, self.config, self.log).images()
-        except UserFacingError:
-            if is_saved_slug(wanted):
-                raise
-            return catalog, ()
-        entries, unlisted = saved_entries(catalog, images, ident.username, ident.groups)
-        return with_saved(catalog, entries), unlisted
-
-    async def _not_a_saved_image(self, reference: str) -> None:
-        """A saved image is started by its name (``saved:owner/name``), which checks who
-        may: never by its registry reference through an admin's image patterns. This
-        refuses a reference under the registry before placing (any spelling of its host
-        the hub knows); :meth:`_check_saved` then asks the node what the image is."""
-        service = my_images(self.cluster, self.config, self.log)
-        if service.settings.enabled and in_registry(reference, await service.registry()):
-            raise InvalidRequest(
-                f"The image {reference!r} is a saved image; start it by its name under My "
-                "images (image 'saved:OWNER/NAME'), if its owner shares it with you."
-            )
-
-    def _check_labels(self, image: str, info: dict[str, Any]) -> None:
-        """Refuse an image that carries a label the hub writes on containers (issue 30:
-        :func:`~jupyterhub_gpu.core.containers.reserved_label_refusal`)."""
-        refusal = reserved_label_refusal(image, (info.get("Config") or {}).get("Labels"))
-        if refusal is not None:
-            self.log.warning("%s: image %s refused: %s", self.holder, image[:200], refusal)
-            raise InvalidRequest(refusal)
-
-    async def _check_saved(self, image: str, info: dict[str, Any], pulled: bool) -> None:
-        """Refuse to start a saved image (what ``image`` is on the node: ``info``, the
-        engine's inspect) unless the user chose it by its slug (core.saving.identity);
-        an image this spawn pulled for nothing is untagged again."""
-        service = my_images(self.cluster, self.config, self.log)
-        if not service.settings.enabled:
+    async def _check_image(self, image: str, info: dict[str, Any], pulled: bool) -> None:
+        """What ``image`` is on the node (``info``) must carry none of the hub's labels,
+        and a saved image must have been chosen by its name (an image this spawn pulled
+        for nothing is untagged again)."""
+        check_labels(image, info, self.log, self.holder)
+        found = await saved_refusal(self.saved_images(), image, info, self._saved_choice)
+        if found is None:
             return
-        found = NodeImage.from_engine(info)
-        refusal = start_refusal(image, found, await service.registry(), self._saved_choice)
-        if refusal is None:
-            return
+        refusal, image_id = found
         self.log.warning("%s asked for saved image %s as %r: refused", self.holder,
-                         found.id[:19], image)  # fmt: skip
+                         image_id[:19], image)  # fmt: skip
         if pulled:
             with contextlib.suppress(NodeError):
                 await self._on_node("remove_image", image)
         raise InvalidRequest(refusal)
-
-    async def _render_options_form(self) -> str:
-        snapshot = await self.cluster.snapshot()
-        free = {a.model: a.free for a in availability(snapshot)}
-        previous = self.orm_spawner.user_options if self.orm_spawner else None
-        ident = await self.identity()
-        bounds = resolve_bounds(self.policy, ident.groups)
-        catalog, unlisted = await self._user_catalog(ident)
-        notes = [*self._cull_notes(), *([self._ended_note] if self._ended_note else [])]
-        charge_groups = self._charge_groups(ident)
-        with contextlib.suppress(Exception):  # the reservations, if not read yet
-            await self.queue.refresh()
-        reserved = self.queue.reserved_for_others(charge_groups, snapshot.nodes)
-        return spawn_form_html(
-            catalog,
-            snapshot,
-            bounds,
-            previous,
-            free,
-            notes=notes,
-            unlisted=unlisted,
-            charge_groups=charge_groups,
-            reserved=reserved,
-            image_sizes=self.cluster.image_sizes(),
-            sharing=snapshot.sharing,
-        )
 
     # ------------------------------------------------------------------ placement
     def _reserve(self, decision: Placement) -> Placement:
@@ -847,7 +568,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
     def get_env(self) -> dict[str, str]:
         env = super().get_env()
         if self.home_template:
-            env["HOME"] = self._container_home()
+            env["HOME"] = self.home_layout.in_container(self.user.name)
         # last: nothing else decides the GPUs, the share's limits or where MPS is
         env.update(server_env(self.gpu_uuids, self.share, self._mps_paths()))
         return env
@@ -858,62 +579,51 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             return None
         return GPUSharing(config=self.config, parent=self).mps
 
-    def _container_home(self) -> str:
-        return self.home_container_path.format(username=homes.safe_path_component(self.user.name))
+    def home_host_path(self, ident: Identity) -> Path | None:
+        """The user's home on the hub's shared filesystem (None without ``home_template``):
+        where the SSH gateway reads her ``~/.ssh/authorized_keys`` (hub/api/ssh.py)."""
+        return self.home_layout.host(ident)
 
     def _labels(self) -> dict[str, str]:
+        """The container's labels: its allocation, sealed (core/containers.py)."""
+        share = self.share
         claim = Allocation(
-            self.hub_id,
+            self.site.hub_id,
             self.allocation_id,
             self.user.name,
             self.name,
             self.node_name,
             tuple(self.gpu_uuids),
-            self.share.label if self.share else "",
-            self.share.memory_mib if self.share else 0,
+            share.label if share else "",
+            share.memory_mib if share else 0,
         )
         now = datetime.now(timezone.utc)
         return server_labels(claim, str(self.image), now, self.cluster.settings.seal_key)
 
-    def home_host_path(self, ident: Identity) -> Path | None:
-        """The user's home on the hub's shared filesystem (None without ``home_template``):
-        where the SSH gateway reads her ``~/.ssh/authorized_keys`` (hub/api/ssh.py)."""
-        return self._home_path(ident)
-
-    def _home_path(self, ident: Identity) -> Path | None:
-        """The user's home on the shared filesystem (refuses anything leaving the root)."""
-        if not self.home_template:
-            return None
-        root = homes.template_root(self.home_template)
-        if self.home_from_directory and ident.home_directory:
-            return map_home(
-                ident.home_directory, ident.username, root, home_prefix=self.home_directory_prefix
-            )
-        return Path(homes.home_host_path(self.home_template, ident.username))
-
     async def _prepare(self, ident: Identity, options: SpawnOptions) -> None:
         """Create the home and set everything create_object needs (no Docker calls)."""
         home = None
-        path = self._home_path(ident)
+        layout = self.home_layout
+        path = layout.host(ident)
         if path is not None:
             root = homes.template_root(self.home_template)
             await asyncio.get_running_loop().run_in_executor(
                 None, lambda: ensure_home(path, ident.uid, ident.gid, shared_root=root)
             )
-            home = (str(path), self._container_home())
+            home = (str(path), layout.in_container(self.user.name))
         limits = resource_limits(options.cpu, options.mem_gib, self.policy)
         # JupyterHub's get_env tells the server its limits (CPU_LIMIT, MEM_LIMIT), and
         # DockerSpawner's port lookups read host_ip; the container's own come from limits
         self.cpu_limit = limits.cpu
         self.mem_limit = limits.mem_bytes
-        self.host_ip = self._node(self.node_name).publish_ip
+        self.host_ip = self.cluster.spec(self.node_name).publish_ip
         self._container = ServerContainer(
             uid=ident.uid,
             gid=ident.gid,
             supplementary_gids=ident.supplementary_gids,
             labels=self._labels(),
             gpu_uuids=self.gpu_uuids,
-            network=self.user_network,
+            network=self.site.user_network,
             limits=limits,
             home=home,
             binds=dataset_binds(parse_group_mounts(self.group_mounts), ident.groups),
@@ -921,20 +631,20 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             mps=self._mps_paths(),
         )
 
-    async def _site_extras(self, trait: str) -> dict[str, Any]:
-        """The site's ``extra_create_kwargs`` / ``extra_host_config`` (a dict, or a
-        callable returning one), its templates rendered: laid *under* the workload's own
-        keys by :func:`~jupyterhub_gpu.core.workload.make_container`."""
-        value = self._eval_if_callable(getattr(self, trait))
-        if inspect.isawaitable(value):
-            value = await value
-        return dict(self._render_templates(value or {}))
-
     async def workload(self) -> Workload:
         """This server as a :class:`~jupyterhub_gpu.core.workload.Workload` (what
-        :meth:`_prepare` decided, the image's command, JupyterHub's environment)."""
+        :meth:`_prepare` decided, the image's command, JupyterHub's environment); the
+        site's ``extra_create_kwargs`` / ``extra_host_config`` (a dict, or a callable
+        returning one), their templates rendered, go *under* the workload's own keys."""
         if self._container is None:
             raise RuntimeError("the server's container was not prepared")
+
+        async def site_extras(value: Any) -> dict[str, Any]:
+            value = self._eval_if_callable(value)
+            if inspect.isawaitable(value):
+                value = await value
+            return dict(self._render_templates(value or {}))
+
         return Workload(
             name=self.container_name,
             image=str(self.image),
@@ -945,8 +655,8 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             port=self.port,
             publish_ip=str(self.host_ip),
             remove_on_exit=self.remove,
-            site_create=await self._site_extras("extra_create_kwargs"),
-            site_host=await self._site_extras("extra_host_config"),
+            site_create=await site_extras(self.extra_create_kwargs),
+            site_host=await site_extras(self.extra_host_config),
         )
 
     async def create_object(self) -> dict[str, Any]:
@@ -954,22 +664,21 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         describes, exactly (DockerSpawner's own ``create_object`` is not called: nothing
         is added to the description afterwards)."""
         request = make_container(await self.workload())
-        await self.cluster.ensure_user_network(self.node_name, self.user_network, self.user_bridge)
+        site = self.site
+        await self.cluster.ensure_user_network(self.node_name, site.user_network, site.user_bridge)
         self._event(70, "Starting the container")
         host_config = self.client.create_host_config(**request.host)
         created = await self._on_node("create_container", **request.create, host_config=host_config)
         return dict(created)
 
-    def _prepuller(self) -> PrePullRunner:
-        """The hub's pre-puller (:mod:`.prepull`), reading the catalog this spawner reads."""
-        path = str(self.catalog_file or default_catalog_path())
-        return prepuller(self.cluster, self.config, self.log, catalog_reader(path, self.log))
-
     def _start_prepuller(self) -> None:
-        """Start the pre-puller's rounds if it is on; a bad ``c.PrePuller`` setting is
-        logged (with its sentence) and never stops a spawn."""
+        """Start the pre-puller's rounds if it is on (the runtime's, reading this spawner's
+        catalog); a bad ``c.PrePuller`` setting is logged (with its sentence) and never
+        stops a spawn."""
         try:
-            self._prepuller().start()
+            self.cluster  # noqa: B018 - builds the runtime's parts on first use
+            path = str(self.site.catalog_file or default_catalog_path())
+            self.runtime.start_prepuller(self.log, catalog_reader(path, self.log))
         except (TraitError, ValueError) as e:
             self.log.error("Pre-puller not started: %s", e)
 
@@ -982,15 +691,14 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
 
     async def pull_image(self, image: str) -> None:
         """Pull a missing image on the chosen node, reporting the percentage; then check
-        what it is (:meth:`_check_saved`). Once per start: ``_create`` calls it before the
+        what it is (:meth:`_check_image`). Once per start: ``_create`` calls it before the
         start's time limit counts, and DockerSpawner's ``start`` calls it again for the same
         image, answered from the first call (no second inspect, no second check)."""
         if self._image_checked is not None and self._image_checked[0] == image:
             return
         try:
             info = await self._on_node("inspect_image", image)
-            self._check_labels(image, info)
-            await self._check_saved(image, info, pulled=False)
+            await self._check_image(image, info, pulled=False)
             self._image_checked = (image, info)
             return
         except NotOnNode:
@@ -1006,12 +714,11 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             self.pull_timeout,
             lambda pct, message: self._event(40 + pct // 4, message),
             self.log,
-            my_images(self.cluster, self.config, self.log).settings.auth_config(image),
+            self.saved_images().settings.auth_config(image),
             stall_timeout=self.pull_stall_timeout,
         )
         info = await self._on_node("inspect_image", image)
-        self._check_labels(image, info)
-        await self._check_saved(image, info, pulled=True)
+        await self._check_image(image, info, pulled=True)
         self._image_checked = (image, info)
 
     async def get_command(self) -> list[str]:
@@ -1038,7 +745,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             if code is not None:
                 raise await self._exited(code) from None
             raise
-        return self._node(self.node_name).address, self.host_port
+        return self.cluster.spec(self.node_name).address, self.host_port
 
     # ------------------------------------------------------------------ progress
     def _event(self, progress: int, message: str, **extra: Any) -> None:
@@ -1070,7 +777,8 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             ident = await self.identity()
             bounds = resolve_bounds(self.policy, ident.groups)
             models = gpu_model_availability(snapshot)
-            catalog, _ = await self._user_catalog(ident, (self.user_options or {}).get("image"))
+            wanted = (self.user_options or {}).get("image")
+            catalog, _ = await user_catalog(self.catalog, self.saved_images(), ident, wanted)
             options = validate_options(
                 self.user_options,
                 catalog=catalog,
@@ -1081,7 +789,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             )
             entry = resolve_entry(catalog, options)
             if entry.custom:
-                await self._not_a_saved_image(entry.image)
+                await refuse_saved_reference(self.saved_images(), entry.image)
             chosen = options.image[len(PREFIX) :] if entry.saved_from else ""
             owner, _, name = chosen.rpartition("/")
             self._saved_choice = (owner, name) if chosen else None
@@ -1093,20 +801,6 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         self._cuda = entry.cuda_version or ""
         return ident, options, request
 
-    def _derived_names(self, username: str, server: str) -> list[tuple[str, str]]:
-        """The container name and home paths this spawner makes from these names."""
-        escaped = self.escape(username)
-        ns = {
-            **self.template_namespace(),
-            **{"username": escaped, "safe_username": escaped, "raw_username": username},
-            **{"servername": self.escape(server.lower()), "raw_servername": server},
-        }
-        names = [(CONTAINER_NAME, str(self._render_templates(self.name_template, ns)))]
-        if self.home_template:
-            names.append((PATH, str(homes.home_host_path(self.home_template, username))))
-        safe = homes.safe_path_component(username)
-        return [*names, (PATH, self.home_container_path.format(username=safe))]
-
     async def start(self) -> tuple[str, int]:
         self._events = []
         self._events_changed = asyncio.Event()
@@ -1117,7 +811,8 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         self._image_checked = None  # each start checks its image on its node afresh
         self._start_prepuller()
         try:
-            check_name_lengths(self._derived_names, self.user.name, self.name, self.escape)
+            names = functools.partial(derived_names, self)
+            check_name_lengths(names, self.user.name, self.name, self.escape)
             with contextlib.suppress(Exception):  # reservations known before placing
                 await self.queue.refresh()
             self._event(10, f"Choosing a node among {len(self.cluster.specs())}")
@@ -1136,8 +831,9 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             SPAWN_DECISIONS.labels("placed", "").inc()
             self.ledger.open_allocation(self._record(snapshot, decision, ident, options))
             await self.cluster.recorded()  # the record exists before the container does
-            self._event(30, self._describe(snapshot, decision))
-            self.log.info("%s: %s", self.holder, self._describe(snapshot, decision))
+            described = describe_placement(snapshot, decision)
+            self._event(30, described)
+            self.log.info("%s: %s", self.holder, described)
             self._warn_of_reservations(snapshot)
             ip_port = await self._create(ident, options)
             self.ledger.allocation_started(self.allocation_id)
@@ -1174,15 +870,42 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             self._start_done = True
             self._events_changed.set()
 
+    def _record(
+        self, snapshot: ClusterSnapshot, decision: Placement, ident: Identity, options: SpawnOptions
+    ) -> AllocationRecord:
+        """The allocation's record (:func:`~jupyterhub_gpu.core.placed.placed_record`),
+        its GPU model and charge group kept in this server's state."""
+        record = placed_record(
+            snapshot,
+            decision,
+            allocation=self.allocation_id,
+            user=self.user.name,
+            server=self.name,
+            group=self._group_of(ident, options.charge_group),
+            image=options.image,
+            cuda=self._cuda,
+            cpus=options.cpu,
+            mem_gib=options.mem_gib,
+            hub=self.site.hub_id,
+        )
+        self._gpu_model, self._charge_group = record.gpu_model, record.group
+        return record
+
     async def _create(self, ident: Identity, options: SpawnOptions) -> tuple[str, int]:
         """Pull the image if the node lacks it (bounded by ``pull_timeout`` and
         ``pull_stall_timeout``: a pull making progress may take its time), then create and
         start the container within the configured ``start_timeout``."""
         await self.pull_image(str(self.image))
         budget = self._start_budget or float(cast(Any, self).start_timeout)
+
+        async def prepare_and_start() -> tuple[str, int]:
+            await self._prepare(ident, options)
+            with node_calls(self.node_name):  # DockerSpawner's code lets docker-py's through
+                return await super(GPUDockerSpawner, self).start()
+
         try:
-            async with self._start_slot():
-                return await asyncio.wait_for(self._prepare_and_start(ident, options), budget)
+            async with self.runtime.start_slot(self.site.concurrent_start_limit):
+                return await asyncio.wait_for(prepare_and_start(), budget)
         except asyncio.TimeoutError:
             raise spawn_refusal(
                 f"Your server did not start within {budget:.0f} s of getting its GPUs "
@@ -1207,17 +930,18 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
 
     async def _exited(self, code: int) -> SpawnException:
         """What a user is told when their container exits while starting; its last lines
-        (when the node still has them) go to the hub's log for the admin."""
-        await self._log_tail()
-        how = f"exit code {code}" if code >= 0 else "its container exited and is gone"
-        return spawn_refusal(
-            f"Your server stopped while starting ({how}): its image's start command "
-            f"failed on node {self.node_name}. Start again; if it happens again, choose "
-            "another image or tell an admin (the hub's log has the server's last lines "
-            "when the node kept them).",
-            reason="server_exited",
-            status_code=500,
-        )
+        (when the node still has them), bounded, its credentials hidden, go to the hub's
+        log for the admin (:func:`~jupyterhub_gpu.hub.answer.log_tail`)."""
+        with contextlib.suppress(NodeError):
+            raw = await self._on_node("logs", self.container_id, tail=20)
+            secrets = [str(v) for k, v in self.get_env().items() if _SECRET_ENV.search(k)]
+            self.log.warning(
+                "%s: server exited while starting on node %s; its last lines:\n%s",
+                self.holder,
+                self.node_name,
+                log_tail(bytes(raw or b""), [*secrets, str(self.api_token or "")]),
+            )
+        return exited_refusal(code, self.node_name)
 
     async def _exit_code(self) -> int | None:
         """None while the container runs (or the node can't say); else its exit code."""
@@ -1232,86 +956,23 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             return None
         return int(state.get("ExitCode", -1))
 
-    async def _log_tail(self) -> None:
-        """The exited server's last lines, bounded, its credentials hidden, in the hub's
-        log for the admin (:func:`~jupyterhub_gpu.hub.answer.log_tail`)."""
-        try:
-            raw = await self._on_node("logs", self.container_id, tail=20)
-        except NodeError:
-            return
-        secrets = [str(v) for k, v in self.get_env().items() if _SECRET_ENV.search(k)]
-        self.log.warning(
-            "%s: server exited while starting on node %s; its last lines:\n%s",
-            self.holder,
-            self.node_name,
-            log_tail(bytes(raw or b""), [*secrets, str(self.api_token or "")]),
-        )
-
-    def _start_slot(self) -> contextlib.AbstractAsyncContextManager[Any]:
-        """One of ``concurrent_start_limit`` slots (shared by the hub's spawners)."""
-        if self.concurrent_start_limit <= 0:
-            return contextlib.nullcontext()
-        cls = GPUDockerSpawner
-        if cls._start_slots is None:
-            cls._start_slots = asyncio.Semaphore(self.concurrent_start_limit)
-        return cls._start_slots
-
-    async def _prepare_and_start(self, ident: Identity, options: SpawnOptions) -> tuple[str, int]:
-        await self._prepare(ident, options)
-        with node_calls(self.node_name):  # DockerSpawner's own code lets docker-py's through
-            return await super().start()
-
-    def _describe(self, snapshot: ClusterSnapshot, decision: Placement) -> str:
-        node = next(n for n in snapshot.nodes if n.name == decision.node)
-        gpus = [node.inventory.gpu(u) for u in decision.gpu_uuids]
-        return describe_gpus(decision.node, [(g.index, g.model, g.memory_mib) for g in gpus if g])
-
-    def _record(
-        self,
-        snapshot: ClusterSnapshot,
-        decision: Placement,
-        ident: Identity,
-        options: SpawnOptions,
-    ) -> AllocationRecord:
-        node = next(n for n in snapshot.nodes if n.name == decision.node)
-        models = [g.model for g in map(node.inventory.gpu, decision.gpu_uuids) if g]
-        self._gpu_model = models[0] if models else ""
-        self._charge_group = self._group_of(ident, options.charge_group)
-        return AllocationRecord(
-            id=self.allocation_id,
-            user=self.user.name,
-            server=self.name,
-            group=self._charge_group,
-            node=decision.node,
-            gpu_uuids=tuple(decision.gpu_uuids),
-            gpu_model=self._gpu_model,
-            gpu_fraction=decision.share.fraction if decision.share else 1.0,
-            image=options.image,
-            cuda=self._cuda,
-            cpus=options.cpu,
-            mem_gib=options.mem_gib,
-            hub=self.hub_id,
-        )
-
     async def _undo(self) -> None:
+        """A start that failed: its container removed (if any), its GPUs freed."""
         if self.node_name:
-            await self._remove_leftovers()
+            try:
+                await self._on_node("remove_container", self.container_name, force=True)
+            except NotOnNode:
+                pass
+            except NodeRefused as e:
+                self.log.warning("Could not remove container %s: %s", self.container_name, e)
+            except NodeUnreachable as e:
+                self.log.warning("Node %s unreachable while cleaning up: %s", self.node_name, e)
+            self.object_id = ""
         self._forget_placement(EndReason.FAILED)
-
-    async def _remove_leftovers(self) -> None:
-        try:
-            await self._on_node("remove_container", self.container_name, force=True)
-        except NotOnNode:
-            pass
-        except NodeRefused as e:
-            self.log.warning("Could not remove container %s: %s", self.container_name, e)
-        except NodeUnreachable as e:
-            self.log.warning("Node %s unreachable while cleaning up: %s", self.node_name, e)
-        self.object_id = ""
 
     async def poll(self) -> int | str | None:
         self.cluster.start_reconciling()  # a restarted hub polls its servers first of all
-        my_images(self.cluster, self.config, self.log).start_sweeping()
+        self.saved_images().start_sweeping()
         self._start_prepuller()
         if not self.node_name:
             return 0
@@ -1341,11 +1002,16 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             # JupyterHub stops a server that never answered within http_timeout while
             # this flag (its own, set around User._wait_up) is still up
             never_answered = bool(getattr(self, "_waiting_for_response", False))
+            started = self.orm_spawner.started if self.orm_spawner else None
+            path = self.site.cull_notes_file
             try:
                 with node_calls(self.node_name):
                     await super().stop(now=now)
                 self.ledger.end_allocation(
-                    allocation, stop_reason(never_answered, self._culled_just_now())
+                    allocation,
+                    stop_reason(
+                        never_answered, culled_just_now(path, self.user.name, self.name, started)
+                    ),
                 )
             except NodeError as e:
                 # The container may still run: keep its GPUs held (as an orphan) until
@@ -1359,7 +1025,3 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
                 )
                 self.ledger.orphan(self.holder)
         self.clear_state()
-
-
-def _options_applied_in_start(spawner: Any, user_options: dict[str, Any]) -> None:
-    """``start`` validates and applies ``user_options`` strictly; this tells JupyterHub so."""

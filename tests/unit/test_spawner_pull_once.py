@@ -32,7 +32,7 @@ class Node:
 async def test_the_image_is_inspected_and_checked_once_per_start() -> None:
     node = Node()
     spawner: Any = GPUDockerSpawner(user=SimpleNamespace(name="alice", id=1))
-    spawner._on_node, spawner._check_saved = node.docker, node.check_saved
+    spawner._on_node, spawner._check_image = node.docker, node.check_saved
     spawner.get_args = lambda: ["--debug"]  # the hub's arguments: not the point here
     spawner.image = "reg/torch:1"
     await spawner.pull_image("reg/torch:1")  # _create's

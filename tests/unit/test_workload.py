@@ -205,4 +205,4 @@ def test_the_spawner_submits_exactly_the_description(monkeypatch: pytest.MonkeyP
     assert host == {"from-create_host_config": expected.host}
     assert "privileged" not in expected.host and expected.host["dns"] == ["10.0.0.53"]
     assert created["environment"]["NVIDIA_VISIBLE_DEVICES"] == "GPU-1111"
-    assert networks == [s.user_network]
+    assert networks == [s.site.user_network]

@@ -237,11 +237,8 @@ def _not_kept(cluster: Cluster, error: OSError) -> str:
     )
 
 
-def _prepull() -> list[dict[str, Any]]:
+def _prepull(runner: Any) -> list[dict[str, Any]]:
     """The pre-puller's nodes for the payload (none while it is off or not started)."""
-    from jupyterhub_gpu.hub.prepull import running_prepuller
-
-    runner = running_prepuller()
     if runner is None or not runner.settings.enabled:
         return []
     return prepull_entries(runner.state())
@@ -289,7 +286,7 @@ class ClusterAPIHandler(_GPUAPIHandler):
                 queue=waiting,
                 reservations=[reservation_entry(r) for r in queue.reservations] if queue else [],
                 check_failures=cluster.check_failures(),
-                prepull=_prepull(),
+                prepull=_prepull(runtime.prepuller),
                 shares=share_holds(cluster.ledger, servers),
                 **common,
             )

@@ -58,12 +58,14 @@ def server_notices(
 
 
 def share_notices(user: Any, now: datetime) -> list[dict[str, Any]]:
-    """The notices of ``user``'s active share servers over their memory (each spawner's
-    ``share_notices_file``, read once per file; a missing or stale file says nothing)."""
+    """The notices of ``user``'s active share servers over their memory
+    (``GPUCluster.share_notices_file``, read once per file; a missing or stale file says
+    nothing)."""
     found: list[dict[str, Any]] = []
     files: dict[str, dict[str, ShareNotice]] = {}
     for name, spawner in sorted(user.spawners.items()):
-        path = str(getattr(spawner, "share_notices_file", "") or "")
+        site = getattr(spawner, "site", None)  # c.GPUCluster, as the spawner reads it
+        path = str(getattr(site, "share_notices_file", "") or "")
         if not spawner.active or not path:
             continue
         if path not in files:

@@ -1,0 +1,50 @@
+"""The spawn form of a GPU spawner (``GPUDockerSpawner.options_form``, which JupyterHub
+calls with the spawner): the catalog with the user's saved images, what is free now,
+the reservations of other groups, and why their last server ended. Rendered by the pure
+:func:`~jupyterhub_gpu.core.form.spawn_form_html`."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from jupyterhub_gpu.core.form import resolve_bounds, spawn_form_html
+from jupyterhub_gpu.core.placement import availability
+from jupyterhub_gpu.hub.cull_notes import form_notes
+from jupyterhub_gpu.hub.image_checks import user_catalog
+
+
+async def spawn_form(spawner: Any) -> str:
+    """The form's HTML for ``spawner``'s user (a GPUDockerSpawner)."""
+    cluster = spawner.cluster
+    snapshot = await cluster.snapshot()
+    free = {a.model: a.free for a in availability(snapshot)}
+    orm = spawner.orm_spawner
+    previous = orm.user_options if orm else None
+    ident = await spawner.identity()
+    bounds = resolve_bounds(spawner.policy, ident.groups)
+    catalog, unlisted = await user_catalog(spawner.catalog, spawner.saved_images(), ident)
+    last = orm.last_activity if orm else None
+    notes = form_notes(spawner.site.cull_notes_file, spawner.user.name, spawner.name, last)
+    if spawner._ended_note:
+        notes.append(spawner._ended_note)
+    charge_groups = spawner._charge_groups(ident)
+    queue = spawner.queue
+    with contextlib.suppress(Exception):  # the reservations, if not read yet
+        await queue.refresh()
+    return spawn_form_html(
+        catalog,
+        snapshot,
+        bounds,
+        previous,
+        free,
+        notes=notes,
+        unlisted=unlisted,
+        charge_groups=charge_groups,
+        reserved=queue.reserved_for_others(charge_groups, snapshot.nodes),
+        image_sizes=cluster.image_sizes(),
+        sharing=snapshot.sharing,
+    )
+
+
+__all__ = ["spawn_form"]
