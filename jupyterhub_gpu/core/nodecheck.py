@@ -490,7 +490,7 @@ class AgentFacts:
 #: fixes of the agent's checks (agent_checks)
 _AGENT_FIX = {
     "token": (
-        "set c.GPUDockerSpawner.agent_token (or $JUPYTERHUB_GPU_AGENT_TOKEN) to the "
+        "set c.GPUCluster.agent_token (or $JUPYTERHUB_GPU_AGENT_TOKEN) to the "
         "site secret (docs/agent.md)"
     ),
     "no-answer": (

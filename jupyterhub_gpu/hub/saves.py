@@ -213,7 +213,7 @@ class MyImages:
         recorder = self.cluster.recorder
         if recorder is None:
             raise SavingOff(
-                "Saved images need the accounting database (GPUDockerSpawner.accounting_url); "
+                "Saved images need the accounting database (GPUCluster.accounting_url); "
                 "tell your admin."
             )
         try:

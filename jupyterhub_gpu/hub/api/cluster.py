@@ -7,7 +7,7 @@
 - ``POST /hub/api/gpu/nodes/{node}/drain`` ``{"note": "...", "by": "admin name"}`` and
   ``DELETE`` of the same path (scope ``custom:gpu-cluster:admin``): an admin's drain of a
   node (no new servers there; running ones untouched), kept in ``Cluster.admin_drains``
-  and in ``GPUDockerSpawner.drains_file``, so that a restart keeps it.
+  and in ``GPUCluster.drains_file``, so that a restart keeps it.
 
 Registered with ``c.JupyterHub.extra_handlers`` (JupyterHub adds the hub prefix). The
 custom scopes must exist before ``needs_scope`` is applied to the handlers (at import), so
@@ -233,7 +233,7 @@ def _not_kept(cluster: Cluster, error: OSError) -> str:
     )
     return (
         "The hub could not save the change in its drains file (see the hub's log); nothing "
-        "changed. An admin must make GPUDockerSpawner.drains_file writable by the hub."
+        "changed. An admin must make GPUCluster.drains_file writable by the hub."
     )
 
 

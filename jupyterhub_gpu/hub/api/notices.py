@@ -3,7 +3,7 @@
     GET /hub/api/gpu/users/{user}/notices   [{"server": "", "at": ISO, "message": "..."}]
 
 Two kinds. A GPU share whose own processes hold more memory than its share, as the
-culler's share notices file says (``GPUDockerSpawner.share_notices_file``, issue #26:
+culler's share notices file says (``GPUCluster.share_notices_file``, issue #26:
 "Your default server (GPU-3b1a9f6e) holds 8000 MiB of GPU memory, more than its
 share's 6144 MiB: ..."). And a reservation of another group that will take a running server's GPUs
 within ``queue_policy``'s ``reservation_notice_hours`` ("Your server 'big' is on GPUs

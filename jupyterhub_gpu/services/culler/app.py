@@ -203,7 +203,7 @@ class GPUIdleCuller(HubService):
         named in one place. GPUs of a node without an agent are never culled.""",
     ).tag(config=True)
     agent_token = Unicode(
-        help="""The node agents' site secret, the hub's ``GPUDockerSpawner.agent_token``
+        help="""The node agents' site secret, the hub's ``GPUCluster.agent_token``
         (default: $JUPYTERHUB_GPU_SITE_SECRET, or the older $JUPYTERHUB_GPU_AGENT_TOKEN),
         at least 16 characters. It is never sent:
         each agent gets its own node's token, derived from it
@@ -235,7 +235,7 @@ class GPUIdleCuller(HubService):
         "",
         help="""JSON file the culler rewrites each round: for every server it keeps, the
         earliest time it would stop it ({"alice/": {"at": ISO time, "why": "idle" or
-        "max_age"}}). The hub reads it (GPUDockerSpawner.cull_deadlines_file) for the
+        "max_age"}}). The hub reads it (GPUCluster.cull_deadlines_file) for the
         queue's estimates and the dashboard's "culled at the earliest". '' = off.""",
     ).tag(config=True)
     share_memory_action = Enum(
@@ -257,7 +257,7 @@ class GPUIdleCuller(HubService):
         "",
         help="""JSON file the culler rewrites each round with the shares over their memory
         and what their users are told (wire/share_notices.py); the hub shows them
-        (GPUDockerSpawner.share_notices_file). '' = off (the log only).""",
+        (GPUCluster.share_notices_file). '' = off (the log only).""",
     ).tag(config=True)
     state_file = Unicode(
         "jupyterhub-gpu-culler-state.json",
