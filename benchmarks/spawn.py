@@ -228,11 +228,7 @@ c.GPUDockerSpawner.resource_defaults = {resources!r}
 c.GPUDockerSpawner.home_template = ""
 c.GPUCluster.hub_id = {hub.hub_id!r}
 """
-        + (
-            ""
-            if accounting_url is None
-            else f"c.GPUCluster.accounting_url = {accounting_url!r}\n"
-        )
+        + ("" if accounting_url is None else f"c.GPUCluster.accounting_url = {accounting_url!r}\n")
     )
     sides["gpu"] = Side("gpu", hub, prefix, engine)
     return sides
