@@ -50,7 +50,11 @@ def section(cls: type[HasTraits]) -> str:
     lines = [f"## {cls.__name__}", "", inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0], ""]
     own = {k: t for k, t in cls.class_traits(config=True).items() if ours(cls, k)}
     for name, trait in sorted(own.items()):
-        default = trait.default_value_repr()
+        value = trait.default_value
+        named = callable(value) and hasattr(value, "__qualname__")  # not its address
+        default = (
+            f"{value.__module__}.{value.__qualname__}" if named else trait.default_value_repr()
+        )
         lines += [
             f"### `c.{cls.__name__}.{name}`",
             "",

@@ -20,8 +20,11 @@ slots and its memory are never the user's to fill.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from jupyterhub.spawner import SpawnException
 from tornado.httpclient import HTTPClientError, HTTPRequest
@@ -29,6 +32,7 @@ from tornado.httputil import HTTPInputError, parse_response_start_line
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
 
 from jupyterhub_gpu.core.words import one_line
+from jupyterhub_gpu.errors import NodeError, NotOnNode
 from jupyterhub_gpu.hub.refusal import spawn_refusal
 
 # What a check of the container says: None while it runs, else its exit code.
@@ -164,3 +168,51 @@ def exited_refusal(code: int, node: str) -> SpawnException:
         reason="server_exited",
         status_code=500,
     )
+
+
+async def exit_code(call: Callable[..., Awaitable[Any]], container_id: str) -> int | None:
+    """None while the container runs (or its node can't say); else its exit code, -1 when
+    it is gone (``call``: a Docker call on its node that raises ours, ``Cluster.run``)."""
+    try:
+        info = await call("inspect_container", container_id)
+    except NotOnNode:
+        return -1
+    except NodeError:
+        return None
+    state = info.get("State") or {}
+    if state.get("Running") or state.get("Status") in ("created", "restarting"):
+        return None
+    return int(state.get("ExitCode", -1))
+
+
+def answer_window(
+    began: float, now: float, start_timeout: float, http_timeout: float, check_for: float
+) -> float:
+    """Seconds ``start`` checks a new server for its first answer: ``check_for``
+    (``answer_check_timeout``), at most ``http_timeout`` and what is left of
+    ``start_timeout`` (since ``began``) but a second."""
+    return min(check_for, http_timeout, began + start_timeout - now - 1.0)
+
+
+async def exited(
+    call: Callable[..., Awaitable[Any]],
+    container_id: str,
+    code: int,
+    *,
+    secrets: Sequence[str],
+    log: logging.Logger,
+    holder: str,
+    node: str,
+) -> SpawnException:
+    """What a user is told when their container exits while starting (:func:`exited_refusal`);
+    its last lines (when the node still has them), bounded, ``secrets`` hidden, go to the
+    hub's log for the admin (:func:`log_tail`)."""
+    with contextlib.suppress(NodeError):
+        raw = await call("logs", container_id, tail=20)
+        log.warning(
+            "%s: server exited while starting on node %s; its last lines:\n%s",
+            holder,
+            node,
+            log_tail(bytes(raw or b""), secrets),
+        )
+    return exited_refusal(code, node)

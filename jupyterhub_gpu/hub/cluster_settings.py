@@ -287,6 +287,14 @@ def moved_keys(config: Any, given: Mapping[str, Any] | None = None) -> dict[str,
     return {k: v for k, v in found.items() if k not in new}
 
 
+def old_keys() -> dict[str, Any]:
+    """The spawner's traits for the keys of :data:`MOVED` (``c.GPUDockerSpawner.<key>``,
+    accepted for one release; their values are read through :func:`moved_keys`)."""
+    moved = GPUCluster.class_traits(config=True)
+    help = "Moved to c.GPUCluster (same name): set it there; accepted here for one release."
+    return {k: type(t)(config=True, help=help) for k, t in sorted(moved.items())}
+
+
 def deprecation(key: str) -> str:
     """The sentence for a moved key set the old way."""
     return (
@@ -346,4 +354,5 @@ __all__ = [
     "deprecation",
     "gpu_cluster",
     "moved_keys",
+    "old_keys",
 ]

@@ -9,7 +9,9 @@ images' service (:class:`~.saves.MyImages`) and say it in a user's sentence.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from jupyterhub_gpu.core.catalog import Catalog
@@ -17,7 +19,7 @@ from jupyterhub_gpu.core.containers import reserved_label_refusal
 from jupyterhub_gpu.core.identity import Identity
 from jupyterhub_gpu.core.saving.entries import Unlisted, is_saved_slug, saved_entries, with_saved
 from jupyterhub_gpu.core.saving.identity import NodeImage, in_registry, start_refusal
-from jupyterhub_gpu.errors import InvalidRequest, UserFacingError
+from jupyterhub_gpu.errors import InvalidRequest, NodeError, UserFacingError
 from jupyterhub_gpu.hub.saves import MyImages
 
 
@@ -60,6 +62,30 @@ def check_labels(image: str, info: dict[str, Any], log: logging.Logger, holder: 
         raise InvalidRequest(refusal)
 
 
+async def check_image(
+    saves: MyImages,
+    image: str,
+    info: dict[str, Any],
+    choice: tuple[str, str] | None,
+    log: logging.Logger,
+    holder: str,
+    untag: Callable[[], Awaitable[Any]] | None = None,
+) -> None:
+    """What ``image`` is on the node (``info``) must carry none of the hub's labels, and a
+    saved image must have been chosen by its name (``choice``); ``untag``: remove an image
+    this spawn pulled for nothing (a node that fails to is left as it is)."""
+    check_labels(image, info, log, holder)
+    found = await saved_refusal(saves, image, info, choice)
+    if found is None:
+        return
+    refusal, image_id = found
+    log.warning("%s asked for saved image %s as %r: refused", holder, image_id[:19], image)
+    if untag is not None:
+        with contextlib.suppress(NodeError):
+            await untag()
+    raise InvalidRequest(refusal)
+
+
 async def saved_refusal(
     saves: MyImages, image: str, info: dict[str, Any], choice: tuple[str, str] | None
 ) -> tuple[str, str] | None:
@@ -73,4 +99,10 @@ async def saved_refusal(
     return None if refusal is None else (refusal, found.id)
 
 
-__all__ = ["check_labels", "refuse_saved_reference", "saved_refusal", "user_catalog"]
+__all__ = [
+    "check_image",
+    "check_labels",
+    "refuse_saved_reference",
+    "saved_refusal",
+    "user_catalog",
+]

@@ -22,6 +22,7 @@ from jupyterhub_gpu.core.accounting.records import (
 )
 from jupyterhub_gpu.core.holds import Hold, NodeHolds, latest
 from jupyterhub_gpu.core.placement.journal import Allocations
+from jupyterhub_gpu.core.placement.request import Placement
 from jupyterhub_gpu.core.scheduling.admission import overlay
 from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
 
@@ -197,6 +198,17 @@ class GPULedger:
         for uuid in wanted:
             self._holds[uuid] = Hold(holder, node, allocation=allocation)
             self._touch(uuid)
+
+    def reserve_placement(self, holder: str, decision: Placement, allocation: str) -> None:
+        """Take what admission placed for ``holder`` (its GPUs whole, or its share of one)
+        and its place on the node; ``KeyError`` when another spawn took them first."""
+        share = decision.share
+        if share is None:
+            self.reserve(holder, decision.node, decision.gpu_uuids, allocation)
+        else:
+            (uuid,) = decision.gpu_uuids
+            self.reserve_share(holder, decision.node, uuid, (share.count, share.of), allocation)
+        self.place_server(holder, decision.node, allocation)
 
     def reserve_share(
         self, holder: str, node: str, uuid: str, share: tuple[int, int], allocation: str = ""

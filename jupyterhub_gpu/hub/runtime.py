@@ -29,10 +29,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
+from traitlets import TraitError
 from traitlets.config import Config
 
 from jupyterhub_gpu.core.allocation import seal_key
@@ -44,7 +45,7 @@ from jupyterhub_gpu.hub.cluster import Cluster
 from jupyterhub_gpu.hub.cluster_settings import ClusterSettings, GPUCluster, gpu_cluster
 from jupyterhub_gpu.hub.metrics import COLLECTOR, ClusterCollector
 from jupyterhub_gpu.hub.node_checks import hub_check_settings
-from jupyterhub_gpu.hub.prepull import PrePullRunner, prepuller
+from jupyterhub_gpu.hub.prepull import PrePullRunner, catalog_reader, prepuller
 from jupyterhub_gpu.hub.queue import SpawnQueue
 from jupyterhub_gpu.hub.saves import MyImages, my_images
 from jupyterhub_gpu.hub.sharing import GPUSharing
@@ -159,15 +160,22 @@ class HubRuntime:
         """The hub's pre-puller once made (the API and the dashboard read its state)."""
         return self._prepuller
 
-    def start_prepuller(self, log: logging.Logger, catalog: Callable[[], Catalog]) -> None:
-        """Make the hub's pre-puller (``c.PrePuller``) if not made yet, and start its
-        rounds if it is on."""
+    def start_prepuller(self, log: logging.Logger, catalog_file: str) -> None:
+        """Make the hub's pre-puller (``c.PrePuller``, reading the catalog at
+        ``catalog_file``, "" the shipped one) if not made yet, and start its rounds if it is
+        on; a bad ``c.PrePuller`` setting is logged (with its sentence) and never stops a
+        spawn."""
         if self.cluster is None:
             raise RuntimeError("the hub's GPU runtime is not started")
-        if self._prepuller is None or self._prepuller.cluster is not self.cluster:
-            saves = self.saved_images(log)
-            self._prepuller = prepuller(self.cluster, self.config, log, catalog, saves)
-        self._prepuller.start()
+        try:
+            if self._prepuller is None or self._prepuller.cluster is not self.cluster:
+                saves = self.saved_images(log)
+                path = str(catalog_file or default_catalog_path())
+                catalog = catalog_reader(path, log)
+                self._prepuller = prepuller(self.cluster, self.config, log, catalog, saves)
+            self._prepuller.start()
+        except (TraitError, ValueError) as e:
+            log.error("Pre-puller not started: %s", e)
 
     def start_slot(self, limit: int) -> contextlib.AbstractAsyncContextManager[Any]:
         """One of ``limit`` slots to create a server in (0: no limit), shared by the hub's

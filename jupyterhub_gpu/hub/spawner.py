@@ -35,14 +35,14 @@ from jupyterhub.spawner import SpawnException
 from jupyterhub.utils import fmt_ip_url
 from traitlets import (
     Bool,
+    Callable,
     Dict,
     Enum,
     Float,
     Int,
     List,
-    TraitError,
     Unicode,
-    default,
+    Union,
     validate,
 )
 
@@ -95,7 +95,6 @@ from jupyterhub_gpu.edges.node_errors import node_calls
 from jupyterhub_gpu.edges.nodecheck import CheckSettings
 from jupyterhub_gpu.errors import (
     ConfigError,
-    InvalidRequest,
     NodeError,
     NodeFailure,
     NodeRefused,
@@ -104,20 +103,17 @@ from jupyterhub_gpu.errors import (
     UserFacingError,
 )
 from jupyterhub_gpu.hub.admission import QueueingSpawnerMixin
-from jupyterhub_gpu.hub.answer import exited_refusal, first_answer, log_tail
+from jupyterhub_gpu.hub.answer import answer_window, exit_code, exited, first_answer
 from jupyterhub_gpu.hub.cluster import Cluster
-from jupyterhub_gpu.hub.cluster_settings import GPUCluster
+from jupyterhub_gpu.hub.cluster_settings import GPUCluster, old_keys
 from jupyterhub_gpu.hub.cull_notes import culled_just_now
 from jupyterhub_gpu.hub.image_checks import (
-    check_labels,
+    check_image,
     refuse_saved_reference,
-    saved_refusal,
     user_catalog,
 )
-from jupyterhub_gpu.hub.ledger import GPULedger
 from jupyterhub_gpu.hub.metrics import SPAWN_DECISIONS
 from jupyterhub_gpu.hub.node_checks import hub_check_settings
-from jupyterhub_gpu.hub.prepull import catalog_reader
 from jupyterhub_gpu.hub.pull import ImageUnavailable, pull
 from jupyterhub_gpu.hub.queue import MustQueue, SpawnQueue
 from jupyterhub_gpu.hub.refusal import spawn_error, spawn_refusal
@@ -125,12 +121,10 @@ from jupyterhub_gpu.hub.runtime import HubRuntime, runtime_of, seal_key_of
 from jupyterhub_gpu.hub.saves import MyImages
 from jupyterhub_gpu.hub.sharing import GPUSharing
 from jupyterhub_gpu.hub.spawn_form import spawn_form
-from jupyterhub_gpu.wire.catalog_file import default_catalog_path
 
 # the environment variables whose values never reach the hub's log (an exited
 # server's output that prints its environment)
 _SECRET_ENV = re.compile(r"TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
-_MOVED = "Moved to c.GPUCluster (same name): set there; accepted here for one release."
 
 
 def _options_applied_in_start(spawner: Any, user_options: dict[str, Any]) -> None:
@@ -153,31 +147,22 @@ def derived_names(spawner: Any, username: str, server: str) -> list[tuple[str, s
     return [*names, (PATH, spawner.home_container_path.format(username=safe))]
 
 
+def home_layout(spawner: Any) -> HomeLayout:
+    """Where ``spawner``'s user's home is (its ``home_*`` settings)."""
+    return HomeLayout(
+        spawner.home_template,
+        spawner.home_from_directory,
+        spawner.home_directory_prefix,
+        spawner.home_container_path,
+    )
+
+
 class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
     """A DockerSpawner that gives each server exactly the GPUs it was placed on."""
 
-    # the cluster-wide keys moved to c.GPUCluster (cluster_settings.py): accepted here for
-    # one release with a warning naming the new key; the spawner reads self.site's
-    nodes: List[Any] = List(config=True, help=_MOVED)
-    nodes_file = Unicode(config=True, help=_MOVED)
-    agent_token = Unicode(config=True, help=_MOVED)
-    probe_mode = Unicode(config=True, help=_MOVED)
-    inventory_file = Unicode(config=True, help=_MOVED)
-    reconcile_interval = Float(config=True, help=_MOVED)
-    accounting_url = Unicode(config=True, help=_MOVED)
-    concurrent_start_limit = Int(config=True, help=_MOVED)
-    catalog_file = Unicode(config=True, help=_MOVED)
-    docker_threads_per_node = Int(config=True, help=_MOVED)
-    docker_timeout = Float(config=True, help=_MOVED)
-    user_network = Unicode(config=True, help=_MOVED)
-    user_bridge = Unicode(config=True, help=_MOVED)
-    hub_id = Unicode(config=True, help=_MOVED)
-    cull_notes_file = Unicode(config=True, help=_MOVED)
-    drains_file = Unicode(config=True, help=_MOVED)
-    check_nodes = Bool(config=True, help=_MOVED)
-    node_check_interval = Float(config=True, help=_MOVED)
-    cull_deadlines_file = Unicode(config=True, help=_MOVED)
-    share_notices_file = Unicode(config=True, help=_MOVED)
+    # the cluster-wide keys moved to c.GPUCluster (cluster_settings.MOVED): accepted here
+    # for one release with a warning naming the new key; the spawner reads self.site's
+    locals().update(old_keys())
     # max_queue_wait and queue_policy: QueueingSpawnerMixin's (admission.py)
     resource_defaults = Dict(
         config=True,
@@ -279,34 +264,35 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             raise ConfigError(f"{proposal.trait.name} must not be 0: containers never run as root")
         return int(proposal.value)
 
-    @default("network_name")
-    def _default_network(self) -> str:
-        return self.site.user_network
-
-    @default("use_internal_ip")
-    def _default_use_internal_ip(self) -> bool:
-        return False  # the hub reaches servers through the port published on the node
-
-    @default("remove")
-    def _default_remove(self) -> bool:
-        return True
-
-    @default("options_from_form")
-    def _default_options_from_form(self) -> Any:
-        return options_from_form
-
-    @default("apply_user_options")
-    def _default_apply_user_options(self) -> Any:
-        return _options_applied_in_start
-
-    @default("options_form")
-    def _default_options_form(self) -> Any:
-        return spawn_form
+    # DockerSpawner's and JupyterHub's settings whose defaults this spawner changes
+    use_internal_ip = Bool(False, config=True, help=DockerSpawner.use_internal_ip.help)
+    remove = Bool(True, config=True, help=DockerSpawner.remove.help)
+    options_from_form = Union(
+        [Callable(), Unicode()],
+        default_value=options_from_form,
+        config=True,
+        help="Reads the spawn form (core/form/).",
+    )
+    apply_user_options = Union(
+        [Callable(), Dict()],
+        default_value=_options_applied_in_start,
+        config=True,
+        help="``start`` applies the user's options itself, strictly.",
+    )
+    options_form = Union(
+        [Unicode(), Callable()],
+        default_value=spawn_form,
+        config=True,
+        help="The spawn form (hub/spawn_form.py).",
+    )
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         #: c.GPUCluster (moved keys given the old way still count, with a warning)
         self.site: GPUCluster = self.runtime.configure(self.config, self.log, kwargs)
+        sections = ("Spawner", "DockerSpawner", "GPUDockerSpawner")
+        if not any("network_name" in self.config.get(c, {}) for c in sections):
+            self.network_name = kwargs.get("network_name") or self.site.user_network
         self._events: list[dict[str, Any]] = []
         self._events_changed = asyncio.Event()
         self._start_done = True
@@ -371,11 +357,11 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         if self.node_name:
             share = self.share
             held = (share.count, share.of) if share is not None else None
-            conflicts = self.ledger.adopt_server(
+            conflicts = self.cluster.ledger.adopt_server(
                 self.holder, self.node_name, self.gpu_uuids, held, self.allocation_id
             )
-            self.ledger.place_server(self.holder, self.node_name, self.allocation_id)
-            self.ledger.rejoin_allocation(
+            self.cluster.ledger.place_server(self.holder, self.node_name, self.allocation_id)
+            self.cluster.ledger.rejoin_allocation(
                 AllocationRecord(
                     id=self.allocation_id,
                     user=self.user.name,
@@ -402,9 +388,9 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
     def _forget_placement(self, ended: EndReason | None = None) -> None:
         """Free what this server holds; with ``ended``, its allocation ends for that reason."""
         if ended is not None:
-            self.ledger.end_allocation(self.allocation_id, ended)
-        freed = self.ledger.release(self.holder, self.gpu_uuids)
-        self.ledger.release_server(self.holder)
+            self.cluster.ledger.end_allocation(self.allocation_id, ended)
+        freed = self.cluster.ledger.release(self.holder, self.gpu_uuids)
+        self.cluster.ledger.release_server(self.holder)
         if freed:
             self.log.info("%s: released GPUs %s", self.holder, ", ".join(freed))
         self.node_name = ""
@@ -463,10 +449,6 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         return queue
 
     @property
-    def ledger(self) -> GPULedger:
-        return self.cluster.ledger
-
-    @property
     def catalog(self) -> Catalog:
         """The image catalog, re-read when its file changes (a bad edit keeps the old one)."""
         return self.runtime.catalog(self.site.catalog_file, self.log)
@@ -479,15 +461,6 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         """The hub's "My images" service (the runtime's)."""
         self.cluster  # noqa: B018 - builds the runtime's parts on first use
         return self.runtime.saved_images(self.log, self.config)
-
-    @property
-    def home_layout(self) -> HomeLayout:
-        return HomeLayout(
-            self.home_template,
-            self.home_from_directory,
-            self.home_directory_prefix,
-            self.home_container_path,
-        )
 
     # ------------------------------------------------------------------ docker, per node
     @property
@@ -528,47 +501,24 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             self.log.info("%s has no uid in auth_state: runs as %s", self.user.name, ident.uid)
         return ident
 
-    async def _check_image(self, image: str, info: dict[str, Any], pulled: bool) -> None:
-        """What ``image`` is on the node (``info``) must carry none of the hub's labels,
-        and a saved image must have been chosen by its name (an image this spawn pulled
-        for nothing is untagged again)."""
-        check_labels(image, info, self.log, self.holder)
-        found = await saved_refusal(self.saved_images(), image, info, self._saved_choice)
-        if found is None:
-            return
-        refusal, image_id = found
-        self.log.warning("%s asked for saved image %s as %r: refused", self.holder,
-                         image_id[:19], image)  # fmt: skip
-        if pulled:
-            with contextlib.suppress(NodeError):
-                await self._on_node("remove_image", image)
-        raise InvalidRequest(refusal)
-
     # ------------------------------------------------------------------ placement
     def _reserve(self, decision: Placement) -> Placement:
         """Write what admission decided into the ledger and this spawner's state, with no
         ``await``: called right after the decision (``_decide_and_reserve``, ``_take``)."""
         allocation = new_allocation_id()
-        share = decision.share
-        if share is None:
-            self.ledger.reserve(self.holder, decision.node, decision.gpu_uuids, allocation)
-        else:  # KeyError when another spawn took the last share first
-            (uuid,) = decision.gpu_uuids
-            held = (share.count, share.of)
-            self.ledger.reserve_share(self.holder, decision.node, uuid, held, allocation)
-        self.share = share
+        self.cluster.ledger.reserve_placement(self.holder, decision, allocation)  # or KeyError
+        self.share = decision.share
         self.cluster.pending.add(self.holder)
         self.node_name = decision.node
         self.gpu_uuids = list(decision.gpu_uuids)
         self.allocation_id = allocation
-        self.ledger.place_server(self.holder, decision.node, self.allocation_id)
         return decision
 
     # ------------------------------------------------------------------ container
     def get_env(self) -> dict[str, str]:
         env = super().get_env()
         if self.home_template:
-            env["HOME"] = self.home_layout.in_container(self.user.name)
+            env["HOME"] = home_layout(self).in_container(self.user.name)
         # last: nothing else decides the GPUs, the share's limits or where MPS is
         env.update(server_env(self.gpu_uuids, self.share, self._mps_paths()))
         return env
@@ -582,7 +532,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
     def home_host_path(self, ident: Identity) -> Path | None:
         """The user's home on the hub's shared filesystem (None without ``home_template``):
         where the SSH gateway reads her ``~/.ssh/authorized_keys`` (hub/api/ssh.py)."""
-        return self.home_layout.host(ident)
+        return home_layout(self).host(ident)
 
     def _labels(self) -> dict[str, str]:
         """The container's labels: its allocation, sealed (core/containers.py)."""
@@ -603,7 +553,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
     async def _prepare(self, ident: Identity, options: SpawnOptions) -> None:
         """Create the home and set everything create_object needs (no Docker calls)."""
         home = None
-        layout = self.home_layout
+        layout = home_layout(self)
         path = layout.host(ident)
         if path is not None:
             root = homes.template_root(self.home_template)
@@ -671,34 +621,21 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         created = await self._on_node("create_container", **request.create, host_config=host_config)
         return dict(created)
 
-    def _start_prepuller(self) -> None:
-        """Start the pre-puller's rounds if it is on (the runtime's, reading this spawner's
-        catalog); a bad ``c.PrePuller`` setting is logged (with its sentence) and never
-        stops a spawn."""
-        try:
-            self.cluster  # noqa: B018 - builds the runtime's parts on first use
-            path = str(self.site.catalog_file or default_catalog_path())
-            self.runtime.start_prepuller(self.log, catalog_reader(path, self.log))
-        except (TraitError, ValueError) as e:
-            self.log.error("Pre-puller not started: %s", e)
-
     async def check_allowed(self, image: str) -> str:
         """The image was resolved from the catalog by ``start``; DockerSpawner asks again."""
         return str(self.image)
 
-    def _pull_allowance(self) -> float:
-        return self.pull_timeout
-
     async def pull_image(self, image: str) -> None:
         """Pull a missing image on the chosen node, reporting the percentage; then check
-        what it is (:meth:`_check_image`). Once per start: ``_create`` calls it before the
-        start's time limit counts, and DockerSpawner's ``start`` calls it again for the same
-        image, answered from the first call (no second inspect, no second check)."""
+        what it is (:func:`~.image_checks.check_image`). Once per start: ``_create`` calls it
+        before the start's time limit counts, and DockerSpawner's ``start`` calls it again for
+        the same image, answered from the first call (no second inspect, no second check)."""
         if self._image_checked is not None and self._image_checked[0] == image:
             return
+        saves = self.saved_images()
         try:
             info = await self._on_node("inspect_image", image)
-            await self._check_image(image, info, pulled=False)
+            await check_image(saves, image, info, self._saved_choice, self.log, self.holder)
             self._image_checked = (image, info)
             return
         except NotOnNode:
@@ -714,11 +651,13 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             self.pull_timeout,
             lambda pct, message: self._event(40 + pct // 4, message),
             self.log,
-            self.saved_images().settings.auth_config(image),
+            saves.settings.auth_config(image),
             stall_timeout=self.pull_stall_timeout,
         )
         info = await self._on_node("inspect_image", image)
-        await self._check_image(image, info, pulled=True)
+        untag = functools.partial(self._on_node, "remove_image", image)  # pulled for nothing
+        choice = self._saved_choice
+        await check_image(saves, image, info, choice, self.log, self.holder, untag=untag)
         self._image_checked = (image, info)
 
     async def get_command(self) -> list[str]:
@@ -741,9 +680,9 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         try:
             self.host_port = published_port(bindings)
         except NodeFailure:
-            code = await self._exit_code()  # an image whose command fails at once
+            code = await exit_code(self._on_node, self.container_id)  # a command failing at once
             if code is not None:
-                raise await self._exited(code) from None
+                raise await self._exited_refusal(code) from None
             raise
         return self.cluster.spec(self.node_name).address, self.host_port
 
@@ -809,7 +748,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         self._forget_placement()  # the hub cleared the state; be sure nothing is left held
         self._ended_note = ""  # the form showed why the last server ended; it starts again
         self._image_checked = None  # each start checks its image on its node afresh
-        self._start_prepuller()
+        self.runtime.start_prepuller(self.log, self.site.catalog_file)
         try:
             names = functools.partial(derived_names, self)
             check_name_lengths(names, self.user.name, self.name, self.escape)
@@ -829,16 +768,31 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
                 SPAWN_DECISIONS.labels("refused", getattr(e, "reason", None) or "other").inc()
                 raise
             SPAWN_DECISIONS.labels("placed", "").inc()
-            self.ledger.open_allocation(self._record(snapshot, decision, ident, options))
+            self.cluster.ledger.open_allocation(self._record(snapshot, decision, ident, options))
             await self.cluster.recorded()  # the record exists before the container does
             described = describe_placement(snapshot, decision)
             self._event(30, described)
             self.log.info("%s: %s", self.holder, described)
             self._warn_of_reservations(snapshot)
             ip_port = await self._create(ident, options)
-            self.ledger.allocation_started(self.allocation_id)
+            self.cluster.ledger.allocation_started(self.allocation_id)
             self._event(90, "Waiting for the server to answer")
-            await self._first_answer(*ip_port)
+            # start's own fast wait for the first answer, so that JupyterHub's first check
+            # succeeds at once; an exited container fails the start at once (answer.py)
+            hub, loop = cast(Any, self), asyncio.get_running_loop()
+            seconds = answer_window(
+                self._start_began or loop.time(),
+                loop.time(),
+                float(hub.start_timeout),
+                float(hub.http_timeout),
+                self.answer_check_timeout,
+            )
+            if seconds > 0 and not hub.internal_ssl and self.server is not None:
+                url = f"http://{fmt_ip_url(ip_port[0])}:{ip_port[1]}{self.server.base_url}"
+                exited_code = functools.partial(exit_code, self._on_node, self.container_id)
+                answer = await first_answer(url, seconds, exited_code)
+                if answer.exit_code is not None:
+                    raise await self._exited_refusal(answer.exit_code)
             return ip_port
         except UserFacingError as e:
             await self._undo()
@@ -914,47 +868,19 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
                 status_code=503,
             ) from None
 
-    async def _first_answer(self, ip: str, port: int) -> None:
-        """Wait (``answer_check_timeout``) for the server's first answer, so that
-        JupyterHub's first check succeeds at once; fail at once if its container exits."""
-        hub = cast(Any, self)  # http_timeout, start_timeout, internal_ssl: JupyterHub's
-        began = self._start_began or asyncio.get_running_loop().time()
-        left = began + float(hub.start_timeout) - asyncio.get_running_loop().time() - 1.0
-        seconds = min(self.answer_check_timeout, float(hub.http_timeout), left)
-        if seconds <= 0 or hub.internal_ssl or self.server is None:
-            return
-        url = f"http://{fmt_ip_url(ip)}:{port}{self.server.base_url}"
-        answer = await first_answer(url, seconds, self._exit_code)
-        if answer.exit_code is not None:
-            raise await self._exited(answer.exit_code)
-
-    async def _exited(self, code: int) -> SpawnException:
-        """What a user is told when their container exits while starting; its last lines
-        (when the node still has them), bounded, its credentials hidden, go to the hub's
-        log for the admin (:func:`~jupyterhub_gpu.hub.answer.log_tail`)."""
-        with contextlib.suppress(NodeError):
-            raw = await self._on_node("logs", self.container_id, tail=20)
-            secrets = [str(v) for k, v in self.get_env().items() if _SECRET_ENV.search(k)]
-            self.log.warning(
-                "%s: server exited while starting on node %s; its last lines:\n%s",
-                self.holder,
-                self.node_name,
-                log_tail(bytes(raw or b""), [*secrets, str(self.api_token or "")]),
-            )
-        return exited_refusal(code, self.node_name)
-
-    async def _exit_code(self) -> int | None:
-        """None while the container runs (or the node can't say); else its exit code."""
-        try:
-            info = await self._on_node("inspect_container", self.container_id)
-        except NotOnNode:
-            return -1
-        except NodeError:
-            return None
-        state = info.get("State") or {}
-        if state.get("Running") or state.get("Status") in ("created", "restarting"):
-            return None
-        return int(state.get("ExitCode", -1))
+    async def _exited_refusal(self, code: int) -> SpawnException:
+        """What the user is told when the container exits while starting (its last lines,
+        credentials hidden, go to the hub's log: :func:`~.answer.exited`)."""
+        secrets = [str(v) for k, v in self.get_env().items() if _SECRET_ENV.search(k)]
+        return await exited(
+            self._on_node,
+            self.container_id,
+            code,
+            secrets=[*secrets, str(self.api_token or "")],
+            log=self.log,
+            holder=self.holder,
+            node=self.node_name,
+        )
 
     async def _undo(self) -> None:
         """A start that failed: its container removed (if any), its GPUs freed."""
@@ -973,7 +899,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
     async def poll(self) -> int | str | None:
         self.cluster.start_reconciling()  # a restarted hub polls its servers first of all
         self.saved_images().start_sweeping()
-        self._start_prepuller()
+        self.runtime.start_prepuller(self.log, self.site.catalog_file)
         if not self.node_name:
             return 0
         if self.cluster.known_down(self.node_name):
@@ -1007,7 +933,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             try:
                 with node_calls(self.node_name):
                     await super().stop(now=now)
-                self.ledger.end_allocation(
+                self.cluster.ledger.end_allocation(
                     allocation,
                     stop_reason(
                         never_answered, culled_just_now(path, self.user.name, self.name, started)
@@ -1023,5 +949,5 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
                     self.holder,
                     e,
                 )
-                self.ledger.orphan(self.holder)
+                self.cluster.ledger.orphan(self.holder)
         self.clear_state()
