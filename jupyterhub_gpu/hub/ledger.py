@@ -24,6 +24,7 @@ from jupyterhub_gpu.core.holds import Hold, NodeHolds, latest
 from jupyterhub_gpu.core.placement.journal import Allocations
 from jupyterhub_gpu.core.placement.request import Placement
 from jupyterhub_gpu.core.scheduling.admission import overlay
+from jupyterhub_gpu.core.sharing import Share
 from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
 
 log = logging.getLogger(__name__)
@@ -158,6 +159,19 @@ class GPULedger:
             return self.adopt(holder, node, uuids, allocation)
         (uuid,) = uuids
         return [] if self.adopt_share(holder, node, uuid, share, allocation) else [uuid]
+
+    def rejoin_server(
+        self, holder: str, record: AllocationRecord, share: Share | None
+    ) -> list[str]:
+        """A server the hub's database says runs (after a restart): its GPUs (a share as a
+        share), its place on the node and its open allocation held again; returns the
+        GPUs others hold."""
+        held = (share.count, share.of) if share is not None else None
+        uuids = list(record.gpu_uuids)
+        conflicts = self.adopt_server(holder, record.node, uuids, held, record.id)
+        self.place_server(holder, record.node, record.id)
+        self.rejoin_allocation(record)
+        return conflicts
 
     def held_by(self, holder: str) -> list[str]:
         """The GPUs ``holder``'s live server holds, whole or a share (its orphans aside)."""

@@ -58,7 +58,6 @@ from jupyterhub_gpu.core.containers import (
     published_port,
     server_env,
     server_labels,
-    share_from_state,
 )
 from jupyterhub_gpu.core.form import (
     ResourcePolicy,
@@ -121,6 +120,7 @@ from jupyterhub_gpu.hub.runtime import HubRuntime, runtime_of, seal_key_of
 from jupyterhub_gpu.hub.saves import MyImages
 from jupyterhub_gpu.hub.sharing import GPUSharing
 from jupyterhub_gpu.hub.spawn_form import spawn_form
+from jupyterhub_gpu.wire.server_state import ServerState, decode_state, encode_state
 
 # the environment variables whose values never reach the hub's log (an exited
 # server's output that prints its environment)
@@ -321,60 +321,48 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         return f"{self.user.name}/{self.name}"
 
     def get_state(self) -> dict[str, Any]:
-        state = super().get_state()
-        if self.node_name:
-            state.update(node=self.node_name, gpu_uuids=list(self.gpu_uuids))
-            if self.share is not None:
-                share = self.share
-                state["share"] = [share.count, share.of, share.memory_mib, share.mode]
-            if self.allocation_id:
-                state["allocation"] = self.allocation_id
-                state["charge_group"], state["gpu_model"] = self._charge_group, self._gpu_model
-            if self.host_port:
-                state["host_port"] = self.host_port
-            if self.server is not None and self.host_port:  # the culler reads it directly
-                address = self.cluster.spec(self.node_name).address
-                state["server_url"] = f"http://{address}:{self.host_port}{self.server.base_url}"
-        if self.api_token:  # the only token the culler may send this server (culler/access.py)
-            state["server_token"] = self.api_token
-        if self._ended_note:
-            state["ended_note"] = self._ended_note
-        return state
+        url = ""
+        if self.node_name and self.server is not None and self.host_port:
+            address = self.cluster.spec(self.node_name).address
+            url = f"http://{address}:{self.host_port}{self.server.base_url}"
+        placement = ServerState(
+            self.node_name,
+            tuple(self.gpu_uuids),
+            self.share,
+            self.allocation_id,
+            self._charge_group,
+            self._gpu_model,
+            self.host_port,
+            url,
+            str(self.api_token or ""),
+            self._ended_note,
+        )
+        return {**super().get_state(), **encode_state(placement)}
 
     def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)
-        # a restarted hub forgets api_token: restored, state keeps it, and stop revokes it
-        if isinstance(state.get("server_token"), str) and state["server_token"]:
-            self.api_token = state["server_token"]
-        self._ended_note = str(state.get("ended_note") or "")
-        self.node_name = state.get("node", "")
-        self.gpu_uuids = list(state.get("gpu_uuids", []))
-        self.host_port = int(state.get("host_port") or 0)
-        self.allocation_id = str(state.get("allocation") or "")
-        self._charge_group = str(state.get("charge_group") or "")
-        self._gpu_model = str(state.get("gpu_model") or "")
-        self.share = share_from_state(state.get("share"))
+        saved = decode_state(state)
+        if saved.server_token:  # a restarted hub forgets api_token: stop revokes it
+            self.api_token = saved.server_token
+        self._ended_note = saved.ended_note
+        self.node_name, self.gpu_uuids = saved.node, list(saved.gpu_uuids)
+        self.host_port, self.allocation_id = saved.host_port, saved.allocation
+        self._charge_group, self._gpu_model = saved.charge_group, saved.gpu_model
+        self.share = saved.share
         if self.node_name:
-            share = self.share
-            held = (share.count, share.of) if share is not None else None
-            conflicts = self.cluster.ledger.adopt_server(
-                self.holder, self.node_name, self.gpu_uuids, held, self.allocation_id
+            record = AllocationRecord(
+                id=self.allocation_id,
+                user=self.user.name,
+                server=self.name,
+                group=self._charge_group,
+                node=self.node_name,
+                gpu_uuids=tuple(self.gpu_uuids),
+                gpu_model=self._gpu_model,
+                image="",
+                cuda="",
+                hub=self.site.hub_id,
             )
-            self.cluster.ledger.place_server(self.holder, self.node_name, self.allocation_id)
-            self.cluster.ledger.rejoin_allocation(
-                AllocationRecord(
-                    id=self.allocation_id,
-                    user=self.user.name,
-                    server=self.name,
-                    group=self._charge_group,
-                    node=self.node_name,
-                    gpu_uuids=tuple(self.gpu_uuids),
-                    gpu_model=self._gpu_model,
-                    image="",
-                    cuda="",
-                    hub=self.site.hub_id,
-                )
-            )
+            conflicts = self.cluster.ledger.rejoin_server(self.holder, record, self.share)
             self._from_state = True
             if conflicts:
                 self.log.warning(
