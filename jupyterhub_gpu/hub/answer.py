@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jupyterhub.spawner import SpawnException
+from jupyterhub.utils import fmt_ip_url
 from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.httputil import HTTPInputError, parse_response_start_line
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
@@ -188,10 +189,25 @@ async def exit_code(call: Callable[..., Awaitable[Any]], container_id: str) -> i
 def answer_window(
     began: float, now: float, start_timeout: float, http_timeout: float, check_for: float
 ) -> float:
-    """Seconds ``start`` checks a new server for its first answer: ``check_for``
+    """Seconds ``start`` checks a new server for its first answer itself: ``check_for``
     (``answer_check_timeout``), at most ``http_timeout`` and what is left of
     ``start_timeout`` (since ``began``) but a second."""
-    return min(check_for, http_timeout, began + start_timeout - now - 1.0)
+    return min(check_for, float(http_timeout), began + float(start_timeout) - now - 1.0)
+
+
+async def answer_or_exit(
+    ip_port: tuple[str, int],
+    base_url: str,
+    window: float,
+    call: Callable[..., Awaitable[Any]],
+    container_id: str,
+) -> int | None:
+    """``start``'s own fast wait for a new server's first answer (so that JupyterHub's
+    first check succeeds at once): None once it answers or ``window`` ends, its container's
+    exit code if it exits meanwhile (``call``: a Docker call on its node)."""
+    url = f"http://{fmt_ip_url(ip_port[0])}:{ip_port[1]}{base_url}"
+    answer = await first_answer(url, window, lambda: exit_code(call, container_id))
+    return answer.exit_code
 
 
 async def exited(

@@ -32,7 +32,6 @@ from typing import Any, cast
 import docker
 from dockerspawner import DockerSpawner
 from jupyterhub.spawner import SpawnException
-from jupyterhub.utils import fmt_ip_url
 from traitlets import (
     Bool,
     Callable,
@@ -62,14 +61,10 @@ from jupyterhub_gpu.core.containers import (
 from jupyterhub_gpu.core.form import (
     ResourcePolicy,
     SpawnOptions,
-    gpu_model_availability,
     options_from_form,
-    placement_request,
     policy_from_config,
     resolve_bounds,
-    resolve_entry,
     resource_limits,
-    validate_options,
 )
 from jupyterhub_gpu.core.home_layout import HomeLayout
 from jupyterhub_gpu.core.identity import (
@@ -81,9 +76,6 @@ from jupyterhub_gpu.core.mounts import dataset_binds, parse_group_mounts
 from jupyterhub_gpu.core.names import CONTAINER_NAME, PATH, check_name_lengths
 from jupyterhub_gpu.core.placed import describe_placement, placed_record
 from jupyterhub_gpu.core.placement.request import Placement, PlacementRequest
-from jupyterhub_gpu.core.saving.entries import (
-    PREFIX,
-)
 from jupyterhub_gpu.core.sharing import Share
 from jupyterhub_gpu.core.sharing.mps import MpsPaths
 from jupyterhub_gpu.core.snapshot import ClusterSnapshot
@@ -102,14 +94,12 @@ from jupyterhub_gpu.errors import (
     UserFacingError,
 )
 from jupyterhub_gpu.hub.admission import QueueingSpawnerMixin
-from jupyterhub_gpu.hub.answer import answer_window, exit_code, exited, first_answer
+from jupyterhub_gpu.hub.answer import answer_or_exit, answer_window, exit_code, exited
 from jupyterhub_gpu.hub.cluster import Cluster
 from jupyterhub_gpu.hub.cluster_settings import GPUCluster, old_keys
 from jupyterhub_gpu.hub.cull_notes import culled_just_now
 from jupyterhub_gpu.hub.image_checks import (
     check_image,
-    refuse_saved_reference,
-    user_catalog,
 )
 from jupyterhub_gpu.hub.metrics import SPAWN_DECISIONS
 from jupyterhub_gpu.hub.node_checks import hub_check_settings
@@ -120,7 +110,13 @@ from jupyterhub_gpu.hub.runtime import HubRuntime, runtime_of, seal_key_of
 from jupyterhub_gpu.hub.saves import MyImages
 from jupyterhub_gpu.hub.sharing import GPUSharing
 from jupyterhub_gpu.hub.spawn_form import spawn_form
-from jupyterhub_gpu.wire.server_state import ServerState, decode_state, encode_state
+from jupyterhub_gpu.hub.spawn_request import spawn_request
+from jupyterhub_gpu.wire.server_state import (
+    ServerState,
+    decode_state,
+    encode_state,
+    rejoined_record,
+)
 
 # the environment variables whose values never reach the hub's log (an exited
 # server's output that prints its environment)
@@ -145,6 +141,15 @@ def derived_names(spawner: Any, username: str, server: str) -> list[tuple[str, s
         names.append((PATH, str(homes.home_host_path(spawner.home_template, username))))
     safe = homes.safe_path_component(username)
     return [*names, (PATH, spawner.home_container_path.format(username=safe))]
+
+
+async def rendered(evaluate: Any, render: Any, value: Any) -> dict[str, Any]:
+    """A site's ``extra_create_kwargs`` / ``extra_host_config`` (a dict, or a callable
+    returning one, maybe awaitable), its templates rendered (DockerSpawner's helpers)."""
+    value = evaluate(value)
+    if inspect.isawaitable(value):
+        value = await value
+    return dict(render(value or {}))
 
 
 def home_layout(spawner: Any) -> HomeLayout:
@@ -350,18 +355,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         self._charge_group, self._gpu_model = saved.charge_group, saved.gpu_model
         self.share = saved.share
         if self.node_name:
-            record = AllocationRecord(
-                id=self.allocation_id,
-                user=self.user.name,
-                server=self.name,
-                group=self._charge_group,
-                node=self.node_name,
-                gpu_uuids=tuple(self.gpu_uuids),
-                gpu_model=self._gpu_model,
-                image="",
-                cuda="",
-                hub=self.site.hub_id,
-            )
+            record = rejoined_record(saved, self.user.name, self.name, self.site.hub_id)
             conflicts = self.cluster.ledger.rejoin_server(self.holder, record, self.share)
             self._from_state = True
             if conflicts:
@@ -576,12 +570,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         returning one), their templates rendered, go *under* the workload's own keys."""
         if self._container is None:
             raise RuntimeError("the server's container was not prepared")
-
-        async def site_extras(value: Any) -> dict[str, Any]:
-            value = self._eval_if_callable(value)
-            if inspect.isawaitable(value):
-                value = await value
-            return dict(self._render_templates(value or {}))
+        site_extras = functools.partial(rendered, self._eval_if_callable, self._render_templates)
 
         return Workload(
             name=self.container_name,
@@ -702,31 +691,21 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
     ) -> tuple[Identity, SpawnOptions, PlacementRequest]:
         try:
             ident = await self.identity()
-            bounds = resolve_bounds(self.policy, ident.groups)
-            models = gpu_model_availability(snapshot)
-            wanted = (self.user_options or {}).get("image")
-            catalog, _ = await user_catalog(self.catalog, self.saved_images(), ident, wanted)
-            options = validate_options(
+            found = await spawn_request(
                 self.user_options,
-                catalog=catalog,
-                bounds=bounds,
-                models=models,
+                ident,
+                catalog=self.catalog,
+                saves=self.saved_images(),
+                policy=self.policy,
                 charge_groups=self._charge_groups(ident),
-                sharing=snapshot.sharing,
+                snapshot=snapshot,
             )
-            entry = resolve_entry(catalog, options)
-            if entry.custom:
-                await refuse_saved_reference(self.saved_images(), entry.image)
-            chosen = options.image[len(PREFIX) :] if entry.saved_from else ""
-            owner, _, name = chosen.rpartition("/")
-            self._saved_choice = (owner, name) if chosen else None
-            names = {g.model for n in snapshot.nodes for g in n.inventory.gpus}
-            request = placement_request(options, entry, bounds, names)
         except UserFacingError as e:
             raise spawn_error(e) from None
-        self.image = entry.image
-        self._cuda = entry.cuda_version or ""
-        return ident, options, request
+        self._saved_choice = found.saved_choice
+        self.image = found.entry.image
+        self._cuda = found.entry.cuda_version or ""
+        return ident, found.options, found.request
 
     async def start(self) -> tuple[str, int]:
         self._events = []
@@ -765,22 +744,18 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             ip_port = await self._create(ident, options)
             self.cluster.ledger.allocation_started(self.allocation_id)
             self._event(90, "Waiting for the server to answer")
-            # start's own fast wait for the first answer, so that JupyterHub's first check
-            # succeeds at once; an exited container fails the start at once (answer.py)
-            hub, loop = cast(Any, self), asyncio.get_running_loop()
-            seconds = answer_window(
+            hub, loop = cast(Any, self), asyncio.get_running_loop()  # JupyterHub's timeouts
+            began, now, check_for = (
                 self._start_began or loop.time(),
                 loop.time(),
-                float(hub.start_timeout),
-                float(hub.http_timeout),
                 self.answer_check_timeout,
             )
-            if seconds > 0 and not hub.internal_ssl and self.server is not None:
-                url = f"http://{fmt_ip_url(ip_port[0])}:{ip_port[1]}{self.server.base_url}"
-                exited_code = functools.partial(exit_code, self._on_node, self.container_id)
-                answer = await first_answer(url, seconds, exited_code)
-                if answer.exit_code is not None:
-                    raise await self._exited_refusal(answer.exit_code)
+            window = answer_window(began, now, hub.start_timeout, hub.http_timeout, check_for)
+            if window > 0 and not hub.internal_ssl and self.server is not None:
+                code = await answer_or_exit(ip_port, self.server.base_url, window, self._on_node,
+                                            self.container_id)  # fmt: skip
+                if code is not None:
+                    raise await self._exited_refusal(code)
             return ip_port
         except UserFacingError as e:
             await self._undo()

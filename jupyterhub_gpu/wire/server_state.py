@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from jupyterhub_gpu.core.accounting.records import AllocationRecord
 from jupyterhub_gpu.core.containers import share_from_state
 from jupyterhub_gpu.core.sharing import Share
 
@@ -65,4 +66,21 @@ def decode_state(state: Mapping[str, Any]) -> ServerState:
     )
 
 
-__all__ = ["ServerState", "decode_state", "encode_state"]
+def rejoined_record(saved: ServerState, user: str, server: str, hub: str) -> AllocationRecord:
+    """The record of the allocation a restarted hub rejoins from ``saved`` (its image and
+    CUDA are the store's, not repeated here)."""
+    return AllocationRecord(
+        id=saved.allocation,
+        user=user,
+        server=server,
+        group=saved.charge_group,
+        node=saved.node,
+        gpu_uuids=saved.gpu_uuids,
+        gpu_model=saved.gpu_model,
+        image="",
+        cuda="",
+        hub=hub,
+    )
+
+
+__all__ = ["ServerState", "decode_state", "encode_state", "rejoined_record"]
