@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from jupyterhub_gpu.core.form import ResourcePolicy
     from jupyterhub_gpu.core.identity import Identity
     from jupyterhub_gpu.hub.cluster import Cluster
+    from jupyterhub_gpu.hub.cluster_settings import GPUCluster
 else:  # JupyterHub refuses a Spawner subclass without its own start, stop and poll
     from traitlets.config import LoggingConfigurable as _SpawnerBase
 
@@ -85,7 +86,7 @@ class QueueingSpawnerMixin(_SpawnerBase):
     if TYPE_CHECKING:  # what the spawner provides (spawner.py)
         node_name: str
         gpu_uuids: list[str]
-        pull_timeout: float
+        site: GPUCluster
         allocation_id: str
         _events: list[dict[str, Any]]
         _ended_note: str
@@ -229,7 +230,7 @@ class QueueingSpawnerMixin(_SpawnerBase):
         if self._start_budget is None:
             self._start_budget = float(hub.start_timeout)
         wait = await self._spawn_wait()
-        hub.start_timeout = int(self._start_budget + wait + self.pull_timeout)
+        hub.start_timeout = int(self._start_budget + wait + self.site.pull_timeout)
         result = super().run_pre_spawn_hook()
         if inspect.isawaitable(result):
             await result

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import docker
-from traitlets import Bool, Dict, Float, Int, List, Unicode, default, validate
+from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
 from jupyterhub_gpu.core.sharing.policy import NO_SHARING, SharingPolicy
@@ -210,6 +210,33 @@ class GPUCluster(LoggingConfigurable):
         the GPU shares whose own processes hold more memory than their share. Their users
         see it on every hub page (``/hub/api/gpu/users/{user}/notices``). '' = not shown.""",
     )
+    pull_timeout = Float(
+        1800.0,
+        config=True,
+        help="""Seconds before a spawn's image pull is abandoned, however it goes. The pull
+        does not count against ``start_timeout`` (which bounds the container's start
+        after it): JupyterHub's bound on the whole start is raised by this much.""",
+    )
+    pull_stall_timeout = Float(
+        120.0,
+        config=True,
+        help="""Seconds a spawn's image pull may go without progress (no new byte
+        downloaded or unpacked) before it fails with a sentence: a large image that keeps
+        coming may take up to ``pull_timeout``, a stuck registry, network or disk does not
+        hold the user that long.""",
+    )
+    gpu_device_driver = Enum(
+        ["nvidia", "cdi"],
+        "nvidia",
+        config=True,
+        help="""How GPUs are requested from Docker. ``nvidia`` (default): a DeviceRequest of
+        driver ``nvidia`` with the GPU UUIDs (Docker >= 19.03 with the NVIDIA Container
+        Toolkit's hook). ``cdi``: a DeviceRequest of driver ``cdi`` for
+        ``nvidia.com/gpu=<UUID>`` (Docker >= 25 with CDI enabled and a CDI spec made by
+        ``nvidia-ctk cdi generate``), which does not depend on NVIDIA_VISIBLE_DEVICES.
+        Either way the spawner also sets NVIDIA_VISIBLE_DEVICES to the assigned UUIDs
+        (``void`` without GPUs), so an image's own ENV can never widen it.""",
+    )
 
     @default("nodes")
     def _default_nodes(self) -> list[dict[str, Any]]:
@@ -292,7 +319,12 @@ def old_keys() -> dict[str, Any]:
     accepted for one release; their values are read through :func:`moved_keys`)."""
     moved = GPUCluster.class_traits(config=True)
     help = "Moved to c.GPUCluster (same name): set it there; accepted here for one release."
-    return {k: type(t)(config=True, help=help) for k, t in sorted(moved.items())}
+    def like(t: Any) -> Any:  # the same kind of trait, its value never read
+        if isinstance(t, Enum):
+            return Enum(t.values, t.default_value, config=True, help=help)
+        return type(t)(config=True, help=help)
+
+    return {k: like(t) for k, t in sorted(moved.items())}
 
 
 def deprecation(key: str) -> str:

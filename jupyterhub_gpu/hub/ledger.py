@@ -298,6 +298,17 @@ class GPULedger:
         self._touch(uuid)
         return True
 
+    def release_placement(
+        self, holder: str, uuids: Iterable[str], allocation: str, ended: EndReason | None
+    ) -> list[str]:
+        """A server's GPUs and place on its node freed (its allocation ended for ``ended``
+        first, if given); returns the GPUs freed."""
+        if ended is not None:
+            self.end_allocation(allocation, ended)
+        freed = self.release(holder, uuids)
+        self.release_server(holder)
+        return freed
+
     def release(self, holder: str, uuids: Iterable[str] | None = None) -> list[str]:
         """Free what ``holder``'s live server holds (only those ``uuids`` if given); returns
         what was freed. Its orphans stay: :meth:`release_orphan`."""

@@ -36,7 +36,6 @@ from traitlets import (
     Bool,
     Callable,
     Dict,
-    Enum,
     Float,
     Int,
     List,
@@ -109,6 +108,7 @@ from jupyterhub_gpu.hub.refusal import spawn_error, spawn_refusal
 from jupyterhub_gpu.hub.runtime import HubRuntime, runtime_of, seal_key_of
 from jupyterhub_gpu.hub.saves import MyImages
 from jupyterhub_gpu.hub.sharing import GPUSharing
+from jupyterhub_gpu.hub.spawn_events import SpawnEvents
 from jupyterhub_gpu.hub.spawn_form import spawn_form
 from jupyterhub_gpu.hub.spawn_request import spawn_request
 from jupyterhub_gpu.wire.server_state import (
@@ -224,21 +224,6 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
     )
     default_uid = Int(1000, config=True, help="uid for users without one (never 0).")
     default_gid = Int(100, config=True, help="gid for users without one (never 0).")
-    pull_timeout = Float(
-        1800.0,
-        config=True,
-        help="""Seconds before a spawn's image pull is abandoned, however it goes. The pull
-        does not count against ``start_timeout`` (which bounds the container's start
-        after it): JupyterHub's bound on the whole start is raised by this much.""",
-    )
-    pull_stall_timeout = Float(
-        120.0,
-        config=True,
-        help="""Seconds a spawn's image pull may go without progress (no new byte
-        downloaded or unpacked) before it fails with a sentence: a large image that keeps
-        coming may take up to ``pull_timeout``, a stuck registry, network or disk does not
-        hold the user that long.""",
-    )
     answer_check_timeout = Float(
         20.0,
         config=True,
@@ -249,18 +234,6 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         that exits meanwhile fails the start at once, with its exit code (its last log
         lines go to the hub's log). After this time, or ``http_timeout`` if shorter,
         JupyterHub's wait goes on as usual. 0 = off.""",
-    )
-    gpu_device_driver = Enum(
-        ["nvidia", "cdi"],
-        "nvidia",
-        config=True,
-        help="""How GPUs are requested from Docker. ``nvidia`` (default): a DeviceRequest of
-        driver ``nvidia`` with the GPU UUIDs (Docker >= 19.03 with the NVIDIA Container
-        Toolkit's hook). ``cdi``: a DeviceRequest of driver ``cdi`` for
-        ``nvidia.com/gpu=<UUID>`` (Docker >= 25 with CDI enabled and a CDI spec made by
-        ``nvidia-ctk cdi generate``), which does not depend on NVIDIA_VISIBLE_DEVICES.
-        Either way the spawner also sets NVIDIA_VISIBLE_DEVICES to the assigned UUIDs
-        (``void`` without GPUs), so an image's own ENV can never widen it.""",
     )
 
     @validate("default_uid", "default_gid")
@@ -298,18 +271,15 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         sections = ("Spawner", "DockerSpawner", "GPUDockerSpawner")
         if not any("network_name" in self.config.get(c, {}) for c in sections):
             self.network_name = kwargs.get("network_name") or self.site.user_network
-        self._events: list[dict[str, Any]] = []
-        self._events_changed = asyncio.Event()
-        self._start_done = True
+        self.events = SpawnEvents()  # the spawn page's lines; _events: the same list
+        self._events = self.events.lines
         self._start_began: float | None = None  # the event loop's time when start began
         self._container: ServerContainer | None = None  # decided by _prepare
         self._from_state = False  # placed by load_state and not polled since
         self._cuda = ""  # the chosen catalog entry's CUDA version
         self._charge_group = ""  # the allocation's, kept in state for metrics after restarts
         self._gpu_model = ""
-        # why the hub itself ended the last server (a reservation took its GPUs), for the
-        # spawn form until the next start; kept in state across the stop and hub restarts
-        self._ended_note = ""
+        self._ended_note = ""  # why the hub ended the last server, for the form (in state)
         self._saved_choice: tuple[str, str] | None = None  # (owner, name) of a saved: slug
         # (reference, the engine's inspect) of the image this start pulled and checked
         self._image_checked: tuple[str, dict[str, Any]] | None = None
@@ -369,10 +339,8 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
 
     def _forget_placement(self, ended: EndReason | None = None) -> None:
         """Free what this server holds; with ``ended``, its allocation ends for that reason."""
-        if ended is not None:
-            self.cluster.ledger.end_allocation(self.allocation_id, ended)
-        freed = self.cluster.ledger.release(self.holder, self.gpu_uuids)
-        self.cluster.ledger.release_server(self.holder)
+        ledger = self.cluster.ledger
+        freed = ledger.release_placement(self.holder, self.gpu_uuids, self.allocation_id, ended)
         if freed:
             self.log.info("%s: released GPUs %s", self.holder, ", ".join(freed))
         self.node_name = ""
@@ -419,7 +387,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             api_url=self.hub_connect_url or str(getattr(hub, "api_url", "") or ""),
             proxy_api_url=str(getattr(proxy, "api_url", "") or ""),
             image=str(self.image or ""),
-            gpu_device_driver=self.gpu_device_driver,
+            gpu_device_driver=self.site.gpu_device_driver,
         )
 
     @property
@@ -559,7 +527,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             limits=limits,
             home=home,
             binds=dataset_binds(parse_group_mounts(self.group_mounts), ident.groups),
-            device_driver=self.gpu_device_driver,
+            device_driver=self.site.gpu_device_driver,
             mps=self._mps_paths(),
         )
 
@@ -625,11 +593,11 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             self.cluster,
             self.node_name,
             image,
-            self.pull_timeout,
+            self.site.pull_timeout,
             lambda pct, message: self._event(40 + pct // 4, message),
             self.log,
             saves.settings.auth_config(image),
-            stall_timeout=self.pull_stall_timeout,
+            stall_timeout=self.site.pull_stall_timeout,
         )
         info = await self._on_node("inspect_image", image)
         untag = functools.partial(self._on_node, "remove_image", image)  # pulled for nothing
@@ -665,25 +633,12 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
 
     # ------------------------------------------------------------------ progress
     def _event(self, progress: int, message: str, **extra: Any) -> None:
-        """One line of the spawn page's event log (``extra``: more keys of the event, such
-        as ``html_message``); a line the same as the last one is not added again."""
-        event = {"progress": progress, "message": message, **extra}
-        if self._events and self._events[-1] == event:
-            return
-        self._events.append(event)
-        self._events_changed.set()
+        """One line of the spawn page's event log (:class:`~.spawn_events.SpawnEvents`)."""
+        self.events.add(progress, message, **extra)
 
     async def progress(self) -> AsyncIterator[dict[str, Any]]:
-        sent = 0
-        while True:
-            while sent < len(self._events):
-                yield self._events[sent]
-                sent += 1
-            if self._start_done:
-                return
-            self._events_changed.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._events_changed.wait(), 1.0)
+        async for event in self.events.stream():
+            yield event
 
     # ------------------------------------------------------------------ lifecycle
     async def _validated(
@@ -708,9 +663,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         return ident, found.options, found.request
 
     async def start(self) -> tuple[str, int]:
-        self._events = []
-        self._events_changed = asyncio.Event()
-        self._start_done = False
+        self.events.begin()
         self._start_began = asyncio.get_running_loop().time()
         self._forget_placement()  # the hub cleared the state; be sure nothing is left held
         self._ended_note = ""  # the form showed why the last server ended; it starts again
@@ -784,8 +737,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             raise
         finally:
             self.cluster.pending.discard(self.holder)
-            self._start_done = True
-            self._events_changed.set()
+            self.events.end()
 
     def _record(
         self, snapshot: ClusterSnapshot, decision: Placement, ident: Identity, options: SpawnOptions
@@ -892,16 +844,12 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             # this flag (its own, set around User._wait_up) is still up
             never_answered = bool(getattr(self, "_waiting_for_response", False))
             started = self.orm_spawner.started if self.orm_spawner else None
-            path = self.site.cull_notes_file
             try:
                 with node_calls(self.node_name):
                     await super().stop(now=now)
-                self.cluster.ledger.end_allocation(
-                    allocation,
-                    stop_reason(
-                        never_answered, culled_just_now(path, self.user.name, self.name, started)
-                    ),
-                )
+                notes = self.site.cull_notes_file
+                culled = culled_just_now(notes, self.user.name, self.name, started)
+                self.cluster.ledger.end_allocation(allocation, stop_reason(never_answered, culled))
             except NodeError as e:
                 # The container may still run: keep its GPUs held (as an orphan) until
                 # reconciliation sees the node again and finds the container gone.
