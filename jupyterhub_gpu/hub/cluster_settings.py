@@ -319,6 +319,7 @@ def old_keys() -> dict[str, Any]:
     accepted for one release; their values are read through :func:`moved_keys`)."""
     moved = GPUCluster.class_traits(config=True)
     help = "Moved to c.GPUCluster (same name): set it there; accepted here for one release."
+
     def like(t: Any) -> Any:  # the same kind of trait, its value never read
         if isinstance(t, Enum):
             return Enum(t.values, t.default_value, config=True, help=help)

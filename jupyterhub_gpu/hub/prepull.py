@@ -108,7 +108,7 @@ class PrePuller(LoggingConfigurable):
         config=True,
         help="""Seconds a pre-puller's pull may go without progress (no new byte downloaded
         or unpacked) before it is abandoned, its connection to the engine closed; the image
-        is tried again at a later round. As GPUDockerSpawner.pull_stall_timeout, for the
+        is tried again at a later round. As GPUCluster.pull_stall_timeout, for the
         pre-puller's own pulls.""",
     )
     most_used_days = Float(
