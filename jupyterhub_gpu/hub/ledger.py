@@ -145,31 +145,20 @@ class GPULedger:
         out += [(u, h) for u, hs in self._shared.items() for h in hs.values()]
         return out
 
-    def adopt_server(
-        self,
-        holder: str,
-        node: str,
-        uuids: list[str],
-        share: tuple[int, int] | None,
-        allocation: str,
-    ) -> list[str]:
-        """Hold again what a server's saved state says it holds (a share of its one GPU as
-        a share); returns the uuids others hold."""
-        if share is None or len(uuids) != 1:
-            return self.adopt(holder, node, uuids, allocation)
-        (uuid,) = uuids
-        return [] if self.adopt_share(holder, node, uuid, share, allocation) else [uuid]
-
     def rejoin_server(
         self, holder: str, record: AllocationRecord, share: Share | None
     ) -> list[str]:
         """A server the hub's database says runs (after a restart): its GPUs (a share as a
         share), its place on the node and its open allocation held again; returns the
         GPUs others hold."""
-        held = (share.count, share.of) if share is not None else None
-        uuids = list(record.gpu_uuids)
-        conflicts = self.adopt_server(holder, record.node, uuids, held, record.id)
-        self.place_server(holder, record.node, record.id)
+        node, uuids, allocation = record.node, list(record.gpu_uuids), record.id
+        if share is None or len(uuids) != 1:
+            conflicts = self.adopt(holder, node, uuids, allocation)
+        else:
+            held = (share.count, share.of)
+            ok = self.adopt_share(holder, node, uuids[0], held, allocation)
+            conflicts = [] if ok else uuids
+        self.place_server(holder, node, allocation)
         self.rejoin_allocation(record)
         return conflicts
 
