@@ -694,22 +694,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             self._event(30, described)
             self.log.info("%s: %s", self.holder, described)
             self._warn_of_reservations(snapshot)
-            ip_port = await self._create(ident, options)
-            self.cluster.ledger.allocation_started(self.allocation_id)
-            self._event(90, "Waiting for the server to answer")
-            hub, loop = cast(Any, self), asyncio.get_running_loop()  # JupyterHub's timeouts
-            began, now, check_for = (
-                self._start_began or loop.time(),
-                loop.time(),
-                self.answer_check_timeout,
-            )
-            window = answer_window(began, now, hub.start_timeout, hub.http_timeout, check_for)
-            if window > 0 and not hub.internal_ssl and self.server is not None:
-                code = await answer_or_exit(ip_port, self.server.base_url, window, self._on_node,
-                                            self.container_id)  # fmt: skip
-                if code is not None:
-                    raise await self._exited_refusal(code)
-            return ip_port
+            return await self._create(ident, options)
         except UserFacingError as e:
             await self._undo()
             raise spawn_error(e) from None
@@ -762,8 +747,9 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
 
     async def _create(self, ident: Identity, options: SpawnOptions) -> tuple[str, int]:
         """Pull the image if the node lacks it (bounded by ``pull_timeout`` and
-        ``pull_stall_timeout``: a pull making progress may take its time), then create and
-        start the container within the configured ``start_timeout``."""
+        ``pull_stall_timeout``: a pull making progress may take its time), create and start
+        the container within the configured ``start_timeout``, then wait a little for its
+        first answer (:func:`~.answer.answer_or_exit`; an exited container fails at once)."""
         await self.pull_image(str(self.image))
         budget = self._start_budget or float(cast(Any, self).start_timeout)
 
@@ -774,7 +760,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
 
         try:
             async with self.runtime.start_slot(self.site.concurrent_start_limit):
-                return await asyncio.wait_for(prepare_and_start(), budget)
+                ip_port = await asyncio.wait_for(prepare_and_start(), budget)
         except asyncio.TimeoutError:
             raise spawn_refusal(
                 f"Your server did not start within {budget:.0f} s of getting its GPUs "
@@ -782,6 +768,18 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
                 reason="start_timeout",
                 status_code=503,
             ) from None
+        self.cluster.ledger.allocation_started(self.allocation_id)
+        self._event(90, "Waiting for the server to answer")
+        hub, loop = cast(Any, self), asyncio.get_running_loop()  # JupyterHub's timeouts
+        began = self._start_began or loop.time()
+        timeouts = (hub.start_timeout, hub.http_timeout, self.answer_check_timeout)
+        window = answer_window(began, loop.time(), *timeouts)
+        if window > 0 and not hub.internal_ssl and self.server is not None:
+            code = await answer_or_exit(ip_port, self.server.base_url, window, self._on_node,
+                                        self.container_id)  # fmt: skip
+            if code is not None:
+                raise await self._exited_refusal(code)
+        return ip_port
 
     async def _exited_refusal(self, code: int) -> SpawnException:
         """What the user is told when the container exits while starting (its last lines,
