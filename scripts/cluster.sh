@@ -191,13 +191,25 @@ prepare_engine_dir() {  # returns 1 when the engine already runs as it should
   rm -f "$dir/docker.pid" "$dir/docker.sock" "$dir/exec/containerd/containerd.pid"
 }
 
+no_inherited_fds() {  # run "$@" with no descriptor above 2: a daemon must keep no lock of
+  # its caller's (the set-up lock on fd 9, or a `flock LOCK pytest ...` of whoever restarted
+  # it: that lock would then be held for the daemon's whole life)
+  local fd
+  for fd in /proc/$BASHPID/fd/*; do
+    fd=${fd##*/}
+    ((fd > 2)) && eval "exec $fd>&-"
+  done
+  exec "$@"
+}
+
 start_builder() {  # image builds only: this machine's namespace, no network for containers
   local dir="$STATE/engines/builder"
   prepare_engine_dir builder || return 0
   log "builder: starting dockerd ($dir)"
-  setsid dockerd --bridge=none --iptables=false --ip-masq=false --ip6tables=false \
+  no_inherited_fds setsid dockerd --bridge=none --iptables=false --ip-masq=false \
+    --ip6tables=false \
     --data-root "$dir/data" --exec-root "$dir/exec" --pidfile "$dir/docker.pid" \
-    -H "unix://$dir/docker.sock" >"$dir/dockerd.log" 2>&1 </dev/null 9>&- &
+    -H "unix://$dir/docker.sock" >"$dir/dockerd.log" 2>&1 </dev/null &
   wait_engine builder
 }
 
@@ -214,11 +226,11 @@ start_engine() {
   fi
   log "$node: starting dockerd in netns $ns ($addr${tls:+, TLS on :2376}, $dir)"
   # nsenter, not `ip netns exec` (it remounts /sys and dockerd loses the devices cgroup)
-  PATH="$STATE/hook:$PATH" nsenter --net="/var/run/netns/$ns" setsid dockerd \
+  PATH="$STATE/hook:$PATH" no_inherited_fds nsenter --net="/var/run/netns/$ns" setsid dockerd \
     --data-root "$dir/data" --exec-root "$dir/exec" --pidfile "$dir/docker.pid" \
     --insecure-registry "$SITE_ADDRESS/32" -H "unix://$dir/docker.sock" "${tls[@]}" \
     --experimental \
-    >"$dir/dockerd.log" 2>&1 </dev/null 9>&- &  # 9>&-: the daemon must not keep the set-up lock
+    >"$dir/dockerd.log" 2>&1 </dev/null &
   wait_engine "$node"
   apply_firewall "$node"
 }
