@@ -288,8 +288,9 @@ def configure_ssh(
 ) -> None:
     """Add the SSH gateway (docs/ssh.md): ``ssh alice@HOST -p PORT`` opens a shell in
     alice's running default server, ``alice.NAME@HOST`` in her server NAME. Adds the
-    service (run by the hub), its role with the one scope it needs (where a login lands,
-    :mod:`.api.ssh`: no server tokens), and that API.
+    service (run by the hub), its role with the two scopes it needs (where a login lands,
+    :mod:`.api.ssh`: no server tokens; ``users:activity``, so input over SSH counts for
+    the idle culler), and that API.
 
     ``ip``/``port``: where it listens (default 127.0.0.1:8022). ``host_key_file``: its
     host key, made once (0600) in the site's state folder. ``hub_url``: the hub's public
@@ -321,7 +322,8 @@ def configure_ssh(
         command.append(f"--config={config_file}")
     command += list(args)
     hub.services = [*_value(hub, "services", []), {"name": name, "command": command}]
-    role = {"name": name, "scopes": [TARGETS_SCOPE], "services": [name]}
+    # where a login lands, and the servers' activity for the culler: nothing more
+    role = {"name": name, "scopes": [TARGETS_SCOPE, "users:activity"], "services": [name]}
     hub.load_roles = [*_value(hub, "load_roles", []), role]
 
 

@@ -4,6 +4,7 @@ and whose a token is. One ``httpx.AsyncClient``, an explicit timeout on every ca
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from urllib.parse import quote
 
 import httpx
@@ -57,6 +58,17 @@ class HubClient:
         if not isinstance(name, str) or not isinstance(scopes, list):
             raise ProbeError("the hub's /user answer has no name or scopes")
         return TokenOwner(user=name, scopes=tuple(str(s) for s in scopes))
+
+    async def activity(self, user: str, server: str, at: datetime) -> None:
+        """Tell the hub that ``user``'s server ``server`` was used at ``at`` (the scope
+        ``users:activity``; the hub keeps the later of its own time and this one)."""
+        stamp = at.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+        r = await self._http.post(
+            f"{self.api_url}/users/{quote(user, safe='')}/activity",
+            json={"last_activity": stamp, "servers": {server: {"last_activity": stamp}}},
+            headers={"Authorization": f"token {self._token}"},
+        )
+        r.raise_for_status()
 
     async def aclose(self) -> None:
         await self._http.aclose()
