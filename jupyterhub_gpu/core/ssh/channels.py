@@ -61,9 +61,12 @@ def legacy_scp(command: str) -> bool:
 
 
 def sftp_argv() -> list[str]:
-    """The subsystem's process: the image's ``sftp-server``, or the sentence and status 1."""
+    """The subsystem's process: the image's ``sftp-server``, or the sentence and status 1.
+    A login shell execs it, as sshd's does: the image's profile gives the user her name
+    (libnss_wrapper), without which sftp-server refuses to start."""
     check = (
-        f'test -x {SFTP_SERVER} || {{ printf "%s\\r\\n" "$0" >&2; exit 1; }}; exec {SFTP_SERVER}'
+        f'test -x {SFTP_SERVER} || {{ printf "%s\\r\\n" "$0" >&2; exit 1; }}; '
+        f'exec bash -lc "exec {SFTP_SERVER}"'
     )
     return ["sh", "-c", check, SFTP_MISSING]
 

@@ -106,11 +106,10 @@ class GPUSSHGateway(HubService):
         book = ActivityBook(self.activity_interval) if self.activity_interval > 0 else None
         sessions = Sessions(gate, self.hub_url, book)
         acceptor = await asyncssh.create_server(
-            lambda: GatewayServer(gate, sessions.forward),
+            lambda: GatewayServer(gate, sessions.forward, sessions.new_process),
             self.ip,
             self.port,
             server_host_keys=[key],
-            process_factory=sessions.handle,
             encoding=None,
             line_editor=False,
             allow_pty=True,

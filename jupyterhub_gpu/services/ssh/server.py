@@ -73,9 +73,15 @@ class Gate:
 class GatewayServer(asyncssh.SSHServer):
     """One client connection's authentication (asyncssh makes one per connection)."""
 
-    def __init__(self, gate: Gate, forward: Forwarder | None = None) -> None:
+    def __init__(
+        self,
+        gate: Gate,
+        forward: Forwarder | None = None,
+        new_session: Callable[[], Any] | None = None,
+    ) -> None:
         self.gate = gate
         self.forward = forward
+        self.new_session = new_session
         self.sessions_open = 0  # sessions (shell, command, sftp) open on this connection
         self.forwards_open = 0  # direct-tcpip channels open on this connection
         self.landing: Any = None  # where forwards run (session.Landing), asked once
@@ -168,6 +174,10 @@ class GatewayServer(asyncssh.SSHServer):
 
     def auth_completed(self) -> None:
         self.auth = self.auth or "publickey"
+
+    def session_requested(self) -> Any:
+        """A session channel (shell, command, sftp): :meth:`.session.Sessions.new_process`."""
+        return self.new_session() if self.new_session is not None else False
 
     def connection_requested(
         self, dest_host: str, dest_port: int, orig_host: str, orig_port: int

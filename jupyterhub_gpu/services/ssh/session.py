@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -58,6 +59,26 @@ NOT_YOURS = "Your server's container does not run as you; ask your administrator
 CHUNK = 64 * 1024
 #: a forwarded connection's relay must say it connected within this many seconds
 RELAY_CONNECT_TIMEOUT = 20.0
+
+
+class GatewayProcess(asyncssh.SSHServerProcess):
+    """asyncssh's server process, but every subsystem goes to the process factory: asyncssh
+    itself would serve ``sftp`` on the gateway's machine (or refuse it), while here it
+    runs in the user's container (:meth:`Sessions.handle` refuses other subsystems with a
+    sentence)."""
+
+    def subsystem_requested(self, subsystem: str) -> bool:
+        return True
+
+    def session_started(self) -> None:
+        chan = self._chan
+        stdin = asyncssh.SSHReader[bytes](self, chan)
+        stdout = asyncssh.SSHWriter[bytes](self, chan)
+        stderr = asyncssh.SSHWriter[bytes](self, chan, asyncssh.EXTENDED_DATA_STDERR)
+        handler = self._start_process(stdin, stdout, stderr)
+        if inspect.isawaitable(handler):
+            assert self._conn is not None
+            self._conn.create_task(handler, stdin.logger)
 
 
 @dataclass(frozen=True)
@@ -186,7 +207,14 @@ class Sessions:
                 await engine.resize(exec_id, width, height)
             try:
                 await _bridge(
-                    process, engine, exec_id, tty, reader, writer, lambda: self.saw_input(login)
+                    process,
+                    engine,
+                    exec_id,
+                    tty,
+                    reader,
+                    writer,
+                    lambda: self.saw_input(login),
+                    close_on_eof=kind in ("sftp", "scp"),
                 )
             except ConnectionError:  # the engine's side broke: the server may have stopped
                 if await _stopped(engine, target.container):
@@ -255,6 +283,14 @@ class Sessions:
             why = "timed out"
         if why is not None:
             writer.close()
+            self.gate.log.info(
+                "SSH forward failed: user=%s server=%s to=%s:%d: %s",
+                login.user,
+                login.server or "(default)",
+                host[:64],
+                port,
+                why,
+            )
             raise asyncssh.ChannelOpenError(asyncssh.OPEN_CONNECT_FAILED, f"connect failed: {why}")
         self.gate.log.info(
             "SSH forward opened: user=%s server=%s to=%s:%d",
@@ -277,6 +313,10 @@ class Sessions:
                     chan_writer.close()
 
         return SSHTCPStreamSession(carry)
+
+    def new_process(self) -> GatewayProcess:
+        """A session channel's handler (the gateway server's ``session_requested``)."""
+        return GatewayProcess(self.handle, None, 0, False)
 
     def close(self) -> None:
         for engine in self.engines.values():
@@ -320,6 +360,8 @@ async def _pipe(
             await writer.drain()
         if writer.can_write_eof():
             writer.write_eof()
+        else:  # TLS can't half-close: the client's EOF ends the connection
+            writer.close()
 
     feeding = asyncio.create_task(pump_in())
     try:
@@ -343,8 +385,11 @@ async def _bridge(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     saw_input: Callable[[], None],
+    close_on_eof: bool = False,
 ) -> None:
-    """Input to the exec until EOF, its output to the channel until the process ends."""
+    """Input to the exec until EOF, its output to the channel until the process ends.
+    ``close_on_eof``: where the engine's connection can't be half-closed (TLS), the
+    client's EOF closes it (sftp and scp: the client has every answer it waits for by then)."""
 
     async def pump_in() -> None:
         while True:
@@ -360,6 +405,8 @@ async def _bridge(
                 # closing the engine's side would end the output too
                 if not tty and writer.can_write_eof():
                     writer.write_eof()
+                elif close_on_eof:  # TLS can't half-close: end it all
+                    writer.close()
                 return
             saw_input()
             writer.write(data)
