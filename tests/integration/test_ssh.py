@@ -210,6 +210,14 @@ def test_ssh_gateway_with_a_real_client(make_hub, engines: list[Engine], tmp_pat
 
     # sftp: put and get, in her home, as her (the image's sftp-server in her container)
     opts = client.options(alice_key)
+    # a command reading its input to the end: EOF reaches it through the TLS engine too
+    piped = subprocess.run(
+        ["ssh", *opts, "-p", str(port), "-T", "alice@127.0.0.1",
+         "cat > piped.txt; wc -c < piped.txt"],
+        input="x" * 100_000, capture_output=True, text=True, timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"},
+    )  # fmt: skip
+    assert (piped.returncode, piped.stdout.strip()) == (0, "100000"), piped
     data = tmp_path / "data.bin"
     data.write_bytes(os.urandom(300_000))
     batch = tmp_path / "batch"
