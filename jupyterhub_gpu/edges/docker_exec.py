@@ -197,11 +197,12 @@ class TLSStream:
                         plain = self._tls.read(65536)
                     except ssl.SSLWantReadError:
                         break
-                    except ssl.SSLZeroReturnError:  # the engine's close_notify
+                    except ssl.SSLZeroReturnError:
+                        plain = b""
+                    if not plain:  # the engine's close_notify: its output is done
+                        self._flush()
                         self.reader.feed_eof()
                         return
-                    if not plain:
-                        break
                     self.reader.feed_data(plain)
                 self._flush()  # e.g. TLS 1.3 key updates
         except (ssl.SSLError, OSError) as e:

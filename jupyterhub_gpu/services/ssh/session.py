@@ -204,7 +204,8 @@ class Sessions:
             reader, writer = await engine.start(exec_id, tty)
             if tty:
                 width, height, _, _ = process.get_terminal_size()
-                await engine.resize(exec_id, width, height)
+                with contextlib.suppress(ExecFailed):  # a quick command may be done already
+                    await engine.resize(exec_id, width, height)
             try:
                 await _bridge(
                     process,
@@ -396,7 +397,8 @@ async def _bridge(
             try:
                 data = await process.stdin.read(CHUNK)
             except asyncssh.TerminalSizeChanged as e:
-                await engine.resize(exec_id, e.width, e.height)
+                with contextlib.suppress(ExecFailed):
+                    await engine.resize(exec_id, e.width, e.height)
                 continue
             except (asyncssh.BreakReceived, asyncssh.SignalReceived):
                 continue
