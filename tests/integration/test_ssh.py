@@ -399,7 +399,8 @@ def test_the_culler_sees_ssh_and_a_stopped_server_ends_the_session(
         typed += 1
         session.stdin.write(f"line {typed}\n")  # type: ignore[union-attr]
         session.stdin.flush()  # type: ignore[union-attr]
-        assert session.stdout.readline() == f"got line {typed}\n"  # type: ignore[union-attr]
+        line = session.stdout.readline()  # type: ignore[union-attr]
+        assert line == f"got line {typed}\n", (line, hub.log_tail(80))
 
     # typing every 2 s: the culler keeps her server for its hub activity, past the
     # moment it would have culled it idle (the first typing + timeout + a round)

@@ -167,3 +167,14 @@ def test_stop_and_subsystem_sentences() -> None:
     assert "'exp'" in server_stopped(hub, Login("alice", "exp"))
     assert subsystem_refused("x" * 100).startswith("The 'xxxxxxxx")
     assert len(subsystem_refused("x" * 10_000)) < 120
+
+
+def test_the_gateway_reads_its_config_file(tmp_path) -> None:
+    # configure_ssh(config_file=...) passes --config=FILE: its settings apply
+    from jupyterhub_gpu.services.ssh.app import GPUSSHGateway
+
+    settings = tmp_path / "ssh_config.py"
+    settings.write_text("c.GPUSSHGateway.activity_interval = 2.5\n")
+    app = GPUSSHGateway()
+    app.initialize([f"--config={settings}"])
+    assert app.activity_interval == 2.5

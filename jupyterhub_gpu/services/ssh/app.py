@@ -30,6 +30,8 @@ class GPUSSHGateway(HubService):
 
     name = "jupyterhub-gpu-ssh"
     description = "SSH gateway into users' servers for jupyterhub-gpu (a hub-managed service)."
+    # configure_ssh's config_file= arrives as --config=FILE (without the alias, ignored)
+    aliases = {"config": "GPUSSHGateway.config_file"}
 
     ip = Unicode(
         "127.0.0.1",
