@@ -226,8 +226,9 @@ class Sessions:
                 status = await engine.exit_code(exec_id)
             except ExecFailed:  # the container is gone, and the exec with it
                 status = None
-            # killed (no status, or by a signal): was it her server stopping?
-            if (status is None or status >= 128) and await _stopped(engine, target.container):
+            # was it her server stopping? (a process may also end well as it stops: its
+            # input closed)
+            if await self._server_stopped(login, landing, status):
                 status = None
                 _say(process, server_stopped(self.hub_url, login))
                 return 255
@@ -235,6 +236,19 @@ class Sessions:
             seconds = time.monotonic() - started
             self.gate.log.info("%s", ended_line(record, seconds, status))
         return 255 if status is None else status
+
+    async def _server_stopped(self, login: Login, landing: Landing, status: int | None) -> bool:
+        """Whether the session's process ended because its server stopped: killed (no
+        status, or a signal's) while the container stopped, or the hub no longer saying
+        this container runs her server (stopping or stopped)."""
+        container = landing.target.container
+        if (status is None or status >= 128) and await _stopped(landing.engine, container):
+            return True
+        try:
+            now = await self.gate.hub.target(login)
+        except (httpx.HTTPError, ProbeError):
+            return False
+        return now is None or not now.running or now.container != container
 
     async def forward(self, gateway: GatewayServer, host: str, port: int) -> SSHTCPStreamSession:
         """A ``direct-tcpip`` channel (``ssh -L``): the relay started in her container and
