@@ -186,7 +186,10 @@ class Sessions:
         else:
             tty = term is not None
             # login shells both: the image's profile gives the venv's PATH and the user's name
-            argv = ["bash", "-lc", command] if command else ["bash", "-l"]
+            # a shell: a login shell started from one, so that it starts with her name
+            # (libnss_wrapper, from the profile) and its prompt says alice, not "I have
+            # no name!"
+            argv = ["bash", "-lc", command] if command else ["bash", "-lc", "exec bash -l"]
             kind = ("command+pty" if tty else "command") if command else "shell"
         exec_id = await engine.create(
             target.container,
