@@ -1,12 +1,20 @@
-"""SSH into one's own server (issue 33, first slice): a real OpenSSH client against a real
-hub running the SSH gateway service (docs/ssh.md), into alice's real server on a node.
+"""SSH into one's own server (issue 33): a real OpenSSH client against a real hub running
+the SSH gateway service (docs/ssh.md), into alice's real server on a node (the TLS node:
+the gateway reaches its engine over TCP with the hub's client certificate).
 
 Alice's key in her ``~/.ssh/authorized_keys`` runs a command in her running server, as
 her uid, with her GPU, in her home, and its exit status comes back; a terminal session
-runs too; bob's key does not open alice's server; bob, whose server is not running, reads
-the sentence saying how to start it; a hub token of alice as the password works, a wrong
-one does not; a group-writable authorized_keys is not trusted. The host key the client
-checks is the one ``jupyterhub-gpu ssh fingerprint`` prints.
+runs too; a command reads its input to the end; ``sftp`` puts and gets, ``scp`` copies both
+ways and legacy ``scp -O`` too, all as her; ``-L`` reaches her server's own port, while the
+node's engine, its agent and carol's server fail from her container as from her notebook;
+``-R`` is refused with its sentence. Bob's key does not open alice's server; bob, whose
+server is not running, reads the sentence saying how to start it; a hub token of alice as
+the password works, a wrong one does not; a group-writable authorized_keys is not
+trusted. The host key the client checks is the one ``jupyterhub-gpu ssh fingerprint``
+prints.
+
+Then, with the real idle culler: a server used only over SSH is kept while its user types,
+culled once the open session is idle, and the session ends with its sentence.
 """
 
 from __future__ import annotations
@@ -46,8 +54,8 @@ def attempt(port):
         return f"{port}:refused"
 print(*concurrent.futures.ThreadPoolExecutor(8).map(attempt, sys.argv[2:]))
 """
-CULL_TIMEOUT = 20.0
-CULL_INTERVAL = 3.0
+CULL_TIMEOUT = 12.0
+CULL_INTERVAL = 2.0
 CULLER_SCOPES = ["list:users", "read:servers", "admin:server_state", "delete:servers"]
 
 
@@ -184,11 +192,14 @@ def test_ssh_gateway_with_a_real_client(make_hub, engines: list[Engine], tmp_pat
     ).stdout
     assert printed.split()[1] in listed, (printed, listed)
 
-    for user in ("alice", "bob"):
+    for user in ("alice", "bob", "carol"):
         hub.create_user(user)
     r = hub.spawn("alice", {"gpu_count": 1})
     assert r.status_code in (201, 202), r.text
+    r = hub.spawn("carol", {"gpu_count": 0})  # another user's server, beside alice's
+    assert r.status_code in (201, 202), r.text
     hub.wait_ready("alice")
+    hub.wait_ready("carol")
     gpu = hub.api("GET", "/users/alice").json()["servers"][""]["state"]["gpu_uuids"][0]
 
     homes = tmp_path / "homes"
@@ -254,10 +265,15 @@ def test_ssh_gateway_with_a_real_client(make_hub, engines: list[Engine], tmp_pat
     assert (homes / "alice" / "old.txt").read_text() == "hello from scp\n"
 
     # -L to her own server's port, from inside her container: JupyterLab answers; to the
-    # node's engine (its TLS port and the plain one) and the agent's port: refused from
-    # her container, as from her notebook (the node firewall decides, not the gateway)
+    # node's engine (its TLS port and the plain one), the agent's port and carol's server:
+    # refused from her container, as from her notebook (the node firewall decides, not
+    # the gateway)
     local = free_port()
-    blocked = {free_port(): p for p in (2376, 2375, 9450)}
+    # carol's server, published on the node's address: the hub (here) reaches it
+    carol_port = int(hub.api("GET", "/users/carol").json()["servers"][""]["state"]["host_port"])
+    got = httpx.get(f"http://{engine.address}:{carol_port}/user/carol/api", timeout=20)
+    assert got.status_code == 200, got.text
+    blocked = {free_port(): p for p in (2376, 2375, 9450, carol_port)}
     forwards = [f"127.0.0.1:{local}:127.0.0.1:8888"]
     forwards += [f"127.0.0.1:{lp}:{engine.address}:{p}" for lp, p in blocked.items()]
     tunnel = subprocess.Popen(
@@ -271,7 +287,7 @@ def test_ssh_gateway_with_a_real_client(make_hub, engines: list[Engine], tmp_pat
         wait_until(lambda: listening(local) or tunnel.poll() is not None, 30, "the -L tunnel")
         got = httpx.get(f"http://127.0.0.1:{local}/user/alice/api", timeout=20)
         assert got.status_code == 200 and "version" in got.json(), got.text
-        # all three at once (each waits out the relay's 10 s connect timeout: dropped)
+        # all at once (each waits out the relay's 10 s connect timeout: dropped)
         conns = [socket.create_connection(("127.0.0.1", lp), timeout=30) for lp in blocked]
         for conn in conns:
             with conn:
@@ -283,7 +299,7 @@ def test_ssh_gateway_with_a_real_client(make_hub, engines: list[Engine], tmp_pat
     hub.wait_log(r"SSH forward opened: user=alice server=\(default\) to=127\.0\.0\.1:8888", after=0)
     for p in blocked.values():
         hub.wait_log(rf"SSH forward failed: user=alice .* to={engine.address}:{p}: ", after=0)
-    # and from her notebook's side (the same container), the same three fail alike
+    # and from her notebook's side (the same container), the same fail alike
     probe = homes / "alice" / "probe.py"
     probe.write_text(PROBE)
     os.chown(probe, UID, GID)
@@ -330,7 +346,7 @@ def test_ssh_gateway_with_a_real_client(make_hub, engines: list[Engine], tmp_pat
 
 
 def culler_config(work: Path) -> str:
-    """The real culler as a hub service (its minimal role), timeout 20 s, a round every 3 s."""
+    """The real culler as a hub service (its minimal role), timeout 12 s, a round every 2 s."""
     work.mkdir(parents=True, exist_ok=True)
     settings = work / "culler_config.py"
     settings.write_text(
