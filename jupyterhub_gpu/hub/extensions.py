@@ -283,6 +283,7 @@ def configure_ssh(
     host_key_file: str = "/var/lib/jupyterhub-gpu/ssh_host_ed25519_key",
     hub_url: str | None = None,
     password_auth: bool = True,
+    start_servers: bool = False,
     config_file: str = "",
     args: Sequence[str] = (),
 ) -> None:
@@ -296,7 +297,9 @@ def configure_ssh(
     host key, made once (0600) in the site's state folder. ``hub_url``: the hub's public
     URL for the sentences users read (default: ``JupyterHub.public_url``, else
     ``bind_url``). ``password_auth``: a hub API token of the user as the password
-    (False: keys only). ``config_file``/``args``: more ``c.GPUSSHGateway.*`` settings.
+    (False: keys only). ``start_servers``: ssh into a stopped default server starts it
+    with its last options (the role then also gets ``servers`` and ``read:servers``).
+    ``config_file``/``args``: more ``c.GPUSSHGateway.*`` settings.
     """
     from jupyterhub_gpu.hub.api.ssh import HANDLERS, SSH_SCOPES, TARGETS_SCOPE
 
@@ -315,6 +318,7 @@ def configure_ssh(
         f"--GPUSSHGateway.port={int(port)}",
         f"--GPUSSHGateway.host_key_file={host_key_file}",
         f"--GPUSSHGateway.password_auth={bool(password_auth)}",
+        f"--GPUSSHGateway.start_servers={bool(start_servers)}",
     ]
     if hub_url:
         command.append(f"--GPUSSHGateway.hub_url={hub_url.rstrip('/')}")
@@ -323,7 +327,10 @@ def configure_ssh(
     command += list(args)
     hub.services = [*_value(hub, "services", []), {"name": name, "command": command}]
     # where a login lands, and the servers' activity for the culler: nothing more
-    role = {"name": name, "scopes": [TARGETS_SCOPE, "users:activity"], "services": [name]}
+    scopes = [TARGETS_SCOPE, "users:activity"]
+    if start_servers:  # start a user's server, and read its progress
+        scopes += ["servers", "read:servers"]
+    role = {"name": name, "scopes": scopes, "services": [name]}
     hub.load_roles = [*_value(hub, "load_roles", []), role]
 
 

@@ -152,7 +152,11 @@ def listening(port: int) -> bool:
 
 
 def gateway_hub(
-    make_hub: Callable[..., Hub], engine: Engine, tmp_path: Path, more: str = ""
+    make_hub: Callable[..., Hub],
+    engine: Engine,
+    tmp_path: Path,
+    more: str = "",
+    ssh_args: str = "",
 ) -> tuple[Hub, Client, int, str]:
     """A real hub with the SSH gateway on a free port (``more``: more hub config); the
     client trusting exactly the host key whose fingerprint the CLI printed."""
@@ -165,7 +169,7 @@ c.GPUDockerSpawner.default_gid = {GID}
 {TOKEN_ROLE_CONFIG}
 {more}
 from jupyterhub_gpu.hub.extensions import configure_ssh
-configure_ssh(c, port={port}, host_key_file={str(host_key)!r}, config_file=_ssh_config)
+configure_ssh(c, port={port}, host_key_file={str(host_key)!r}, config_file=_ssh_config{ssh_args})
 """
     ssh_config = tmp_path / "ssh_config.py"
     ssh_config.write_text(SSH_SETTINGS)
@@ -391,7 +395,7 @@ def test_the_culler_sees_ssh_and_a_stopped_server_ends_the_session(
     still open, it is culled, and her session ends with the sentence."""
     engine = engines[0]
     hub, client, port, _ = gateway_hub(
-        make_hub, engine, tmp_path, culler_config(tmp_path / "culler")
+        make_hub, engine, tmp_path, culler_config(tmp_path / "culler"), ", start_servers=True"
     )
     hub.create_user("alice")
     alice_key = keygen(tmp_path / "alice")
@@ -448,3 +452,20 @@ def test_the_culler_sees_ssh_and_a_stopped_server_ends_the_session(
     assert err.strip() == (
         f"Your server stopped, so this session ended: start it again at {hub.url}/hub/spawn."
     ), err
+
+    # this site lets ssh start a stopped default server: with its last options (the CPU
+    # image), its progress on stderr, then the command, as her
+    wait_until(lambda: hub.server("alice") is None, 60, "alice's server gone")
+    started = time.monotonic()
+    done = client.run("alice", "id -u", key=alice_key)
+    took = time.monotonic() - started
+    assert done.returncode == 0, (done, hub.log_tail(40))
+    assert done.stdout.split()[0] == str(UID), done
+    assert done.stderr.startswith(
+        "Your server is not running: starting it with the options of its last start"
+    ), done
+    print(f"\nssh alice@gateway 'id -u' starting her server answered in {took:.1f} s")
+    print(done.stderr)
+    hub.wait_log(r"SSH started the server of alice", after=0)
+    model = hub.api("GET", "/users/alice").json()["servers"][""]
+    assert model["user_options"]["image"] == "demo-cpu", model

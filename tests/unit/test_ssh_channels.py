@@ -178,3 +178,21 @@ def test_the_gateway_reads_its_config_file(tmp_path) -> None:
     app = GPUSSHGateway()
     app.initialize([f"--config={settings}"])
     assert app.activity_interval == 2.5
+
+
+def test_start_sentences_and_last_options_round_trip() -> None:
+    from jupyterhub_gpu.core.ssh.sessions import start_refused, starting_line
+    from jupyterhub_gpu.errors import ProbeError
+    from jupyterhub_gpu.wire.ssh_target import SSHTarget, decode_target, encode_target
+
+    assert "with the options of its last start" in starting_line(True)
+    assert "with the defaults" in starting_line(False)
+    hub = "https://hub.example.org"
+    said = start_refused(hub, Login("alice"), "No GPU of that model is free." + "x" * 500)
+    assert said.startswith("Your server could not be started (No GPU of that model is free")
+    assert said.endswith("start it at https://hub.example.org/hub/spawn.") and len(said) < 300
+    target = SSHTarget("alice", "", True, "stopped", last_options={"image": "demo-cpu"})
+    assert decode_target(encode_target(target)).last_options == {"image": "demo-cpu"}
+    assert decode_target(encode_target(SSHTarget("a", "", True, "stopped"))).last_options is None
+    with pytest.raises(ProbeError, match="last_options"):
+        decode_target({**encode_target(target), "last_options": ["image"]})

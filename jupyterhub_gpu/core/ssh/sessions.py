@@ -72,6 +72,18 @@ def subsystem_refused(name: str) -> str:
     return f"The {shown!r} subsystem is not available through this gateway; sftp is."
 
 
+def starting_line(with_last_options: bool) -> str:
+    """What a session says when the gateway starts her stopped default server."""
+    how = "with the options of its last start" if with_last_options else "with the defaults"
+    return f"Your server is not running: starting it {how} (Ctrl-C stops waiting)..."
+
+
+def start_refused(hub_url: str, login: Login, message: str) -> str:
+    """Her server could not be started from ssh: the hub's words (bounded), and where to."""
+    shown = message.strip().rstrip(".")[:200] or "the hub refused"
+    return f"Your server could not be started ({shown}): start it at {spawn_url(hub_url, login)}."
+
+
 def server_stopped(hub_url: str, login: Login) -> str:
     """The sentence that ends a session whose server stopped under it."""
     which = f"Your server {login.server!r}" if login.server else "Your server"
@@ -85,6 +97,8 @@ __all__ = [
     "refused_line",
     "server_stopped",
     "spawn_url",
+    "start_refused",
     "started_line",
+    "starting_line",
     "subsystem_refused",
 ]

@@ -72,6 +72,16 @@ class GPUSSHGateway(HubService):
         activity for the idle culler: reported to the hub at most once per this many
         seconds per server (0: never reported, so SSH alone does not keep a server).""",
     ).tag(config=True)
+    start_servers = Bool(
+        False,
+        help="""Where a user's default server is stopped, start it with the options of its
+        last start and show its progress in the session (the gateway's role then needs
+        the scopes ``servers`` and ``read:servers``: configure_ssh(start_servers=True)).
+        False: one sentence says where to start it.""",
+    ).tag(config=True)
+    start_timeout = Float(
+        300.0, help="Seconds a session waits for a server it started to be ready."
+    ).tag(config=True)
     keepalive_interval = Float(
         30.0, help="Seconds between keepalives to an idle client (0: none)."
     ).tag(config=True)
@@ -106,7 +116,7 @@ class GPUSSHGateway(HubService):
             by_address=FailureLimiter(self.max_failures_per_address, window),
         )
         book = ActivityBook(self.activity_interval) if self.activity_interval > 0 else None
-        sessions = Sessions(gate, self.hub_url, book)
+        sessions = Sessions(gate, self.hub_url, book, self.start_servers, self.start_timeout)
         acceptor = await asyncssh.create_server(
             lambda: GatewayServer(gate, sessions.forward, sessions.new_process),
             self.ip,

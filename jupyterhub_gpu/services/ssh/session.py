@@ -43,7 +43,9 @@ from jupyterhub_gpu.core.ssh.sessions import (
     ended_line,
     not_running,
     server_stopped,
+    start_refused,
     started_line,
+    starting_line,
     subsystem_refused,
 )
 from jupyterhub_gpu.edges.docker_exec import ExecFailed, NodeEngine
@@ -100,6 +102,8 @@ class Sessions:
     gate: Gate
     hub_url: str
     activity: ActivityBook | None = None
+    start_servers: bool = False  # start a stopped default server with its last options
+    start_timeout: float = 300.0
     engines: dict[tuple[str, str], NodeEngine] = field(default_factory=dict)
 
     def engine(self, spec: NodeSpec) -> NodeEngine:
@@ -161,6 +165,8 @@ class Sessions:
             _say(process, subsystem_refused(str(subsystem)))
             return 1
         landing = await self.land(login)
+        if isinstance(landing, str) and self.start_servers and not login.server:
+            landing = await self._start_then_land(process, login, landing)
         if isinstance(landing, str):
             _say(process, landing)
             return 1
@@ -239,6 +245,40 @@ class Sessions:
             seconds = time.monotonic() - started
             self.gate.log.info("%s", ended_line(record, seconds, status))
         return 255 if status is None else status
+
+    async def _start_then_land(
+        self, process: asyncssh.SSHServerProcess, login: Login, why: str
+    ) -> Landing | str:
+        """Her stopped default server started with its last options, its progress shown
+        on the session's stderr, then where the session runs; else a sentence (``why``
+        where it was not stopped)."""
+        try:
+            target = await self.gate.hub.target(login)
+        except (httpx.HTTPError, ProbeError):
+            return HUB_DOWN
+        if target is None or target.state != "stopped":
+            return why
+        options = target.last_options or {}
+        _say(process, starting_line(bool(target.last_options)))
+        try:
+            refused = await self.gate.hub.start(login.user, options)
+            if refused is not None:
+                return start_refused(self.hub_url, login, refused)
+            self.gate.log.info("SSH started the server of %s", login.user)
+            async with asyncio.timeout(self.start_timeout):
+                async for event in self.gate.hub.progress(login.user):
+                    message = str(event.get("message") or "")[:200]
+                    if message:
+                        _say(process, f"  {message}")
+                    if event.get("failed"):
+                        return start_refused(self.hub_url, login, message)
+                    if event.get("ready"):
+                        break
+        except (httpx.HTTPError, ProbeError):
+            return HUB_DOWN
+        except TimeoutError:
+            return not_running(self.hub_url, login, pending=True)
+        return await self.land(login)
 
     async def _server_stopped(self, login: Login, landing: Landing, status: int | None) -> bool:
         """Whether the session's process ended because its server stopped: killed (no
