@@ -283,19 +283,23 @@ def configure_ssh(
     host_key_file: str = "/var/lib/jupyterhub-gpu/ssh_host_ed25519_key",
     hub_url: str | None = None,
     password_auth: bool = True,
+    start_servers: bool = False,
     config_file: str = "",
     args: Sequence[str] = (),
 ) -> None:
     """Add the SSH gateway (docs/ssh.md): ``ssh alice@HOST -p PORT`` opens a shell in
     alice's running default server, ``alice.NAME@HOST`` in her server NAME. Adds the
-    service (run by the hub), its role with the one scope it needs (where a login lands,
-    :mod:`.api.ssh`: no server tokens), and that API.
+    service (run by the hub), its role with the two scopes it needs (where a login lands,
+    :mod:`.api.ssh`: no server tokens; ``users:activity``, so input over SSH counts for
+    the idle culler), and that API.
 
     ``ip``/``port``: where it listens (default 127.0.0.1:8022). ``host_key_file``: its
     host key, made once (0600) in the site's state folder. ``hub_url``: the hub's public
     URL for the sentences users read (default: ``JupyterHub.public_url``, else
     ``bind_url``). ``password_auth``: a hub API token of the user as the password
-    (False: keys only). ``config_file``/``args``: more ``c.GPUSSHGateway.*`` settings.
+    (False: keys only). ``start_servers``: ssh into a stopped default server starts it
+    with its last options (the role then also gets ``servers`` and ``read:servers``).
+    ``config_file``/``args``: more ``c.GPUSSHGateway.*`` settings.
     """
     from jupyterhub_gpu.hub.api.ssh import HANDLERS, SSH_SCOPES, TARGETS_SCOPE
 
@@ -314,6 +318,7 @@ def configure_ssh(
         f"--GPUSSHGateway.port={int(port)}",
         f"--GPUSSHGateway.host_key_file={host_key_file}",
         f"--GPUSSHGateway.password_auth={bool(password_auth)}",
+        f"--GPUSSHGateway.start_servers={bool(start_servers)}",
     ]
     if hub_url:
         command.append(f"--GPUSSHGateway.hub_url={hub_url.rstrip('/')}")
@@ -321,7 +326,11 @@ def configure_ssh(
         command.append(f"--config={config_file}")
     command += list(args)
     hub.services = [*_value(hub, "services", []), {"name": name, "command": command}]
-    role = {"name": name, "scopes": [TARGETS_SCOPE], "services": [name]}
+    # where a login lands, and the servers' activity for the culler: nothing more
+    scopes = [TARGETS_SCOPE, "users:activity"]
+    if start_servers:  # start a user's server, and read its progress
+        scopes += ["servers", "read:servers"]
+    role = {"name": name, "scopes": scopes, "services": [name]}
     hub.load_roles = [*_value(hub, "load_roles", []), role]
 
 
