@@ -265,20 +265,31 @@ class Sessions:
             if refused is not None:
                 return start_refused(self.hub_url, login, refused)
             self.gate.log.info("SSH started the server of %s", login.user)
-            async with asyncio.timeout(self.start_timeout):
-                async for event in self.gate.hub.progress(login.user):
-                    message = str(event.get("message") or "")[:200]
-                    if message:
-                        _say(process, f"  {message}")
-                    if event.get("failed"):
-                        return start_refused(self.hub_url, login, message)
-                    if event.get("ready"):
-                        break
+            failed = await asyncio.wait_for(
+                self._follow_progress(login, process), timeout=self.start_timeout
+            )
+            if failed is not None:
+                return start_refused(self.hub_url, login, failed)
         except (httpx.HTTPError, ProbeError):
             return HUB_DOWN
-        except TimeoutError:
+        except asyncio.TimeoutError:  # not yet the builtin TimeoutError on Python 3.10
             return not_running(self.hub_url, login, pending=True)
         return await self.land(login)
+
+    async def _follow_progress(
+        self, login: Login, process: asyncssh.SSHServerProcess
+    ) -> str | None:
+        """The spawn's progress shown in the session until it is ready; the failure's
+        message when it failed."""
+        async for event in self.gate.hub.progress(login.user):
+            message = str(event.get("message") or "")[:200]
+            if message:
+                _say(process, f"  {message}")
+            if event.get("failed"):
+                return message
+            if event.get("ready"):
+                break
+        return None
 
     async def _server_stopped(self, login: Login, landing: Landing, status: int | None) -> bool:
         """Whether the session's process ended because its server stopped: killed (no
