@@ -55,6 +55,7 @@ from jupyterhub_gpu.core.containers import (
     server_labels,
     share_from_state,
 )
+from jupyterhub_gpu.core.culling.warning import POSTPONED_KEY
 from jupyterhub_gpu.core.form import (
     ResourcePolicy,
     SpawnOptions,
@@ -359,6 +360,14 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         would stop each server at the earliest. The GPU queue estimates from it when GPUs
         may free up, and the dashboard shows it. '' = no estimates from the culler.""",
     )
+    cull_warnings_file = Unicode(
+        "",
+        config=True,
+        help="""The idle culler's warnings file (``GPUIdleCuller.warnings_file``): the
+        servers it will stop soon if they stay idle. Their users see it on every hub page,
+        with "I'm still here" (``/hub/api/gpu/users/{user}/servers/{name}/keep``, once per
+        server start). ``configure_culler`` sets it. '' = not shown.""",
+    )
     share_notices_file = Unicode(
         "",
         config=True,
@@ -450,6 +459,8 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
     gpu_uuids = List(Unicode())
     host_port = Int(0)  # the port the engine published the server on, on the node's address
     allocation_id = Unicode("")  # made with the reservation, sealed into the labels
+    # when its user pressed "I'm still here" (ISO, UTC; once per start): the culler reads it
+    cull_postponed_at = Unicode("")
     share: Share | None = None  # the share of its one GPU it holds (issue 26); None: whole
 
     @property
@@ -475,6 +486,8 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             state["server_token"] = self.api_token
         if self._ended_note:
             state["ended_note"] = self._ended_note
+        if self.cull_postponed_at:
+            state[POSTPONED_KEY] = self.cull_postponed_at
         return state
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -483,6 +496,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         if isinstance(state.get("server_token"), str) and state["server_token"]:
             self.api_token = state["server_token"]
         self._ended_note = str(state.get("ended_note") or "")
+        self.cull_postponed_at = str(state.get(POSTPONED_KEY) or "")
         self.node_name = state.get("node", "")
         self.gpu_uuids = list(state.get("gpu_uuids", []))
         self.host_port = int(state.get("host_port") or 0)
@@ -528,6 +542,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
 
     def clear_state(self) -> None:
         super().clear_state()
+        self.cull_postponed_at = ""  # once per start
         self._forget_placement()
 
     def _forget_placement(self, ended: EndReason | None = None) -> None:

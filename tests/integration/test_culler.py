@@ -104,6 +104,7 @@ c.GPUIdleCuller.gpu_window = 5.0
 c.GPUIdleCuller.api_page_size = 2  # a few servers already span pages of the hub's /users
 c.GPUIdleCuller.notes_file = {str(work / "notes.json")!r}
 c.GPUIdleCuller.state_file = {str(work / "state.json")!r}
+c.GPUIdleCuller.warn_before = 0  # culls at the timeout (warnings: test_cull_warnings.py)
 {settings}
 """
     )

@@ -191,6 +191,7 @@ def make_culler(world: World, tmp_path: Path, **traits: Any) -> GPUIdleCuller:
     c.GPUIdleCuller.group_overrides = {
         "10-staff": {"groups": ["staff"], "policy_override": {"gpu_timeout": 4 * 3600.0}}
     }
+    c.GPUIdleCuller.warn_before = 0.0  # the judgement alone (warnings: test_cull_warnings.py)
     for key, value in traits.items():
         setattr(c.GPUIdleCuller, key, value)
     # an injected client may follow redirects: the culler's reads of servers never do
