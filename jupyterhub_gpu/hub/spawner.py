@@ -69,6 +69,7 @@ from jupyterhub_gpu.core.form import (
     spawn_form_html,
     validate_options,
 )
+from jupyterhub_gpu.core.form.user_quota import holdings_of
 from jupyterhub_gpu.core.identity import (
     Identity,
     identity_required,
@@ -816,6 +817,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             reserved=reserved,
             image_sizes=self.cluster.image_sizes(),
             sharing=snapshot.sharing,
+            held=holdings_of(self.ledger.charged(), self.user.name, exclude=self.holder),
         )
 
     # ------------------------------------------------------------------ placement

@@ -147,12 +147,22 @@ def test_the_words_a_student_reads() -> None:
 
 
 def test_the_words_after_a_cull() -> None:
-    reason = "idle: no hub activity for 1 h, kernels idle (timeout 1 h)"
+    reason = (
+        "idle: no hub activity for 1 h 02 min, kernels idle 1 h, 1 GPU under 10% for 40 min "
+        "(timeout 30 min)"
+    )
     words = stopped_words("", T0, reason, T0 + timedelta(hours=1))
     assert words.text == (
-        "Your server was stopped at 12:00 UTC because it was idle (no hub activity for 1 h, "
-        "kernels idle (timeout 1 h)). Your files are kept: start it again when you need it."
+        "Your server was stopped at 12:00 UTC because it had been idle for 1 h 02 min (the "
+        "limit is 30 min). Your files are kept: start it again when you need it."
     )
+    # the culler's own line, as judge() writes it
+    obs = cpu_server(61)
+    line = judge(obs, POLICY, T0).reason
+    assert stopped_words("", T0, line, T0).text.startswith(
+        "Your server was stopped at 12:00 UTC because it had been idle for 1 h 01 min (the "
+        "limit is 1 h)."
+    ), line
     aged = stopped_words("big", T0, "running for 8 d, over the maximum age of 7 d", T0)
     assert aged.text.startswith("Your server 'big' was stopped at 12:00 UTC (running for 8 d")
 

@@ -197,7 +197,8 @@ def test_availability_text_and_defaults(
     p = parse(html)
     assert option(p, "gpu_model", RTX)["text"] == "RTX 3090: 2 of 3 free · 24 GiB"
     assert option(p, "gpu_model", "any")["text"] == "Any model (6 of 9 free)"
-    assert "disabled" in option(p, "gpu_model", "NVIDIA A100-SXM4-80GB")  # none free
+    busy = option(p, "gpu_model", "NVIDIA A100-SXM4-80GB")  # none free: chosen to wait
+    assert "disabled" not in busy and busy["text"].endswith("· wait in line for one"), busy
     assert [o["value"] for o in p.selects["gpu_count"]] == ["0", "1", "2"]
     assert selected(p, "image") == "pt-cuda12.1"
     assert selected(p, "gpu_count") == "1"

@@ -17,6 +17,7 @@ whole timeout later, and warned again before that cull, with no button then.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
@@ -133,17 +134,23 @@ def warning_words(server: str, warning: CullWarning, now: datetime) -> WarningWo
     return WarningWords(text, said, warning.postponable)
 
 
+_IDLE_REASON = re.compile(
+    r"idle: no hub activity for (?P<idle>[^,]+),.*\(timeout (?P<limit>[^)]+)\)$"
+)
+
+
 def stopped_words(server: str, at: datetime, reason: str, now: datetime) -> WarningWords:
     """What a user reads after a cull, e.g. "Your server was stopped at 14:05 UTC because
-    it was idle (no hub activity for 1 h, kernels idle). Your files are kept: start it
+    it had been idle for 1 h 02 min (the limit is 1 h). Your files are kept: start it
     again when you need it." (``reason``: the culler's one-line decision)."""
     which = f"Your server '{server}'" if server else "Your server"
     said = _utc(at).strftime("%H:%M UTC")
     if _utc(at).date() != _utc(now).date():
         said = _utc(at).strftime("%a %d %b %H:%M UTC")
     why = reason.strip().rstrip(".")
-    if why.startswith("idle: "):
-        because = f"because it was idle ({why[len('idle: ') :]})"
+    idle = _IDLE_REASON.match(why)
+    if idle:
+        because = f"because it had been idle for {idle['idle']} (the limit is {idle['limit']})"
     else:
         because = f"({why})"
     text = f"{which} was stopped at {said} {because}. Your files are kept: start it again "

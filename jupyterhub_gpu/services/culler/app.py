@@ -754,11 +754,7 @@ class GPUIdleCuller(HubService):
 
     def _write_warnings(self, decisions: Mapping[str, Decision]) -> None:
         """Forget the warnings of servers gone (or culled); write this round's for the hub."""
-        live = {
-            f"{full if '/' in full else full + '/'}"
-            for full, d in decisions.items()
-            if not d.cull
-        }
+        live = {full if "/" in full else f"{full}/" for full, d in decisions.items() if not d.cull}
         self._cull_warnings = {
             k: w for k, w in self._cull_warnings.items() if k.rsplit("@", 1)[0] in live
         }

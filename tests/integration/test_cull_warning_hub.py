@@ -1,0 +1,194 @@
+"""Tell before a cull, explain after (issues 35 and 36), on a real hub in a real Chromium.
+
+The real culler service (``configure_culler``: a short timeout, ``warn_before`` half of
+it) and a real CPU-only server of zoe. The student's side, in Chromium (the browser's
+zone Europe/Paris, the hub's UTC):
+
+1. the home page warns "Your server will be stopped at HH:MM (local time) because it has
+   been idle for N s" with "I'm still here"; she presses it;
+2. the culler's first deadline passes (a whole round after it) and the server is still
+   there; a second warning comes, without the button (a second press is refused);
+3. the server is culled, not before the second warning's time; the home page and a
+   bookmarked ``/user/zoe/lab`` say why and when.
+
+Waits are for events (the warnings file, the culler's log lines, the hub's answers),
+never fixed sleeps. Screenshots: artifacts/screenshots/cull-*.png.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from jupyterhub_gpu.core.culling.warning import CullWarning
+from jupyterhub_gpu.edges.files import load_cull_warnings
+from tests.conftest import gpu_inventory
+from tests.integration.test_culler import (
+    INTERVAL,
+    OPTIONS,
+    RTX,
+    STOP_SLACK,
+    culled_line,
+    culler_extra,
+    culler_log,
+    logged_at,
+    spawn_all,
+)
+from tests.support.browser import chromium_page, hub_login, screenshot
+from tests.support.cluster import Engine
+from tests.support.hub import Hub
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.browser]
+
+TIMEOUT = 50.0
+WARN = 25.0
+ZONE = "Europe/Paris"
+PARIS = ZoneInfo(ZONE)
+WARNED = re.compile(
+    r"Your server will be stopped at (\d\d:\d\d) \(local time\) because it has been idle "
+    r"for \d+ s\. Save your work, or press I'm still here to keep it\."
+)
+
+
+def local_clock(at: datetime) -> str:
+    return at.astimezone(PARIS).strftime("%H:%M")
+
+
+def test_warned_kept_once_then_culled_and_told_why(
+    make_hub: Callable[..., Hub], engines: list[Engine], tmp_path: Path
+) -> None:
+    node = engines[0]
+    culler_dir = tmp_path / "culler"
+    warnings_file = culler_dir / "warnings.json"
+    extra = culler_extra(
+        culler_dir,
+        {},
+        timeout=TIMEOUT,
+        settings=f"c.GPUIdleCuller.warn_before = {WARN}",
+    )
+    extra += (
+        f"c.GPUDockerSpawner.cull_notes_file = {str(culler_dir / 'notes.json')!r}\n"
+        f"c.GPUDockerSpawner.cull_warnings_file = {str(warnings_file)!r}\n"
+        "c.JupyterHub.redirect_to_server = False  # the home page: no visit to the server\n"
+    )
+    hub = make_hub([node], [gpu_inventory(node.name, "ffffffff", [RTX])], extra)
+    hub.create_user("zoe")
+    with chromium_page(timezone_id=ZONE) as page:
+        try:
+            _walk(page, hub, warnings_file)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                screenshot(page, "cull-failure")
+            raise
+
+
+def _warning(path: Path, postponable: bool) -> CullWarning | None:
+    w = load_cull_warnings(path).get("zoe/")
+    return w if w is not None and w.postponable == postponable else None
+
+
+def _notice_text(page, hub: Hub, kind: str) -> str:
+    """The home page's notice of ``kind`` (the notices are read when the page loads)."""
+    page.goto(f"{hub.url}/hub/home")
+    found = page.locator(f'.jhgpu-notice[data-kind="{kind}"] .jhgpu-notice-text')
+    with contextlib.suppress(Exception):
+        found.first.wait_for(timeout=3000)
+    return " ".join(found.first.inner_text().split()) if found.count() else ""
+
+
+def _walk(page, hub: Hub, warnings_file: Path) -> None:
+    hub_login(page, hub.url, "zoe", "any")
+    ready = spawn_all(hub, {"zoe": {**OPTIONS, "image": "demo-cpu", "gpu_count": 0}})["zoe"]
+
+    # 1. warned WARN s before the timeout ends, on her home page, in her own zone
+    first = wait_until(
+        lambda: _warning(warnings_file, postponable=True),
+        ready + TIMEOUT + INTERVAL + 30 - time.monotonic(),  # a bound: the event is awaited
+        "the culler's first warning",
+        details=hub.log_tail,
+    )
+    text = wait_until(lambda: _notice_text(page, hub, "cull-warning"), 20, "the warning shown")
+    match = WARNED.fullmatch(text)
+    assert match, text
+    assert match[1] == local_clock(first.at), (text, first)
+    screenshot(page, "cull-1-warned")
+    page.click(".jhgpu-notice .jhgpu-keep")
+    page.wait_for_function(
+        "document.querySelector('.jhgpu-notice-text').textContent.includes('is kept')"
+    )
+    kept = " ".join(page.locator(".jhgpu-notice-text").first.inner_text().split())
+    assert kept == "Your server is kept: thank you.", kept
+    assert page.locator(".jhgpu-keep").count() == 0
+    pressed = datetime.now(timezone.utc)
+    assert culled_line(hub, "zoe") is None and pressed < first.at, "too slow for the timeline"
+    state = (hub.server("zoe") or {})["state"]
+    assert "cull_postponed_at" in state, state
+    screenshot(page, "cull-2-kept")
+
+    # 2. the first deadline passes: a whole culler round after it keeps her server
+    def round_after(at: datetime) -> bool:
+        return any(
+            re.match(r"Cull round \d+ done", m) and when >= at for when, _, m in culler_log(hub)
+        )
+
+    wait_until(
+        lambda: round_after(first.at),
+        (first.at - datetime.now(timezone.utc)).total_seconds() + INTERVAL + 30,
+        "a culler round after the first deadline",
+        details=hub.log_tail,
+    )
+    assert culled_line(hub, "zoe") is None, "culled at the first deadline despite the press"
+    assert (hub.server("zoe") or {}).get("ready"), "her server went at the first deadline"
+    # the second warning: no button; pressing again is refused with a sentence
+    second = wait_until(
+        lambda: _warning(warnings_file, postponable=False),
+        TIMEOUT + INTERVAL + 15,
+        "the culler's second warning",
+        details=hub.log_tail,
+    )
+    assert (second.at - pressed).total_seconds() >= TIMEOUT - 1, (second, pressed)
+    text = wait_until(lambda: _notice_text(page, hub, "cull-warning"), 20, "the 2nd warning")
+    assert text.endswith("Save your work, or use it (run a cell, open a file) to keep it."), text
+    assert f"stopped at {local_clock(second.at)} (local time)" in text, text
+    assert page.locator(".jhgpu-keep").count() == 0
+    screenshot(page, "cull-3-warned-again")
+    again = hub.api("POST", "/gpu/users/zoe/servers//keep")
+    assert again.status_code == 409, again.text
+    assert again.json()["message"] == (
+        "You kept this server once already: use it (run a cell, open a file) to keep it running."
+    )
+
+    # 3. culled, not before the second warning's time
+    line = wait_until(
+        lambda: culled_line(hub, "zoe"),
+        (second.at - datetime.now(timezone.utc)).total_seconds() + INTERVAL + 30,
+        "the culler to cull zoe",
+        details=hub.log_tail,
+    )
+    assert logged_at(hub, line) >= second.at, (line, second)
+    wait_until(lambda: hub.server("zoe") is None, STOP_SLACK, "zoe's server to go")
+    text = wait_until(lambda: _notice_text(page, hub, "culled"), 20, "why it was culled")
+    assert re.fullmatch(
+        r"Your server was stopped at \d\d:\d\d \(local time\) because it had been idle for "
+        rf"\d+ s \(the limit is {TIMEOUT:.0f} s\)\. Your files are kept: start it again when "
+        r"you need it\.",
+        text,
+    ), text
+    screenshot(page, "cull-4-home-after")
+    # a bookmarked URL of the culled server: the same sentence, not a bare "not running"
+    page.goto(f"{hub.url}/user/zoe/lab")
+    heading = page.locator("#jhgpu-not-running")
+    page.wait_for_function(
+        "document.getElementById('jhgpu-not-running').textContent.includes('was stopped')"
+    )
+    said = " ".join(heading.inner_text().split())
+    assert said == text, (said, text)
+    screenshot(page, "cull-5-bookmark-after")
