@@ -55,7 +55,7 @@ from jupyterhub_gpu.core.containers import (
     server_labels,
     share_from_state,
 )
-from jupyterhub_gpu.core.culling.warning import POSTPONED_KEY
+from jupyterhub_gpu.core.culling.warning import POSTPONED_KEY, after_cull_words, freed_words
 from jupyterhub_gpu.core.form import (
     ResourcePolicy,
     SpawnOptions,
@@ -70,6 +70,7 @@ from jupyterhub_gpu.core.form import (
     validate_options,
 )
 from jupyterhub_gpu.core.form.user_quota import holdings_of
+from jupyterhub_gpu.core.form.validation import finite_number
 from jupyterhub_gpu.core.identity import (
     Identity,
     identity_required,
@@ -100,7 +101,14 @@ from jupyterhub_gpu.edges.adminfiles import load_catalog
 from jupyterhub_gpu.edges.files import load_notes
 from jupyterhub_gpu.edges.home_dirs import ensure_home
 from jupyterhub_gpu.edges.nodecheck import CheckSettings
-from jupyterhub_gpu.errors import ConfigError, InvalidRequest, NodeFailure, UserFacingError
+from jupyterhub_gpu.edges.workspaces import open_notebooks
+from jupyterhub_gpu.errors import (
+    ConfigError,
+    InvalidRequest,
+    NodeFailure,
+    UnsafePath,
+    UserFacingError,
+)
 from jupyterhub_gpu.hub.admission import QueueingSpawnerMixin
 from jupyterhub_gpu.hub.answer import first_answer, log_tail
 from jupyterhub_gpu.hub.cluster import NODE_ERRORS, Cluster, ClusterSettings
@@ -451,6 +459,9 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         # why the hub itself ended the last server (a reservation took its GPUs), for the
         # spawn form until the next start; kept in state across the stop and hub restarts
         self._ended_note = ""
+        # what a culled server gave back ("1 GPU (RTX 3090), 2 CPUs and 8 GiB of memory"),
+        # for the spawn form until the next start; kept in state like _ended_note
+        self._freed = ""
         self._saved_choice: tuple[str, str] | None = None  # (owner, name) of a saved: slug
         # (reference, the engine's inspect) of the image this start pulled and checked
         self._image_checked: tuple[str, dict[str, Any]] | None = None
@@ -487,6 +498,8 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             state["server_token"] = self.api_token
         if self._ended_note:
             state["ended_note"] = self._ended_note
+        if self._freed:
+            state["freed"] = self._freed
         if self.cull_postponed_at:
             state[POSTPONED_KEY] = self.cull_postponed_at
         return state
@@ -497,6 +510,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         if isinstance(state.get("server_token"), str) and state["server_token"]:
             self.api_token = state["server_token"]
         self._ended_note = str(state.get("ended_note") or "")
+        self._freed = str(state.get("freed") or "")[:200]
         self.cull_postponed_at = str(state.get(POSTPONED_KEY) or "")
         self.node_name = state.get("node", "")
         self.gpu_uuids = list(state.get("gpu_uuids", []))
@@ -724,6 +738,22 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         mine = [n for n in notes if n.server == self.name]
         return [mine[-1].message()] if mine else []
 
+    def _freed_now(self) -> str:
+        """What this server gives back when it stops (for the note after a cull)."""
+        options = (self.orm_spawner.user_options if self.orm_spawner else None) or {}
+        cpu, mem = finite_number(options.get("cpu")), finite_number(options.get("mem_gib"))
+        return freed_words(len(self.gpu_uuids), self._gpu_model, cpu or 0.0, mem or 0.0)
+
+    def _after_cull(self, ident: Identity) -> str:
+        """What the form adds to a cull's note: what it freed, the notebooks open then
+        (JupyterLab's workspace in the user's home, read bounded, links not followed)."""
+        notebooks: tuple[str, ...] = ()
+        with contextlib.suppress(UnsafePath):
+            home = self._home_path(ident)
+            if home is not None:
+                notebooks = open_notebooks(home)
+        return after_cull_words(self._freed, notebooks)
+
     def _culled_just_now(self) -> bool:
         """Whether the culler noted this server in the last two minutes (it writes its
         note before it asks the hub to stop the server)."""
@@ -800,7 +830,10 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         ident = await self.identity()
         bounds = resolve_bounds(self.policy, ident.groups)
         catalog, unlisted = await self._user_catalog(ident)
-        notes = [*self._cull_notes(), *([self._ended_note] if self._ended_note else [])]
+        culled = self._cull_notes()
+        if culled:
+            culled[-1] = f"{culled[-1]} {self._after_cull(ident)}".strip()
+        notes = [*culled, *([self._ended_note] if self._ended_note else [])]
         charge_groups = self._charge_groups(ident)
         with contextlib.suppress(Exception):  # the reservations, if not read yet
             await self.queue.refresh()
@@ -1111,6 +1144,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         self._start_began = asyncio.get_running_loop().time()
         self._forget_placement()  # the hub cleared the state; be sure nothing is left held
         self._ended_note = ""  # the form showed why the last server ended; it starts again
+        self._freed = ""
         self._image_checked = None  # each start checks its image on its node afresh
         self._start_prepuller()
         try:
@@ -1336,10 +1370,11 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             # this flag (its own, set around User._wait_up) is still up
             never_answered = bool(getattr(self, "_waiting_for_response", False))
             try:
+                culled = self._culled_just_now()
+                freed = self._freed_now() if culled else ""
                 await super().stop(now=now)
-                self.ledger.end_allocation(
-                    allocation, stop_reason(never_answered, self._culled_just_now())
-                )
+                self._freed = freed
+                self.ledger.end_allocation(allocation, stop_reason(never_answered, culled))
             except NODE_ERRORS as e:
                 # The container may still run: keep its GPUs held (as an orphan) until
                 # reconciliation sees the node again and finds the container gone.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from jupyterhub_gpu.core.culling.idleness import (
 )
 from jupyterhub_gpu.core.culling.warning import (
     CullWarning,
+    after_cull_words,
+    freed_words,
     shortened,
     stopped_words,
     warn_step,
@@ -24,7 +27,9 @@ from jupyterhub_gpu.core.culling.warning import (
     with_postponement,
 )
 from jupyterhub_gpu.edges.files import load_cull_warnings, save_cull_warnings
+from jupyterhub_gpu.edges.workspaces import open_notebooks
 from jupyterhub_gpu.wire.cull_warnings import decode_cull_warnings, encode_cull_warnings
+from jupyterhub_gpu.wire.lab_workspace import MAX_NOTEBOOKS, MAX_PATH, decode_open_notebooks
 
 pytestmark = pytest.mark.unit
 
@@ -177,3 +182,53 @@ def test_the_file_round_trips_and_skips_bad_entries(tmp_path: Path) -> None:
     assert load_cull_warnings(path) == {"alice/": w}
     assert load_cull_warnings(path, now=datetime.now(timezone.utc) + timedelta(hours=1)) == {}
     assert load_cull_warnings(tmp_path / "missing.json") == {}
+
+
+def test_what_a_cull_freed_and_the_notebooks_that_were_open() -> None:
+    assert freed_words(1, "NVIDIA GeForce RTX 3090", 2, 8) == (
+        "1 GPU (RTX 3090), 2 CPUs and 8 GiB of memory"
+    )
+    assert freed_words(0, "", 0.5, 1) == "0.5 CPUs and 1 GiB of memory"
+    assert after_cull_words("1 GPU (RTX 3090)", ["a.ipynb", "work/b.ipynb"]) == (
+        "It gave 1 GPU (RTX 3090) back for others. Notebooks open then: a.ipynb and "
+        "work/b.ipynb; JupyterLab opens them again, but their variables are gone: run them "
+        "again."
+    )
+    assert after_cull_words("", []) == ""
+
+
+def _workspace(*paths: str) -> str:
+    data = {f"notebook:{p}": {"data": {"path": p, "factory": "Notebook"}} for p in paths}
+    data["layout-restorer:data"] = {"main": {}}  # type: ignore[dict-item]
+    return json.dumps({"data": data, "metadata": {"id": "default"}})
+
+
+def test_the_workspace_file_is_decoded_bounded() -> None:
+    assert decode_open_notebooks(_workspace("a.ipynb", "b.ipynb")) == ("a.ipynb", "b.ipynb")
+    long = "x" * 500 + ".ipynb"
+    (shown,) = decode_open_notebooks(_workspace(long))
+    assert len(shown) == MAX_PATH and shown.endswith("…")
+    many = decode_open_notebooks(_workspace(*(f"{i}.ipynb" for i in range(100))))
+    assert len(many) == MAX_NOTEBOOKS
+    assert decode_open_notebooks(_workspace("evil\x1b[2J.ipynb")) == ("evil[2J.ipynb",)
+    for bad in (b"", b"[]", b'{"data": 3}', b"[" * 100000):
+        assert decode_open_notebooks(bad) == ()
+
+
+def test_the_workspace_is_read_without_following_links(tmp_path: Path) -> None:
+    home = tmp_path / "alice"
+    folder = home / ".jupyter" / "lab" / "workspaces"
+    folder.mkdir(parents=True)
+    (folder / "default-37a8.jupyterlab-workspace").write_text(_workspace("a.ipynb"))
+    assert open_notebooks(home) == ("a.ipynb",)
+    # a link to another user's workspace (the file, or a folder on the way) reads nothing
+    bob = tmp_path / "bob" / ".jupyter" / "lab" / "workspaces"
+    bob.mkdir(parents=True)
+    (bob / "b.jupyterlab-workspace").write_text(_workspace("bobs-secret.ipynb"))
+    (folder / "link.jupyterlab-workspace").symlink_to(bob / "b.jupyterlab-workspace")
+    assert open_notebooks(home) == ("a.ipynb",)
+    mallory = tmp_path / "mallory"
+    (mallory / ".jupyter").mkdir(parents=True)
+    (mallory / ".jupyter" / "lab").symlink_to(tmp_path / "bob" / ".jupyter" / "lab")
+    assert open_notebooks(mallory) == ()
+    assert open_notebooks(tmp_path / "nobody") == ()

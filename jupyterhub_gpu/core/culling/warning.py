@@ -18,11 +18,13 @@ whole timeout later, and warned again before that cull, with no button then.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
 from jupyterhub_gpu.core.culling.idleness import Decision, Policy, ServerObservation, Signal
-from jupyterhub_gpu.core.words import duration
+from jupyterhub_gpu.core.form.availability import short_model_name
+from jupyterhub_gpu.core.words import duration, gpus, listing
 
 #: Spawner-state key of the moment the user pressed "I'm still here" (ISO, UTC).
 POSTPONED_KEY = "cull_postponed_at"
@@ -155,3 +157,31 @@ def stopped_words(server: str, at: datetime, reason: str, now: datetime) -> Warn
         because = f"({why})"
     text = f"{which} was stopped at {said} {because}. Your files are kept: start it again "
     return WarningWords(text + "when you need it.", said, False)
+
+
+def freed_words(gpu_count: int, model: str, cpu: float, mem_gib: float) -> str:
+    """What a culled server gave back: "1 GPU (RTX 3090), 2 CPUs and 8 GiB of memory"."""
+    parts = []
+    if gpu_count > 0:
+        label = short_model_name(model) if model else ""
+        parts.append(f"{gpus(gpu_count)} ({label})" if label else gpus(gpu_count))
+    if cpu > 0:
+        parts.append(f"{cpu:g} CPU{'s' if cpu != 1 else ''}")
+    if mem_gib > 0:
+        parts.append(f"{mem_gib:g} GiB of memory")
+    return listing(parts)
+
+
+def after_cull_words(freed: str, notebooks: Sequence[str]) -> str:
+    """The sentences after a cull's note on the spawn form: what it freed, and the
+    notebooks that were open (from JupyterLab's workspace, which the home keeps)."""
+    words = []
+    if freed:
+        words.append(f"It gave {freed} back for others.")
+    if notebooks:
+        shown = listing(list(notebooks), limit=6)
+        words.append(
+            f"Notebooks open then: {shown}; JupyterLab opens them again, but their "
+            "variables are gone: run them again."
+        )
+    return " ".join(words)
