@@ -18,6 +18,7 @@ never fixed sleeps. Screenshots: artifacts/screenshots/cull-*.png.
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import time
 from collections.abc import Callable
@@ -72,18 +73,20 @@ def test_warned_kept_once_then_culled_and_told_why(
         culler_dir,
         {},
         timeout=TIMEOUT,
-        settings=f"c.GPUIdleCuller.warn_before = {WARN}",
+        settings=f"c.GPUIdleCuller.warn_before = {WARN}\n"
+        f"c.GPUIdleCuller.warnings_file = {str(warnings_file)!r}",
     )
     extra += (
         f"c.GPUDockerSpawner.cull_notes_file = {str(culler_dir / 'notes.json')!r}\n"
         f"c.GPUDockerSpawner.cull_warnings_file = {str(warnings_file)!r}\n"
         "c.JupyterHub.redirect_to_server = False  # the home page: no visit to the server\n"
+        'c.GPUDockerSpawner.resource_defaults = {"max_gpus": 2, "max_gpus_per_user": 3}\n'
     )
     hub = make_hub([node], [gpu_inventory(node.name, "ffffffff", [RTX])], extra)
     hub.create_user("zoe")
     with chromium_page(timezone_id=ZONE) as page:
         try:
-            _walk(page, hub, warnings_file)
+            _walk(page, hub, warnings_file, tmp_path / "homes" / "zoe")
         except BaseException:
             with contextlib.suppress(Exception):
                 screenshot(page, "cull-failure")
@@ -104,9 +107,16 @@ def _notice_text(page, hub: Hub, kind: str) -> str:
     return " ".join(found.first.inner_text().split()) if found.count() else ""
 
 
-def _walk(page, hub: Hub, warnings_file: Path) -> None:
+def _walk(page, hub: Hub, warnings_file: Path, home: Path) -> None:
     hub_login(page, hub.url, "zoe", "any")
     ready = spawn_all(hub, {"zoe": {**OPTIONS, "image": "demo-cpu", "gpu_count": 0}})["zoe"]
+    # the notebooks she had open, in JupyterLab's workspace file in her home, as JupyterLab
+    # writes it (opening them in a browser here would be activity, and move the timeline)
+    workspaces = home / ".jupyter" / "lab" / "workspaces"
+    workspaces.mkdir(parents=True, exist_ok=True)
+    opened = ("analysis.ipynb", "week2/train.ipynb")
+    data = {f"notebook:{p}": {"data": {"path": p, "factory": "Notebook"}} for p in opened}
+    (workspaces / "default-37a8.jupyterlab-workspace").write_text(json.dumps({"data": data}))
 
     # 1. warned WARN s before the timeout ends, on her home page, in her own zone
     first = wait_until(
@@ -192,3 +202,26 @@ def _walk(page, hub: Hub, warnings_file: Path) -> None:
     said = " ".join(heading.inner_text().split())
     assert said == text, (said, text)
     screenshot(page, "cull-5-bookmark-after")
+
+    # the spawn form: why, what it freed, the notebooks open then; and what fits now
+    page.goto(f"{hub.url}/hub/spawn/zoe")
+    page.wait_for_selector("#jhgpu-form")
+    notice = " ".join(page.locator("#jhgpu-notice").inner_text().split())
+    assert "was stopped at " in notice, notice
+    assert "It gave 0.5 CPUs and 1 GiB of memory back for others." in notice, notice
+    assert (
+        "Notebooks open then: analysis.ipynb and week2/train.ipynb; JupyterLab opens them "
+        "again, but their variables are gone: run them again."
+    ) in notice, notice
+    page.select_option("#jhgpu-image", "demo-cuda12")
+    facts = " ".join(page.locator("#jhgpu-image-facts").inner_text().split())
+    assert facts.startswith("Python 3.11 · CUDA 12.4 · runs on "), facts
+    assert facts.endswith("needs driver >= 525.60.13, compute capability 5.0 to 9.0"), facts
+    help_text = " ".join(page.locator("#jhgpu-gpu-count-help").inner_text().split())
+    assert help_text == "Up to 2 per server; at most 3 at once in all yours.", help_text
+    assert page.locator("#jhgpu-offer").is_hidden()
+    page.select_option("#jhgpu-gpu-count", "2")  # 2 asked, 1 free: no silent wait
+    offer = " ".join(page.locator("#jhgpu-offer-text").inner_text().split())
+    assert offer == "Only 1 GPU is free now: with 2, your server waits in line until 2 are free."
+    assert page.locator("#jhgpu-offer-take").inner_text() == "Start with 1 GPU now"
+    screenshot(page, "form-1-offer-after")
