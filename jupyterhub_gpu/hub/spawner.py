@@ -374,7 +374,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         config=True,
         help="""The idle culler's warnings file (``GPUIdleCuller.warnings_file``): the
         servers it will stop soon if they stay idle. Their users see it on every hub page,
-        with "I'm still here" (``/hub/api/gpu/users/{user}/servers/{name}/keep``, once per
+        with "I'm still here" (``/hub/api/gpu/users/{user}[/servers/{name}]/keep``, once per
         server start). ``configure_culler`` sets it. '' = not shown.""",
     )
     share_notices_file = Unicode(

@@ -2,7 +2,7 @@
 
 The real culler service (``configure_culler``: a short timeout, ``warn_before`` half of
 it) and a real CPU-only server of zoe. The student's side, in Chromium (the browser's
-zone Europe/Paris, the hub's UTC):
+zone Europe/Paris, its locale en-GB; the hub's zone UTC):
 
 1. the home page warns "Your server will be stopped at HH:MM (local time) because it has
    been idle for N s" with "I'm still here"; she presses it;
@@ -84,7 +84,7 @@ def test_warned_kept_once_then_culled_and_told_why(
     )
     hub = make_hub([node], [gpu_inventory(node.name, "ffffffff", [RTX])], extra)
     hub.create_user("zoe")
-    with chromium_page(timezone_id=ZONE) as page:
+    with chromium_page(timezone_id=ZONE, locale="en-GB") as page:  # 24-hour times
         try:
             _walk(page, hub, warnings_file, tmp_path / "homes" / "zoe")
         except BaseException:
@@ -170,7 +170,7 @@ def _walk(page, hub: Hub, warnings_file: Path, home: Path) -> None:
     assert f"stopped at {local_clock(second.at)} (local time)" in text, text
     assert page.locator(".jhgpu-keep").count() == 0
     screenshot(page, "cull-3-warned-again")
-    again = hub.api("POST", "/gpu/users/zoe/servers//keep")
+    again = hub.api("POST", "/gpu/users/zoe/keep")
     assert again.status_code == 409, again.text
     assert again.json()["message"] == (
         "You kept this server once already: use it (run a cell, open a file) to keep it running."

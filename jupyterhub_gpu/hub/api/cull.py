@@ -1,6 +1,7 @@
 """What the culler's warnings and notes say on a user's hub pages, and "I'm still here".
 
-    POST /hub/api/gpu/users/{user}/servers/{name}/keep   (name '' for the default server)
+    POST /hub/api/gpu/users/{user}/keep                  (the default server)
+    POST /hub/api/gpu/users/{user}/servers/{name}/keep   (a named server)
 
 A server the culler warned (``GPUDockerSpawner.cull_warnings_file``, written by the culler
 each round, core/culling/warning.py) shows on every hub page: "Your server will be stopped
@@ -63,7 +64,9 @@ def cull_notices(user: Any, now: datetime) -> list[dict[str, Any]]:
         warning = _warning_of(spawner, holder, now)
         if warning is not None:
             words = warning_words(name, warning, now)
-            keep = f"api/gpu/users/{quote(user.name)}/servers/{quote(name)}/keep"
+            keep = f"api/gpu/users/{quote(user.name, safe='')}/" + (
+                f"servers/{quote(name, safe='')}/keep" if name else "keep"
+            )
             found.append(
                 {
                     "server": name,
@@ -133,6 +136,7 @@ class KeepServerAPIHandler(APIHandler):
 
 
 HANDLERS: list[tuple[str, type]] = [
-    (r"/api/gpu/users/(?P<user_name>[^/]+)/servers/(?P<server_name>[^/]*)/keep",
+    (r"/api/gpu/users/(?P<user_name>[^/]+)/keep", KeepServerAPIHandler),
+    (r"/api/gpu/users/(?P<user_name>[^/]+)/servers/(?P<server_name>[^/]+)/keep",
      KeepServerAPIHandler),
 ]  # fmt: skip
