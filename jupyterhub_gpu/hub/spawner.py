@@ -55,7 +55,12 @@ from jupyterhub_gpu.core.containers import (
     server_labels,
     share_from_state,
 )
-from jupyterhub_gpu.core.culling.warning import POSTPONED_KEY, after_cull_words, freed_words
+from jupyterhub_gpu.core.culling.warning import (
+    POSTPONED_KEY,
+    after_cull_words,
+    freed_words,
+    stopped_words,
+)
 from jupyterhub_gpu.core.form import (
     ResourcePolicy,
     SpawnOptions,
@@ -122,7 +127,7 @@ from jupyterhub_gpu.hub.runtime import HubRuntime, runtime_of
 from jupyterhub_gpu.hub.saves import my_images
 from jupyterhub_gpu.hub.sharing import GPUSharing
 from jupyterhub_gpu.wire.catalog_file import default_catalog_path
-from jupyterhub_gpu.wire.cull_notes import notes_for
+from jupyterhub_gpu.wire.cull_notes import CullNote, notes_for
 from jupyterhub_gpu.wire.nodes_file import NodeSpec, default_node, parse_nodes
 
 # the environment variables whose values never reach the hub's log (an exited
@@ -725,18 +730,18 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             self.log.info("%s has no uid in auth_state: runs as %s", self.user.name, ident.uid)
         return ident
 
-    def _cull_notes(self) -> list[str]:
+    def _cull_note(self) -> CullNote | None:
         """Why the culler stopped this server, if it did and the server has not run since.
 
         The hub sets ``last_activity`` when a server starts and when it stops; the stop
         that follows a cull comes within seconds of the culler's note, a later start after."""
         if not self.cull_notes_file:
-            return []
+            return None
         last = self.orm_spawner.last_activity if self.orm_spawner else None
         since = last - timedelta(minutes=10) if last else None  # naive UTC, as notes_for takes
         notes = notes_for(load_notes(self.cull_notes_file), self.user.name, since=since)
         mine = [n for n in notes if n.server == self.name]
-        return [mine[-1].message()] if mine else []
+        return mine[-1] if mine else None
 
     def _freed_now(self) -> str:
         """What this server gives back when it stops (for the note after a cull)."""
@@ -830,10 +835,12 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         ident = await self.identity()
         bounds = resolve_bounds(self.policy, ident.groups)
         catalog, unlisted = await self._user_catalog(ident)
-        culled = self._cull_notes()
-        if culled:
-            culled[-1] = f"{culled[-1]} {self._after_cull(ident)}".strip()
-        notes = [*culled, *([self._ended_note] if self._ended_note else [])]
+        note, notice_time = self._cull_note(), None
+        notes = [self._ended_note] if self._ended_note else []
+        if note is not None and not notes:  # the newest is shown: a cull, then its start
+            words = stopped_words(note.server, note.at, note.reason, datetime.now(timezone.utc))
+            notes = [f"{words.text} {self._after_cull(ident)}".strip()]
+            notice_time = (words.said, note.at.isoformat())
         charge_groups = self._charge_groups(ident)
         with contextlib.suppress(Exception):  # the reservations, if not read yet
             await self.queue.refresh()
@@ -851,6 +858,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             image_sizes=self.cluster.image_sizes(),
             sharing=snapshot.sharing,
             held=holdings_of(self.ledger.charged(), self.user.name, exclude=self.holder),
+            notice_time=notice_time,
         )
 
     # ------------------------------------------------------------------ placement

@@ -207,7 +207,11 @@ def _walk(page, hub: Hub, warnings_file: Path, home: Path) -> None:
     page.goto(f"{hub.url}/hub/spawn/zoe")
     page.wait_for_selector("#jhgpu-form")
     notice = " ".join(page.locator("#jhgpu-notice").inner_text().split())
-    assert "was stopped at " in notice, notice
+    assert notice.startswith(f"{text.split(' Your files are kept')[0]} Your files are kept"), (
+        notice,
+        text,
+    )  # the same sentence as the home page's, in local time
+    assert page.locator('.jhgpu-notice[data-kind="culled"]').count() == 0  # said once
     assert "It gave 0.5 CPUs and 1 GiB of memory back for others." in notice, notice
     assert (
         "Notebooks open then: analysis.ipynb and week2/train.ipynb; JupyterLab opens them "

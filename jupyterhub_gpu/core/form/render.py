@@ -177,8 +177,12 @@ def render_form(
     ready: Mapping[str, str] | None = None,
     sharing: SharingPolicy = NO_SHARING,
     held: Holdings | None = None,
+    notice_time: tuple[str, str] | None = None,
 ) -> str:
     """The form's HTML (inserted into JupyterHub's ``spawn.html``).
+
+    ``notice_time``: (the time as the newest note says it, e.g. ``14:05 UTC``; the same
+    time in ISO): the form's script shows it in the browser's zone.
 
     ``held``: what the user's other servers hold now; with ``bounds.quota`` it bounds the
     GPU count (:func:`~.offer.gpu_allowance`). A count more than a choice has free offers
@@ -194,7 +198,7 @@ def render_form(
     (models the user's groups may not use are left out here); ``previous_choices``:
     the server's last ``user_options``, preselected where still valid; ``notes``:
     sentences for the user, oldest first (e.g. why the culler stopped the server,
-    ``CullNote.message()``): the newest is shown above the form, dismissable;
+    ``core/culling/warning.stopped_words``): the newest is shown above the form, dismissable;
     ``charge_groups``: the groups the user may charge, the default first (a select only
     when there are two or more: with one there is nothing to choose); ``reserved``:
     lines on GPUs reserved for other groups now or soon
@@ -236,6 +240,8 @@ def render_form(
             choice=choice,
             any_model=ANY_MODEL,
             notice=notes[-1] if notes else "",
+            notice_said=notice_time[0] if notice_time and notes else "",
+            notice_at=notice_time[1] if notice_time and notes else "",
             charge_groups=list(charge_groups) if len(charge_groups) > 1 else [],
             charge_group=initial_charge_group(charge_groups, previous_choices),
             reserved=list(reserved),
@@ -260,6 +266,7 @@ def spawn_form_html(
     image_sizes: Mapping[str, int] | None = None,
     sharing: SharingPolicy = NO_SHARING,
     held: Holdings | None = None,
+    notice_time: tuple[str, str] | None = None,
 ) -> str:
     """Everything in one call: the user's images, their availability on ``snapshot``'s
     nodes and where each is ready (``image_sizes``: identity -> bytes on disk, for what
@@ -292,4 +299,5 @@ def spawn_form_html(
         ready=ready,
         sharing=sharing,
         held=held,
+        notice_time=notice_time,
     )
