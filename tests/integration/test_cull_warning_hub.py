@@ -51,6 +51,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
 TIMEOUT = 50.0
 WARN = 25.0
+TITAN = ("NVIDIA TITAN X (Pascal)", 12288, "6.1")
 ZONE = "Europe/Paris"
 PARIS = ZoneInfo(ZONE)
 WARNED = re.compile(
@@ -82,7 +83,7 @@ def test_warned_kept_once_then_culled_and_told_why(
         "c.JupyterHub.redirect_to_server = False  # the home page: no visit to the server\n"
         'c.GPUDockerSpawner.resource_defaults = {"max_gpus": 2, "max_gpus_per_user": 3}\n'
     )
-    hub = make_hub([node], [gpu_inventory(node.name, "ffffffff", [RTX])], extra)
+    hub = make_hub([node], [gpu_inventory(node.name, "ffffffff", [RTX, TITAN])], extra)
     hub.create_user("zoe")
     with chromium_page(timezone_id=ZONE, locale="en-GB") as page:  # 24-hour times
         try:
@@ -109,7 +110,12 @@ def _notice_text(page, hub: Hub, kind: str) -> str:
 
 def _walk(page, hub: Hub, warnings_file: Path, home: Path) -> None:
     hub_login(page, hub.url, "zoe", "any")
-    ready = spawn_all(hub, {"zoe": {**OPTIONS, "image": "demo-cpu", "gpu_count": 0}})["zoe"]
+    # zoe's CPU-only server is the one culled; bob holds the TITAN X (no agent reads its
+    # node: never culled), so that the form has a busy model and one with 1 free
+    bob = {**OPTIONS, "image": "demo-cuda12", "gpu_model": TITAN[0]}
+    zoe = {**OPTIONS, "image": "demo-cpu", "gpu_count": 0}
+    spawn_all(hub, {"bob": bob})  # first: zoe's timeline starts when hers is ready
+    ready = spawn_all(hub, {"zoe": zoe})["zoe"]
     # the notebooks she had open, in JupyterLab's workspace file in her home, as JupyterLab
     # writes it (opening them in a browser here would be activity, and move the timeline)
     workspaces = home / ".jupyter" / "lab" / "workspaces"
@@ -224,8 +230,27 @@ def _walk(page, hub: Hub, warnings_file: Path, home: Path) -> None:
     help_text = " ".join(page.locator("#jhgpu-gpu-count-help").inner_text().split())
     assert help_text == "Up to 2 per server; at most 3 at once in all yours.", help_text
     assert page.locator("#jhgpu-offer").is_hidden()
+    page.select_option("#jhgpu-gpu-model", RTX[0])
     page.select_option("#jhgpu-gpu-count", "2")  # 2 asked, 1 free: no silent wait
     offer = " ".join(page.locator("#jhgpu-offer-text").inner_text().split())
-    assert offer == "Only 1 GPU is free now: with 2, your server waits in line until 2 are free."
+    assert offer == (
+        "Only 1 RTX 3090 is free now: with 2, your server waits in line until 2 are free."
+    )
     assert page.locator("#jhgpu-offer-take").inner_text() == "Start with 1 GPU now"
     screenshot(page, "form-1-offer-after")
+    # the busy model can be chosen, to wait for it; the form says it waits
+    titan = page.locator(f'#jhgpu-gpu-model option[value="{TITAN[0]}"]')
+    assert not titan.is_disabled()
+    assert " ".join(titan.inner_text().split()).endswith(
+        "0 of 1 free · 12 GiB · wait in line for one"
+    )
+    page.select_option("#jhgpu-gpu-model", TITAN[0])
+    page.select_option("#jhgpu-gpu-count", "1")
+    offer = " ".join(page.locator("#jhgpu-offer-text").inner_text().split())
+    assert offer == (
+        "No TITAN X (Pascal) is free now: Start puts your server in line for one, and the "
+        "waiting page shows your place and an estimate."
+    )
+    assert page.locator("#jhgpu-offer-take").is_hidden()
+    screenshot(page, "form-2-busy-model-after")
+    hub.stop_server("bob")

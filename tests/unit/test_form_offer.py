@@ -71,6 +71,12 @@ def test_more_than_free_offers_what_starts_now_and_none_free_says_it_waits() -> 
     )
     assert (busy.start_now, busy.button) == (0, "")
     assert fit_offers([RTX], most=1, any_model="any") == {}  # 1 asked, 1 free: nothing to say
+    none = fit_offers([TITAN], most=1, any_model="any")["any"][1]
+    assert none.text.startswith("No GPU is free now: Start puts your server in line")
+    three = ModelAvailability("NVIDIA A100", total=4, free=3, memory_mib=40960)
+    assert fit_offers([three], most=4, any_model="any")["any"][4].text.startswith(
+        "Only 3 GPUs are free now: with 4, "
+    )
 
 
 @pytest.mark.parametrize(

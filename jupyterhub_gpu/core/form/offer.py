@@ -92,7 +92,7 @@ def fit_offers(
     not fit what looks free on several nodes: the waiting page then says so)."""
     out: dict[str, dict[int, Offer]] = {}
     total_free = sum(m.free for m in models)
-    choices = [(any_model, "GPU" if total_free == 1 else "GPUs", total_free)]
+    choices = [(any_model, "GPU" if total_free <= 1 else "GPUs", total_free)]
     choices += [(m.model, m.label, m.free) for m in models]
     for key, label, free in choices:
         offers = {n: _offer(label, free, n) for n in range(1, most + 1) if n > free}
