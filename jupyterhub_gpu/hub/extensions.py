@@ -166,6 +166,7 @@ def configure_culler(
     notes_file: str | None = None,
     deadlines_file: str | None = None,
     share_notices_file: str | None = None,
+    warnings_file: str | None = None,
     args: Sequence[str] = (),
     site_secret: str | None = None,
 ) -> None:
@@ -174,10 +175,12 @@ def configure_culler(
     (``/hub/api/gpu/agents``), so that the nodes are written in one place, the hub's.
 
     ``config_file``: more ``c.GPUIdleCuller.*`` settings (timeouts, group overrides).
-    ``notes_file``, ``deadlines_file`` and ``share_notices_file``: the files the culler
-    writes and the hub reads (default: the spawner's ``cull_notes_file``,
-    ``cull_deadlines_file`` and ``share_notices_file`` when set); they
-    are set on both sides here. ``args``: more command-line options of the culler (e.g.
+    ``notes_file``, ``deadlines_file``, ``share_notices_file`` and ``warnings_file``: the
+    files the culler writes and the hub reads (default: the spawner's ``cull_notes_file``,
+    ``cull_deadlines_file``, ``share_notices_file`` and ``cull_warnings_file`` when set);
+    they are set on both sides here. The notices above every hub page (the culler's
+    warnings with "I'm still here", why a server was culled) and their API are added.
+    ``args``: more command-line options of the culler (e.g.
     ``["--log-level=DEBUG"]``). The agents' CA, ``c.AgentClient.ca_cert`` when set
     before this call, is passed on as ``GPUIdleCuller.agent_ca_cert``. ``site_secret``:
     the agents' site secret (default: the hub's ``$JUPYTERHUB_GPU_SITE_SECRET``); it
@@ -185,12 +188,14 @@ def configure_culler(
     """
     from jupyterhub_gpu.core.tokens import SITE_SECRET_ENV, site_secret_from
     from jupyterhub_gpu.hub.api.cluster import AGENTS_SCOPE, AGENTS_SCOPES, AgentsAPIHandler
+    from jupyterhub_gpu.hub.api.cull import HANDLERS as CULL
 
     register(
         c,
-        [(r"/api/gpu/agents", AgentsAPIHandler)],
+        [(r"/api/gpu/agents", AgentsAPIHandler), *CULL],
         custom_scopes=AGENTS_SCOPES,
     )
+    _add_notices(c)
     spawner = c.GPUDockerSpawner
     if notes_file is None and "cull_notes_file" in spawner:
         notes_file = str(spawner.cull_notes_file)
@@ -210,6 +215,11 @@ def configure_culler(
     if share_notices_file is not None:
         spawner.share_notices_file = share_notices_file
         command.append(f"--GPUIdleCuller.share_notices_file={share_notices_file}")
+    if warnings_file is None and "cull_warnings_file" in spawner:
+        warnings_file = str(spawner.cull_warnings_file)
+    if warnings_file is not None:
+        spawner.cull_warnings_file = warnings_file
+        command.append(f"--GPUIdleCuller.warnings_file={warnings_file}")
     ca_cert = c.AgentClient.ca_cert if "ca_cert" in c.AgentClient else ""
     if ca_cert:  # the agents' CA: the culler reads them over HTTPS as the hub does
         command.append(f"--GPUIdleCuller.agent_ca_cert={ca_cert}")
@@ -245,10 +255,19 @@ def configure_reservations(c: Config) -> None:
     """Add the reservations API (:mod:`.api.reservations`), and the notices of running
     servers whose GPUs a reservation will take (:mod:`.api.notices`, shown above every hub
     page)."""
-    from jupyterhub_gpu.hub.api.notices import HANDLERS as NOTICES
     from jupyterhub_gpu.hub.api.reservations import HANDLERS as RESERVATIONS
 
-    register(c, [*RESERVATIONS, *NOTICES], template_vars={"jhgpu_notices": True})
+    register(c, RESERVATIONS)
+    _add_notices(c)
+
+
+def _add_notices(c: Config) -> None:
+    """The notices above every hub page (:mod:`.api.notices`), once."""
+    from jupyterhub_gpu.hub.api.notices import HANDLERS as NOTICES
+
+    present = {h[1] for h in _value(c.JupyterHub, "extra_handlers", []) if len(h) > 1}
+    handlers = [h for h in NOTICES if h[1] not in present]
+    register(c, handlers, template_vars={"jhgpu_notices": True})
 
 
 def configure_prepuller(c: Config, **policy: Any) -> None:

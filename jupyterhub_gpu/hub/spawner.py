@@ -55,6 +55,12 @@ from jupyterhub_gpu.core.containers import (
     server_labels,
     share_from_state,
 )
+from jupyterhub_gpu.core.culling.warning import (
+    POSTPONED_KEY,
+    after_cull_words,
+    freed_words,
+    stopped_words,
+)
 from jupyterhub_gpu.core.form import (
     ResourcePolicy,
     SpawnOptions,
@@ -68,6 +74,8 @@ from jupyterhub_gpu.core.form import (
     spawn_form_html,
     validate_options,
 )
+from jupyterhub_gpu.core.form.user_quota import holdings_of
+from jupyterhub_gpu.core.form.validation import finite_number
 from jupyterhub_gpu.core.identity import (
     Identity,
     identity_required,
@@ -98,7 +106,14 @@ from jupyterhub_gpu.edges.adminfiles import load_catalog
 from jupyterhub_gpu.edges.files import load_notes
 from jupyterhub_gpu.edges.home_dirs import ensure_home
 from jupyterhub_gpu.edges.nodecheck import CheckSettings
-from jupyterhub_gpu.errors import ConfigError, InvalidRequest, NodeFailure, UserFacingError
+from jupyterhub_gpu.edges.workspaces import open_notebooks
+from jupyterhub_gpu.errors import (
+    ConfigError,
+    InvalidRequest,
+    NodeFailure,
+    UnsafePath,
+    UserFacingError,
+)
 from jupyterhub_gpu.hub.admission import QueueingSpawnerMixin
 from jupyterhub_gpu.hub.answer import first_answer, log_tail
 from jupyterhub_gpu.hub.cluster import NODE_ERRORS, Cluster, ClusterSettings
@@ -112,7 +127,7 @@ from jupyterhub_gpu.hub.runtime import HubRuntime, runtime_of
 from jupyterhub_gpu.hub.saves import my_images
 from jupyterhub_gpu.hub.sharing import GPUSharing
 from jupyterhub_gpu.wire.catalog_file import default_catalog_path
-from jupyterhub_gpu.wire.cull_notes import notes_for
+from jupyterhub_gpu.wire.cull_notes import CullNote, notes_for
 from jupyterhub_gpu.wire.nodes_file import NodeSpec, default_node, parse_nodes
 
 # the environment variables whose values never reach the hub's log (an exited
@@ -359,6 +374,14 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         would stop each server at the earliest. The GPU queue estimates from it when GPUs
         may free up, and the dashboard shows it. '' = no estimates from the culler.""",
     )
+    cull_warnings_file = Unicode(
+        "",
+        config=True,
+        help="""The idle culler's warnings file (``GPUIdleCuller.warnings_file``): the
+        servers it will stop soon if they stay idle. Their users see it on every hub page,
+        with "I'm still here" (``/hub/api/gpu/users/{user}[/servers/{name}]/keep``, once per
+        server start). ``configure_culler`` sets it. '' = not shown.""",
+    )
     share_notices_file = Unicode(
         "",
         config=True,
@@ -441,6 +464,9 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         # why the hub itself ended the last server (a reservation took its GPUs), for the
         # spawn form until the next start; kept in state across the stop and hub restarts
         self._ended_note = ""
+        # what a culled server gave back ("1 GPU (RTX 3090), 2 CPUs and 8 GiB of memory"),
+        # for the spawn form until the next start; kept in state like _ended_note
+        self._freed = ""
         self._saved_choice: tuple[str, str] | None = None  # (owner, name) of a saved: slug
         # (reference, the engine's inspect) of the image this start pulled and checked
         self._image_checked: tuple[str, dict[str, Any]] | None = None
@@ -450,6 +476,8 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
     gpu_uuids = List(Unicode())
     host_port = Int(0)  # the port the engine published the server on, on the node's address
     allocation_id = Unicode("")  # made with the reservation, sealed into the labels
+    # when its user pressed "I'm still here" (ISO, UTC; once per start): the culler reads it
+    cull_postponed_at = Unicode("")
     share: Share | None = None  # the share of its one GPU it holds (issue 26); None: whole
 
     @property
@@ -475,6 +503,10 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             state["server_token"] = self.api_token
         if self._ended_note:
             state["ended_note"] = self._ended_note
+        if self._freed:
+            state["freed"] = self._freed
+        if self.cull_postponed_at:
+            state[POSTPONED_KEY] = self.cull_postponed_at
         return state
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -483,6 +515,8 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         if isinstance(state.get("server_token"), str) and state["server_token"]:
             self.api_token = state["server_token"]
         self._ended_note = str(state.get("ended_note") or "")
+        self._freed = str(state.get("freed") or "")[:200]
+        self.cull_postponed_at = str(state.get(POSTPONED_KEY) or "")
         self.node_name = state.get("node", "")
         self.gpu_uuids = list(state.get("gpu_uuids", []))
         self.host_port = int(state.get("host_port") or 0)
@@ -528,6 +562,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
 
     def clear_state(self) -> None:
         super().clear_state()
+        self.cull_postponed_at = ""  # once per start
         self._forget_placement()
 
     def _forget_placement(self, ended: EndReason | None = None) -> None:
@@ -695,18 +730,34 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             self.log.info("%s has no uid in auth_state: runs as %s", self.user.name, ident.uid)
         return ident
 
-    def _cull_notes(self) -> list[str]:
+    def _cull_note(self) -> CullNote | None:
         """Why the culler stopped this server, if it did and the server has not run since.
 
         The hub sets ``last_activity`` when a server starts and when it stops; the stop
         that follows a cull comes within seconds of the culler's note, a later start after."""
         if not self.cull_notes_file:
-            return []
+            return None
         last = self.orm_spawner.last_activity if self.orm_spawner else None
         since = last - timedelta(minutes=10) if last else None  # naive UTC, as notes_for takes
         notes = notes_for(load_notes(self.cull_notes_file), self.user.name, since=since)
         mine = [n for n in notes if n.server == self.name]
-        return [mine[-1].message()] if mine else []
+        return mine[-1] if mine else None
+
+    def _freed_now(self) -> str:
+        """What this server gives back when it stops (for the note after a cull)."""
+        options = (self.orm_spawner.user_options if self.orm_spawner else None) or {}
+        cpu, mem = finite_number(options.get("cpu")), finite_number(options.get("mem_gib"))
+        return freed_words(len(self.gpu_uuids), self._gpu_model, cpu or 0.0, mem or 0.0)
+
+    def _after_cull(self, ident: Identity) -> str:
+        """What the form adds to a cull's note: what it freed, the notebooks open then
+        (JupyterLab's workspace in the user's home, read bounded, links not followed)."""
+        notebooks: tuple[str, ...] = ()
+        with contextlib.suppress(UnsafePath):
+            home = self._home_path(ident)
+            if home is not None:
+                notebooks = open_notebooks(home)
+        return after_cull_words(self._freed, notebooks)
 
     def _culled_just_now(self) -> bool:
         """Whether the culler noted this server in the last two minutes (it writes its
@@ -784,7 +835,12 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         ident = await self.identity()
         bounds = resolve_bounds(self.policy, ident.groups)
         catalog, unlisted = await self._user_catalog(ident)
-        notes = [*self._cull_notes(), *([self._ended_note] if self._ended_note else [])]
+        note, notice_time = self._cull_note(), None
+        notes = [self._ended_note] if self._ended_note else []
+        if note is not None and not notes:  # the newest is shown: a cull, then its start
+            words = stopped_words(note.server, note.at, note.reason, datetime.now(timezone.utc))
+            notes = [f"{words.text} {self._after_cull(ident)}".strip()]
+            notice_time = (words.said, note.at.isoformat())
         charge_groups = self._charge_groups(ident)
         with contextlib.suppress(Exception):  # the reservations, if not read yet
             await self.queue.refresh()
@@ -801,6 +857,8 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             reserved=reserved,
             image_sizes=self.cluster.image_sizes(),
             sharing=snapshot.sharing,
+            held=holdings_of(self.ledger.charged(), self.user.name, exclude=self.holder),
+            notice_time=notice_time,
         )
 
     # ------------------------------------------------------------------ placement
@@ -1094,6 +1152,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         self._start_began = asyncio.get_running_loop().time()
         self._forget_placement()  # the hub cleared the state; be sure nothing is left held
         self._ended_note = ""  # the form showed why the last server ended; it starts again
+        self._freed = ""
         self._image_checked = None  # each start checks its image on its node afresh
         self._start_prepuller()
         try:
@@ -1319,10 +1378,11 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             # this flag (its own, set around User._wait_up) is still up
             never_answered = bool(getattr(self, "_waiting_for_response", False))
             try:
+                culled = self._culled_just_now()
+                freed = self._freed_now() if culled else ""
                 await super().stop(now=now)
-                self.ledger.end_allocation(
-                    allocation, stop_reason(never_answered, self._culled_just_now())
-                )
+                self._freed = freed
+                self.ledger.end_allocation(allocation, stop_reason(never_answered, culled))
             except NODE_ERRORS as e:
                 # The container may still run: keep its GPUs held (as an orphan) until
                 # reconciliation sees the node again and finds the container gone.
