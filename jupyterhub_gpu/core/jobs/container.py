@@ -4,12 +4,13 @@ of a server, with another command, no published port and no JupyterLab.
 The command runs under :data:`WRAPPER`, a POSIX shell script run as the user (never the
 hub, never root): it makes ``~/jobs/ID/``, enters the working directory, and writes the
 command's output to ``~/jobs/ID/output.log`` up to the site's limit, then one line that
-says it was cut (the rest is read and dropped, so the job goes on). It is copied line by
-line (``awk``; mawk's reads unbuffered by ``-W interactive``; flushed at each line: ``job
-logs -f`` sees a line as soon as it ends; a progress bar redrawn with carriage returns
-shows when its line ends); it passes SIGTERM on to the command (Docker sends it to PID
-1) and exits with the command's exit code. The container is kept after it exits (``remove_on_exit`` False) so that a hub down at that
-moment still reads the exit code; the hub removes it then.
+says it was cut (the rest is read and dropped, so the job goes on). The output is copied
+line by line (``awk``, mawk's reads unbuffered by ``-W interactive``, flushed at each
+line: ``job logs -f`` sees a line as soon as it ends; a progress bar redrawn with
+carriage returns shows when its line ends). The script passes SIGTERM on to the command
+(Docker sends it to PID 1) and exits with the command's exit code. The container is kept
+after it exits (``remove_on_exit`` False) so that a hub down at that moment still reads
+the exit code; the hub removes it then.
 """
 
 from __future__ import annotations
