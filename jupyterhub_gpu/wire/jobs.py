@@ -16,12 +16,15 @@ own zone). A malformed answer is :class:`~jupyterhub_gpu.errors.BadPayload`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from jupyterhub_gpu.core.jobs.record import JobRecord
 from jupyterhub_gpu.core.jobs.spec import JobRequest, request_from_json
 from jupyterhub_gpu.core.jobs.states import JobState
+from jupyterhub_gpu.core.placement.request import PlacementRequest
 from jupyterhub_gpu.errors import BadPayload
 
 #: the most text one logs answer carries (the CLI asks again from the new offset)
@@ -143,3 +146,107 @@ def decode_chunk(raw: object) -> LogChunk:
     if not isinstance(text, str) or not isinstance(done, bool):
         raise BadPayload("a log chunk needs its text and whether it is done")
     return LogChunk(offset, text, done)
+
+
+# ---------------------------------------------------------------- the database's columns
+def encode_placement_request(r: PlacementRequest) -> dict[str, Any]:
+    """A job's placement request, kept in the jobs table's ``spec`` column."""
+    return {
+        "gpu_count": r.gpu_count,
+        "min_memory_mib": r.min_memory_mib,
+        "allowed_models": None if r.allowed_models is None else sorted(r.allowed_models),
+        "min_driver_version": r.min_driver_version,
+        "min_compute_capability": list(r.min_compute_capability or ()) or None,
+        "max_compute_capability": list(r.max_compute_capability or ()) or None,
+        "image": sorted(r.image),
+        "shares": r.shares,
+        "share_of": r.share_of,
+    }
+
+
+def _cc(value: object) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        return (value[0], value[1])
+    raise BadPayload("a compute capability must be two numbers")
+
+
+def decode_placement_request(raw: object) -> PlacementRequest:
+    if not isinstance(raw, Mapping):
+        raise BadPayload("a placement request must be a JSON object")
+    try:
+        models = raw.get("allowed_models")
+        return PlacementRequest(
+            gpu_count=int(raw["gpu_count"]),
+            min_memory_mib=int(raw.get("min_memory_mib", 0)),
+            allowed_models=None if models is None else frozenset(str(m) for m in models),
+            min_driver_version=raw.get("min_driver_version"),
+            min_compute_capability=_cc(raw.get("min_compute_capability")),
+            max_compute_capability=_cc(raw.get("max_compute_capability")),
+            image=frozenset(str(i) for i in raw.get("image", ())),
+            shares=int(raw.get("shares", 0)),
+            share_of=int(raw.get("share_of", 0)),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise BadPayload(f"a malformed placement request ({e})") from None
+
+
+def encode_spec(job: JobRecord) -> str:
+    """What a job was asked to be (fixed at submit), as the jobs table's ``spec`` text."""
+    return json.dumps(
+        {
+            "command": list(job.command),
+            "image": job.image,
+            "image_ref": job.image_ref,
+            "cuda": job.cuda,
+            "request": encode_placement_request(job.request),
+            "cpu": job.cpu,
+            "mem_gib": job.mem_gib,
+            "charge_group": job.charge_group,
+            "time_limit_s": job.time_limit_s,
+            "requeue": job.requeue,
+            "workdir": job.workdir,
+            "uid": job.uid,
+            "gid": job.gid,
+            "supplementary_gids": list(job.supplementary_gids),
+            "home": list(job.home) if job.home else None,
+            "binds": {k: dict(v) for k, v in job.binds.items()},
+            "gpu_model": job.gpu_model,
+            "array_spec": job.array_spec,
+            "array_limit": job.array_limit,
+        },
+        separators=(",", ":"),
+    )
+
+
+def decode_spec(text: str) -> dict[str, Any]:
+    """The :class:`JobRecord` fields ``spec`` holds (BadPayload when malformed)."""
+    try:
+        raw = json.loads(text)
+        home = raw["home"]
+        return {
+            "command": tuple(str(a) for a in raw["command"]),
+            "image": str(raw["image"]),
+            "image_ref": str(raw["image_ref"]),
+            "cuda": str(raw["cuda"]),
+            "request": decode_placement_request(raw["request"]),
+            "cpu": float(raw["cpu"]),
+            "mem_gib": float(raw["mem_gib"]),
+            "charge_group": str(raw["charge_group"]),
+            "time_limit_s": float(raw["time_limit_s"]),
+            "requeue": bool(raw["requeue"]),
+            "workdir": str(raw["workdir"]),
+            "uid": int(raw["uid"]),
+            "gid": int(raw["gid"]),
+            "supplementary_gids": tuple(int(g) for g in raw["supplementary_gids"]),
+            "home": (str(home[0]), str(home[1])) if home else None,
+            "binds": {
+                str(k): {str(a): str(b) for a, b in v.items()} for k, v in raw["binds"].items()
+            },
+            "gpu_model": str(raw["gpu_model"]),
+            "array_spec": str(raw["array_spec"]),
+            "array_limit": None if raw["array_limit"] is None else int(raw["array_limit"]),
+        }
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        raise BadPayload(f"a malformed job spec ({type(e).__name__})") from None

@@ -19,9 +19,9 @@ from jupyterhub_gpu.core.jobs.container import (
     JOB_LABEL,
     WRAPPER,
     JobLaunch,
-    job_holder,
     job_workload,
 )
+from jupyterhub_gpu.core.jobs.record import job_holder
 from jupyterhub_gpu.core.jobs.spec import (
     MAX_COMMAND_BYTES,
     ArraySpec,

@@ -26,10 +26,6 @@ from jupyterhub_gpu.core.workload import Workload
 
 #: the job's id on its container (the seal covers the server label ``job:ID`` instead)
 JOB_LABEL = f"{LABEL}.job"
-#: a job's "server" in labels, the ledger and allocation records: never a JupyterHub
-#: server name (those hold no colon)
-JOB_SERVER_PREFIX = "job:"
-
 #: the awk program that copies the output up to ``L`` bytes, then says it was cut
 _BOUND = (
     "{ n += length($0) + 1; if (n <= L) { print; fflush() } else if (!c) { "
@@ -57,15 +53,6 @@ WRAPPER = "\n".join(
         "exit $s",
     ]
 )
-
-
-def job_server(job_id: str) -> str:
-    return f"{JOB_SERVER_PREFIX}{job_id}"
-
-
-def job_holder(user: str, job_id: str) -> str:
-    """The ledger's holder of a job's GPUs (a server's is ``user/server``)."""
-    return f"{user}/{job_server(job_id)}"
 
 
 def job_container_name(job_id: str, allocation: str) -> str:

@@ -146,6 +146,7 @@ class AccountingStore:
                     cuda=record.cuda,
                     cpus=record.cpus,
                     mem_gib=record.mem_gib,
+                    kind=record.kind,
                     started_at=naive_utc(record.started_at),
                     sampled_s=0.0,
                     util_pct_seconds=0.0,
