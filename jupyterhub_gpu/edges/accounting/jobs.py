@@ -135,6 +135,16 @@ class JobStore:
             ).all()
             return [_record(r) for r in rows]
 
+    def array(self, hub: str, array_id: str) -> list[JobRecord]:
+        """Every task of array ``array_id``, in index order."""
+        with self.store.session() as s:
+            rows = s.scalars(
+                select(JobRow)
+                .where(JobRow.hub == hub, JobRow.array_id == array_id)
+                .order_by(JobRow.array_index)
+            ).all()
+            return [_record(r) for r in rows]
+
     def get(self, job_id: str) -> JobRecord | None:
         with self.store.session() as s:
             row = s.get(JobRow, job_id)
