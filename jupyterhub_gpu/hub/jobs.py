@@ -70,7 +70,6 @@ from jupyterhub_gpu.core.workload import make_container
 from jupyterhub_gpu.edges.accounting.jobs import JobStore
 from jupyterhub_gpu.edges.accounting.store import AccountingStore
 from jupyterhub_gpu.errors import (
-    AccountingUnavailable,
     ConfigError,
     InvalidRequest,
     QueueFull,
@@ -177,10 +176,11 @@ def protect(cluster: Cluster, log: logging.Logger) -> list[JobRecord]:
     if not cluster.settings.accounting_url:
         return []
     try:
+        if cluster.recorder is not None:  # its thread migrates the schema first
+            cluster.recorder.flush().result(timeout=60)
         store = AccountingStore(cluster.settings.accounting_url)
-        store.upgrade()
         active = JobStore(store).active(cluster.settings.hub_id)
-    except AccountingUnavailable as e:
+    except Exception as e:
         log.error("Jobs: the accounting database can't be read, jobs not found again: %s", e)
         return []
     for job in active:
