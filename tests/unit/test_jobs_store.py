@@ -74,3 +74,24 @@ def test_a_jobs_allocation_has_its_kind_and_exit_code(tmp_path: Path) -> None:
     assert row is not None and row.kind == "job" and row.exit_code == 3
     store.open(replace(record, id="a2", kind="server"))
     assert store.get("a2").kind == "server"  # type: ignore[union-attr]
+
+
+def test_the_report_splits_servers_and_jobs(tmp_path: Path) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from jupyterhub_gpu.core.accounting.records import EndReason
+    from jupyterhub_gpu.core.accounting.report import ReportQuery, report
+
+    store = AccountingStore(f"sqlite:///{tmp_path / 'acc.db'}")
+    store.upgrade()
+    t0 = datetime(2026, 12, 1, 10, tzinfo=timezone.utc)
+    for aid, kind, gpus, hours in (("s", "server", ("G1",), 2), ("j", "job", ("G1", "G2"), 3)):
+        store.open(AllocationRecord(aid, "alice", "x", "ml", "n1", gpus, "RTX", "p", "",
+                                    started_at=t0, kind=kind))  # fmt: skip
+        store.close(aid, t0 + timedelta(hours=hours), EndReason.DIED)
+    start, end = datetime(2026, 12, 1), datetime(2026, 12, 2)
+    rows = report(store.intervals(start, end), ReportQuery(start, end, by=("kind",)), end)
+    assert {r.keys: round(r.gpu_hours_allocated, 3) for r in rows} == {
+        ("job",): 6.0,
+        ("server",): 2.0,
+    }
