@@ -33,13 +33,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import docker
+from prometheus_client import REGISTRY
+from prometheus_client.core import GaugeMetricFamily
 from traitlets import Float, Int, Unicode, validate
 from traitlets.config import Configurable
 
@@ -51,6 +53,7 @@ from jupyterhub_gpu.core.jobs.container import JOB_LABEL, JobLaunch, job_workloa
 from jupyterhub_gpu.core.jobs.record import JobRecord
 from jupyterhub_gpu.core.jobs.spec import JobRequest, JobSettings, parse_duration, validate_job
 from jupyterhub_gpu.core.jobs.states import (
+    ACTIVE,
     JobState,
     StopCause,
     StopClock,
@@ -160,6 +163,34 @@ class GPUJobs(Configurable):
         )
 
 
+class JobsCollector:
+    """``jupyterhub_gpu_jobs{state, group}``: the hub's active jobs (queued, starting,
+    running) per charge group, for /hub/metrics (no user names in labels)."""
+
+    def __init__(self) -> None:
+        self.runner: JobRunner | None = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "jupyterhub_gpu_jobs",
+            "Batch jobs queued, starting and running, by charge group",
+            labels=["state", "group"],
+        )
+        counts: dict[tuple[str, str], int] = {}
+        for active in ACTIVE:
+            counts[(active.value, "")] = 0
+        for job in list(self.runner.jobs.values()) if self.runner else []:
+            key = (job.state.value, job.charge_group)
+            counts[key] = counts.get(key, 0) + 1
+        for (state, group), n in sorted(counts.items()):
+            family.add_metric([state, group], n)
+        yield family
+
+
+JOBS_METRICS = JobsCollector()
+REGISTRY.register(JOBS_METRICS)
+
+
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0][:300].rstrip(".") if text else type(e).__name__
@@ -250,6 +281,7 @@ class JobRunner:
         if active is None:
             active = protect(self.cluster, self.log)
         self.jobs = {j.id: j for j in active}
+        JOBS_METRICS.runner = self
         self._task = asyncio.ensure_future(self._loop())
 
     def kick(self) -> None:
