@@ -145,7 +145,7 @@ class GPUJobs(Configurable):
     def _positive(self, proposal: Any) -> float:
         value = float(proposal["value"])
         if value <= 0:
-            raise ValueError(f"GPUJobs.{proposal['trait'].name} must be more than 0")
+            raise ConfigError(f"GPUJobs.{proposal['trait'].name} must be more than 0")
         return value
 
     def settings(self) -> JobSettings:
