@@ -46,5 +46,5 @@ def test_settings() -> None:
     s = GPUJobs(config=c).settings()
     assert (s.default_time_s, s.max_time_s, s.output_limit_bytes) == (7200, 86400, 1 << 20)
     assert s.grace_s == 120
-    with pytest.raises(ConfigError, match="GPUJobs.grace must be more than 0"):
+    with pytest.raises(ConfigError, match=r"GPUJobs\.grace must be more than 0"):
         GPUJobs(grace=0)
