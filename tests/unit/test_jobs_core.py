@@ -311,3 +311,18 @@ def test_a_job_is_admitted_like_a_server_of_the_same_size() -> None:
     snap = overlay(snap, {"GPU-0": "alice/", "GPU-1": job_holder("alice", "1")}, {})
     second = admit(snap, one, QueueView(quota=Allowed(one)))
     assert isinstance(second, Queue)
+
+
+def test_a_restart_appends_to_the_output(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "JUPYTERHUB_GPU_JOB_ID": "9",
+           "JUPYTERHUB_GPU_JOB_WORKDIR": str(home),
+           "JUPYTERHUB_GPU_OUTPUT_LIMIT": "100"}  # fmt: skip
+    for restarts, word in (("0", "first"), ("1", "second")):
+        env["JUPYTERHUB_GPU_JOB_RESTARTS"] = restarts
+        subprocess.run(["/bin/sh", "-c", WRAPPER, "job", "echo", word], env=env, check=True)
+    assert (home / "jobs" / "9" / "output.log").read_text() == "first\nsecond\n"
+    env["JUPYTERHUB_GPU_JOB_RESTARTS"] = "0"  # a new job of the same id starts afresh
+    subprocess.run(["/bin/sh", "-c", WRAPPER, "job", "echo", "third"], env=env, check=True)
+    assert (home / "jobs" / "9" / "output.log").read_text() == "third\n"

@@ -10,7 +10,8 @@ line: ``job logs -f`` sees a line as soon as it ends; a progress bar redrawn wit
 carriage returns shows when its line ends). The script passes SIGTERM on to the command
 (Docker sends it to PID 1) and exits with the command's exit code. The container is kept
 after it exits (``remove_on_exit`` False) so that a hub down at that moment still reads
-the exit code; the hub removes it then.
+the exit code; the hub removes it then. A requeued job's next start appends to the same
+file (the limit counts each start's output).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ WRAPPER = "\n".join(
         'rm -f "$p"; mkfifo "$p" || { echo "jupyterhub-gpu: no pipe in $d" >"$o"; exit 125; }',
         "a=awk; awk -W interactive 'BEGIN {}' </dev/null >/dev/null 2>&1 &&"
         ' a="awk -W interactive"',
-        f'LC_ALL=C $a -v L="$JUPYTERHUB_GPU_OUTPUT_LIMIT" \'{_BOUND}\' <"$p" >"$o" &',
+        '[ "${JUPYTERHUB_GPU_JOB_RESTARTS:-0}" = 0 ] && : >"$o"',
+        f'LC_ALL=C $a -v L="$JUPYTERHUB_GPU_OUTPUT_LIMIT" \'{_BOUND}\' <"$p" >>"$o" &',
         "w=$!",
         '"$@" >"$p" 2>&1 </dev/null &',
         "c=$!",
