@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,17 @@ def wait_for(
     raise AssertionError(f"job {job_id} never got there: {seen}\n{hub.log_tail()}")
 
 
+def wait_until_text(path: Path, words: str, timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        text = path.read_text() if path.exists() else ""
+        if words in text:
+            return text
+        time.sleep(0.1)
+    raise AssertionError(f"{words!r} never in {path}: {text!r}")
+
+
 def submit(hub: Hub, token: str, command: list[str], gpus: int = 1) -> str:
     r = api(hub, token, "POST", "", json={"command": command, "options": {"gpu_count": gpus}})
     assert r.status_code == 201, r.text
@@ -91,9 +103,11 @@ c.GPUDockerSpawner.default_uid = {UID}
 c.GPUDockerSpawner.default_gid = {GID}
 c.GPUJobs.grace = 4
 c.GPUJobs.interval = 0.5
+c.GPUDockerSpawner.queue_policy = {{"groups": {{"course": {{}}}}}}
 {TOKEN_ROLE_CONFIG}
-from jupyterhub_gpu.hub.extensions import configure_jobs
+from jupyterhub_gpu.hub.extensions import configure_jobs, configure_reservations
 configure_jobs(c)
+configure_reservations(c)
 """
     hub: Hub = make_hub([engine], [gpu_inventory(engine.name, "eeeeeeee", [RTX, RTX])], extra)
     for user in ("alice", "bob"):
@@ -160,6 +174,63 @@ configure_jobs(c)
     bad = job_cli(hub, alice, "submit", "--workdir", "/etc", "--", "true", check=False)
     assert "inside your home" in bad.stderr, bad
     assert len(api(hub, alice, "GET", "").json()["jobs"]) == before
+
+    # an array 0-3%2: four tasks, never more than two at once, each with its index
+    task = "echo task $JUPYTERHUB_GPU_ARRAY_INDEX; sleep 2"
+    out = job_cli(hub, alice, "submit", "--gpus", "1", "--array", "0-3%2", "--name", "sweep",
+                  "--", "sh", "-c", task).stdout  # fmt: skip
+    array = submitted_id(out).split("[")[0]
+    most, deadline = 0, time.monotonic() + 90
+    tasks: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        tasks = api(hub, alice, "GET", f"/{array}").json()["jobs"]
+        most = max(most, sum(t["state"] in ("starting", "running") for t in tasks))
+        if all(t["state"] == "succeeded" for t in tasks):
+            break
+        time.sleep(0.1)
+    assert [t["state"] for t in tasks] == ["succeeded"] * 4, (tasks, hub.log_tail())
+    assert most == 2, most
+    for t in tasks:
+        text = (homes / "alice" / "jobs" / t["id"] / "output.log").read_text()
+        assert text == f"task {t['array_index']}\n", text
+    listed = job_cli(hub, alice, "list").stdout.splitlines()
+    assert sum(line.startswith(f"{array}[0-3%2]") for line in listed) == 1, listed
+    assert not any(line.startswith(f"{array}_") for line in listed), listed
+
+    # preemption: a reservation of another group takes the GPUs; the --requeue job gets
+    # SIGTERM, saves its checkpoint, goes back to the queue, and resumes from it
+    ckpt = "$HOME/ckpt-$JUPYTERHUB_GPU_JOB_ID"
+    script = (
+        f"n=$(cat {ckpt} 2>/dev/null || echo 0); "
+        'echo "start at $n, restart $JUPYTERHUB_GPU_JOB_RESTARTS, '
+        'grace $JUPYTERHUB_GPU_PREEMPT_GRACE"; '
+        f"trap 'echo $n > {ckpt}; echo \"checkpoint at $n\"; exit 0' TERM; "
+        "while :; do n=$((n+1)); sleep 0.1; done"
+    )
+    out = job_cli(hub, alice, "submit", "--gpus", "1", "--requeue", "--", "sh", "-c",
+                  script).stdout  # fmt: skip
+    resumed = submitted_id(out)
+    wait_for(hub, alice, resumed, lambda j: j["state"] == "running")
+    wait_until_text(homes / "alice" / "jobs" / resumed / "output.log", "start at 0")
+    now = datetime.now(timezone.utc)
+    r = hub.api("POST", "/gpu/reservations", json={
+        "group": "course", "nodes": [engine.name],
+        "start": (now - timedelta(minutes=1)).isoformat(),
+        "end": (now + timedelta(seconds=20)).isoformat(),
+    })  # fmt: skip
+    assert r.status_code in (200, 201), r.text
+    back = wait_for(hub, alice, resumed, lambda j: j["restarts"] == 1, timeout=60)
+    assert back["state"] in ("queued", "starting", "running"), back
+    again = wait_for(hub, alice, resumed, lambda j: j["state"] == "running" and j["restarts"] == 1,
+                     timeout=90)  # fmt: skip
+    assert again["restarts"] == 1
+    text = wait_until_text(homes / "alice" / "jobs" / resumed / "output.log", "restart 1")
+    lines = text.splitlines()
+    assert lines[0] == "start at 0, restart 0, grace 4", lines
+    saved = int(lines[1].removeprefix("checkpoint at "))
+    assert saved > 0 and lines[2] == f"start at {saved}, restart 1, grace 4", lines
+    job_cli(hub, alice, "cancel", resumed)
+    wait_for(hub, alice, resumed, lambda j: j["state"] == "cancelled", timeout=30)
 
     # from inside a server: its own token (JUPYTERHUB_API_TOKEN) may submit jobs
     r = hub.spawn("alice", {"gpu_count": 0})
