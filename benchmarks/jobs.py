@@ -210,11 +210,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         out["jobs_lost"] = states.count("lost")
         out["jobs_unfinished"] = sum(s in ("queued", "starting", "running") for s in states)
         out["jobs_by_state"] = {s: states.count(s) for s in sorted(set(states))}
-        out["preempted"] = sum(1 for r in requeued if seen[r]["restarts"] >= 1)
+        out["preempted"] = sum(1 for q in requeued if seen[q]["restarts"] >= 1)
         homes = hub.workdir / "homes"
         checkpointed = 0
-        for r in requeued:
-            log = homes / seen[r]["user"] / "jobs" / r / "output.log"
+        for q in requeued:
+            log = homes / seen[q]["user"] / "jobs" / q / "output.log"
             text = log.read_text() if log.exists() else ""
             m = re.search(r"checkpoint at (\d+)", text)
             if m and int(m.group(1)) > 0 and f"start at {m.group(1)}, restart 1" in text:

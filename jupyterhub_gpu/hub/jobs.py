@@ -49,6 +49,7 @@ from jupyterhub_gpu.core.accounting.records import AllocationRecord, EndReason
 from jupyterhub_gpu.core.allocation import Allocation, new_allocation_id
 from jupyterhub_gpu.core.containers import ServerContainer, server_labels
 from jupyterhub_gpu.core.form.resources import ResourcePolicy, resource_limits
+from jupyterhub_gpu.core.form.user_quota import holdings_of
 from jupyterhub_gpu.core.jobs.container import JOB_LABEL, JobLaunch, job_workload
 from jupyterhub_gpu.core.jobs.record import JobRecord
 from jupyterhub_gpu.core.jobs.spec import JobRequest, JobSettings, parse_duration, validate_job
@@ -69,6 +70,7 @@ from jupyterhub_gpu.core.scheduling.admission import Admit, Queue, QueueView, ad
 from jupyterhub_gpu.core.sharing.mps import MpsPaths
 from jupyterhub_gpu.core.sharing.policy import Share
 from jupyterhub_gpu.core.snapshot import ClusterSnapshot
+from jupyterhub_gpu.core.words import duration
 from jupyterhub_gpu.core.workload import make_container
 from jupyterhub_gpu.edges.accounting.jobs import JobStore
 from jupyterhub_gpu.edges.accounting.store import AccountingStore
@@ -134,6 +136,13 @@ class GPUJobs(Configurable):
         once; a submission over it is refused.""",
     )
     max_array = Int(1000, config=True, help="The most tasks one ``--array`` may have.")
+    lost_after = Float(
+        600.0,
+        config=True,
+        help="""Seconds a job's node may stop answering before the job ends ``lost`` (a
+        ``--requeue`` job goes back to the queue); a container still running when the
+        node answers again is removed by reconciliation.""",
+    )
     interval = Float(
         1.0,
         config=True,
@@ -141,7 +150,7 @@ class GPUJobs(Configurable):
         a submission, a cancel and freed GPUs start a round at once.""",
     )
 
-    @validate("grace", "output_limit_mib", "interval")
+    @validate("grace", "output_limit_mib", "interval", "lost_after")
     def _positive(self, proposal: Any) -> float:
         value = float(proposal["value"])
         if value <= 0:
@@ -160,6 +169,7 @@ class GPUJobs(Configurable):
             output_limit_bytes=int(self.output_limit_mib * 1024 * 1024),
             max_queued_per_user=self.max_queued_per_user,
             max_array=self.max_array,
+            lost_after_s=self.lost_after,
         )
 
 
@@ -263,6 +273,7 @@ class JobRunner:
         self.jobs: dict[str, JobRecord] = {}  # the active ones
         self._waiting: dict[str, asyncio.Task[None]] = {}  # job id -> its wait in line
         self._launching: dict[str, asyncio.Task[None]] = {}
+        self._down_since: dict[str, float] = {}  # node -> when it stopped answering
         self._share_of: dict[str, Share | None] = {}  # a reserved job's share, until it starts
         self._kick: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -358,10 +369,19 @@ class JobRunner:
         listings = await asyncio.gather(*(self._list(n) for n in nodes))
         found = dict(zip(nodes, listings, strict=True))
         now = _now()
+        for node, listing in found.items():
+            if listing is None:
+                self._down_since.setdefault(node, now)
+            else:
+                self._down_since.pop(node, None)
         for job in placed:
             listing = found.get(job.node)
-            if listing is None:
-                continue  # the node did not answer: the job is kept as it is
+            if listing is None:  # the node did not answer: kept, until it is too long
+                down = now - self._down_since.get(job.node, now)
+                if down >= self.settings.lost_after_s:
+                    why = f"Its node {job.node} stopped answering for {duration(down)}."
+                    await self._end(job, JobState.LOST, None, why)
+                continue
             c = listing.get(job.container) if job.container else None
             if c is None:
                 if job.state is JobState.STARTING and not job.container:
@@ -508,6 +528,9 @@ class JobRunner:
 
     def _decide(self, snapshot: ClusterSnapshot, job: JobRecord) -> Any:
         """:func:`admit` for ``job``, as for a spawn of the same size (no await)."""
+        over = self._over_cap(job)
+        if over:
+            return Queue(over)
         snap = self.cluster.ledger.overlay(snapshot)
         if job.request.gpu_count:
             view = self.queue.view(self._item(job), snap, True)
@@ -517,6 +540,18 @@ class JobRunner:
             servers = {n.name: self.cluster.ledger.servers_on(n.name) for n in snap.nodes}
         return admit(snap, job.request, view, servers_on=servers)
 
+    def _over_cap(self, job: JobRecord) -> str:
+        """Why ``job`` must wait for its user's own GPUs to free up ("" when it need not):
+        their servers and running jobs hold their cap (``max_gpus_per_user``)."""
+        if job.user_gpu_cap is None or not job.request.gpu_count:
+            return ""
+        held = holdings_of(self.cluster.ledger.charged(), job.user, exclude=job.holder)
+        if held.gpus + job.request.gpu_count <= job.user_gpu_cap:
+            return ""
+        return (
+            f"You hold {held.gpus} of your {job.user_gpu_cap} GPUs; it starts when yours free up."
+        )
+
     async def _wait_in_line(self, job: JobRecord, snapshot: ClusterSnapshot) -> None:
         """The job waits in the hub's GPU queue beside spawns; when its turn comes, its
         GPUs are reserved by ``take`` (no await) and it starts."""
@@ -524,6 +559,8 @@ class JobRunner:
         def take(decision: Placement) -> bool:
             current = self.jobs.get(job.id)
             if current is None or current.state is not JobState.QUEUED:
+                return False
+            if self._over_cap(current):
                 return False
             try:
                 self._launch(self._reserve(current, decision, snapshot))
@@ -538,7 +575,7 @@ class JobRunner:
                 self.jobs[job.id] = replace(current, reason=words)
 
         try:
-            await self.queue.wait(self._item(job), take, news, QUEUE_TURN_S)
+            await self.queue.wait(self._item(job), take, news, QUEUE_TURN_S, job.user_gpu_cap)
         except (QueueTimeout, QueueFull):
             pass  # the next round puts it in line again (QueueFull: the user's spawns)
         except QueueRefused as e:
@@ -768,6 +805,11 @@ async def build_jobs(spawner: Any, runner: JobRunner, request: JobRequest) -> li
     never = never_fits(snapshot, placement) if placement.gpu_count else None
     if never:
         raise InvalidRequest(never)
+    cap = bounds.quota.limit
+    if cap is not None and placement.gpu_count > cap:
+        raise InvalidRequest(
+            f"You may hold at most {cap} GPUs at once ({bounds.quota.source}); ask for fewer."
+        )
     root = homes.template_root(spawner.home_template)
     await asyncio.get_running_loop().run_in_executor(
         None, lambda: ensure_home(path, ident.uid, ident.gid, shared_root=root)
@@ -795,6 +837,7 @@ async def build_jobs(spawner: Any, runner: JobRunner, request: JobRequest) -> li
         home=home,
         binds=dataset_binds(parse_group_mounts(spawner.group_mounts), ident.groups),
         gpu_model=options.gpu_model or "",
+        user_gpu_cap=cap,
         submitted_at=_now(),
     )
     if spec.array is None:

@@ -215,6 +215,7 @@ def encode_spec(job: JobRecord) -> str:
             "gpu_model": job.gpu_model,
             "array_spec": job.array_spec,
             "array_limit": job.array_limit,
+            "user_gpu_cap": job.user_gpu_cap,
         },
         separators=(",", ":"),
     )
@@ -247,6 +248,7 @@ def decode_spec(text: str) -> dict[str, Any]:
             "gpu_model": str(raw["gpu_model"]),
             "array_spec": str(raw["array_spec"]),
             "array_limit": None if raw["array_limit"] is None else int(raw["array_limit"]),
+            "user_gpu_cap": None if raw.get("user_gpu_cap") is None else int(raw["user_gpu_cap"]),
         }
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
         raise BadPayload(f"a malformed job spec ({type(e).__name__})") from None

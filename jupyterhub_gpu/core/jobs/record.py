@@ -48,6 +48,8 @@ class JobRecord:
     home: tuple[str, str] | None = None  # (on the node, in the container)
     binds: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     gpu_model: str = ""  # the model asked for ("" any)
+    #: the user's cap on GPUs held at once (servers and jobs together), None for none
+    user_gpu_cap: int | None = None
     array_id: str = ""
     array_spec: str = ""
     array_index: int | None = None

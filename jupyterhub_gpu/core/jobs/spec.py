@@ -40,6 +40,7 @@ class JobSettings:
     output_limit_bytes: int = 100 * 1024 * 1024
     max_queued_per_user: int = 100
     max_array: int = 1000
+    lost_after_s: float = 600.0  # a job whose node answers no more is lost after this
 
 
 @dataclass(frozen=True)
