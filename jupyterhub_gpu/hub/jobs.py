@@ -46,7 +46,7 @@ from traitlets import Float, Int, Unicode, validate
 from traitlets.config import Configurable
 
 from jupyterhub_gpu.core.accounting.records import AllocationRecord, EndReason
-from jupyterhub_gpu.core.allocation import Allocation, new_allocation_id
+from jupyterhub_gpu.core.allocation import ALLOCATION_LABEL, Allocation, new_allocation_id
 from jupyterhub_gpu.core.containers import ServerContainer, server_labels
 from jupyterhub_gpu.core.form.resources import ResourcePolicy, resource_limits
 from jupyterhub_gpu.core.form.user_quota import holdings_of
@@ -199,6 +199,12 @@ class JobsCollector:
 
 JOBS_METRICS = JobsCollector()
 REGISTRY.register(JOBS_METRICS)
+
+
+def _made_for(container: dict[str, Any], job: JobRecord) -> bool:
+    """Is ``container`` (a listing's entry) the one made for this start of ``job``?"""
+    labels = container.get("Labels") or {}
+    return bool(labels.get(JOB_LABEL) == job.id and labels.get(ALLOCATION_LABEL) == job.allocation)
 
 
 def _first_line(e: BaseException) -> str:
@@ -383,10 +389,14 @@ class JobRunner:
                     await self._end(job, JobState.LOST, None, why)
                 continue
             c = listing.get(job.container) if job.container else None
+            if c is None and not job.container:  # the hub died before it kept the id
+                c = next((x for x in listing.values() if _made_for(x, job)), None)
+                if c is not None:
+                    job = await self._save(replace(job, container=c["Id"]))
             if c is None:
                 if job.state is JobState.STARTING and not job.container:
-                    # the hub died between "starting" and the container's creation
-                    await self._end(job, JobState.LOST, None, "Its start was cut off.")
+                    # the hub died before the container was made: it never ran
+                    await self._unplace(job, "")
                 else:
                     await self._end(job, JobState.LOST, None, "")
                 continue
@@ -452,6 +462,18 @@ class JobRunner:
             self.log.info("Jobs: %s to job %s not sent: %s", signal, job.id, e)
         if step == "term":
             await self._save(replace(job, term_sent_at=now))
+
+    async def _unplace(self, job: JobRecord, reason: str) -> None:
+        """Back to the queue, at its place, a job whose container was never made."""
+        self.cluster.ledger.release(job.holder)
+        self.cluster.ledger.release_server(job.holder)
+        if job.allocation:
+            self.cluster.ledger.end_allocation(job.allocation, EndReason.INTERRUPTED)
+        await self._save(
+            replace(job, state=JobState.QUEUED, node="", gpu_uuids=(), share="", allocation="",
+                    container="", started_at=None, reason=reason)
+        )  # fmt: skip
+        self.log.info("Jobs: job %s of %s was never started; back in the queue", job.id, job.user)
 
     async def _end(self, job: JobRecord, state: JobState, code: int | None, reason: str) -> None:
         """``job`` ended as ``state``: free its GPUs, close its allocation (with the exit
