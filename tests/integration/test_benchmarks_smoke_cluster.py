@@ -106,3 +106,12 @@ def test_time_to_lab_smoke(engines: list[Engine]) -> None:
     keys += ["no_prepull_p50_s", "loop_stall_max_s", "api_latency_max_s", "image_size_bytes"]
     assert not missing(keys, out), sorted(out)
     assert out["local_p50_s"] is not None and out["cold_pull_p50_s"] is None
+
+
+def test_jobs_smoke(engines: list[Engine]) -> None:
+    out = run_benchmark("jobs", timeout=400).result()
+    keys = ["submit_to_running_p50_s", "jobs_submitted", "jobs_completed", "jobs_lost"]
+    keys += ["preempted", "preempted_checkpointed", "double_starts", "hub_restart_s", "config"]
+    assert not missing(keys, out), sorted(out)
+    assert out["jobs_submitted"] >= 8 and out["jobs_unfinished"] == 0, out
+    assert out["double_starts"] == 0 and out["preempted_checkpointed"] == out["preempted"] >= 1
