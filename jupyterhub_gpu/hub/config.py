@@ -55,6 +55,7 @@ CHECKED_SECTIONS: dict[str, str] = {
     "GPUAgent": "jupyterhub_gpu.services.agent.app:GPUAgent",
     "SavedImages": "jupyterhub_gpu.hub.saved_images:SavedImages",
     "GPUSharing": "jupyterhub_gpu.hub.sharing:GPUSharing",
+    "GPUJobs": "jupyterhub_gpu.hub.jobs:GPUJobs",
 }
 
 #: Traits of DockerSpawner/Spawner that GPUDockerSpawner sets itself: a site's value is

@@ -353,9 +353,50 @@ def configure_ssh(
     hub.load_roles = [*_value(hub, "load_roles", []), role]
 
 
+def configure_jobs(c: Config) -> None:
+    """Add batch jobs (docs/jobs.md): the job API (:mod:`.api.jobs`) with its scope
+    ``custom:gpu-jobs``, granted to every user (and so to their tokens) and to their
+    servers' tokens (the ``server`` role), so ``jupyterhub-gpu job submit`` works from a
+    terminal in a server and from a laptop with a token of the hub's token page. The
+    job runner (:mod:`.jobs`) starts with the hub; ``c.GPUJobs.*`` are its settings.
+    """
+    import asyncio
+    import logging
+
+    from jupyterhub_gpu.hub.api.jobs import HANDLERS, JOB_SCOPES, JOBS_SCOPE
+    from jupyterhub_gpu.hub.jobs import protect_at_creation, start_at_hub_start
+
+    register(c, HANDLERS, custom_scopes=JOB_SCOPES)
+    hub = c.JupyterHub
+    roles = _grant_users(_value(hub, "load_roles", []), JOBS_SCOPE)
+    server = next((r for r in roles if r.get("name") == "server"), None)
+    if server is None:
+        roles.append(
+            {
+                "name": "server",
+                "scopes": ["users:activity!user", "access:servers!server", JOBS_SCOPE],
+            }
+        )
+    elif JOBS_SCOPE not in server.get("scopes", []):
+        server["scopes"] = [*server.get("scopes", []), JOBS_SCOPE]
+    hub.load_roles = roles
+    token_scopes = c.Spawner.get("server_token_scopes")
+    if isinstance(token_scopes, list) and JOBS_SCOPE not in token_scopes:
+        c.Spawner.server_token_scopes = [*token_scopes, JOBS_SCOPE]
+    runtime: HubRuntime = hub.tornado_settings[SETTINGS_KEY]
+    log = logging.getLogger("JupyterHub")
+    runtime.cluster_hooks.append(protect_at_creation(runtime, log))
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return  # not in a running hub (a test reading the configuration)
+    loop.call_soon(lambda: asyncio.ensure_future(start_at_hub_start(log)))
+
+
 __all__ = [
     "configure_culler",
     "configure_dashboard",
+    "configure_jobs",
     "configure_my_images",
     "configure_prepuller",
     "configure_reservations",

@@ -22,7 +22,7 @@ configuration calls no ``configure_*`` still has exactly one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 from jupyterhub_gpu.core.scheduling import queue_settings
@@ -40,6 +40,13 @@ class HubRuntime:
     def __init__(self) -> None:
         self.cluster: Cluster | None = None
         self.queue: SpawnQueue | None = None
+        #: the batch job runner (hub/jobs.py's JobRunner), made with its first use
+        self.jobs: Any = None
+        #: the active jobs read at the cluster's creation (hub/jobs.py's protect)
+        self.found_jobs: list[Any] | None = None
+        #: called with the cluster right after it is made, before anything awaits
+        #: (hub/jobs.py marks the placed jobs live there: configure_jobs)
+        self.cluster_hooks: list[Callable[[Cluster], None]] = []
 
     def __deepcopy__(self, memo: dict[int, Any]) -> HubRuntime:
         # traitlets deep-copies configuration values; the hub must keep this very object
@@ -74,6 +81,8 @@ class HubRuntime:
         self.cluster = cluster
         self.queue = SpawnQueue(cluster, cluster.log)  # spawns waiting for GPUs
         COLLECTOR.attach(cluster)  # the hub's /hub/metrics reads this cluster
+        for hook in list(self.cluster_hooks):
+            hook(cluster)
 
 
 _PROCESS = HubRuntime()

@@ -128,3 +128,4 @@ def test_jobs_smoke(engines: list[Engine]) -> None:
     keys += ["preempted", "preempted_checkpointed", "double_starts", "hub_restart_s", "config"]
     assert not missing(keys, out), sorted(out)
     assert out["jobs_submitted"] >= 8 and out["jobs_unfinished"] == 0, out
+    assert out["double_starts"] == 0 and out["preempted_checkpointed"] == out["preempted"] >= 1
