@@ -94,11 +94,13 @@ c.Spawner.http_timeout = 120
 
 # --- the GPU idle culler, a hub-managed service (docs/culler.md) -----------------------
 # configure_culler(c) below adds the service, its role and the hub API it learns the nodes'
-# agents from; its own settings (timeouts, group_overrides) in culler_config.py. These two
+# agents from; its own settings (timeouts, group_overrides) in culler_config.py. These
 # files are written by the culler and read by the hub:
 c.GPUCluster.cull_notes_file = f"{STATE}/cull-notes.json"
 # the GPU queue's estimates, the dashboard's "culled at the earliest"
 c.GPUCluster.cull_deadlines_file = f"{STATE}/cull-deadlines.json"
+# the culler's warnings before a cull: on the users' pages, with "I'm still here"
+c.GPUCluster.cull_warnings_file = f"{STATE}/cull-warnings.json"
 
 # --- refuse to start on a bad nodes/inventory/catalog/bounds setting -------------------
 # --- the cluster dashboard at /services/gpu-dashboard/ (docs/dashboard.md) ------------

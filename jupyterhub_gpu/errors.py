@@ -35,6 +35,7 @@ turned into another error). A builtin base in brackets is kept for code that cat
     ├── PullYielded                   nobody: a pre-pull stopped for a spawn's pull; retried
     ├── ExecFailed                    admin: the SSH gateway's docker exec failed (log)
     ├── KeysRefused                   admin: a user's authorized_keys can't be trusted (log)
+    ├── SuspendFailed                 admin: a checkpoint or restore failed (the reason)
     └── UserFacingError               user: a request can't be served; message shown as is
         ├── InvalidRequest            user: bad or tampered input (HTTP 400)
         ├── NoCapacity                user: nothing free fits now (HTTP 503, says what is free)
@@ -214,6 +215,11 @@ class ExecFailed(GPUHubError):
 class KeysRefused(GPUHubError):
     """The user's authorized_keys can't be trusted or read; the message says why (for the
     gateway's log, never for the client)."""
+
+
+class SuspendFailed(GPUHubError):
+    """A container could not be checkpointed or restored (edges/suspend.py); the message
+    says why (the engine's reason)."""
 
 
 class UserFacingError(GPUHubError):

@@ -12,7 +12,8 @@
 # (`ip netns` jhgpu-node-X) with its own loopback, iptables and a veth link to this
 # machine: the node's address is 10.250.N.2, this machine's end 10.250.N.1. Its own
 # dockerd runs inside the namespace with the bridge and iptables ON (containers get the
-# user bridge that the hub creates, never the node's network) and listens on a unix
+# user bridge that the hub creates, never the node's network), with --experimental (docker
+# checkpoint and restore: test_suspend), and listens on a unix
 # socket under $JHGPU_STATE/engines/<node>/; node-c also listens on tcp://10.250.3.2:2376
 # with TLS client certificates from a test CA ($JHGPU_STATE/tls). No engine listens on
 # plain TCP. The hub, its proxy and LDAP stay in this machine's namespace, as on a real
@@ -77,6 +78,7 @@ install_packages() {
     apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
   no_registry_service
+  "$REPO/scripts/criu/build.sh"  # checkpoint/restore of servers (test_suspend, docs/culler.md)
   command -v docker >/dev/null || { log "no docker client after install"; exit 1; }
   if ! command -v configurable-http-proxy >/dev/null; then
     log "installing configurable-http-proxy (npm)"
@@ -176,21 +178,38 @@ prepare_engine_dir() {  # returns 1 when the engine already runs as it should
   # the hook is looked up at every GPU container's start: a running engine gets a new one too
   install -m 0755 "$REPO/tests/cluster/fake-nvidia/nvidia-container-runtime-hook" "$STATE/hook/"
   if engine_alive "$node" && dk "$node" info >/dev/null 2>&1; then
-    in_its_netns "$node" && { log "$node: running"; return 1; }
-    log "$node: running outside its network namespace (an older set-up); restarting it"
-    stop_engine "$node"
+    if [[ $node != builder && $(dk "$node" info -f '{{.ExperimentalBuild}}') != true ]]; then
+      log "$node: running without checkpoint/restore (an older set-up); restarting it"
+      stop_engine "$node"
+    else
+      in_its_netns "$node" && { log "$node: running"; return 1; }
+      log "$node: running outside its network namespace (an older set-up); restarting it"
+      stop_engine "$node"
+    fi
   fi
   # a killed dockerd leaves its pidfile and socket behind: clear stale ones
   rm -f "$dir/docker.pid" "$dir/docker.sock" "$dir/exec/containerd/containerd.pid"
+}
+
+no_inherited_fds() {  # run "$@" with no descriptor above 2: a daemon must keep no lock of
+  # its caller's (the set-up lock on fd 9, or a `flock LOCK pytest ...` of whoever restarted
+  # it: that lock would then be held for the daemon's whole life)
+  local fd
+  for fd in /proc/$BASHPID/fd/*; do
+    fd=${fd##*/}
+    ((fd > 2)) && eval "exec $fd>&-"
+  done
+  exec "$@"
 }
 
 start_builder() {  # image builds only: this machine's namespace, no network for containers
   local dir="$STATE/engines/builder"
   prepare_engine_dir builder || return 0
   log "builder: starting dockerd ($dir)"
-  setsid dockerd --bridge=none --iptables=false --ip-masq=false --ip6tables=false \
+  no_inherited_fds setsid dockerd --bridge=none --iptables=false --ip-masq=false \
+    --ip6tables=false \
     --data-root "$dir/data" --exec-root "$dir/exec" --pidfile "$dir/docker.pid" \
-    -H "unix://$dir/docker.sock" >"$dir/dockerd.log" 2>&1 </dev/null 9>&- &
+    -H "unix://$dir/docker.sock" >"$dir/dockerd.log" 2>&1 </dev/null &
   wait_engine builder
 }
 
@@ -207,10 +226,11 @@ start_engine() {
   fi
   log "$node: starting dockerd in netns $ns ($addr${tls:+, TLS on :2376}, $dir)"
   # nsenter, not `ip netns exec` (it remounts /sys and dockerd loses the devices cgroup)
-  PATH="$STATE/hook:$PATH" nsenter --net="/var/run/netns/$ns" setsid dockerd \
+  PATH="$STATE/hook:$PATH" no_inherited_fds nsenter --net="/var/run/netns/$ns" setsid dockerd \
     --data-root "$dir/data" --exec-root "$dir/exec" --pidfile "$dir/docker.pid" \
     --insecure-registry "$SITE_ADDRESS/32" -H "unix://$dir/docker.sock" "${tls[@]}" \
-    >"$dir/dockerd.log" 2>&1 </dev/null 9>&- &  # 9>&-: the daemon must not keep the set-up lock
+    --experimental \
+    >"$dir/dockerd.log" 2>&1 </dev/null &
   wait_engine "$node"
   apply_firewall "$node"
 }

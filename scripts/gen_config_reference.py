@@ -16,6 +16,7 @@ from traitlets import HasTraits
 from jupyterhub_gpu.edges.agents import AgentClient
 from jupyterhub_gpu.hub.auth.ldap import GPULDAPAuthenticator
 from jupyterhub_gpu.hub.cluster_settings import GPUCluster
+from jupyterhub_gpu.hub.jobs import GPUJobs
 from jupyterhub_gpu.hub.prepull import PrePuller
 from jupyterhub_gpu.hub.saved_images import SavedImages
 from jupyterhub_gpu.hub.sharing import GPUSharing
@@ -36,6 +37,7 @@ CLASSES: list[type[HasTraits]] = [
     SavedImages,
     PrePuller,
     GPUSharing,
+    GPUJobs,
 ]
 
 

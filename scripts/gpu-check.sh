@@ -28,7 +28,7 @@ SELF=${BASH_SOURCE[0]}
 REPO=$(cd "${SELF%/*}/.." && pwd) || exit 2
 HELPERS=$REPO/scripts/gpu_check
 CHECKS=(nvml-tests check-node attribution mps-limit mps-no-raise mps-no-quit mps-check-node
-  mps-whole-gpu build-void)
+  mps-whole-gpu build-void suspend-gpu)
 declare -A ABOUT=(
   [nvml-tests]="pytest -m gpu: the NVML probe tests (tests/integration/test_nvml_probe.py)"
   [check-node]="jupyterhub-gpu check-node --local: NVML, GPU isolation probes, /tmp/nvidia-mps"
@@ -39,9 +39,10 @@ declare -A ABOUT=(
   [mps-check-node]="check-node --local -f CONFIG --only mps against the daemon started as docs/sharing.md's unit"
   [mps-whole-gpu]="a whole-GPU container on the MPS node makes a plain CUDA context, never an MPS client"
   [build-void]="a saved image's build RUN steps (the builder's query, NVIDIA_VISIBLE_DEVICES=void) see no GPU"
+  [suspend-gpu]="a CUDA process's device memory kept through cuda-checkpoint, docker checkpoint, a new container and restore (needs cuda-checkpoint, CRIU 4, --experimental)"
 )
 TIMEOUT_NVML=120 TIMEOUT_NODE=90 TIMEOUT_ATTR=100 TIMEOUT_MPS=170 TIMEOUT_MPS_NODE=60
-TIMEOUT_WHOLE=80 TIMEOUT_BUILD=100
+TIMEOUT_WHOLE=80 TIMEOUT_BUILD=100 TIMEOUT_SUSPEND=150
 BUDGET_S=${GPU_CHECK_BUDGET_S:-460}  # all checks; the script stops starting checks after it
 MPS_PIPE=/run/jupyterhub-gpu/mps      # the product's defaults (core/sharing/mps.py)
 MPS_SHM=/run/jupyterhub-gpu/mps-shm
@@ -346,6 +347,9 @@ fi
 check_mps
 if wanted build-void && can_run build-void; then
   helper "$TIMEOUT_BUILD" build-void "$PY" "$HELPERS/build.py" --image "$IMAGE"
+fi
+if wanted suspend-gpu && can_run suspend-gpu; then
+  helper "$TIMEOUT_SUSPEND" suspend-gpu "$PY" "$HELPERS/suspend.py" --image "$IMAGE"
 fi
 
 echo "gpu-check: $RAN checks ran, $FAILS failed, in $SECONDS s${IMAGE:+ (image $IMAGE)}" >&2

@@ -13,9 +13,11 @@ Imports: ``core``, ``wire``, ``edges``, ``errors`` and ``cli``; never the hub or
     jupyterhub-gpu check-config a site's configuration and its files, without a hub
                                 (docs/install.md)
     jupyterhub-gpu ssh ...      the SSH gateway's host key fingerprint (docs/ssh.md)
+    jupyterhub-gpu job ...      a user's batch jobs: submit, list, show, logs, cancel
+                                (docs/jobs.md; works with the base install)
 
 A GPU node's install (the package without the ``hub`` extra) runs ``firewall``,
-``units``, ``certs`` and ``site``; the others need the hub's dependencies and say so.
+``units``, ``certs``, ``site`` and ``job``; the others need the hub's dependencies and say so.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ COMMANDS = {
     "firewall": "apply (or --dry-run, --remove) the node firewall for the user bridge",
     "check-config": "check a site's configuration and every file it names, without a hub",
     "ssh": "the SSH gateway: its host key's fingerprint (fingerprint)",
+    "job": "your GPU batch jobs: submit, list, show, logs, cancel",
 }
 #: command -> its module in this package (each has ``main(argv) -> int``)
 MODULES = {

@@ -372,7 +372,7 @@ def _database_problems(
 def _spawner_folder_problems(s: Mapping[str, Any], reported: set[Path]) -> list[str]:
     """The folders of the culler's and the drains' files must exist (each folder once)."""
     problems: list[str] = []
-    for key in ("cull_notes_file", "cull_deadlines_file", "drains_file"):
+    for key in ("cull_notes_file", "cull_deadlines_file", "cull_warnings_file", "drains_file"):
         if s.get(key) and Path(s[key]).parent not in reported:  # each folder once
             reported.add(Path(s[key]).parent)
             problems += folder_problems(Path(s[key]), f"GPUDockerSpawner.{key}")

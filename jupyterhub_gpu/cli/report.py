@@ -1,6 +1,6 @@
 """``jupyterhub-gpu report``: GPU-hours allocated and used, from the accounting database.
 
-    jupyterhub-gpu report [--db URL] [--from DATE] [--to DATE] [--by group,model]
+    jupyterhub-gpu report [--db URL] [--from DATE] [--to DATE] [--by group,model,kind]
                           [--per day|week|month] [--user NAME] [--group NAME]
                           [--format table|csv|json]
 
@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--db", help="accounting database URL (see the command's help)")
     p.add_argument("--from", dest="start", help="start, YYYY-MM-DD[THH:MM] (default: 1st)")
     p.add_argument("--to", dest="end", help="end (exclusive), default: now")
-    p.add_argument("--by", default="group", help="user, group, model, node (comma separated)")
+    p.add_argument("--by", default="group", help="user, group, model, node, kind (comma separated)")
     p.add_argument("--per", choices=("day", "week", "month"), help="one row per period")
     p.add_argument("--user", help="only this user's allocations")
     p.add_argument("--group", help="only this group's allocations")

@@ -27,7 +27,8 @@ def safe_path_component(name: str) -> str:
     """An injective, path-safe version of ``name``: ``[a-z0-9-]`` only, never empty."""
     if not name:
         raise UnsafePath("An empty username has no home directory.")
-    return escape(name, safe=_SAFE_CHARS, escape_char="-").lower()
+    escaped: str = escape(name, safe=_SAFE_CHARS, escape_char="-")
+    return escaped.lower()
 
 
 def template_root(template: str) -> PurePosixPath:

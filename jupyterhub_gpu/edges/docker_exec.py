@@ -10,6 +10,7 @@ a thread per session. Docker's ``ssh://`` endpoints are not supported by the gat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import ssl
@@ -121,9 +122,16 @@ class NodeEngine:
         if url.scheme in ("tcp", "https") and url.hostname:
             context = self._tls_context()
             port = url.port or (2376 if context else 2375)
-            return await asyncio.open_connection(
-                url.hostname, port, ssl=context, server_hostname=url.hostname if context else None
-            )
+            raw_reader, raw_writer = await asyncio.open_connection(url.hostname, port)
+            if context is None:
+                return raw_reader, raw_writer
+            tls = TLSStream(context, url.hostname, raw_reader, raw_writer)
+            try:
+                await tls.handshake()
+            except (ssl.SSLError, OSError, asyncio.IncompleteReadError) as e:
+                raw_writer.close()
+                raise ExecFailed(f"the node's engine refused TLS ({type(e).__name__})") from e
+            return tls.reader, tls  # type: ignore[return-value]
         raise ExecFailed(f"the gateway can't reach an engine at {url.scheme}:// yet")
 
     def _tls_context(self) -> ssl.SSLContext | None:
@@ -140,4 +148,93 @@ class NodeEngine:
             self._client = None
 
 
-__all__ = ["ENGINE_TIMEOUT", "ExecFailed", "NodeEngine"]
+class TLSStream:
+    """TLS over an asyncio connection that can be half-closed: :meth:`write_eof` sends
+    TLS's close_notify and leaves the socket open, so the engine gives the process EOF on
+    its stdin and its output still comes back (asyncio's own TLS transport can't do that).
+    The writer side of a stream pair (``write``, ``drain``, ``write_eof``, ``close``);
+    :attr:`reader` the plaintext coming back."""
+
+    def __init__(
+        self,
+        context: ssl.SSLContext,
+        hostname: str,
+        raw_reader: asyncio.StreamReader,
+        raw_writer: asyncio.StreamWriter,
+    ) -> None:
+        self._in, self._out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self._tls = context.wrap_bio(self._in, self._out, server_hostname=hostname)
+        self._raw_reader, self._raw_writer = raw_reader, raw_writer
+        self.reader = asyncio.StreamReader(limit=2**20)
+        self._pump: asyncio.Task[None] | None = None
+        self._eof_sent = False
+
+    def _flush(self) -> None:
+        data = self._out.read()
+        if data:
+            self._raw_writer.write(data)
+
+    async def handshake(self) -> None:
+        while True:
+            try:
+                self._tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self._flush()
+                data = await self._raw_reader.read(65536)
+                if not data:
+                    raise asyncio.IncompleteReadError(b"", None) from None
+                self._in.write(data)
+        self._flush()
+        self._pump = asyncio.create_task(self._read_loop())
+
+    async def _read_loop(self) -> None:
+        try:
+            while data := await self._raw_reader.read(65536):
+                self._in.write(data)
+                while True:
+                    try:
+                        plain = self._tls.read(65536)
+                    except ssl.SSLWantReadError:
+                        break
+                    except ssl.SSLZeroReturnError:
+                        plain = b""
+                    if not plain:  # the engine's close_notify: its output is done
+                        self._flush()
+                        self.reader.feed_eof()
+                        return
+                    self.reader.feed_data(plain)
+                self._flush()  # e.g. TLS 1.3 key updates
+        except (ssl.SSLError, OSError) as e:
+            self.reader.set_exception(ConnectionResetError(str(e)))
+            return
+        self.reader.feed_eof()
+
+    def write(self, data: bytes) -> None:
+        if self._eof_sent:
+            return
+        self._tls.write(data)
+        self._flush()
+
+    async def drain(self) -> None:
+        await self._raw_writer.drain()
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        if self._eof_sent:
+            return
+        self._eof_sent = True
+        # the close_notify is written; the engine's answer comes in the read loop
+        with contextlib.suppress(ssl.SSLWantReadError, ssl.SSLError):
+            self._tls.unwrap()
+        self._flush()
+
+    def close(self) -> None:
+        if self._pump is not None:
+            self._pump.cancel()
+        self._raw_writer.close()
+
+
+__all__ = ["ENGINE_TIMEOUT", "ExecFailed", "NodeEngine", "TLSStream"]

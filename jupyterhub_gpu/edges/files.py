@@ -32,8 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from jupyterhub_gpu.core.culling.idleness import Deadline
+from jupyterhub_gpu.core.culling.warning import CullWarning
 from jupyterhub_gpu.errors import ConfigError
 from jupyterhub_gpu.wire.cull_notes import Notes, decode_notes, encode_notes
+from jupyterhub_gpu.wire.cull_warnings import MAX_FILE as WARNINGS_MAX_FILE
+from jupyterhub_gpu.wire.cull_warnings import decode_cull_warnings, encode_cull_warnings
 from jupyterhub_gpu.wire.deadlines import decode_deadlines, encode_deadlines
 from jupyterhub_gpu.wire.drains import MAX_BYTES, decode_drains, encode_drains
 from jupyterhub_gpu.wire.share_notices import (
@@ -197,12 +200,35 @@ def load_share_notices(
     return decode_share_notices(text) if _fresh(stat.st_mtime, now, max_age) else {}
 
 
+def save_cull_warnings(path: str | Path, warnings: Mapping[str, CullWarning]) -> None:
+    _write_shared(path, encode_cull_warnings(warnings))
+
+
+def load_cull_warnings(
+    path: str | Path, now: datetime | None = None, max_age: float = 600.0
+) -> dict[str, CullWarning]:
+    """holder -> :class:`CullWarning`; ``{}`` when the file is missing, unreadable, larger
+    than :data:`~.cull_warnings.MAX_FILE` or older than ``max_age`` s."""
+    file = Path(path)
+    try:
+        stat = file.stat()
+        if stat.st_size > WARNINGS_MAX_FILE:
+            return {}
+        with file.open("rb") as f:
+            text = f.read(WARNINGS_MAX_FILE).decode("utf-8")
+    except (OSError, ValueError):
+        return {}
+    return decode_cull_warnings(text) if _fresh(stat.st_mtime, now, max_age) else {}
+
+
 __all__ = [
     "commit",
+    "load_cull_warnings",
     "load_deadlines",
     "load_drains",
     "load_notes",
     "load_share_notices",
+    "save_cull_warnings",
     "save_deadlines",
     "save_drains",
     "save_notes",

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -232,3 +233,24 @@ async def exited(
             log_tail(bytes(raw or b""), secrets),
         )
     return exited_refusal(code, node)
+
+
+#: the environment variables whose values never reach the hub's log (an exited server's
+#: output that prints its environment)
+SECRET_ENV = re.compile(r"TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
+
+
+async def spawner_exited(spawner: Any, code: int) -> SpawnException:
+    """:func:`exited` for a GPUDockerSpawner whose container exited while starting: its
+    environment's secrets and its server token hidden from the log."""
+    env = spawner.get_env()
+    secrets = [str(v) for k, v in env.items() if SECRET_ENV.search(k)]
+    return await exited(
+        spawner._on_node,
+        spawner.container_id,
+        code,
+        secrets=[*secrets, str(spawner.api_token or "")],
+        log=spawner.log,
+        holder=spawner.holder,
+        node=spawner.node_name,
+    )

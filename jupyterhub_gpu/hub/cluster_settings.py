@@ -203,6 +203,14 @@ class GPUCluster(LoggingConfigurable):
         would stop each server at the earliest. The GPU queue estimates from it when GPUs
         may free up, and the dashboard shows it. '' = no estimates from the culler.""",
     )
+    cull_warnings_file = Unicode(
+        "",
+        config=True,
+        help="""The idle culler's warnings file (``GPUIdleCuller.warnings_file``): the
+        servers it will stop soon if they stay idle. Their users see it on every hub page,
+        with "I'm still here" (``/hub/api/gpu/users/{user}[/servers/{name}]/keep``, once per
+        server start). ``configure_culler`` sets it. '' = not shown.""",
+    )
     share_notices_file = Unicode(
         "",
         config=True,

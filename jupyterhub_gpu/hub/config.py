@@ -57,6 +57,7 @@ CHECKED_SECTIONS: dict[str, str] = {
     "SavedImages": "jupyterhub_gpu.hub.saved_images:SavedImages",
     "GPUSharing": "jupyterhub_gpu.hub.sharing:GPUSharing",
     "GPUCluster": "jupyterhub_gpu.hub.cluster_settings:GPUCluster",
+    "GPUJobs": "jupyterhub_gpu.hub.jobs:GPUJobs",
 }
 
 #: Traits of DockerSpawner/Spawner that GPUDockerSpawner sets itself: a site's value is

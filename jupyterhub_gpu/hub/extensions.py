@@ -168,6 +168,7 @@ def configure_culler(
     notes_file: str | None = None,
     deadlines_file: str | None = None,
     share_notices_file: str | None = None,
+    warnings_file: str | None = None,
     args: Sequence[str] = (),
     site_secret: str | None = None,
 ) -> None:
@@ -176,10 +177,12 @@ def configure_culler(
     (``/hub/api/gpu/agents``), so that the nodes are written in one place, the hub's.
 
     ``config_file``: more ``c.GPUIdleCuller.*`` settings (timeouts, group overrides).
-    ``notes_file``, ``deadlines_file`` and ``share_notices_file``: the files the culler
-    writes and the hub reads (default: the spawner's ``cull_notes_file``,
-    ``cull_deadlines_file`` and ``share_notices_file`` when set); they
-    are set on both sides here. ``args``: more command-line options of the culler (e.g.
+    ``notes_file``, ``deadlines_file``, ``share_notices_file`` and ``warnings_file``: the
+    files the culler writes and the hub reads (default: ``c.GPUCluster``'s ``cull_notes_file``,
+    ``cull_deadlines_file``, ``share_notices_file`` and ``cull_warnings_file`` when set);
+    they are set on both sides here. The notices above every hub page (the culler's
+    warnings with "I'm still here", why a server was culled) and their API are added.
+    ``args``: more command-line options of the culler (e.g.
     ``["--log-level=DEBUG"]``). The agents' CA, ``c.AgentClient.ca_cert`` when set
     before this call, is passed on as ``GPUIdleCuller.agent_ca_cert``. ``site_secret``:
     the agents' site secret (default: the hub's ``$JUPYTERHUB_GPU_SITE_SECRET``); it
@@ -187,12 +190,14 @@ def configure_culler(
     """
     from jupyterhub_gpu.core.tokens import SITE_SECRET_ENV, site_secret_from
     from jupyterhub_gpu.hub.api.cluster import AGENTS_SCOPE, AGENTS_SCOPES, AgentsAPIHandler
+    from jupyterhub_gpu.hub.api.cull import HANDLERS as CULL
 
     register(
         c,
-        [(r"/api/gpu/agents", AgentsAPIHandler)],
+        [(r"/api/gpu/agents", AgentsAPIHandler), *CULL],
         custom_scopes=AGENTS_SCOPES,
     )
+    _add_notices(c)
     site = c.GPUCluster  # where the hub reads the files (an old c.GPUDockerSpawner key too)
     old = {k: v for k, v in dict(c.GPUDockerSpawner).items() if k not in site}
     if notes_file is None and "cull_notes_file" in site:
@@ -219,6 +224,13 @@ def configure_culler(
     if share_notices_file is not None:
         site.share_notices_file = share_notices_file
         command.append(f"--GPUIdleCuller.share_notices_file={share_notices_file}")
+    if warnings_file is None and "cull_warnings_file" in site:
+        warnings_file = str(site.cull_warnings_file)
+    elif warnings_file is None and "cull_warnings_file" in old:
+        warnings_file = str(old["cull_warnings_file"])
+    if warnings_file is not None:
+        site.cull_warnings_file = warnings_file
+        command.append(f"--GPUIdleCuller.warnings_file={warnings_file}")
     ca_cert = c.AgentClient.ca_cert if "ca_cert" in c.AgentClient else ""
     if ca_cert:  # the agents' CA: the culler reads them over HTTPS as the hub does
         command.append(f"--GPUIdleCuller.agent_ca_cert={ca_cert}")
@@ -254,10 +266,19 @@ def configure_reservations(c: Config) -> None:
     """Add the reservations API (:mod:`.api.reservations`), and the notices of running
     servers whose GPUs a reservation will take (:mod:`.api.notices`, shown above every hub
     page)."""
-    from jupyterhub_gpu.hub.api.notices import HANDLERS as NOTICES
     from jupyterhub_gpu.hub.api.reservations import HANDLERS as RESERVATIONS
 
-    register(c, [*RESERVATIONS, *NOTICES], template_vars={"jhgpu_notices": True})
+    register(c, RESERVATIONS)
+    _add_notices(c)
+
+
+def _add_notices(c: Config) -> None:
+    """The notices above every hub page (:mod:`.api.notices`), once."""
+    from jupyterhub_gpu.hub.api.notices import HANDLERS as NOTICES
+
+    present = {h[1] for h in _value(c.JupyterHub, "extra_handlers", []) if len(h) > 1}
+    handlers = [h for h in NOTICES if h[1] not in present]
+    register(c, handlers, template_vars={"jhgpu_notices": True})
 
 
 def configure_prepuller(c: Config, **policy: Any) -> None:
@@ -292,19 +313,23 @@ def configure_ssh(
     host_key_file: str = "/var/lib/jupyterhub-gpu/ssh_host_ed25519_key",
     hub_url: str | None = None,
     password_auth: bool = True,
+    start_servers: bool = False,
     config_file: str = "",
     args: Sequence[str] = (),
 ) -> None:
     """Add the SSH gateway (docs/ssh.md): ``ssh alice@HOST -p PORT`` opens a shell in
     alice's running default server, ``alice.NAME@HOST`` in her server NAME. Adds the
-    service (run by the hub), its role with the one scope it needs (where a login lands,
-    :mod:`.api.ssh`: no server tokens), and that API.
+    service (run by the hub), its role with the two scopes it needs (where a login lands,
+    :mod:`.api.ssh`: no server tokens; ``users:activity``, so input over SSH counts for
+    the idle culler), and that API.
 
     ``ip``/``port``: where it listens (default 127.0.0.1:8022). ``host_key_file``: its
     host key, made once (0600) in the site's state folder. ``hub_url``: the hub's public
     URL for the sentences users read (default: ``JupyterHub.public_url``, else
     ``bind_url``). ``password_auth``: a hub API token of the user as the password
-    (False: keys only). ``config_file``/``args``: more ``c.GPUSSHGateway.*`` settings.
+    (False: keys only). ``start_servers``: ssh into a stopped default server starts it
+    with its last options (the role then also gets ``servers`` and ``read:servers``).
+    ``config_file``/``args``: more ``c.GPUSSHGateway.*`` settings.
     """
     from jupyterhub_gpu.hub.api.ssh import HANDLERS, SSH_SCOPES, TARGETS_SCOPE
 
@@ -323,6 +348,7 @@ def configure_ssh(
         f"--GPUSSHGateway.port={int(port)}",
         f"--GPUSSHGateway.host_key_file={host_key_file}",
         f"--GPUSSHGateway.password_auth={bool(password_auth)}",
+        f"--GPUSSHGateway.start_servers={bool(start_servers)}",
     ]
     if hub_url:
         command.append(f"--GPUSSHGateway.hub_url={hub_url.rstrip('/')}")
@@ -330,13 +356,58 @@ def configure_ssh(
         command.append(f"--config={config_file}")
     command += list(args)
     hub.services = [*_value(hub, "services", []), {"name": name, "command": command}]
-    role = {"name": name, "scopes": [TARGETS_SCOPE], "services": [name]}
+    # where a login lands, and the servers' activity for the culler: nothing more
+    scopes = [TARGETS_SCOPE, "users:activity"]
+    if start_servers:  # start a user's server, and read its progress
+        scopes += ["servers", "read:servers"]
+    role = {"name": name, "scopes": scopes, "services": [name]}
     hub.load_roles = [*_value(hub, "load_roles", []), role]
+
+
+def configure_jobs(c: Config) -> None:
+    """Add batch jobs (docs/jobs.md): the job API (:mod:`.api.jobs`) with its scope
+    ``custom:gpu-jobs``, granted to every user (and so to their tokens) and to their
+    servers' tokens (the ``server`` role), so ``jupyterhub-gpu job submit`` works from a
+    terminal in a server and from a laptop with a token of the hub's token page. The
+    job runner (:mod:`.jobs`) starts with the hub; ``c.GPUJobs.*`` are its settings.
+    """
+    import asyncio
+    import logging
+
+    from jupyterhub_gpu.hub.api.jobs import HANDLERS, JOB_SCOPES, JOBS_SCOPE
+    from jupyterhub_gpu.hub.jobs import protect_at_creation, start_at_hub_start
+
+    register(c, HANDLERS, custom_scopes=JOB_SCOPES)
+    hub = c.JupyterHub
+    roles = _grant_users(_value(hub, "load_roles", []), JOBS_SCOPE)
+    server = next((r for r in roles if r.get("name") == "server"), None)
+    if server is None:
+        roles.append(
+            {
+                "name": "server",
+                "scopes": ["users:activity!user", "access:servers!server", JOBS_SCOPE],
+            }
+        )
+    elif JOBS_SCOPE not in server.get("scopes", []):
+        server["scopes"] = [*server.get("scopes", []), JOBS_SCOPE]
+    hub.load_roles = roles
+    token_scopes = c.Spawner.get("server_token_scopes")
+    if isinstance(token_scopes, list) and JOBS_SCOPE not in token_scopes:
+        c.Spawner.server_token_scopes = [*token_scopes, JOBS_SCOPE]
+    runtime: HubRuntime = hub.tornado_settings[SETTINGS_KEY]
+    log = logging.getLogger("JupyterHub")
+    runtime.cluster_hooks.append(protect_at_creation(runtime, log))
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return  # not in a running hub (a test reading the configuration)
+    loop.call_soon(lambda: asyncio.ensure_future(start_at_hub_start(log)))
 
 
 __all__ = [
     "configure_culler",
     "configure_dashboard",
+    "configure_jobs",
     "configure_my_images",
     "configure_prepuller",
     "configure_reservations",

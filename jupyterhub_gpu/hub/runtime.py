@@ -6,9 +6,9 @@ share live here, one :class:`HubRuntime` per hub process: the cluster-wide setti
 :class:`~.cluster.Cluster` (nodes, Docker clients, agents, the ledger, the accounting
 recorder), the :class:`~.queue.SpawnQueue` of spawns waiting for GPUs, the saved images
 (:class:`~.saves.MyImages`), the pre-puller, the start slots
-(``GPUCluster.concurrent_start_limit``), the image catalog as last read, and the
-Prometheus collector's view of them. Every part gets it the way JupyterHub's own
-handlers get the hub's state:
+(``GPUCluster.concurrent_start_limit``), the image catalog as last read, the batch job
+runner (``jobs``, hub/jobs.py) and the Prometheus collector's view of them. Every part
+gets it the way JupyterHub's own handlers get the hub's state:
 
 - the hub API handlers read ``self.settings[SETTINGS_KEY]`` (:func:`runtime_of`); the
   site's ``configure_*`` calls put the runtime in ``c.JupyterHub.tornado_settings``
@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,13 @@ class HubRuntime:
         self._prepuller: PrePullRunner | None = None
         self._start_slots: asyncio.Semaphore | None = None
         self._catalogs: dict[str, tuple[float, Catalog]] = {}
+        #: the batch job runner (hub/jobs.py's JobRunner), made with its first use
+        self.jobs: Any = None
+        #: the active jobs read at the cluster's creation (hub/jobs.py's protect)
+        self.found_jobs: list[Any] | None = None
+        #: called with the cluster right after it is made, before anything awaits
+        #: (hub/jobs.py marks the placed jobs live there: configure_jobs)
+        self.cluster_hooks: list[Callable[[Cluster], None]] = []
 
     def __deepcopy__(self, memo: dict[int, Any]) -> HubRuntime:
         # traitlets deep-copies configuration values; the hub must keep this very object
@@ -138,6 +145,8 @@ class HubRuntime:
         self.cluster = cluster
         self.queue = SpawnQueue(cluster, cluster.log)  # spawns waiting for GPUs
         self.collector.attach(cluster)  # the hub's /hub/metrics reads this cluster
+        for hook in list(self.cluster_hooks):
+            hook(cluster)
 
     def configure(
         self, config: Any, log: logging.Logger, given: Mapping[str, Any] | None = None

@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import functools
 import inspect
-import re
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -93,10 +92,10 @@ from jupyterhub_gpu.errors import (
     UserFacingError,
 )
 from jupyterhub_gpu.hub.admission import QueueingSpawnerMixin
-from jupyterhub_gpu.hub.answer import answer_or_exit, answer_window, exit_code, exited
+from jupyterhub_gpu.hub.answer import answer_or_exit, answer_window, exit_code, spawner_exited
 from jupyterhub_gpu.hub.cluster import Cluster
 from jupyterhub_gpu.hub.cluster_settings import GPUCluster, old_keys
-from jupyterhub_gpu.hub.cull_notes import culled_just_now
+from jupyterhub_gpu.hub.cull_notes import culled_and_freed
 from jupyterhub_gpu.hub.image_checks import (
     check_image,
 )
@@ -117,10 +116,6 @@ from jupyterhub_gpu.wire.server_state import (
     encode_state,
     rejoined_record,
 )
-
-# the environment variables whose values never reach the hub's log (an exited
-# server's output that prints its environment)
-_SECRET_ENV = re.compile(r"TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
 
 
 def _options_applied_in_start(spawner: Any, user_options: dict[str, Any]) -> None:
@@ -280,6 +275,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         self._charge_group = ""  # the allocation's, kept in state for metrics after restarts
         self._gpu_model = ""
         self._ended_note = ""  # why the hub ended the last server, for the form (in state)
+        self._freed = ""  # what a culled server gave back, for the form (in state)
         self._saved_choice: tuple[str, str] | None = None  # (owner, name) of a saved: slug
         # (reference, the engine's inspect) of the image this start pulled and checked
         self._image_checked: tuple[str, dict[str, Any]] | None = None
@@ -290,6 +286,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
     host_port = Int(0)  # the port the engine published the server on, on the node's address
     allocation_id = Unicode("")  # made with the reservation, sealed into the labels
     share: Share | None = None  # the share of its one GPU it holds (issue 26); None: whole
+    cull_postponed_at = Unicode("")  # "I'm still here" (ISO, UTC; once per start): the culler
 
     @property
     def holder(self) -> str:
@@ -311,6 +308,8 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             url,
             str(self.api_token or ""),
             self._ended_note,
+            self._freed,
+            self.cull_postponed_at,
         )
         return {**super().get_state(), **encode_state(placement)}
 
@@ -319,7 +318,8 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         saved = decode_state(state)
         if saved.server_token:  # a restarted hub forgets api_token: stop revokes it
             self.api_token = saved.server_token
-        self._ended_note = saved.ended_note
+        self._ended_note, self._freed = saved.ended_note, saved.freed
+        self.cull_postponed_at = saved.cull_postponed_at
         self.node_name, self.gpu_uuids = saved.node, list(saved.gpu_uuids)
         self.host_port, self.allocation_id = saved.host_port, saved.allocation
         self._charge_group, self._gpu_model = saved.charge_group, saved.gpu_model
@@ -335,6 +335,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
 
     def clear_state(self) -> None:
         super().clear_state()
+        self.cull_postponed_at = ""  # once per start
         self._forget_placement()
 
     def _forget_placement(self, ended: EndReason | None = None) -> None:
@@ -627,7 +628,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         except NodeFailure:
             code = await exit_code(self._on_node, self.container_id)  # a command failing at once
             if code is not None:
-                raise await self._exited_refusal(code) from None
+                raise await spawner_exited(self, code) from None
             raise
         return self.cluster.spec(self.node_name).address, self.host_port
 
@@ -666,7 +667,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         self.events.begin()
         self._start_began = asyncio.get_running_loop().time()
         self._forget_placement()  # the hub cleared the state; be sure nothing is left held
-        self._ended_note = ""  # the form showed why the last server ended; it starts again
+        self._ended_note = self._freed = ""  # the form showed why the last one ended
         self._image_checked = None  # each start checks its image on its node afresh
         self.runtime.start_prepuller(self.log, self.site.catalog_file)
         try:
@@ -778,22 +779,8 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             code = await answer_or_exit(ip_port, self.server.base_url, window, self._on_node,
                                         self.container_id)  # fmt: skip
             if code is not None:
-                raise await self._exited_refusal(code)
+                raise await spawner_exited(self, code)
         return ip_port
-
-    async def _exited_refusal(self, code: int) -> SpawnException:
-        """What the user is told when the container exits while starting (its last lines,
-        credentials hidden, go to the hub's log: :func:`~.answer.exited`)."""
-        secrets = [str(v) for k, v in self.get_env().items() if _SECRET_ENV.search(k)]
-        return await exited(
-            self._on_node,
-            self.container_id,
-            code,
-            secrets=[*secrets, str(self.api_token or "")],
-            log=self.log,
-            holder=self.holder,
-            node=self.node_name,
-        )
 
     async def _undo(self) -> None:
         """A start that failed: its container removed (if any), its GPUs freed."""
@@ -841,12 +828,11 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             # JupyterHub stops a server that never answered within http_timeout while
             # this flag (its own, set around User._wait_up) is still up
             never_answered = bool(getattr(self, "_waiting_for_response", False))
-            started = self.orm_spawner.started if self.orm_spawner else None
             try:
+                culled, freed = culled_and_freed(self)  # before the stop clears the state
                 with node_calls(self.node_name):
                     await super().stop(now=now)
-                notes = self.site.cull_notes_file
-                culled = culled_just_now(notes, self.user.name, self.name, started)
+                self._freed = freed
                 self.cluster.ledger.end_allocation(allocation, stop_reason(never_answered, culled))
             except NodeError as e:
                 # The container may still run: keep its GPUs held (as an orphan) until

@@ -1,7 +1,8 @@
 """A GPU server's part of its spawner's state (JupyterHub keeps it in its database): one
 encoder, one decoder. What a restarted hub re-adopts from (node, GPUs, share, allocation),
-what the culler reads directly (``server_url``, ``server_token``: culler/access.py), and
-why the hub itself ended the last server (``ended_note``, for the spawn form)."""
+what the culler reads directly (``server_url``, ``server_token``: culler/access.py; when
+its user pressed "I'm still here": ``cull_postponed_at``), why the hub itself ended the last
+server (``ended_note``) and what a culled server gave back (``freed``), for the spawn form."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 from jupyterhub_gpu.core.accounting.records import AllocationRecord
 from jupyterhub_gpu.core.containers import share_from_state
+from jupyterhub_gpu.core.culling.warning import POSTPONED_KEY
 from jupyterhub_gpu.core.sharing import Share
 
 
@@ -26,6 +28,8 @@ class ServerState:
     server_url: str = ""  # where the culler reaches the server ("" unknown)
     server_token: str = ""  # the only token the culler may send this server
     ended_note: str = ""
+    freed: str = ""  # what a culled server gave back, for the form until the next start
+    cull_postponed_at: str = ""  # ISO, UTC: "I'm still here" (once per start; the culler)
 
 
 def encode_state(s: ServerState) -> dict[str, Any]:
@@ -46,6 +50,10 @@ def encode_state(s: ServerState) -> dict[str, Any]:
         state["server_token"] = s.server_token
     if s.ended_note:
         state["ended_note"] = s.ended_note
+    if s.freed:
+        state["freed"] = s.freed
+    if s.cull_postponed_at:
+        state[POSTPONED_KEY] = s.cull_postponed_at
     return state
 
 
@@ -63,6 +71,8 @@ def decode_state(state: Mapping[str, Any]) -> ServerState:
         host_port=int(state.get("host_port") or 0),
         server_token=token if isinstance(token, str) else "",
         ended_note=str(state.get("ended_note") or ""),
+        freed=str(state.get("freed") or "")[:200],
+        cull_postponed_at=str(state.get(POSTPONED_KEY) or ""),
     )
 
 

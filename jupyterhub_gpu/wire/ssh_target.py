@@ -12,7 +12,9 @@ identity her containers run as (null when the hub refuses her one: then no key i
 trusted). ``home``: her home on the hub's shared filesystem (null without one), where her
 ``~/.ssh/authorized_keys`` is read. ``node`` and ``container`` only while running. The TLS
 entries are paths of the hub's client certificate on the hub's machine (the gateway runs
-there), never their contents. A user who does not exist is a 404.
+there), never their contents. ``last_options``: the options the
+server was last started with (null if never), for a gateway that starts servers. A user
+who does not exist is a 404.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class SSHTarget:
     node: NodeSpec | None = None
     container: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    last_options: Mapping[str, Any] | None = None  # the options of its last start
 
     @property
     def running(self) -> bool:
@@ -60,6 +63,7 @@ def encode_target(target: SSHTarget) -> dict[str, Any]:
         if node is None
         else {"name": node.name, "docker_url": node.docker_url, "tls": dict(node.tls)},
         "container": target.container,
+        "last_options": None if target.last_options is None else dict(target.last_options),
     }
 
 
@@ -115,7 +119,16 @@ def decode_target(raw: object) -> SSHTarget:
         home=_str(raw, "home", optional=True),
         node=_node(raw.get("node")),
         container=_str(raw, "container", optional=True) or "",
+        last_options=_options(raw.get("last_options")),
     )
+
+
+def _options(raw: object) -> Mapping[str, Any] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping) or not all(isinstance(k, str) for k in raw):
+        raise ProbeError("the hub's SSH target: 'last_options' must be an object")
+    return dict(raw)
 
 
 __all__ = ["STATES", "SSHTarget", "decode_target", "encode_target"]

@@ -195,4 +195,9 @@ if os.environ.get("JHGPU_DEMO_REGISTRY"):
     c.GPUDockerSpawner.group_mounts = {
         "gpu-users": [{"source": str(DEMO / "wheels"), "target": "/srv/wheels"}]
     }
+# the SSH gateway on 127.0.0.1:8022 (docs/ssh.md): ssh -p 8022 alice@127.0.0.1, with a key
+# in .demo/homes/alice/.ssh/authorized_keys; its host key is kept in .demo
+from jupyterhub_gpu.hub.extensions import configure_ssh as add_ssh  # noqa: E402
+
+add_ssh(c, port=8022, host_key_file=str(DEMO / "ssh_host_ed25519_key"))
 check_config(c)

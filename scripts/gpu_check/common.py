@@ -64,9 +64,11 @@ def start_server(
     mps: MpsPaths | None = None,
     uid_gid: tuple[int, int] = UID_GID,
     extra_binds: dict[str, dict[str, str]] | None = None,
+    start: bool = True,
 ) -> str:
     """A container made as the spawner makes a server holding ``uuids`` (and ``share``
-    of it, on the node's MPS daemon ``mps``), running ``command``; its id."""
+    of it, on the node's MPS daemon ``mps``), running ``command``; its id (created only,
+    not started, with ``start=False``)."""
     node = socket.gethostname()
     claim = Allocation(
         hub_id="gpu-check",
@@ -107,7 +109,8 @@ def start_server(
         **request.create, host_config=api.create_host_config(**request.host)
     )
     cid = str(created["Id"])
-    api.start(cid)
+    if start:
+        api.start(cid)
     return cid
 
 

@@ -7,6 +7,8 @@ in the image). Every answer is one JSON line on stdout.
     cuda_program.py alloc --mib A [--mib B ...] [--env K=V ...]
                                                    # allocations kept one after another
     cuda_program.py mps-client --share-mib S       # the MPS share's checks (gpu-check.sh)
+    cuda_program.py suspend --mib M                # M MiB filled with a pattern; on SIGUSR1
+                                                   # it reads them back (suspend-gpu)
 """
 
 from __future__ import annotations
@@ -189,6 +191,41 @@ def mps_client(share_mib: int, raise_to_mib: int, timeout: float) -> int:
     return 0
 
 
+PATTERN = 0x2A2A2A2A  # what suspend() writes to every 32-bit word of its device memory
+
+
+def suspend(mib: int) -> int:
+    """A CUDA context holding ``mib`` MiB of device memory filled with :data:`PATTERN`;
+    each SIGUSR1 copies it back to the host and prints whether every word still holds it
+    (after a checkpoint, a restore on a fresh container and ``cuda-checkpoint --toggle``)."""
+    import signal
+
+    try:
+        cuda = Cuda()
+    except OSError as e:
+        print(json.dumps({"ready": False, "error": f"libcuda.so.1: {e}", **_where()}), flush=True)
+        return 1
+    started = cuda.start()
+    got = cuda.alloc(mib) if started["rc"] == 0 else {"rc": -1}
+    if got["rc"] != 0:
+        print(json.dumps({"ready": False, "start": started, "alloc": got}), flush=True)
+        return 1
+    ptr, words = cuda.kept[0], mib * MIB // 4
+    rc = cuda.call("cuMemsetD32_v2", ptr, ctypes.c_uint(PATTERN), ctypes.c_size_t(words))
+    sync = cuda.call("cuCtxSynchronize")
+    print(json.dumps({"ready": rc == 0 and sync == 0, "memset_rc": rc, **_where()}), flush=True)
+
+    def answer(*_: Any) -> None:
+        host = (ctypes.c_uint32 * words)()
+        copied = cuda.call("cuMemcpyDtoH_v2", host, ptr, ctypes.c_size_t(words * 4))
+        wrong = sum(1 for w in host if w != PATTERN) if copied == 0 else None
+        print(json.dumps({"answer": True, "copy_rc": copied, "wrong_words": wrong}), flush=True)
+
+    signal.signal(signal.SIGUSR1, answer)
+    while True:
+        time.sleep(3600)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="cuda_program.py")
     sub = p.add_subparsers(dest="what", required=True)
@@ -202,7 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--share-mib", type=int, required=True)
     m.add_argument("--raise-to-mib", type=int, required=True)
     m.add_argument("--timeout", type=float, default=40)
+    s = sub.add_parser("suspend")
+    s.add_argument("--mib", type=int, default=256)
     args = p.parse_args(argv)
+    if args.what == "suspend":
+        return suspend(args.mib)
     if args.what == "hold":
         return hold(args.mib, args.seconds)
     if args.what == "alloc":

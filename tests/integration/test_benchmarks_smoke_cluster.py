@@ -106,3 +106,26 @@ def test_time_to_lab_smoke(engines: list[Engine]) -> None:
     keys += ["no_prepull_p50_s", "loop_stall_max_s", "api_latency_max_s", "image_size_bytes"]
     assert not missing(keys, out), sorted(out)
     assert out["local_p50_s"] is not None and out["cold_pull_p50_s"] is None
+
+
+def test_suspend_smoke(engines: list[Engine]) -> None:
+    """A Jupyter server's kernel (x = 42 and a 16 MiB array) is checkpointed on node-b,
+    removed, restored on node-c, and answers the same (issue 35's suspend spike)."""
+    out = run_benchmark("suspend", timeout=300).result()
+    keys = ["array_mib", "checkpoint_s", "checkpoint_mib", "restore_s", "state_kept"]
+    keys += ["kernel_answer_after_restore_s", "from_node", "to_node", "criu", "kernel"]
+    assert not missing(keys, out), sorted(out)
+    assert out["array_mib"] == 16 and (out["from_node"], out["to_node"]) == ("node-b", "node-c")
+    assert out["before"]["out"].startswith("42 "), out["before"]
+    assert out["after"] == out["before"], (out["before"], out["after"])  # same kernel id too
+    assert out["state_kept"] is True
+    assert out["checkpoint_mib"] >= 16  # the array was written out, not left behind
+
+
+def test_jobs_smoke(engines: list[Engine]) -> None:
+    out = run_benchmark("jobs", timeout=400).result()
+    keys = ["submit_to_running_p50_s", "jobs_submitted", "jobs_completed", "jobs_lost"]
+    keys += ["preempted", "preempted_checkpointed", "double_starts", "hub_restart_s", "config"]
+    assert not missing(keys, out), sorted(out)
+    assert out["jobs_submitted"] >= 8 and out["jobs_unfinished"] == 0, out
+    assert out["double_starts"] == 0 and out["preempted_checkpointed"] == out["preempted"] >= 1

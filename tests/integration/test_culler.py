@@ -40,6 +40,7 @@ from sqlalchemy import select
 from tornado.httpclient import HTTPRequest
 from tornado.websocket import websocket_connect
 
+from jupyterhub_gpu.core.culling.warning import stopped_words
 from jupyterhub_gpu.edges.accounting.schema import AllocationRow
 from jupyterhub_gpu.edges.accounting.store import AccountingStore
 from jupyterhub_gpu.edges.files import load_notes
@@ -104,6 +105,7 @@ c.GPUIdleCuller.gpu_window = 5.0
 c.GPUIdleCuller.api_page_size = 2  # a few servers already span pages of the hub's /users
 c.GPUIdleCuller.notes_file = {str(work / "notes.json")!r}
 c.GPUIdleCuller.state_file = {str(work / "state.json")!r}
+c.GPUIdleCuller.warn_before = 0  # culls at the timeout (warnings: test_cull_warnings.py)
 {settings}
 """
     )
@@ -455,7 +457,11 @@ def test_spawn_form_tells_the_user_why_the_server_stopped(
         assert browser.post("/hub/login", data=data).status_code == 200
         page = browser.get("/hub/spawn/zoe")
     assert page.status_code == 200 and 'id="jhgpu-form"' in page.text, page.text[-2000:]
-    assert note.message() in page.text.replace("&#39;", "'")
+    # the sentence a student reads (its time in UTC here: the page's script, not run by
+    # httpx, shows it in the browser's zone; test_cull_warning_hub.py reads it in Chromium)
+    words = stopped_words("", note.at, note.reason, datetime.now(timezone.utc))
+    assert words.text.startswith("Your server was stopped at ") and "UTC because" in words.text
+    assert words.text in page.text.replace("&#39;", "'")
 
 
 def zoes_records(store: AccountingStore) -> list[AllocationRow]:

@@ -1,32 +1,62 @@
-"""SSH into one's own server (issue 33, first slice): a real OpenSSH client against a real
-hub running the SSH gateway service (docs/ssh.md), into alice's real server on a node.
+"""SSH into one's own server (issue 33): a real OpenSSH client against a real hub running
+the SSH gateway service (docs/ssh.md), into alice's real server on a node (the TLS node:
+the gateway reaches its engine over TCP with the hub's client certificate).
 
 Alice's key in her ``~/.ssh/authorized_keys`` runs a command in her running server, as
 her uid, with her GPU, in her home, and its exit status comes back; a terminal session
-runs too; bob's key does not open alice's server; bob, whose server is not running, reads
-the sentence saying how to start it; a hub token of alice as the password works, a wrong
-one does not; a group-writable authorized_keys is not trusted. The host key the client
-checks is the one ``jupyterhub-gpu ssh fingerprint`` prints.
+runs too; a command reads its input to the end; ``sftp`` puts and gets, ``scp`` copies both
+ways and legacy ``scp -O`` too, all as her; ``-L`` reaches her server's own port, while the
+node's engine, its agent and carol's server fail from her container as from her notebook;
+``-R`` is refused with its sentence. Bob's key does not open alice's server; bob, whose
+server is not running, reads the sentence saying how to start it; a hub token of alice as
+the password works, a wrong one does not; a group-writable authorized_keys is not
+trusted. The host key the client checks is the one ``jupyterhub-gpu ssh fingerprint``
+prints.
+
+Then, with the real idle culler: a server used only over SSH is kept while its user types,
+culled once the open session is idle, and the session ends with its sentence.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.conftest import gpu_inventory
-from tests.support.cluster import Engine
+from tests.support.cluster import TLS_NODE, Engine
 from tests.support.hub import TOKEN_ROLE_CONFIG, Hub, free_port
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
 UID, GID = 10001, 5000
 RTX = ("NVIDIA GeForce RTX 3090", 24576, "8.6")
+#: the gateway's settings here: SSH input reported to the hub every 2 s (60 s by default)
+SSH_SETTINGS = "c.GPUSSHGateway.activity_interval = 2.0\n"
+#: what her notebook would run: connect to HOST at each PORT at once (the relay's timeout)
+PROBE = """
+import concurrent.futures, socket, sys
+def attempt(port):
+    try:
+        socket.create_connection((sys.argv[1], int(port)), timeout=10).close()
+        return f"{port}:open"
+    except OSError:
+        return f"{port}:refused"
+print(*concurrent.futures.ThreadPoolExecutor(8).map(attempt, sys.argv[2:]))
+"""
+CULL_TIMEOUT = 12.0
+CULL_INTERVAL = 2.0
+CULLER_SCOPES = ["list:users", "read:servers", "admin:server_state", "delete:servers"]
 
 
 def keygen(path: Path) -> Path:
@@ -60,6 +90,24 @@ class Client:
 
     def __init__(self, port: int, known_hosts: Path) -> None:
         self.port, self.known_hosts = port, known_hosts
+
+    def options(self, key: Path) -> list[str]:
+        """The options every client here uses, with ``key`` (ssh, sftp and scp alike)."""
+        return [
+            "-F", "/dev/null",
+            "-o", f"UserKnownHostsFile={self.known_hosts}",
+            "-o", "StrictHostKeyChecking=yes", "-o", "LogLevel=ERROR",
+            "-o", "ConnectTimeout=20", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+            "-o", "PreferredAuthentications=publickey", "-i", str(key),
+        ]  # fmt: skip
+
+    def tool(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """``sftp``, ``scp`` or ``ssh`` with ``argv`` as given (no agent)."""
+        env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
+        return subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout,
+            stdin=subprocess.DEVNULL, env=env,
+        )  # fmt: skip
 
     def run(
         self,
@@ -97,7 +145,21 @@ class Client:
         )
 
 
-def test_ssh_gateway_with_a_real_client(make_hub, engine: Engine, tmp_path: Path) -> None:
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def gateway_hub(
+    make_hub: Callable[..., Hub],
+    engine: Engine,
+    tmp_path: Path,
+    more: str = "",
+    ssh_args: str = "",
+) -> tuple[Hub, Client, int, str]:
+    """A real hub with the SSH gateway on a free port (``more``: more hub config); the
+    client trusting exactly the host key whose fingerprint the CLI printed."""
     port = free_port()
     host_key = tmp_path / "state" / "ssh_host_ed25519_key"
     printed = cli("ssh", "fingerprint", "--key", str(host_key), "--make")
@@ -105,28 +167,43 @@ def test_ssh_gateway_with_a_real_client(make_hub, engine: Engine, tmp_path: Path
 c.GPUDockerSpawner.default_uid = {UID}
 c.GPUDockerSpawner.default_gid = {GID}
 {TOKEN_ROLE_CONFIG}
+{more}
 from jupyterhub_gpu.hub.extensions import configure_ssh
-configure_ssh(c, port={port}, host_key_file={str(host_key)!r})
+configure_ssh(c, port={port}, host_key_file={str(host_key)!r}, config_file=_ssh_config{ssh_args})
 """
+    ssh_config = tmp_path / "ssh_config.py"
+    ssh_config.write_text(SSH_SETTINGS)
+    extra = f"_ssh_config = {str(ssh_config)!r}\n" + extra
     hub: Hub = make_hub([engine], [gpu_inventory(engine.name, "dddddddd", [RTX])], extra)
     hub.wait_log(rf"SSH gateway on 127\.0\.0\.1:{port}, host key SHA256:", after=0)
-    # the client trusts exactly the key whose fingerprint the command printed
     public = subprocess.run(
         ["ssh-keygen", "-y", "-f", str(host_key)], capture_output=True, text=True, check=True
     ).stdout.split()
     known_hosts = tmp_path / "known_hosts"
     known_hosts.write_text(f"[127.0.0.1]:{port} {public[0]} {public[1]}\n")
+    return hub, Client(port, known_hosts), port, printed
+
+
+def test_ssh_gateway_with_a_real_client(make_hub, engines: list[Engine], tmp_path: Path) -> None:
+    # the TLS node: the gateway reaches its engine over TCP with the hub's client
+    # certificate, and the engine listens on the node's address:2376 (which a user's
+    # container must not reach)
+    engine = next(e for e in engines if e.name == TLS_NODE)
+    hub, client, port, printed = gateway_hub(make_hub, engine, tmp_path)
+    # the client trusts exactly the key whose fingerprint the command printed
     listed = subprocess.run(
-        ["ssh-keygen", "-lf", str(known_hosts)], capture_output=True, text=True, check=True
+        ["ssh-keygen", "-lf", str(client.known_hosts)], capture_output=True, text=True, check=True
     ).stdout
     assert printed.split()[1] in listed, (printed, listed)
-    client = Client(port, known_hosts)
 
-    for user in ("alice", "bob"):
+    for user in ("alice", "bob", "carol"):
         hub.create_user(user)
     r = hub.spawn("alice", {"gpu_count": 1})
     assert r.status_code in (201, 202), r.text
+    r = hub.spawn("carol", {"gpu_count": 0})  # another user's server, beside alice's
+    assert r.status_code in (201, 202), r.text
     hub.wait_ready("alice")
+    hub.wait_ready("carol")
     gpu = hub.api("GET", "/users/alice").json()["servers"][""]["state"]["gpu_uuids"][0]
 
     homes = tmp_path / "homes"
@@ -157,6 +234,91 @@ configure_ssh(c, port={port}, host_key_file={str(host_key)!r})
     assert "tty=yes" in done.stdout and str(GID) in done.stdout, done
     hub.wait_log(r"SSH session ended: user=alice server=\(default\) .* exit=0", after=0)
 
+    # sftp: put and get, in her home, as her (the image's sftp-server in her container)
+    opts = client.options(alice_key)
+    # a command reading its input to the end: EOF reaches it through the TLS engine too
+    piped = subprocess.run(
+        ["ssh", *opts, "-p", str(port), "-T", "alice@127.0.0.1",
+         "cat > piped.txt; wc -c < piped.txt"],
+        input="x" * 100_000, capture_output=True, text=True, timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"},
+    )  # fmt: skip
+    assert (piped.returncode, piped.stdout.strip()) == (0, "100000"), piped
+    data = tmp_path / "data.bin"
+    data.write_bytes(os.urandom(300_000))
+    batch = tmp_path / "batch"
+    batch.write_text(f"put {data} up.bin\nget up.bin {tmp_path / 'back.bin'}\n")
+    done = client.tool("sftp", *opts, "-P", str(port), "-b", str(batch), "alice@127.0.0.1")
+    assert done.returncode == 0, (done, hub.log_tail())
+    assert (tmp_path / "back.bin").read_bytes() == data.read_bytes()
+    up = homes / "alice" / "up.bin"
+    assert up.read_bytes() == data.read_bytes() and up.stat().st_uid == UID
+    # scp (over SFTP), both ways
+    note = tmp_path / "note.txt"
+    note.write_text("hello from scp\n")
+    done = client.tool("scp", *opts, "-P", str(port), str(note), "alice@127.0.0.1:note.txt")
+    assert done.returncode == 0, done
+    assert (homes / "alice" / "note.txt").read_text() == "hello from scp\n"
+    done = client.tool(
+        "scp", *opts, "-P", str(port), "alice@127.0.0.1:up.bin", str(tmp_path / "b2")
+    )
+    assert done.returncode == 0 and (tmp_path / "b2").read_bytes() == data.read_bytes(), done
+    # legacy scp (-O runs `scp -t` in her container: the test image has scp)
+    done = client.tool("scp", "-O", *opts, "-P", str(port), str(note), "alice@127.0.0.1:old.txt")
+    assert done.returncode == 0, done
+    assert (homes / "alice" / "old.txt").read_text() == "hello from scp\n"
+
+    # -L to her own server's port, from inside her container: JupyterLab answers; to the
+    # node's engine (its TLS port and the plain one), the agent's port and carol's server:
+    # refused from her container, as from her notebook (the node firewall decides, not
+    # the gateway)
+    local = free_port()
+    # carol's server, published on the node's address: the hub (here) reaches it
+    carol_port = int(hub.api("GET", "/users/carol").json()["servers"][""]["state"]["host_port"])
+    got = httpx.get(f"http://{engine.address}:{carol_port}/user/carol/api", timeout=20)
+    assert got.status_code == 200, got.text
+    blocked = {free_port(): p for p in (2376, 2375, 9450, carol_port)}
+    forwards = [f"127.0.0.1:{local}:127.0.0.1:8888"]
+    forwards += [f"127.0.0.1:{lp}:{engine.address}:{p}" for lp, p in blocked.items()]
+    tunnel = subprocess.Popen(
+        ["ssh", "-o", "LogLevel=INFO", *opts, "-p", str(port), "-N",
+         "-o", "ExitOnForwardFailure=yes",
+         *(a for f in forwards for a in ("-L", f)), "alice@127.0.0.1"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"},
+    )  # fmt: skip
+    try:
+        wait_until(lambda: listening(local) or tunnel.poll() is not None, 30, "the -L tunnel")
+        got = httpx.get(f"http://127.0.0.1:{local}/user/alice/api", timeout=20)
+        assert got.status_code == 200 and "version" in got.json(), got.text
+        # all at once (each waits out the relay's 10 s connect timeout: dropped)
+        conns = [socket.create_connection(("127.0.0.1", lp), timeout=30) for lp in blocked]
+        for conn in conns:
+            with conn:
+                conn.settimeout(30)
+                assert conn.recv(1) == b"", "a forward to the node's engine or agent opened"
+    finally:
+        tunnel.terminate()
+        _, stderr = tunnel.communicate(timeout=10)
+    hub.wait_log(r"SSH forward opened: user=alice server=\(default\) to=127\.0\.0\.1:8888", after=0)
+    for p in blocked.values():
+        hub.wait_log(rf"SSH forward failed: user=alice .* to={engine.address}:{p}: ", after=0)
+    # and from her notebook's side (the same container), the same fail alike
+    probe = homes / "alice" / "probe.py"
+    probe.write_text(PROBE)
+    os.chown(probe, UID, GID)
+    ports = " ".join(map(str, blocked.values()))
+    inside = client.run("alice", f"python3 probe.py {engine.address} {ports}", key=alice_key)
+    assert inside.returncode == 0, inside
+    assert inside.stdout.split() == [f"{p}:refused" for p in blocked.values()], inside
+    assert stderr.count("open failed: connect failed") == len(blocked), stderr
+    # -R is refused with one sentence
+    done = client.tool(
+        "ssh", *opts, "-p", str(port), "-R", "127.0.0.1:9999:127.0.0.1:22",
+        "alice@127.0.0.1", "true",
+    )  # fmt: skip
+    assert "Remote forwarding (ssh -R) is not available" in done.stderr, done
+
     # bob's key does not open alice's server
     done = client.run("alice", "id -u", key=bob_key)
     assert done.returncode == 255 and "Permission denied" in done.stderr, done
@@ -185,3 +347,125 @@ configure_ssh(c, port={port}, host_key_file={str(host_key)!r})
     hub.wait_log(r"SSH login refused: login='alice' .*writable by its group", after=0)
     log = hub.log_path.read_text()
     assert token not in log, "a token reached the hub's log"
+
+
+def culler_config(work: Path) -> str:
+    """The real culler as a hub service (its minimal role), timeout 12 s, a round every 2 s."""
+    work.mkdir(parents=True, exist_ok=True)
+    settings = work / "culler_config.py"
+    settings.write_text(
+        f"""
+c.GPUIdleCuller.timeout = {CULL_TIMEOUT}
+c.GPUIdleCuller.gpu_timeout = {CULL_TIMEOUT}
+c.GPUIdleCuller.interval = {CULL_INTERVAL}
+c.GPUIdleCuller.notes_file = ""
+c.GPUIdleCuller.state_file = {str(work / "state.json")!r}
+"""
+    )
+    return f"""
+import sys
+c.Spawner.http_timeout = 180
+c.Spawner.start_timeout = 180
+c.JupyterHub.services.append({{
+    "name": "gpu-culler",
+    "command": [sys.executable, "-m", "jupyterhub_gpu.services.culler", "--config={settings}",
+                "--log-level=DEBUG", "--GPUIdleCuller.proxy_url=" + c.JupyterHub.bind_url],
+}})
+c.JupyterHub.load_roles.append(
+    {{"name": "gpu-culler", "scopes": {CULLER_SCOPES!r}, "services": ["gpu-culler"]}}
+)
+"""
+
+
+def culler_lines(hub: Hub, pattern: str) -> list[tuple[datetime, str]]:
+    """(when, line) of the culler's log lines matching ``pattern`` (local time)."""
+    found = []
+    for line in hub.log_path.read_text(errors="replace").splitlines():
+        m = re.match(r"^\[[DIWEC] ([\d-]+ [\d:.]+) GPUIdleCuller\] (.*)$", line)
+        if m and re.search(pattern, m[2]):
+            found.append((datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S.%f"), m[2]))
+    return found
+
+
+def test_the_culler_sees_ssh_and_a_stopped_server_ends_the_session(
+    make_hub, engines: list[Engine], tmp_path: Path
+) -> None:
+    """alice's server is used only over SSH: while she types, the real culler keeps it
+    (past the time it would have culled it idle); once she stops typing, with her session
+    still open, it is culled, and her session ends with the sentence."""
+    engine = engines[0]
+    hub, client, port, _ = gateway_hub(
+        make_hub, engine, tmp_path, culler_config(tmp_path / "culler"), ", start_servers=True"
+    )
+    hub.create_user("alice")
+    alice_key = keygen(tmp_path / "alice")
+    authorize(tmp_path / "homes" / "alice", tmp_path / "alice.pub")
+    r = hub.spawn("alice", {"image": "demo-cpu", "gpu_count": 0, "mem_gib": 1, "cpu": 0.5})
+    assert r.status_code in (201, 202), r.text
+    hub.wait_ready("alice", timeout=240)
+
+    env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
+    session = subprocess.Popen(
+        ["ssh", *client.options(alice_key), "-p", str(port), "-T", "alice@127.0.0.1",
+         'while read -r line; do echo "got $line"; done'],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env, bufsize=1,
+    )  # fmt: skip
+    assert session.stdin is not None and session.stdout is not None
+    typed = 0
+
+    def type_a_line() -> None:
+        nonlocal typed
+        typed += 1
+        session.stdin.write(f"line {typed}\n")  # type: ignore[union-attr]
+        session.stdin.flush()  # type: ignore[union-attr]
+        line = session.stdout.readline()  # type: ignore[union-attr]
+        assert line == f"got line {typed}\n", (line, hub.log_tail(80))
+
+    # typing every 2 s: the culler keeps her server for its hub activity, past the
+    # moment it would have culled it idle (the first typing + timeout + a round)
+    type_a_line()
+    first = datetime.now()
+    would_cull = first.timestamp() + CULL_TIMEOUT + 2 * CULL_INTERVAL
+
+    def kept_past_its_timeout() -> bool:
+        type_a_line()
+        kept = culler_lines(hub, r"^Keeping alice: hub activity \d+ s ago")
+        return any(at.timestamp() > would_cull for at, _ in kept)
+
+    wait_until(kept_past_its_timeout, 90, "the culler keeping alice for her SSH typing",
+               interval=2.0, details=lambda: hub.log_tail(40))  # fmt: skip
+    assert not culler_lines(hub, r"^Culling alice"), hub.log_tail(60)
+    model = hub.server("alice")
+    assert model is not None and model["ready"]
+    last = datetime.fromisoformat(model["last_activity"].replace("Z", "+00:00"))
+    assert last.timestamp() > first.timestamp() + CULL_TIMEOUT, model  # SSH input, reported
+
+    # she stops typing, her session still open: culled as idle, the session ends
+    stopped_typing = time.time()
+    wait_until(lambda: culler_lines(hub, r"^Culling alice: idle"), CULL_TIMEOUT + 60,
+               "the culler culling alice once idle", details=lambda: hub.log_tail(40))  # fmt: skip
+    culled_at = culler_lines(hub, r"^Culling alice: idle")[0][0].timestamp()
+    assert culled_at >= stopped_typing + CULL_TIMEOUT - 3, (culled_at, stopped_typing)
+    out, err = session.communicate(timeout=90)
+    assert session.returncode == 255, (out, err)
+    assert err.strip() == (
+        f"Your server stopped, so this session ended: start it again at {hub.url}/hub/spawn."
+    ), err
+
+    # this site lets ssh start a stopped default server: with its last options (the CPU
+    # image), its progress on stderr, then the command, as her
+    wait_until(lambda: hub.server("alice") is None, 60, "alice's server gone")
+    started = time.monotonic()
+    done = client.run("alice", "id -u", key=alice_key)
+    took = time.monotonic() - started
+    assert done.returncode == 0, (done, hub.log_tail(40))
+    assert done.stdout.split()[0] == str(UID), done
+    assert done.stderr.startswith(
+        "Your server is not running: starting it with the options of its last start"
+    ), done
+    print(f"\nssh alice@gateway 'id -u' starting her server answered in {took:.1f} s")
+    print(done.stderr)
+    hub.wait_log(r"SSH started the server of alice", after=0)
+    model = hub.api("GET", "/users/alice").json()["servers"][""]
+    assert model["user_options"]["image"] == "demo-cpu", model

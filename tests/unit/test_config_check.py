@@ -67,7 +67,13 @@ def test_demo_runs_node_a_agent_and_the_culler_as_services(
         "jupyterhub_config.py", path=str(REPO / "scripts" / "demo")
     ).load_config()
     services = {s["name"]: s for s in c.JupyterHub.services}
-    assert set(services) == {"gpu-agent-node-a", "gpu-culler", "gpu-accounting", "gpu-dashboard"}
+    assert set(services) == {
+        "gpu-agent-node-a", "gpu-culler", "gpu-accounting", "gpu-dashboard", "gpu-ssh",
+    }  # fmt: skip
+    # the SSH gateway on 127.0.0.1:8022, its host key kept in the demo's folder
+    ssh_cmd = services["gpu-ssh"]["command"]
+    assert "--GPUSSHGateway.ip=127.0.0.1" in ssh_cmd and "--GPUSSHGateway.port=8022" in ssh_cmd
+    assert f"--GPUSSHGateway.host_key_file={tmp_path / 'ssh_host_ed25519_key'}" in ssh_cmd
     dashboard = services["gpu-dashboard"]  # reads the demo's accounting file, not a default
     assert dashboard["environment"]["JUPYTERHUB_GPU_ACCOUNTING_URL"] == (
         c.GPUCluster.accounting_url

@@ -25,9 +25,9 @@ import pytest
 from traitlets.config import Config
 
 from jupyterhub_gpu.core.culling.access import server_access
-from jupyterhub_gpu.core.culling.idleness import Signal
+from jupyterhub_gpu.core.culling.idleness import Decision, Signal
 from jupyterhub_gpu.core.tokens import node_token
-from jupyterhub_gpu.edges.files import load_deadlines, load_notes
+from jupyterhub_gpu.edges.files import load_cull_warnings, load_deadlines, load_notes
 from jupyterhub_gpu.errors import ConfigError, ProbeError
 from jupyterhub_gpu.services.culler.app import GPUIdleCuller
 from jupyterhub_gpu.services.culler.client import (
@@ -191,6 +191,7 @@ def make_culler(world: World, tmp_path: Path, **traits: Any) -> GPUIdleCuller:
     c.GPUIdleCuller.group_overrides = {
         "10-staff": {"groups": ["staff"], "policy_override": {"gpu_timeout": 4 * 3600.0}}
     }
+    c.GPUIdleCuller.warn_before = 0.0  # the judgement alone (warnings: test_cull_warnings.py)
     for key, value in traits.items():
         setattr(c.GPUIdleCuller, key, value)
     # an injected client may follow redirects: the culler's reads of servers never do
@@ -803,3 +804,31 @@ async def test_https_agents_are_verified_with_the_sites_ca(tmp_path: Path) -> No
             await read_agent(stranger._client(), url, "t" * 32, 5)
     finally:
         server.stop()
+
+
+async def test_idle_servers_are_warned_first_and_a_postponement_counts_as_activity(
+    world: World, tmp_path: Path
+) -> None:
+    """With ``warn_before``: the round that would cull warns instead (the warnings file
+    the hub shows), the cull comes once the warning's time has passed; a server whose
+    state says its user pressed "I'm still here" 5 min ago is kept for its hub activity."""
+    warnings = tmp_path / "warnings.json"
+    culler = make_culler(world, tmp_path, warn_before=600.0, warnings_file=str(warnings))
+    erin = world.users[4]["servers"]["train"]
+    erin["state"]["cull_postponed_at"] = iso(5)  # erin pressed it 5 min ago
+    await poll(culler)
+    first = await culler.cull_once(now=T0)
+    assert first["alice"].signal is Signal.WARNED and not first["alice"].cull
+    assert first["alice"].reason.startswith("warned, stopped at 12:10:00 UTC at the earliest: idle")
+    assert first["erin/train"] == Decision(False, "hub activity 5 min ago", Signal.HUB)
+    assert world.deletes() == []
+    written = load_cull_warnings(warnings)
+    assert set(written) == {"alice/"}
+    assert written["alice/"].at == T0 + timedelta(minutes=10) and written["alice/"].postponable
+    await poll(culler, start=-1, stop=-9)  # readings go on: no missed poll
+    still = await culler.cull_once(now=T0 + timedelta(minutes=9))
+    assert still["alice"].signal is Signal.WARNED and world.deletes() == []
+    await poll(culler, start=-10, stop=-10)
+    done = await culler.cull_once(now=T0 + timedelta(minutes=10))
+    assert done["alice"].cull and done["alice"].signal is Signal.IDLE
+    assert world.deletes() == ["/hub/api/users/alice/server"]

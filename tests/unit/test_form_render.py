@@ -197,7 +197,8 @@ def test_availability_text_and_defaults(
     p = parse(html)
     assert option(p, "gpu_model", RTX)["text"] == "RTX 3090: 2 of 3 free · 24 GiB"
     assert option(p, "gpu_model", "any")["text"] == "Any model (6 of 9 free)"
-    assert "disabled" in option(p, "gpu_model", "NVIDIA A100-SXM4-80GB")  # none free
+    busy = option(p, "gpu_model", "NVIDIA A100-SXM4-80GB")  # none free: chosen to wait
+    assert "disabled" not in busy and busy["text"].endswith("· wait in line for one"), busy
     assert [o["value"] for o in p.selects["gpu_count"]] == ["0", "1", "2"]
     assert selected(p, "image") == "pt-cuda12.1"
     assert selected(p, "gpu_count") == "1"
@@ -301,7 +302,10 @@ def test_the_newest_note_is_shown_above_the_form(
     newest = f"Your server was stopped at 2026-01-01 11:59 UTC to free its resources: {HOSTILE}"
     html = spawn_form_html(catalog, snapshot, bounds, None, None, notes=[older, newest])
     alert = re.search(
-        r'<div id="jhgpu-notice" class="([^"]*)" role="alert">(.*?)</div>', html, re.S
+        r'<div id="jhgpu-notice" class="([^"]*)" role="alert"\s+'
+        r'data-said="" data-at="">(.*?)</div>',
+        html,
+        re.S,
     )
     assert alert is not None, html[:800]
     assert alert[1].split() == ["alert", "alert-info", "alert-dismissible", "fade", "show"]
@@ -309,13 +313,17 @@ def test_the_newest_note_is_shown_above_the_form(
     text = " ".join(re.sub(r"<[^>]+>", " ", alert[2]).split())
     assert html_unescape(text) == newest
     assert "09:00" not in html and "<script>alert" not in html
+    timed = spawn_form_html(
+        catalog, snapshot, bounds, notes=[newest], notice_time=("11:59 UTC", "2026-01-01T11:59:00")
+    )
+    assert 'data-said="11:59 UTC" data-at="2026-01-01T11:59:00"' in timed  # the script's
     assert html.index('id="jhgpu-notice"') < html.index('id="jhgpu-image"')
     assert parse(html).selects == parse(spawn_form_html(catalog, snapshot, bounds)).selects
     for plain in (
         spawn_form_html(catalog, snapshot, bounds),
         spawn_form_html(catalog, snapshot, bounds, notes=[]),
     ):
-        assert "jhgpu-notice" not in plain and "alert-dismissible" not in plain
+        assert 'id="jhgpu-notice"' not in plain and "alert-dismissible" not in plain
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,7 @@ SCRIPT = REPO / "scripts" / "gpu-check.sh"
 HELPERS = REPO / "scripts" / "gpu_check"
 CHECKS = [
     "nvml-tests", "check-node", "attribution", "mps-limit", "mps-no-raise", "mps-no-quit",
-    "mps-check-node", "mps-whole-gpu", "build-void",
+    "mps-check-node", "mps-whole-gpu", "build-void", "suspend-gpu",
 ]  # fmt: skip
 LINE = re.compile(r"^(PASS|FAIL|SKIP) ([a-z0-9-]+): (.+)$")
 

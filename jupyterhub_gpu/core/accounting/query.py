@@ -12,11 +12,11 @@ from datetime import datetime
 from typing import Any
 
 from jupyterhub_gpu.core.accounting.report import (
-    ReportError,
     ReportQuery,
     ReportRow,
     validate_query,
 )
+from jupyterhub_gpu.errors import ReportError
 
 FORMATS = ("table", "csv", "json")
 _DATE_FORMATS = ("%Y-%m-%d", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M")

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from jupyterhub_gpu.errors import ReportError
 
-GROUP_BY = ("user", "group", "model", "node")
+GROUP_BY = ("user", "group", "model", "node", "kind")
 BUCKETS = ("day", "week", "month")
 EARLIEST = datetime(2000, 1, 1)
 
@@ -40,6 +40,7 @@ class Interval:
     mean_util_pct: float = 0.0
     culled: bool = False
     last_busy: datetime | None = None
+    kind: str = "server"  # or "job" (issue 32): --by kind splits the two
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from jupyterhub_gpu.core.attribution.labels import (
     ALLOCATION_LABEL,
     Share,
-    ShareLabelError,
     labelled_gpus,
     parse_share,
 )
 from jupyterhub_gpu.core.inventory import GpuProcess
+from jupyterhub_gpu.errors import ShareLabelError
 
 _CONTAINER_RE = re.compile(r"(?:/docker-([0-9a-f]{64})\.scope|/docker/([0-9a-f]{64}))(?=/|$)")
 #: Most bytes of a ``/proc/<pid>/cgroup`` text read (v1 hosts list ~13 lines of ~100).

@@ -52,6 +52,7 @@ class Signal(str, enum.Enum):
     KERNELS_MISSING = "kernels_missing"
     IDLE = "idle"
     SHARE_MEMORY = "share_memory"  # a share over its memory for too long (policy "stop")
+    WARNED = "warned"  # idle, but its user was warned less than warn_before ago (warning.py)
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,11 @@ import jinja2
 from jupyterhub_gpu.core.catalog.compat import ImageAvailability, catalog_availability
 from jupyterhub_gpu.core.catalog.entries import Catalog, CatalogEntry, format_cc_range
 from jupyterhub_gpu.core.form.availability import ModelAvailability, gpu_model_availability
+from jupyterhub_gpu.core.form.offer import Allowance, fit_offers, gpu_allowance, student_facts
 from jupyterhub_gpu.core.form.readiness import readiness
 from jupyterhub_gpu.core.form.resources import UserBounds
 from jupyterhub_gpu.core.form.shares import share_choices
+from jupyterhub_gpu.core.form.user_quota import Holdings
 from jupyterhub_gpu.core.form.validation import ANY_MODEL, finite_number, whole_number
 from jupyterhub_gpu.core.sharing.policy import NO_SHARING, SharingPolicy
 from jupyterhub_gpu.core.snapshot import ClusterSnapshot
@@ -65,17 +67,23 @@ def visible_entries(catalog: Catalog, bounds: UserBounds) -> tuple[CatalogEntry,
 
 
 def _facts(entry: CatalogEntry, info: ImageAvailability, ready: str = "") -> str:
-    parts = [entry.cuda_label]
+    """What a student looks for first (framework, Python or its version, CUDA, where it
+    runs), then the admin's details (:func:`~.offer.student_facts`)."""
+    admin = []
     if entry.min_driver:
-        parts.append(f"driver >= {entry.min_driver}")
+        admin.append(f"driver >= {entry.min_driver}")
     if entry.min_compute_capability or entry.max_compute_capability:
         cc = format_cc_range(entry.min_compute_capability, entry.max_compute_capability)
-        parts.append(f"compute capability {cc}")
-    if info.runnable and info.nodes:
-        parts.append("runs on " + ", ".join(info.nodes))
-    if info.runnable and ready:
-        parts.append(ready)
-    return " · ".join(parts)
+        admin.append(f"compute capability {cc}")
+    where = "runs on " + ", ".join(info.nodes) if info.runnable and info.nodes else ""
+    return student_facts(
+        entry.framework,
+        entry.framework_version,
+        entry.cuda_label,
+        where,
+        ready if info.runnable else "",
+        admin,
+    )
 
 
 def _image_choices(
@@ -114,15 +122,18 @@ def initial_choices(
     models: Sequence[ModelAvailability],
     bounds: UserBounds,
     previous: Mapping[str, Any] | None,
+    most: int | None = None,
 ) -> dict[str, Any]:
-    """What the form preselects: the previous choices where still valid, else defaults."""
+    """What the form preselects: the previous choices where still valid, else defaults
+    (``most``: the GPUs this server may ask for now, default ``bounds.max_gpus``)."""
+    most = bounds.max_gpus if most is None else most
     prev = dict(previous or {})
     enabled = [i for i in images if not i.disabled]
     image = next((i for i in enabled if i.slug == prev.get("image")), None)
     image = image or (enabled[0] if enabled else (images[0] if images else None))
     count = whole_number(prev.get("gpu_count"))
-    if count is None or not 0 <= count <= bounds.max_gpus:
-        count = bounds.default_gpu_count
+    if count is None or not 0 <= count <= most:
+        count = min(bounds.default_gpu_count, most)
     if image is not None and not image.gpu:
         count = 0
     model = prev.get("gpu_model")
@@ -165,8 +176,18 @@ def render_form(
     unlisted: Sequence[Any] = (),
     ready: Mapping[str, str] | None = None,
     sharing: SharingPolicy = NO_SHARING,
+    held: Holdings | None = None,
+    notice_time: tuple[str, str] | None = None,
 ) -> str:
     """The form's HTML (inserted into JupyterHub's ``spawn.html``).
+
+    ``notice_time``: (the time as the newest note says it, e.g. ``14:05 UTC``; the same
+    time in ISO): the form's script shows it in the browser's zone.
+
+    ``held``: what the user's other servers hold now; with ``bounds.quota`` it bounds the
+    GPU count (:func:`~.offer.gpu_allowance`). A count more than a choice has free offers
+    the count that starts now (:func:`~.offer.fit_offers`); a model with none free may
+    still be chosen, to wait for it.
 
     ``sharing``: the admin's sharing policy; a share of each shared model the user may
     use is offered beside whole GPUs (:func:`~.shares.share_choices`, issue 26).
@@ -177,7 +198,7 @@ def render_form(
     (models the user's groups may not use are left out here); ``previous_choices``:
     the server's last ``user_options``, preselected where still valid; ``notes``:
     sentences for the user, oldest first (e.g. why the culler stopped the server,
-    ``CullNote.message()``): the newest is shown above the form, dismissable;
+    ``core/culling/warning.stopped_words``): the newest is shown above the form, dismissable;
     ``charge_groups``: the groups the user may charge, the default first (a select only
     when there are two or more: with one there is nothing to choose); ``reserved``:
     lines on GPUs reserved for other groups now or soon
@@ -190,7 +211,9 @@ def render_form(
     """
     allowed = [m for m in models if bounds.model_allowed(m.model)]
     images = _image_choices(catalog_view, availability, [m.model for m in allowed], ready)
-    choice = initial_choices(images, allowed, bounds, previous_choices)
+    allowance: Allowance = gpu_allowance(bounds.max_gpus, bounds.quota, held or Holdings())
+    choice = initial_choices(images, allowed, bounds, previous_choices, allowance.most)
+    offers = fit_offers(allowed, allowance.most, ANY_MODEL)
     selected = next((i for i in images if i.slug == choice["image"]), None)
     return (
         _environment()
@@ -203,12 +226,22 @@ def render_form(
             models=allowed,
             free_total=sum(m.free for m in allowed),
             gpu_total=sum(m.total for m in allowed),
-            max_gpus=bounds.max_gpus,
+            max_gpus=allowance.most,
+            allowance=allowance.text,
+            offers={
+                key: {
+                    str(n): {"text": o.text, "now": o.start_now, "button": o.button}
+                    for n, o in by_count.items()
+                }
+                for key, by_count in offers.items()
+            },
             max_gpu_memory_gib=max((m.memory_gib for m in allowed), default=0),
             bounds=bounds,
             choice=choice,
             any_model=ANY_MODEL,
             notice=notes[-1] if notes else "",
+            notice_said=notice_time[0] if notice_time and notes else "",
+            notice_at=notice_time[1] if notice_time and notes else "",
             charge_groups=list(charge_groups) if len(charge_groups) > 1 else [],
             charge_group=initial_charge_group(charge_groups, previous_choices),
             reserved=list(reserved),
@@ -232,6 +265,8 @@ def spawn_form_html(
     unlisted: Sequence[Any] = (),
     image_sizes: Mapping[str, int] | None = None,
     sharing: SharingPolicy = NO_SHARING,
+    held: Holdings | None = None,
+    notice_time: tuple[str, str] | None = None,
 ) -> str:
     """Everything in one call: the user's images, their availability on ``snapshot``'s
     nodes and where each is ready (``image_sizes``: identity -> bytes on disk, for what
@@ -263,4 +298,6 @@ def spawn_form_html(
         unlisted=unlisted,
         ready=ready,
         sharing=sharing,
+        held=held,
+        notice_time=notice_time,
     )

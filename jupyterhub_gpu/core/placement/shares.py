@@ -50,7 +50,7 @@ def static_request(request: PlacementRequest) -> PlacementRequest:
 def eligible(index: ClusterIndex, request: PlacementRequest, policy: SharingPolicy) -> Eligible:
     """The slots whose GPUs may hold ``request``'s shares under ``policy`` (cached)."""
     key = (request, policy)
-    hit = index.share_cache.get(key)
+    hit: Eligible | None = index.share_cache.get(key)
     if hit is not None:
         return hit
     found: list[tuple[int, ShareRule]] = []

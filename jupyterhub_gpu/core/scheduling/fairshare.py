@@ -42,7 +42,7 @@ def decay(elapsed_s: float, half_life_s: float) -> float:
     """The weight left after ``elapsed_s``: 1 now, 0.5 after one half-life."""
     if half_life_s <= 0:
         raise ValueError(f"half_life_s must be > 0, got {half_life_s}")
-    return 0.5 ** (max(elapsed_s, 0.0) / half_life_s)
+    return math.pow(0.5, max(elapsed_s, 0.0) / half_life_s)
 
 
 def advance(
@@ -79,7 +79,7 @@ def factor(usage_norm: float, share_norm: float) -> float:
     """``2 ** (-usage_norm / share_norm)``; 0 for no shares (1 if also no usage)."""
     if share_norm <= 0:
         return 1.0 if usage_norm <= 0 else 0.0
-    return 2.0 ** (-usage_norm / share_norm)
+    return math.pow(2.0, -usage_norm / share_norm)
 
 
 @dataclass(frozen=True)

@@ -66,13 +66,28 @@ def not_running(hub_url: str, login: Login, pending: bool, exists: bool = True) 
     return f"{which} is not running: start it at {url}, then ssh again."
 
 
-NOT_YET = {
-    "sftp": "SFTP is not available through this gateway yet; copy files through JupyterLab.",
-}
-
-
 def subsystem_refused(name: str) -> str:
-    return NOT_YET.get(name, f"The {name!r} subsystem is not available through this gateway.")
+    """The sentence for a subsystem other than ``sftp`` (``name`` is bounded: any bytes)."""
+    shown = name if len(name) <= 32 else name[:32] + "..."
+    return f"The {shown!r} subsystem is not available through this gateway; sftp is."
+
+
+def starting_line(with_last_options: bool) -> str:
+    """What a session says when the gateway starts her stopped default server."""
+    how = "with the options of its last start" if with_last_options else "with the defaults"
+    return f"Your server is not running: starting it {how} (Ctrl-C stops waiting)..."
+
+
+def start_refused(hub_url: str, login: Login, message: str) -> str:
+    """Her server could not be started from ssh: the hub's words (bounded), and where to."""
+    shown = message.strip().rstrip(".")[:200] or "the hub refused"
+    return f"Your server could not be started ({shown}): start it at {spawn_url(hub_url, login)}."
+
+
+def server_stopped(hub_url: str, login: Login) -> str:
+    """The sentence that ends a session whose server stopped under it."""
+    which = f"Your server {login.server!r}" if login.server else "Your server"
+    return f"{which} stopped, so this session ended: start it again at {spawn_url(hub_url, login)}."
 
 
 __all__ = [
@@ -80,7 +95,10 @@ __all__ = [
     "ended_line",
     "not_running",
     "refused_line",
+    "server_stopped",
     "spawn_url",
+    "start_refused",
     "started_line",
+    "starting_line",
     "subsystem_refused",
 ]

@@ -44,6 +44,9 @@ class AllocationRow(Base):
     busy_s: Mapped[float] = mapped_column(Float, default=0.0)
     last_sample_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     last_busy_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    # issue 32: "server" or "job", and a job's exit code (0005)
+    kind: Mapped[str] = mapped_column(String(16), default="server", server_default="server")
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     __table_args__ = (
         Index("ix_jhgpu_allocations_started_at", "started_at"),
@@ -94,3 +97,39 @@ class SavedImageRow(Base):
     shared_with: Mapped[str | None] = mapped_column(String(255), nullable=True)
 
     __table_args__ = (UniqueConstraint("owner", "name", name="uq_jhgpu_saved_images_owner_name"),)
+
+
+class JobRow(Base):
+    """A batch job or one task of an array (``core.jobs.record.JobRecord``): ``spec`` is
+    what was asked (wire/jobs.py's encode_spec), the other columns where it stands."""
+
+    __tablename__ = "jhgpu_jobs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer)
+    hub: Mapped[str] = mapped_column(String(255))
+    user: Mapped[str] = mapped_column(String(255))
+    name: Mapped[str] = mapped_column(String(64))
+    spec: Mapped[str] = mapped_column(Text)
+    array_id: Mapped[str] = mapped_column(String(32), default="")
+    array_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    submitted_at: Mapped[datetime] = mapped_column(DateTime)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    node: Mapped[str] = mapped_column(String(255), default="")
+    gpu_uuids: Mapped[str] = mapped_column(Text, default="")
+    share: Mapped[str] = mapped_column(String(16), default="")
+    allocation: Mapped[str] = mapped_column(String(64), default="")
+    container: Mapped[str] = mapped_column(String(128), default="")
+    stopping: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    stop_since: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    term_sent_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    restarts: Mapped[int] = mapped_column(Integer, default=0)
+
+    __table_args__ = (
+        Index("ix_jhgpu_jobs_hub_state", "hub", "state"),
+        Index("ix_jhgpu_jobs_user", "user"),
+    )

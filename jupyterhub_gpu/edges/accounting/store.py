@@ -146,6 +146,7 @@ class AccountingStore:
                     cuda=record.cuda,
                     cpus=record.cpus,
                     mem_gib=record.mem_gib,
+                    kind=record.kind,
                     started_at=naive_utc(record.started_at),
                     sampled_s=0.0,
                     util_pct_seconds=0.0,
@@ -214,7 +215,7 @@ class AccountingStore:
         a = AllocationRow
         q = select(
             a.user, a.group, a.gpu_model, a.node, a.gpus, a.gpu_fraction, a.started_at, a.ended_at,
-            a.sampled_s, a.util_pct_seconds, a.end_reason, a.last_busy_at,
+            a.sampled_s, a.util_pct_seconds, a.end_reason, a.last_busy_at, a.kind,
         ).where(a.started_at < end, or_(a.ended_at.is_(None), a.ended_at > start))  # fmt: skip
         if user is not None:
             q = q.where(a.user == user)
@@ -233,6 +234,7 @@ class AccountingStore:
                     mean_util_pct=r.util_pct_seconds / r.sampled_s if r.sampled_s else 0.0,
                     culled=r.end_reason == EndReason.CULLED.value,
                     last_busy=r.last_busy_at,
+                    kind=r.kind or "server",
                 )
                 for r in s.execute(q)
             ]

@@ -2,8 +2,10 @@
 
     GET /hub/api/gpu/users/{user}/notices   [{"server": "", "at": ISO, "message": "..."}]
 
-Two kinds. A GPU share whose own processes hold more memory than its share, as the
-culler's share notices file says (``GPUCluster.share_notices_file``, issue #26:
+Three kinds. The culler's warnings before a cull and notes after one
+(:func:`~jupyterhub_gpu.hub.api.cull.cull_notices`, with "I'm still here"). A GPU share
+whose own processes hold more memory than its share, as the culler's share notices file
+says (``GPUCluster.share_notices_file``, issue #26:
 "Your default server (GPU-3b1a9f6e) holds 8000 MiB of GPU memory, more than its
 share's 6144 MiB: ..."). And a reservation of another group that will take a running server's GPUs
 within ``queue_policy``'s ``reservation_notice_hours`` ("Your server 'big' is on GPUs
@@ -29,6 +31,7 @@ from tornado import web
 
 from jupyterhub_gpu.core.inventory import NodeState
 from jupyterhub_gpu.edges.files import load_share_notices
+from jupyterhub_gpu.hub.api.cull import cull_notices
 from jupyterhub_gpu.hub.queue import SpawnQueue
 from jupyterhub_gpu.hub.runtime import runtime_of
 from jupyterhub_gpu.wire.share_notices import ShareNotice
@@ -92,7 +95,8 @@ class NoticesAPIHandler(APIHandler):
             raise web.HTTPError(404, f"No user {user_name!r}.")
         runtime = runtime_of(self.settings)
         cluster, queue = runtime.cluster, runtime.queue
-        shares = share_notices(user, datetime.now(timezone.utc))
+        now = datetime.now(timezone.utc)
+        shares = share_notices(user, now) + cull_notices(user, now)
         if cluster is None or queue is None:  # no spawner since the hub started: no server
             self.write(json.dumps(shares))
             return

@@ -63,6 +63,7 @@ async def ssh_target(user: Any, server: str) -> SSHTarget:
             container = str(spawner.object_id)
         except (AttributeError, ConfigError):
             state = "stopped"
+    last = getattr(getattr(spawner, "orm_spawner", None), "user_options", None) if exists else None
     return SSHTarget(
         user=user.name,
         server=server,
@@ -73,6 +74,7 @@ async def ssh_target(user: Any, server: str) -> SSHTarget:
         home=home,
         node=node,
         container=container,
+        last_options=dict(last) if isinstance(last, dict) else None,
     )
 
 

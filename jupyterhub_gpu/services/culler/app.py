@@ -25,13 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import os
 import ssl
 from collections.abc import Mapping
 from dataclasses import fields, replace
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -54,9 +52,6 @@ from jupyterhub_gpu.core.attribution.memory import (
     ACTIONS,
     MemoryPolicy,
     MemoryState,
-    episodes_from_json,
-    episodes_to_json,
-    recent_episodes,
 )
 from jupyterhub_gpu.core.culling.access import server_access
 from jupyterhub_gpu.core.culling.idleness import (
@@ -72,17 +67,25 @@ from jupyterhub_gpu.core.culling.idleness import (
     validate_overrides,
 )
 from jupyterhub_gpu.core.culling.tracker import GpuTracker
+from jupyterhub_gpu.core.culling.warning import (
+    POSTPONED_KEY,
+    CullWarning,
+    shortened,
+    warn_step,
+    with_postponement,
+)
 from jupyterhub_gpu.core.times import parse_time
 from jupyterhub_gpu.core.tokens import node_token, site_secret_from
 from jupyterhub_gpu.edges.files import (
     load_notes,
+    save_cull_warnings,
     save_deadlines,
     save_notes,
     save_share_notices,
-    write_json_atomic,
 )
 from jupyterhub_gpu.errors import ConfigError, ProbeError
 from jupyterhub_gpu.services.base import HubService
+from jupyterhub_gpu.services.culler import state as culler_state
 from jupyterhub_gpu.services.culler.client import (
     HubAPI,
     describe_failure,
@@ -99,7 +102,6 @@ from jupyterhub_gpu.wire.cull_notes import CullNote, add_note, drop_note
 from jupyterhub_gpu.wire.share_notices import ShareNotice
 
 _D = Policy()
-MAX_STATE_FILE = 64 << 20  # bytes of the state file read at most
 NO_TOKEN = "kernels not read: no server_token in its spawner state"
 
 
@@ -238,6 +240,23 @@ class GPUIdleCuller(HubService):
         "max_age"}}). The hub reads it (GPUCluster.cull_deadlines_file) for the
         queue's estimates and the dashboard's "culled at the earliest". '' = off.""",
     ).tag(config=True)
+    warn_before = Float(
+        600.0,
+        help="""Seconds before an idle cull that its user is warned on the hub's pages
+        ("Your server will be stopped at 14:05 because it has been idle for 50 min", with
+        "I'm still here" once per server start). An idle server is stopped only once it
+        has been warned this long: the warning comes ``warn_before`` before the timeout
+        ends (a timeout shorter than that: at once, and the cull waits). Written to
+        ``warnings_file``, which the hub shows. Default 600 (10 minutes); 0: no warnings,
+        idle servers go at their timeout. ``max_age`` culls are not warned here.""",
+    ).tag(config=True)
+    warnings_file = Unicode(
+        "",
+        help="""JSON file the culler rewrites each round with the servers it warned
+        (wire/cull_warnings.py); the hub shows them to their users
+        (GPUCluster.cull_warnings_file; configure_culler sets both). '' = not
+        written (the warning still delays the cull, and is logged).""",
+    ).tag(config=True)
     share_memory_action = Enum(
         list(ACTIONS),
         default_value="warn",
@@ -306,6 +325,8 @@ class GPUIdleCuller(HubService):
         self._deadlines: dict[str, Deadline | None] = {}  # kept holder -> earliest cull
         self._shares = ShareWatch()
         self._share_notices: dict[str, ShareNotice] = {}  # holder -> over its memory
+        self._cull_warnings: dict[str, CullWarning] = {}  # "holder@started" -> warning
+        self._warned_now: dict[str, CullWarning] = {}  # this round's, by holder
         self.rounds = 0  # cull rounds finished (one DEBUG line each: tests wait on it)
 
     # -- configuration ---------------------------------------------------------------
@@ -527,6 +548,9 @@ class GPUIdleCuller(HubService):
         now: datetime,
     ) -> Decision:
         """Judge ``full`` (``user`` or ``user/server``), reading its kernels only if needed."""
+        state = server.get("state")
+        state = state if isinstance(state, Mapping) else {}
+        postponed = parse_time(state.get(POSTPONED_KEY))
         obs = ServerObservation(
             name=full,
             started=parse_time(server.get("started")),
@@ -534,11 +558,14 @@ class GPUIdleCuller(HubService):
             gpus=self._gpus_of(full, server),
             kernels=None,
         )
+        obs = with_postponement(obs, postponed)
         policy = await self.policy_for(user)
-        decision = judge(obs, policy, now)
+        early_policy = shortened(policy, self.warn_before) if self.warn_before > 0 else policy
+        decision, early = judge(obs, policy, now), judge(obs, early_policy, now)
         holder = full if "/" in full else f"{full}/"
-        self._deadlines[holder] = earliest_cull(obs, policy, now)  # dropped if culled
-        if decision.signal is Signal.KERNELS_MISSING:  # every other signal says idle
+        deadline = earliest_cull(obs, policy, now)
+        self._deadlines[holder] = deadline  # dropped if culled
+        if Signal.KERNELS_MISSING in (decision.signal, early.signal):  # else all idle
             access = server_access(server, self.proxy_url)
             if access is None:  # never our own token instead: the server's user reads it
                 self._warn_once(
@@ -556,7 +583,45 @@ class GPUIdleCuller(HubService):
                 why = describe_failure(e, self.server_timeout)
                 self.log.info("Keeping %s: its kernels could not be read (%s)", full, why)
                 return decision
-            decision = judge(replace(obs, kernels=kernels), policy, now)
+            obs = replace(obs, kernels=kernels)
+            decision, early = judge(obs, policy, now), judge(obs, early_policy, now)
+        return self._with_warning(holder, server, obs, decision, early, deadline, postponed, now)
+
+    def _with_warning(
+        self,
+        holder: str,
+        server: Mapping[str, Any],
+        obs: ServerObservation,
+        decision: Decision,
+        early: Decision,
+        deadline: Deadline | None,
+        postponed: datetime | None,
+        now: datetime,
+    ) -> Decision:
+        """The decision once warnings are counted (core/culling/warning.py): an idle server
+        is warned ``warn_before`` ahead, and stopped only once its warning's time passed."""
+        key = f"{holder}@{server.get('started')}"
+        decision, warning = warn_step(
+            decision,
+            early,
+            self._cull_warnings.get(key),
+            deadline=deadline.at if deadline is not None and deadline.why == "idle" else None,
+            idle_since=obs.last_activity or obs.started or now,
+            now=now,
+            warn_before=self.warn_before,
+            postponable=postponed is None,
+        )
+        if warning is None:
+            self._cull_warnings.pop(key, None)
+            return decision
+        if key not in self._cull_warnings:
+            self.log.info(
+                "Warning %s: stopped at %s at the earliest if it stays idle",
+                holder.rstrip("/"),
+                warning.at.isoformat(timespec="seconds"),
+            )
+        self._cull_warnings[key] = warning
+        self._warned_now[holder] = warning
         return decision
 
     async def _handle(
@@ -621,6 +686,7 @@ class GPUIdleCuller(HubService):
         sem = asyncio.Semaphore(max(self.concurrency, 1))
         self._deadlines = {}
         self._share_notices = {}
+        self._warned_now = {}
         jobs = [
             self._handle(sem, user, name, server, at)
             for user in users
@@ -637,6 +703,7 @@ class GPUIdleCuller(HubService):
             if decision.cull:
                 self._deadlines.pop(full if "/" in full else f"{full}/", None)
         self._write_deadlines()
+        self._write_warnings(decisions)
         self._end_share_round(decisions)
         self.save_state()
         self.rounds += 1
@@ -679,6 +746,20 @@ class GPUIdleCuller(HubService):
         except OSError as e:
             self.log.warning("Could not write cull deadlines to %s: %s", self.deadlines_file, e)
 
+    def _write_warnings(self, decisions: Mapping[str, Decision]) -> None:
+        """Forget the warnings of servers gone (or culled); write this round's for the hub."""
+        live = {full if "/" in full else f"{full}/" for full, d in decisions.items() if not d.cull}
+        self._cull_warnings = {
+            k: w for k, w in self._cull_warnings.items() if k.rsplit("@", 1)[0] in live
+        }
+        if not self.warnings_file or self.dry_run:
+            return
+        warned = {h: w for h, w in self._warned_now.items() if h in live}
+        try:
+            save_cull_warnings(self.warnings_file, warned)
+        except OSError as e:
+            self.log.warning("Could not write cull warnings to %s: %s", self.warnings_file, e)
+
     def _drop_note(self, note: CullNote) -> None:
         """Take back the note of a stop that did not happen (no await: atomic on the loop)."""
         if not self.notes_file:
@@ -689,70 +770,12 @@ class GPUIdleCuller(HubService):
             self.log.warning("Could not write cull notes to %s: %s", self.notes_file, e)
 
     def save_state(self) -> None:
-        """Persist GPU histories and holders so a restart keeps its patience."""
-        if not self.state_file:
-            return
-        data = {
-            "version": 1,
-            "holders": self._holders,
-            "trackers": {u: t.to_dict() for u, t in self._trackers.items()},
-            "share_episodes": episodes_to_json(self._shares.episodes()),
-        }
-        try:
-            write_json_atomic(self.state_file, data)
-        except OSError as e:
-            self.log.warning("Could not save culler state to %s: %s", self.state_file, e)
+        """Persist GPU histories and holders so a restart keeps its patience (.state)."""
+        culler_state.save_state(self)
 
     def load_state(self, now: datetime | None = None) -> None:
-        """Restore :meth:`save_state`'s file; a missing file starts afresh, and so (with
-        one warning) does a bad one, or larger than :data:`MAX_STATE_FILE`. A bad
-        ``share_episodes`` section alone only starts the shares' graces afresh."""
-        if not self.state_file or not Path(self.state_file).exists():
-            return
-        path = Path(self.state_file)
-        try:
-            size = path.stat().st_size
-            if size > MAX_STATE_FILE:
-                raise ValueError(f"{size} bytes, more than the {MAX_STATE_FILE} read")
-            with path.open("rb") as f:
-                data = json.loads(f.read(MAX_STATE_FILE).decode("utf-8"))
-            holders = {str(k): str(v) for k, v in data["holders"].items()}
-            for uuid, saved in data["trackers"].items():
-                self._tracker(uuid).restore(saved)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            self.log.warning(
-                "Ignoring unreadable culler state %s (%s): starting afresh; it is rewritten "
-                "after the next round",
-                self.state_file,
-                e,
-            )
-            self._trackers.clear()
-            return
-        self._holders = holders
-        self.log.info(
-            "Restored the history of %d GPU(s) from %s", len(self._trackers), self.state_file
-        )
-        self._restore_episodes(data.get("share_episodes", {}), now or utcnow())
-
-    def _restore_episodes(self, data: Any, now: datetime) -> None:
-        """The shares' saved episodes over their memory that go on: those judged over at
-        most ``interval + gpu_stale_after`` s before ``now`` (a short restart)."""
-        try:
-            saved = episodes_from_json(data, now)
-        except ValueError as e:
-            why = f"{e}: their grace starts afresh"
-            self.log.warning(
-                "Ignoring the shares' episodes over memory in %s (%s)", self.state_file, why
-            )
-            return
-        episodes = recent_episodes(saved, now, self.interval + self.gpu_stale_after)
-        self._shares.restore(episodes)
-        if saved:
-            self.log.info(
-                "Restored %d share(s) over their memory; %d older ones start afresh",
-                len(episodes),
-                len(saved) - len(episodes),
-            )
+        """Restore :meth:`save_state`'s file (a bad one: one warning, a fresh start)."""
+        culler_state.load_state(self, now or utcnow())
 
     # -- running ---------------------------------------------------------------------
 

@@ -3,12 +3,17 @@ hub's configuration by :func:`jupyterhub_gpu.hub.extensions.configure_ssh`."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import asyncssh
+import httpx
 from traitlets import Bool, Float, Int, Unicode, default
 
 from jupyterhub_gpu.core.ssh.access import MAX_AUTHORIZED_KEYS_BYTES
+from jupyterhub_gpu.core.ssh.activity import ActivityBook
 from jupyterhub_gpu.core.ssh.limits import FailureLimiter
 from jupyterhub_gpu.edges.ssh_keys import fingerprint, load_or_make_host_key
 from jupyterhub_gpu.errors import ConfigError
@@ -25,6 +30,8 @@ class GPUSSHGateway(HubService):
 
     name = "jupyterhub-gpu-ssh"
     description = "SSH gateway into users' servers for jupyterhub-gpu (a hub-managed service)."
+    # configure_ssh's config_file= arrives as --config=FILE (without the alias, ignored)
+    aliases = {"config": "GPUSSHGateway.config_file"}
 
     ip = Unicode(
         "127.0.0.1",
@@ -59,6 +66,22 @@ class GPUSSHGateway(HubService):
         MAX_AUTHORIZED_KEYS_BYTES, help="A larger ~/.ssh/authorized_keys is not read."
     ).tag(config=True)
     login_timeout = Float(30.0, help="Seconds a client has to log in.").tag(config=True)
+    activity_interval = Float(
+        60.0,
+        help="""Input on an SSH session or forwarded connection counts as its server's
+        activity for the idle culler: reported to the hub at most once per this many
+        seconds per server (0: never reported, so SSH alone does not keep a server).""",
+    ).tag(config=True)
+    start_servers = Bool(
+        False,
+        help="""Where a user's default server is stopped, start it with the options of its
+        last start and show its progress in the session (the gateway's role then needs
+        the scopes ``servers`` and ``read:servers``: configure_ssh(start_servers=True)).
+        False: one sentence says where to start it.""",
+    ).tag(config=True)
+    start_timeout = Float(
+        300.0, help="Seconds a session waits for a server it started to be ready."
+    ).tag(config=True)
     keepalive_interval = Float(
         30.0, help="Seconds between keepalives to an idle client (0: none)."
     ).tag(config=True)
@@ -92,13 +115,13 @@ class GPUSSHGateway(HubService):
             by_user=FailureLimiter(self.max_failures_per_user, window),
             by_address=FailureLimiter(self.max_failures_per_address, window),
         )
-        sessions = Sessions(gate, self.hub_url)
+        book = ActivityBook(self.activity_interval) if self.activity_interval > 0 else None
+        sessions = Sessions(gate, self.hub_url, book, self.start_servers, self.start_timeout)
         acceptor = await asyncssh.create_server(
-            lambda: GatewayServer(gate),
+            lambda: GatewayServer(gate, sessions.forward, sessions.new_process),
             self.ip,
             self.port,
             server_host_keys=[key],
-            process_factory=sessions.handle,
             encoding=None,
             line_editor=False,
             allow_pty=True,
@@ -109,14 +132,37 @@ class GPUSSHGateway(HubService):
             keepalive_interval=self.keepalive_interval,
         )
         self.log.info("SSH gateway on %s:%d, host key %s", self.ip, self.port, fingerprint(key))
+        reporting = (
+            asyncio.create_task(self._report(hub, book, self.activity_interval))
+            if book is not None
+            else None
+        )
         try:
             await until_stopped()
         finally:
             self.log.info("Stopping")
+            if reporting is not None:
+                reporting.cancel()
             acceptor.close()
             await acceptor.wait_closed()
             sessions.close()
             await hub.aclose()
+
+    async def _report(self, hub: HubClient, book: ActivityBook, interval: float) -> None:
+        """Send the servers' SSH activity to the hub (a second at most after it is due)."""
+        warned = False
+        while True:
+            await asyncio.sleep(min(1.0, interval))
+            for user, server, at in book.due(time.time()):
+                stamp = datetime.fromtimestamp(at, timezone.utc)
+                try:
+                    await hub.activity(user, server, stamp)
+                except httpx.HTTPError as e:
+                    if not warned:
+                        self.log.warning("The hub did not take SSH activity (%s)", e)
+                        warned = True
+                    continue
+                self.log.debug("SSH activity of %s/%s sent", user, server)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -3,7 +3,11 @@ and whose a token is. One ``httpx.AsyncClient``, an explicit timeout on every ca
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -57,6 +61,53 @@ class HubClient:
         if not isinstance(name, str) or not isinstance(scopes, list):
             raise ProbeError("the hub's /user answer has no name or scopes")
         return TokenOwner(user=name, scopes=tuple(str(s) for s in scopes))
+
+    async def activity(self, user: str, server: str, at: datetime) -> None:
+        """Tell the hub that ``user``'s server ``server`` was used at ``at`` (the scope
+        ``users:activity``; the hub keeps the later of its own time and this one)."""
+        stamp = at.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+        r = await self._http.post(
+            f"{self.api_url}/users/{quote(user, safe='')}/activity",
+            json={"last_activity": stamp, "servers": {server: {"last_activity": stamp}}},
+            headers={"Authorization": f"token {self._token}"},
+        )
+        r.raise_for_status()
+
+    async def start(self, user: str, options: Mapping[str, Any]) -> str | None:
+        """Start ``user``'s default server with ``options`` (scope ``servers``): None when
+        the hub took it (201/202), else the hub's message (bounded)."""
+        r = await self._http.post(
+            f"{self.api_url}/users/{quote(user, safe='')}/server",
+            json=dict(options),
+            headers={"Authorization": f"token {self._token}"},
+        )
+        if r.status_code in (201, 202):
+            return None
+        try:
+            message = str(r.json().get("message") or "")
+        except ValueError:
+            message = ""
+        return message[:300] or f"the hub answered {r.status_code}"
+
+    async def progress(self, user: str) -> AsyncIterator[dict[str, Any]]:
+        """The default server's start, event by event (scope ``read:servers``): dicts with
+        ``progress``, ``message``, and ``ready`` or ``failed`` at the end."""
+        async with self._http.stream(
+            "GET",
+            f"{self.api_url}/users/{quote(user, safe='')}/server/progress",
+            headers={"Authorization": f"token {self._token}"},
+            timeout=httpx.Timeout(10.0, read=None),
+        ) as r:
+            r.raise_for_status()
+            async for line in r.aiter_lines():
+                if not line.startswith("data:") or len(line) > 64 * 1024:
+                    continue
+                try:
+                    event = json.loads(line[5:])
+                except ValueError:
+                    continue
+                if isinstance(event, dict):
+                    yield event
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,9 @@ from jupyterhub_gpu.edges.ssh_keys import KeysRefused, parse_authorized_keys, re
 from jupyterhub_gpu.errors import BadInput, ProbeError
 from jupyterhub_gpu.services.ssh.hub import HubClient
 from jupyterhub_gpu.wire.ssh_target import SSHTarget
+
+#: opens a forwarded connection for a connection (:meth:`.session.Sessions.forward`)
+Forwarder = Callable[["GatewayServer", str, int], Awaitable[Any]]
 
 #: at most this many readings of a dotted login are asked of the hub
 MAX_CANDIDATES = 4
@@ -69,8 +73,20 @@ class Gate:
 class GatewayServer(asyncssh.SSHServer):
     """One client connection's authentication (asyncssh makes one per connection)."""
 
-    def __init__(self, gate: Gate) -> None:
+    def __init__(
+        self,
+        gate: Gate,
+        forward: Forwarder | None = None,
+        new_session: Callable[[], Any] | None = None,
+    ) -> None:
         self.gate = gate
+        self.forward = forward
+        self.new_session = new_session
+        self.sessions_open = 0  # sessions (shell, command, sftp) open on this connection
+        self.forwards_open = 0  # direct-tcpip channels open on this connection
+        self.landing: Any = None  # where forwards run (session.Landing), asked once
+        self.refused_remote = False  # a -R was refused: said once in the next session
+        self.told_remote = False
         self.conn: asyncssh.SSHServerConnection | None = None
         self.peer_host = "?"
         self.peer = "?"
@@ -158,6 +174,40 @@ class GatewayServer(asyncssh.SSHServer):
 
     def auth_completed(self) -> None:
         self.auth = self.auth or "publickey"
+
+    def session_requested(self) -> Any:
+        """A session channel (shell, command, sftp): :meth:`.session.Sessions.new_process`."""
+        return self.new_session() if self.new_session is not None else False
+
+    def connection_requested(
+        self, dest_host: str, dest_port: int, orig_host: str, orig_port: int
+    ) -> Any:
+        """``ssh -L`` (a ``direct-tcpip`` channel): carried from inside her container."""
+        if self.forward is None or self.login is None:
+            raise asyncssh.ChannelOpenError(
+                asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED, "forwarding is not available"
+            )
+        return self.forward(self, dest_host, dest_port)
+
+    def server_requested(self, listen_host: str, listen_port: int) -> bool:
+        """``ssh -R``: refused (its sentence comes in the next session)."""
+        self.refused_remote = True
+        self.gate.log.info(
+            "SSH remote forwarding refused: user=%s from=%s",
+            self.login.user if self.login else "?",
+            self.peer,
+        )
+        return False
+
+    def unix_connection_requested(self, dest_path: str) -> Any:
+        raise asyncssh.ChannelOpenError(
+            asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED,
+            "forwarding to a unix socket is not available; forward a TCP port",
+        )
+
+    def unix_server_requested(self, listen_path: str) -> bool:
+        self.refused_remote = True
+        return False
 
 
 def server_of(process: Any) -> GatewayServer:

@@ -1,0 +1,66 @@
+"""The culler's warnings before a cull: a small JSON file, rewritten each round.
+
+``{"alice/": {"at": ISO, "idle_since": ISO, "issued": ISO, "postponable": true}}``: one
+entry per server (``user/server``) the culler will stop at ``at`` at the earliest if it
+stays idle (:class:`~jupyterhub_gpu.core.culling.warning.CullWarning`). The culler writes
+it atomically; the hub's notices API reads it and shows each warning on its user's pages
+with "I'm still here" while ``postponable`` (both through :mod:`jupyterhub_gpu.edges.files`,
+which reads a missing, stale, unreadable or oversized file as empty, at most
+:data:`MAX_FILE` bytes). Bad entries are skipped: a warning is a courtesy, never a gate
+for the hub (the culler keeps its own warnings in memory and acts on those).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from jupyterhub_gpu.core.culling.warning import CullWarning
+
+MAX_FILE = 1 << 20  # bytes read at most
+_TIMES = ("at", "idle_since", "issued")
+
+
+def encode_cull_warnings(warnings: Mapping[str, CullWarning]) -> bytes:
+    """The file's bytes."""
+    data = {
+        holder: {
+            "at": w.at.astimezone(timezone.utc).isoformat(),
+            "idle_since": w.idle_since.astimezone(timezone.utc).isoformat(),
+            "issued": w.issued.astimezone(timezone.utc).isoformat(),
+            "postponable": w.postponable,
+        }
+        for holder, w in sorted(warnings.items())
+    }
+    return json.dumps(data, indent=1, sort_keys=True).encode("utf-8")
+
+
+def decode_cull_warnings(text: str | bytes) -> dict[str, CullWarning]:
+    """holder -> :class:`CullWarning`; ``{}`` when ``text`` is not a JSON object; bad
+    entries (a time without its zone, a holder without ``/``) skipped."""
+    try:
+        data: Any = json.loads(text)
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    out: dict[str, CullWarning] = {}
+    for holder, item in data.items():
+        try:
+            at, idle_since, issued = (datetime.fromisoformat(item[k]) for k in _TIMES)
+            postponable = item["postponable"]
+        except (KeyError, TypeError, ValueError):
+            continue
+        if "/" not in str(holder) or not isinstance(postponable, bool):
+            continue
+        if any(t.tzinfo is None for t in (at, idle_since, issued)):
+            continue
+        out[str(holder)] = CullWarning(
+            at.astimezone(timezone.utc),
+            idle_since.astimezone(timezone.utc),
+            issued.astimezone(timezone.utc),
+            postponable,
+        )
+    return out
