@@ -268,13 +268,14 @@ def _bob_takes_the_gpu(hub: Hub) -> None:
 def _terminal(page, hub: Hub) -> str:
     """Open a terminal from JupyterLab's launcher, type :data:`TYPED`, return its screen.
 
-    The terminal is drawn with xterm.js's DOM renderer (her own JupyterLab setting, put
-    through the server's settings API first), so its text can be read as she reads it."""
+    JupyterLab draws its terminal on a canvas (WebGL); with her own setting
+    ``screenReaderMode`` (put through her server's settings API first) xterm.js also keeps
+    the screen's rows as text, which is read here as a screen reader would."""
     token = hub.user_token("alice")
     r = httpx.put(
         f"{hub.url}/user/alice/api/settings/@jupyterlab/terminal-extension:plugin",
         headers={"Authorization": f"token {token}"},
-        json={"raw": '{"rendererType": "dom"}'},
+        json={"raw": '{"screenReaderMode": true}'},
         timeout=30,
     )
     assert r.status_code in (200, 204), (r.status_code, r.text[:300])
@@ -282,21 +283,20 @@ def _terminal(page, hub: Hub) -> str:
     card = page.locator('.jp-LauncherCard[data-category="Other"]', has_text="Terminal").first
     card.wait_for(timeout=90_000)
     card.click()
-    screen = page.locator(".jp-Terminal .xterm-rows").first
+    rows = ".jp-Terminal .xterm-accessibility-tree"
     page.wait_for_function(
-        "(() => { const r = document.querySelector('.jp-Terminal .xterm-rows');"
+        f"(() => {{ const r = document.querySelector({rows!r});"
         " return r && /alice@/.test(r.textContent); })()",
         timeout=60_000,
     )
     page.locator(".jp-Terminal .xterm-helper-textarea").first.focus()
     page.keyboard.type(TYPED)
     page.keyboard.press("Enter")
-    page.wait_for_function(
-        f"document.querySelector('.jp-Terminal .xterm-rows').textContent.includes({DONE!r})",
-        timeout=90_000,
+    page.wait_for_function(  # the typed line says done-$((6 * 7)): only the output matches
+        f"document.querySelector({rows!r}).textContent.includes({DONE!r})", timeout=90_000
     )
-    rows = screen.locator(":scope > div")
-    return "\n".join(rows.nth(i).inner_text().rstrip() for i in range(rows.count()))
+    lines = page.locator(f"{rows} > div")
+    return "\n".join(lines.nth(i).inner_text().rstrip() for i in range(lines.count()))
 
 
 def _warning(path: Path) -> CullWarning | None:
