@@ -203,7 +203,7 @@ def _walk(page, hub: Hub, warnings_file: Path, deadlines: Path) -> None:
     page.click("#spawn_form button[type=submit]")
     page.wait_for_url(re.compile(r"/hub/spawn-pending/alice/gpu"))
     page.wait_for_function(
-        "document.getElementById('progress-message').textContent.includes('in line for')"
+        "document.getElementById('progress-message').textContent.includes('1st in line')"
     )
     assert words(page, "#jhgpu-title") == "Your server is waiting in line for a GPU."
     assert words(page, "#jhgpu-subtitle") == (
@@ -221,9 +221,9 @@ def _walk(page, hub: Hub, warnings_file: Path, deadlines: Path) -> None:
         "document.getElementById('stop-server-status').textContent.includes('left the queue')"
     )
     assert words(page, "#stop-server-status") == "You left the queue."
+    shot(page, "6-left-the-line")  # before the page reloads itself
     wait_until(lambda: hub.server("alice", "gpu") is None, 30, "her queued start to go")
     assert (hub.server("bob") or {}).get("ready"), "bob's server went"
-    shot(page, "6-left-the-line")
 
     # ---- 5. the cull's warning, with I'm still here; after the cull, why
     warned = wait_until(
