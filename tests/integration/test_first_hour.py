@@ -43,7 +43,7 @@ from tests.integration.test_culler import INTERVAL, STOP_SLACK, culled_line, cul
 from tests.ldap_fixture import DEMO_PASSWORDS, LDAPServer
 from tests.support.browser import chromium_page, hub_login, screenshot, watch_spawn
 from tests.support.cluster import REPO, Engine
-from tests.support.hub import Hub
+from tests.support.hub import TOKEN_ROLE_CONFIG, Hub
 from tests.support.waiting import wait_until
 from tests.support.wheels import make_wheel
 
@@ -126,6 +126,7 @@ c.GPUDockerSpawner.resource_defaults = {{"max_gpus": 1, "max_cpu": 1, "max_mem_g
     "default_cpu": 0.5, "default_mem_gib": 1}}
 c.JupyterHub.redirect_to_server = False  # after a cull: the home page, not a new start
 c.JupyterHub.last_activity_interval = 5  # her JupyterLab's traffic is activity, soon
+{TOKEN_ROLE_CONFIG}
 """
     hub = make_hub([node], [gpu_inventory(node.name, "f1f1f1f1", [RTX])], extra)
     started = time.monotonic()
