@@ -274,7 +274,7 @@ def _terminal(page, hub: Hub) -> str:
     the screen's rows as text, which is read here as a screen reader would."""
     token = hub.user_token("alice")
     r = httpx.put(
-        f"{hub.url}/user/alice/api/settings/@jupyterlab/terminal-extension:plugin",
+        f"{hub.url}/user/alice/lab/api/settings/@jupyterlab/terminal-extension:plugin",
         headers={"Authorization": f"token {token}"},
         json={"raw": '{"screenReaderMode": true}'},
         timeout=30,
