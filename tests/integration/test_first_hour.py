@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
@@ -41,7 +42,13 @@ from tests.integration.test_browser import ldap_extra
 from tests.integration.test_cull_warning_hub import _notice_text
 from tests.integration.test_culler import INTERVAL, STOP_SLACK, culled_line, culler_extra
 from tests.ldap_fixture import DEMO_PASSWORDS, LDAPServer
-from tests.support.browser import chromium_page, hub_login, screenshot, watch_spawn
+from tests.support.browser import (
+    SCREENSHOTS,
+    chromium_page,
+    hub_login,
+    screenshot,
+    watch_spawn,
+)
 from tests.support.cluster import REPO, Engine
 from tests.support.hub import TOKEN_ROLE_CONFIG, Hub
 from tests.support.waiting import wait_until
@@ -77,6 +84,13 @@ def shot(page, name: str) -> None:
     if os.environ.get("JHGPU_WALK_SCREENSHOTS") == "1":
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / f"walk-{name}.png"), full_page=False)
+
+
+def keep_shot(name: str) -> None:
+    """Copy artifacts' ``walk-<name>`` (a helper's own screenshot) to docs/, when asked."""
+    if os.environ.get("JHGPU_WALK_SCREENSHOTS") == "1":
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(SCREENSHOTS / f"walk-{name}.png", SHOTS / f"walk-{name}.png")
 
 
 def words(page, selector: str) -> str:
@@ -161,6 +175,7 @@ def _walk(page, hub: Hub, warnings_file: Path, deadlines: Path) -> None:
     page.click("#spawn_form button[type=submit]")
     events = watch_spawn(page, r"/user/alice/lab", "walk-2-progress", 150)
     assert "Starting the container" in events, events
+    keep_shot("2-progress")
     pool = ThreadPoolExecutor(1)
     bob = pool.submit(_bob_takes_the_gpu, hub)  # meanwhile: bob's server takes the only GPU
     pool.shutdown(wait=False)
