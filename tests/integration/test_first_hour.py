@@ -27,9 +27,11 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 import httpx
@@ -53,6 +55,9 @@ from tests.support.cluster import REPO, Engine
 from tests.support.hub import TOKEN_ROLE_CONFIG, Hub
 from tests.support.waiting import wait_until
 from tests.support.wheels import make_wheel
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
@@ -78,7 +83,7 @@ WARNED = re.compile(
 )
 
 
-def shot(page, name: str) -> None:
+def shot(page: Page, name: str) -> None:
     """``walk-<name>``: in artifacts/ always; in docs/ only when asked (CI leaves them)."""
     screenshot(page, f"walk-{name}")
     if os.environ.get("JHGPU_WALK_SCREENSHOTS") == "1":
@@ -93,7 +98,7 @@ def keep_shot(name: str) -> None:
         shutil.copyfile(SCREENSHOTS / f"walk-{name}.png", SHOTS / f"walk-{name}.png")
 
 
-def words(page, selector: str) -> str:
+def words(page: Page, selector: str) -> str:
     return " ".join(page.locator(selector).first.inner_text().split())
 
 
@@ -113,7 +118,7 @@ def ldap_login_http(hub: Hub, user: str) -> None:
 
 
 def test_a_students_first_hour(
-    make_hub, engines: list[Engine], ldap_server: LDAPServer, tmp_path: Path
+    make_hub: Callable[..., Hub], engines: list[Engine], ldap_server: LDAPServer, tmp_path: Path
 ) -> None:
     node = engines[0]
     wheels = tmp_path / "wheels"
@@ -154,7 +159,7 @@ c.JupyterHub.last_activity_interval = 5  # her JupyterLab's traffic is activity,
     print(f"the first hour took {time.monotonic() - started:.1f} s")
 
 
-def _walk(page, hub: Hub, warnings_file: Path, deadlines: Path) -> None:
+def _walk(page: Page, hub: Hub, warnings_file: Path, deadlines: Path) -> None:
     # ---- 1. log in (LDAP) and read the form
     hub_login(page, hub.url, "alice", DEMO_PASSWORDS["alice"])
     page.goto(f"{hub.url}/hub/spawn/alice")
@@ -200,7 +205,7 @@ def _walk(page, hub: Hub, warnings_file: Path, deadlines: Path) -> None:
         "the culler's deadline of bob's server",
         details=hub.log_tail,
     )
-    assert deadline.why == "max_age", deadline
+    assert deadline is not None and deadline.why == "max_age", deadline
     expected = local_clock(deadline.at)
     page.goto(f"{hub.url}/hub/spawn/alice/gpu")
     page.wait_for_selector("#jhgpu-form")
@@ -248,6 +253,7 @@ def _walk(page, hub: Hub, warnings_file: Path, deadlines: Path) -> None:
         "the culler's warning to alice",
         details=hub.log_tail,
     )
+    assert warned is not None
     assert culled_line(hub, "alice") is None, "culled before the warning was read"
     text = wait_until(lambda: _notice_text(page, hub, "cull-warning"), 20, "the warning shown")
     match = WARNED.fullmatch(text)
@@ -261,7 +267,7 @@ def _walk(page, hub: Hub, warnings_file: Path, deadlines: Path) -> None:
         "the culler to cull alice's server",
         details=hub.log_tail,
     )
-    assert line.startswith("Culling alice: "), line
+    assert line is not None and line.startswith("Culling alice: "), line
     wait_until(lambda: hub.server("alice") is None, STOP_SLACK, "alice's server to go")
     text = wait_until(lambda: _notice_text(page, hub, "culled"), 20, "why it was culled")
     assert re.fullmatch(
@@ -281,7 +287,7 @@ def _bob_takes_the_gpu(hub: Hub) -> None:
     hub.wait_ready("bob", timeout=150)
 
 
-def _terminal(page, hub: Hub) -> str:
+def _terminal(page: Page, hub: Hub) -> str:
     """Open a terminal from JupyterLab's launcher, type :data:`TYPED`, return its screen.
 
     JupyterLab draws its terminal on a canvas (WebGL); with her own setting
