@@ -845,6 +845,8 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         with contextlib.suppress(Exception):  # the reservations, if not read yet
             await self.queue.refresh()
         reserved = self.queue.reserved_for_others(charge_groups, snapshot.nodes)
+        group = charge_groups[0] if charge_groups else ""
+        waits = self._max_wait(group) > 0  # a group that never waits is refused instead
         return spawn_form_html(
             catalog,
             snapshot,
@@ -859,6 +861,9 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             sharing=snapshot.sharing,
             held=holdings_of(self.ledger.charged(), self.user.name, exclude=self.holder),
             notice_time=notice_time,
+            wait_view=self.queue.wait_view(snapshot) if waits else None,
+            user=self.user.name,
+            tz=self.queue.settings.timezone,
         )
 
     # ------------------------------------------------------------------ placement
