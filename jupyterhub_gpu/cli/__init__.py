@@ -13,6 +13,8 @@ Imports: ``core``, ``wire``, ``edges``, ``errors`` and ``cli``; never the hub or
     jupyterhub-gpu check-config a site's configuration and its files, without a hub
                                 (docs/install.md)
     jupyterhub-gpu ssh ...      the SSH gateway's host key fingerprint (docs/ssh.md)
+    jupyterhub-gpu node ...     a node joins with one command (token, join, leave, remove)
+    jupyterhub-gpu hub install  a hub set up and started in one command (Quick install)
 
 A GPU node's install (the package without the ``hub`` extra) runs ``firewall``,
 ``units``, ``certs`` and ``site``; the others need the hub's dependencies and say so.
@@ -33,6 +35,8 @@ COMMANDS = {
     "firewall": "apply (or --dry-run, --remove) the node firewall for the user bridge",
     "check-config": "check a site's configuration and every file it names, without a hub",
     "ssh": "the SSH gateway: its host key's fingerprint (fingerprint)",
+    "node": "a GPU node joins or leaves with one command (token, join, leave, remove)",
+    "hub": "set up and start a hub in one command (install): docs/install.md, Quick install",
 }
 #: command -> its module in this package (each has ``main(argv) -> int``)
 MODULES = {
@@ -41,6 +45,7 @@ MODULES = {
     "units": "units",
     "check-config": "check",
     "ssh": "ssh_gateway",
+    "hub": "hub_install",
 }
 HUB_INSTALL = "pip install 'jupyterhub-gpu[hub]'"
 
