@@ -323,8 +323,12 @@ def _join(args: argparse.Namespace, site: Site, name: str, address: str, ca_pem:
         if not args.token:
             raise JoinRefused("--token: give the join token that `jupyterhub-gpu node token` "
                               "printed on the hub")  # fmt: skip
-        settings = call(args.hub, args.port, staged_ca, "/v1/join",
-                        {"token": args.token, "name": name, "address": address, "check": True})  # fmt: skip
+        try:
+            settings = call(args.hub, args.port, staged_ca, "/v1/join",
+                            {"token": args.token, "name": name, "address": address,
+                             "check": True})  # fmt: skip
+        except ConfigError as e:
+            raise JoinRefused(f"{e}; nothing was changed on this node") from None
     lacking = missing(args, str(settings.get("home_root", "")))
     busy = running_containers() if not lacking else []
     if busy and not live_restore_on() and not args.restart_docker:
@@ -462,7 +466,11 @@ def leave(args: argparse.Namespace) -> str:
             "stopped, or with --force to leave anyway"
         )
     call(hub, port, site.ca_cert, "/v1/leave", {"name": name}, token)
+    from jupyterhub_gpu.cli.units import firewall_script
+
     run(["systemctl", "disable", "--now", AGENT_UNIT, FIREWALL_UNIT], timeout=120)
+    run(["bash", str(firewall_script()), "--bridge", str(saved.get("bridge", "jhgpu-users")),
+         "--remove"])  # fmt: skip
     for path in (site.agent_token, site.node_key, site.node_cert, site.etc / "node.json"):
         path.unlink(missing_ok=True)
     return f"{name} left {hub}: removed from its nodes; the agent and firewall are stopped"
