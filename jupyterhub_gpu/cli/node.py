@@ -363,6 +363,7 @@ def _join(args: argparse.Namespace, site: Site, name: str, address: str, ca_pem:
             }, indent=1).encode(), 0o644),
         })  # fmt: skip
         settings = answer
+        step(f"got {name}'s certificate from the hub (its key stays here)")
     return set_up(args, site, name, address, settings, repair=bool(already))
 
 
@@ -400,6 +401,7 @@ def set_up(args: argparse.Namespace, site: Site, name: str, address: str,
     )  # fmt: skip
     install_units(units_args)
     ensure_live_restore(root / DAEMON_JSON)
+    step("wrote Docker's TLS settings and the units")
     changed = any(((root / p).read_bytes() if (root / p).exists() else b"") != before[p]
                   for p in before)  # fmt: skip
     systemctl("daemon-reload")
@@ -408,10 +410,12 @@ def set_up(args: argparse.Namespace, site: Site, name: str, address: str,
         if not wait_for("docker", lambda: docker_info() is not None, 60):
             raise JoinRefused("Docker did not come back after its restart: see "
                               "`journalctl -u docker`")  # fmt: skip
+        step(f"restarted Docker: TLS on {address}:2376, live-restore on")
     ensure_network(network, bridge)
     verb = "restart" if repair else "start"
     systemctl("enable", FIREWALL_UNIT, AGENT_UNIT)
     systemctl(verb, FIREWALL_UNIT, AGENT_UNIT)
+    step("started the firewall and the agent")
     failed: list[str] = []
     models: list[str] = []
 
@@ -429,10 +433,18 @@ def set_up(args: argparse.Namespace, site: Site, name: str, address: str,
         failed.append(f"the users' network {network} is missing")
     if not firewall_applied(bridge):
         failed.append("the node firewall is not applied (journalctl -u jupyterhub-gpu-firewall)")
+    step("checked the agent, Docker's TLS, the users' network, the firewall")
     if not failed:
         call(str(settings.get("hub", args.hub)), args.port, site.ca_cert, "/v1/ready",
              {"name": name}, site.agent_token.read_text().strip())  # fmt: skip
     return rules.joined_line(name, models, failed)
+
+
+_STARTED = time.monotonic()
+
+
+def step(what: str) -> None:
+    print(f"[{time.monotonic() - _STARTED:5.1f} s] {what}", flush=True)
 
 
 def _ours(daemon_json: Path, address: str) -> bool:

@@ -154,7 +154,7 @@ def test_a_node_joins_with_one_command_and_again_safely(
     assert done.returncode == 0, done.stdout + done.stderr
     last = done.stdout.strip().splitlines()[-1]
     assert last == "gpu-j joined: 2 x RTX 3090, all checks passed", done.stdout + done.stderr
-    print(f"\n[node join] from `node join` to 'joined': {took:.1f} s")
+    print(f"\n[node join] from `node join` to 'joined': {took:.1f} s\n{done.stdout}")
     # the hub lists it (a live add: the nodes file the running hub re-reads), undrained
     entry = next(e for e in hub.nodes() if e["name"] == "gpu-j")
     assert entry["address"] == bare.address and not entry.get("drain")

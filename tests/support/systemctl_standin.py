@@ -54,9 +54,19 @@ def _stop(node: BareNode, unit: str) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
         for _ in range(100):
-            os.kill(pid, 0)
+            if not _alive(pid):
+                break
             time.sleep(0.1)
     pidfile.unlink()
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie, whose parent has not reaped it yet, is not)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] != "Z"
 
 
 def _stop_engine(node: BareNode) -> None:
@@ -67,7 +77,8 @@ def _stop_engine(node: BareNode) -> None:
         pid = int(pidfile.read_text())
         os.kill(pid, signal.SIGTERM)
         for _ in range(300):
-            os.kill(pid, 0)
+            if not _alive(pid):
+                break
             time.sleep(0.1)
 
 
