@@ -200,12 +200,18 @@ def sign_csr(site: Site, csr_pem: bytes, node: str, address: str) -> bytes:
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=True, key_cert_sign=False,
-                crl_sign=False, encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=True,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
-        )  # fmt: skip
+        )
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
@@ -293,15 +299,20 @@ def install_script(hub: str, port: int, wheel: Wheel, pin: str) -> str:
 # jupyterhub-gpu {wheel.version}: the node's install, from the hub {hub}
 set -eu
 VENV=${{VENV:-{DEFAULT_VENV}}}
-command -v python3 >/dev/null || {{ echo "python3 is missing: apt-get install -y python3 python3-venv" >&2; exit 1; }}
-python3 -c 'import venv, ensurepip' 2>/dev/null || {{ echo "python3's venv is missing: apt-get install -y python3-venv" >&2; exit 1; }}
+fail() {{ echo "$1" >&2; exit 1; }}
+command -v python3 >/dev/null || fail "python3 is missing: apt-get install -y python3-venv"
+python3 -c 'import venv, ensurepip' 2>/dev/null \
+    || fail "python3's venv is missing: apt-get install -y python3-venv"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-curl -fsS --insecure --pinnedpubkey {shlex.quote(pin)} -o "$tmp/{wheel.path.name}" {shlex.quote(url)}
-echo "{wheel.sha256}  $tmp/{wheel.path.name}" | sha256sum -c --quiet - || {{ echo "the wheel's SHA-256 is not the hub's: nothing installed" >&2; exit 1; }}
+whl="$tmp/{wheel.path.name}"
+curl -fsS --insecure --pinnedpubkey {shlex.quote(pin)} -o "$whl" \
+    {shlex.quote(url)}
+echo "{wheel.sha256}  $whl" | sha256sum -c --quiet - \
+    || fail "the wheel's SHA-256 is not the hub's: nothing was installed"
 [ -x "$VENV/bin/pip" ] || python3 -m venv "$VENV"
-"$VENV/bin/pip" install --quiet --disable-pip-version-check "$tmp/{wheel.path.name}"
-echo "installed jupyterhub-gpu {wheel.version} in $VENV; next: $VENV/bin/jupyterhub-gpu node join ..."
+"$VENV/bin/pip" install --quiet --disable-pip-version-check "$whl"
+echo "installed jupyterhub-gpu {wheel.version} in $VENV"
 """
 
 
@@ -381,7 +392,9 @@ def handle_join(settings: JoinSettings, body: dict[str, Any]) -> tuple[int, dict
     return 200, answer
 
 
-def handle_node(settings: JoinSettings, body: dict[str, Any], action: str, auth: str) -> tuple[int, dict[str, Any]]:
+def handle_node(
+    settings: JoinSettings, body: dict[str, Any], action: str, auth: str
+) -> tuple[int, dict[str, Any]]:
     """``ready`` (undrain) or ``leave`` (remove) from the node itself, its agent token as
     its credential."""
     site = settings.site
@@ -429,7 +442,9 @@ def make_app(settings: JoinSettings) -> Any:
         def get(self) -> None:
             w = served_wheel(settings.site)
             if w is None:
-                self.write_json(404, {"error": "the hub keeps no wheel: install the node from the wheel file"})
+                self.write_json(
+                    404, {"error": "the hub keeps no wheel: install the node from the wheel file"}
+                )
                 return
             self.write_json(200, {"name": w.path.name, "version": w.version, "sha256": w.sha256})
 
@@ -448,7 +463,7 @@ def make_app(settings: JoinSettings) -> Any:
             w = served_wheel(settings.site)
             if w is None:
                 self.set_status(404)
-                self.finish("echo 'the hub keeps no wheel: install the node from the wheel file' >&2; exit 1\n")
+                self.finish("echo 'the hub keeps no wheel: install the wheel file' >&2; exit 1\n")
                 return
             pin = public_key_pin(join_cert(settings.site)[0].read_bytes())
             self.set_header("Content-Type", "text/x-shellscript")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import socket
 import ssl
@@ -33,7 +32,14 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from jupyterhub_gpu.cli.layout import DEFAULT_ETC, DEFAULT_STATE, SECRET_MODE, Site, private_dir, write_all
+from jupyterhub_gpu.cli.layout import (
+    DEFAULT_ETC,
+    DEFAULT_STATE,
+    SECRET_MODE,
+    Site,
+    private_dir,
+    write_all,
+)
 from jupyterhub_gpu.core import join as rules
 from jupyterhub_gpu.core.usernet import network_options
 from jupyterhub_gpu.errors import ConfigError
@@ -62,7 +68,9 @@ def fetch_ca(hub: str, port: int) -> bytes:
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     try:
-        with urllib.request.urlopen(_url(hub, port, "/v1/ca.pem"), context=context, timeout=15) as r:
+        with urllib.request.urlopen(
+            _url(hub, port, "/v1/ca.pem"), context=context, timeout=15
+        ) as r:
             return bytes(r.read(65536))
     except (OSError, urllib.error.URLError) as e:
         raise JoinRefused(
@@ -76,7 +84,9 @@ def _reason(e: BaseException) -> str:
     return str(getattr(e, "reason", None) or getattr(e, "strerror", None) or e)
 
 
-def call(hub: str, port: int, ca: Path, path: str, body: dict[str, Any], token: str = "") -> dict[str, Any]:
+def call(
+    hub: str, port: int, ca: Path, path: str, body: dict[str, Any], token: str = ""
+) -> dict[str, Any]:
     """POST to the join service, the site's CA verified; the answer, or JoinRefused with
     the hub's sentence."""
     context = ssl.create_default_context(cafile=str(ca))
@@ -133,13 +143,13 @@ def missing(args: argparse.Namespace, home_root: str) -> list[str]:
     if args.inventory:
         if not Path(args.inventory).is_file():
             out.append(f"the declared inventory {args.inventory} does not exist: give the file "
-                       "that lists this node's GPUs, or leave out --inventory to use the driver")  # fmt: skip
+                       "listing its GPUs, or leave out --inventory for the driver")  # fmt: skip
     elif run(["nvidia-smi", "-L"]).returncode != 0:
         out.append("the NVIDIA driver does not answer `nvidia-smi -L`: install the driver "
                    "(docs/nodes.md), reboot, and run this again")  # fmt: skip
     if not (shutil.which("nvidia-ctk") or shutil.which("nvidia-container-runtime-hook")):
         out.append("the NVIDIA Container Toolkit is missing: install nvidia-container-toolkit "
-                   "(docs/nodes.md), then `nvidia-ctk runtime configure --runtime=docker`")  # fmt: skip
+                   "(docs/nodes.md); nvidia-ctk runtime configure --runtime=docker")  # fmt: skip
     if home_root and not Path(home_root).is_dir():
         out.append(f"the shared home {home_root} is not mounted here: mount the lab's shared "
                    "filesystem at the same path as on the hub (docs/storage.md)")  # fmt: skip
@@ -191,7 +201,7 @@ def joined_as(site: Site, ca_pem: bytes) -> str | None:
         cert = x509.load_pem_x509_certificate(site.node_cert.read_bytes())
         ca = x509.load_pem_x509_certificate(ca_pem)
         cert.verify_directly_issued_by(ca)
-    except (OSError, ValueError, TypeError, Exception):  # noqa: BLE001 - any doubt: not joined
+    except (OSError, ValueError, TypeError, Exception):
         return None
     if not (site.node_key.exists() and site.agent_token.exists()):
         return None
@@ -262,9 +272,11 @@ def docker_tls_answers(site: Site, address: str) -> bool:
     context = ssl.create_default_context(cafile=str(site.ca_cert))
     context.load_cert_chain(str(site.node_cert), str(site.node_key))  # any CA-signed client
     try:
-        with socket.create_connection((address, 2376), timeout=5) as raw:
-            with context.wrap_socket(raw, server_hostname=address):
-                return True
+        with (
+            socket.create_connection((address, 2376), timeout=5) as raw,
+            context.wrap_socket(raw, server_hostname=address),
+        ):
+            return True
     except OSError:
         return False
 
@@ -314,8 +326,9 @@ def _join(args: argparse.Namespace, site: Site, name: str, address: str, ca_pem:
           staged_ca: Path, already: str | None) -> str:  # fmt: skip
     if already:
         print(f"{name} has already joined; checking and repairing what is missing")
+        own_token = site.agent_token.read_text().strip()
         call(args.hub, args.port, staged_ca, "/v1/leave",
-                      {"name": name, "drain_only": True}, site.agent_token.read_text().strip())  # fmt: skip
+                      {"name": name, "drain_only": True}, own_token)  # fmt: skip
         settings = {"allow": [f"{args.hub}:8081"], "home_root": "", "bridge": args.bridge,
                     "network": args.network}  # fmt: skip
         settings.update(_saved(site))
@@ -343,7 +356,9 @@ def _join(args: argparse.Namespace, site: Site, name: str, address: str, ca_pem:
     if cgroup_warning():
         print(cgroup_warning(), file=sys.stderr)
     if busy:
-        print(f"warning: Docker restarts now, under {len(busy)} running containers", file=sys.stderr)
+        print(
+            f"warning: Docker restarts now, under {len(busy)} running containers", file=sys.stderr
+        )
     if not already:
         key_pem, csr_pem = key_and_csr(name)
         answer = call(args.hub, args.port, staged_ca, "/v1/join",
@@ -464,7 +479,9 @@ def leave(args: argparse.Namespace) -> str:
     site = Site(etc=args.etc)
     saved = _saved(site)
     if not saved or not site.agent_token.exists():
-        raise JoinRefused(f"this machine has not joined a hub ({site.etc / 'node.json'} is missing)")
+        raise JoinRefused(
+            f"this machine has not joined a hub ({site.etc / 'node.json'} is missing)"
+        )
     hub, port, name = str(saved["hub"]), int(saved["port"]), str(saved["name"])
     token = site.agent_token.read_text().strip()
     call(hub, port, site.ca_cert, "/v1/leave", {"name": name, "drain_only": True}, token)
@@ -543,11 +560,13 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="action", required=True)
     t = sub.add_parser("token", help="on the hub: a node's join command (single use, short-lived)")
     t.add_argument("--node", default="", metavar="NAME", help="the only node name it may join as")
-    t.add_argument("--ttl", default="1h", help="how long it is valid (e.g. 30m, 1h, 2d; default 1h)")
+    t.add_argument(
+        "--ttl", default="1h", help="how long it is valid (e.g. 30m, 1h, 2d; default 1h)"
+    )
     t.add_argument("--hub", default="", help="the hub's address for the nodes (default: the "
                    "configuration's hub_connect_ip)")  # fmt: skip
     t.add_argument("--venv-bin", default="/opt/jupyterhub-gpu/venv/bin",
-                   help="where the node's jupyterhub-gpu is (default: the hub's install script's)")  # fmt: skip
+                   help="the node venv.s bin folder (default: the install script.s)")  # fmt: skip
     s = sub.add_parser("serve", help="the hub's join service (the hub runs it)")
     s.add_argument("--address", required=True, help="the hub's site address to listen on")
     s.add_argument("--home-root", default="", help="the shared home's folder, checked on nodes")
@@ -564,7 +583,7 @@ def parser() -> argparse.ArgumentParser:
                    "(default: this machine's address towards the hub)")  # fmt: skip
     j.add_argument("--inventory", default="", help="a declared GPU inventory (no NVML)")
     j.add_argument("--restart-docker", action="store_true",
-                   help="restart Docker even under running containers without live-restore")  # fmt: skip
+                   help="restart Docker under running containers without live-restore")  # fmt: skip
     j.add_argument("--root", default="/", help="write Docker's settings and units under this root")
     j.add_argument("--venv", default=sys.prefix, help="the environment the units run")
     j.add_argument("--bridge", default="jhgpu-users", help=argparse.SUPPRESS)

@@ -92,7 +92,9 @@ def token_problem(
     )
 
 
-def pruned(records: Sequence[TokenRecord], now: float, keep_s: float = 7 * 86400) -> list[TokenRecord]:
+def pruned(
+    records: Sequence[TokenRecord], now: float, keep_s: float = 7 * 86400
+) -> list[TokenRecord]:
     """The records still worth keeping: unexpired ones, and used or expired ones for a
     week (so a late retry hears "already used", not "unknown")."""
     return [r for r in records if max(r.expires, r.used) + keep_s > now]
@@ -109,9 +111,7 @@ def show_fingerprint(hexdigest: str) -> str:
     return f"sha256:{hexdigest}"
 
 
-def join_command(
-    venv_bin: str, hub: str, token: str, fingerprint: str, node: str = ""
-) -> str:
+def join_command(venv_bin: str, hub: str, token: str, fingerprint: str, node: str = "") -> str:
     """The one line `node token` prints, to run on the node."""
     words = [
         f"{venv_bin}/jupyterhub-gpu", "node", "join", hub,

@@ -94,7 +94,9 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BareNode, Path, dict[str, str]]]:
+def node(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[BareNode, Path, dict[str, str]]]:
     """A prepared bare node: its namespace, Docker running on its unix socket (no TLS,
     no daemon.json of ours); (node, its root, the environment of its root shell)."""
     if not HOOK_DIR.exists():
@@ -145,7 +147,7 @@ def join(node: tuple[BareNode, Path, dict[str, str]], command: str, *extra: str,
 def test_a_node_joins_with_one_command_and_again_safely(
     hub: Hub, node: tuple[BareNode, Path, dict[str, str]]
 ) -> None:
-    bare, root, env = node
+    bare, root, _ = node
     command = hub.token("--node", "gpu-j", "--ttl", "10m")
     assert "--ca-fingerprint sha256:" in command and "--name gpu-j" in command
     started = time.monotonic()
@@ -187,7 +189,7 @@ def test_a_node_joins_with_one_command_and_again_safely(
     assert again.returncode == 0, again.stdout + again.stderr
     assert "gpu-j has already joined" in again.stdout
     assert again.stdout.strip().splitlines()[-1] == last
-    calls = log.read_text()[len(before):]
+    calls = log.read_text()[len(before) :]
     assert "docker" not in calls, calls
     assert [e["name"] for e in hub.nodes()].count("gpu-j") == 1
 
