@@ -530,14 +530,17 @@ def token_command(args: argparse.Namespace) -> list[str]:
     hub = args.hub or _hub_address(site)
     pin = public_key_pin(ensure_join_cert(site, hub))
     fingerprint = ca_fingerprint(site.ca_cert.read_bytes())
-    token = new_token(site, args.node or "", ttl)
+    if not 1 <= args.count <= 100 or (args.node and args.count != 1):
+        raise JoinRefused("--count: 1 to 100 join commands (one with --node)")
     lines = []
     if served_wheel(site) is not None:
         lines.append(install_command(hub, args.port, pin))
-    command = rules.join_command(args.venv_bin, hub, token, fingerprint, args.node or "")
-    if args.port != JOIN_PORT:
-        command += f" --port {args.port}"
-    lines.append(command)
+    for _ in range(args.count):
+        token = new_token(site, args.node or "", ttl)
+        command = rules.join_command(args.venv_bin, hub, token, fingerprint, args.node or "")
+        if args.port != JOIN_PORT:
+            command += f" --port {args.port}"
+        lines.append(command)
     return lines
 
 
