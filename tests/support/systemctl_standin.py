@@ -24,18 +24,22 @@ from pathlib import Path
 from tests.support import units
 from tests.support.bare_node import REPO, BareNode
 
+HUB = "jupyterhub-gpu-hub.service"
 AGENT = "jupyterhub-gpu-agent.service"
 FIREWALL = "jupyterhub-gpu-firewall.service"
 
 
-def install(folder: Path, node: BareNode, root: Path) -> Path:
-    """The ``systemctl`` stand-in for ``node`` whose ``/`` is ``root``; its folder."""
+def install(folder: Path, node: BareNode | None, root: Path) -> Path:
+    """The ``systemctl`` stand-in for ``node`` whose ``/`` is ``root`` (None: the hub's
+    machine, this host's namespace: ``enable --now`` of the hub's unit runs its
+    ``ExecStartPre`` then its ``ExecStart``, detached, its pid in ``ROOT/run``); its
+    folder."""
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "systemctl"
     script.write_text(
         "#!/bin/sh\n"
         f"PYTHONPATH={REPO} exec {sys.executable} -m tests.support.systemctl_standin "
-        f'{node.index} {root} "$@"\n'
+        f'{node.index if node else 0} {root} "$@"\n'
     )
     script.chmod(0o755)
     return folder
@@ -104,7 +108,47 @@ def start(node: BareNode, root: Path, unit_name: str) -> int:
     return 0
 
 
+def hub_pidfile(root: Path) -> Path:
+    return root / "run" / f"{HUB}.pid"
+
+
+def start_hub(root: Path) -> int:
+    unit = units.Unit(root / "etc/systemd/system" / HUB)
+    unit.run_pre(_service_env())
+    hub_pidfile(root).parent.mkdir(parents=True, exist_ok=True)
+    proc = unit.popen(_service_env(), root / "run" / "hub.log")
+    hub_pidfile(root).write_text(str(proc.pid))
+    return 0
+
+
+def stop_hub(root: Path) -> None:
+    """The hub and what it started (its process group)."""
+    pidfile = hub_pidfile(root)
+    if pidfile.exists():
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(int(pidfile.read_text()), signal.SIGTERM)
+        pid = int(pidfile.read_text())
+        for _ in range(200):
+            if not _alive(pid):
+                break
+            time.sleep(0.1)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        pidfile.unlink()
+
+
 def main(argv: list[str]) -> int:
+    if argv[0] == "0":
+        root, args = Path(argv[1]), [a for a in argv[2:] if not a.startswith("--")]
+        if args[0] == "daemon-reload":
+            return 0
+        if args[0] in ("enable", "start", "restart") and args[-1] == HUB:
+            if args[0] == "enable" and "--now" not in argv:
+                return 0
+            stop_hub(root)
+            return start_hub(root)
+        print(f"systemctl stand-in: {' '.join(argv[2:])} is not known on the hub", file=sys.stderr)
+        return 1
     node, root = BareNode(int(argv[0])), Path(argv[1])
     args = [a for a in argv[2:] if not a.startswith("--")]
     with open(node.folder / "systemctl.log", "a") as log:
