@@ -349,7 +349,8 @@ def configure_join(
     GPU nodes join with ``jupyterhub-gpu node join`` (docs/install.md, Quick install).
 
     ``address``: where it listens, with HTTPS (default: ``c.JupyterHub.hub_connect_ip``,
-    the address the nodes reach the hub at); the shared home's folder and the users'
+    the address the nodes reach the hub at; without one, no join service); the shared
+    home's folder and the users'
     network come from the spawner's settings. It needs no hub API token: it writes the
     nodes file, which the hub re-reads.
     """
@@ -357,8 +358,8 @@ def configure_join(
 
     hub = c.JupyterHub
     address = address or str(_value(hub, "hub_connect_ip", ""))
-    if not address:
-        raise ValueError("configure_join: set c.JupyterHub.hub_connect_ip first, or give address")
+    if not address:  # no join service: check_config names the missing or mistyped key
+        return
     spawner = c.GPUDockerSpawner
     command = [sys.executable, "-m", "jupyterhub_gpu.cli", "node", "serve",
                "--etc", str(etc), "--state", str(state), "--address", address,

@@ -641,8 +641,11 @@ def test_the_nodes_file_alone_lists_the_nodes(tmp_path: Path) -> None:
     c = Config()
     c.GPUDockerSpawner.nodes = []
     c.GPUDockerSpawner.nodes_file = str(nodes)
+    check_config(c)  # an empty nodes file: a site whose nodes join later (`node join`)
+    bare = Config()
+    bare.GPUDockerSpawner.nodes = []  # no node and no nodes file: nowhere to run
     with pytest.raises(ConfigError, match="declare at least one node"):
-        check_config(c)
+        check_config(bare)
     entry = {"name": "gpu-a", "docker_url": "unix:///run/a.sock", "address": "10.0.0.12"}
     nodes.write_text(yaml.safe_dump({"nodes": [entry, {**entry, "name": "local"}]}))
     check_config(c)  # no second "local" from the default
