@@ -564,12 +564,15 @@ def parser() -> argparse.ArgumentParser:
     t = sub.add_parser("token", help="on the hub: a node's join command (single use, short-lived)")
     t.add_argument("--node", default="", metavar="NAME", help="the only node name it may join as")
     t.add_argument(
+        "--count", type=int, default=1, help="join commands for N nodes (a token each; default 1)"
+    )
+    t.add_argument(
         "--ttl", default="1h", help="how long it is valid (e.g. 30m, 1h, 2d; default 1h)"
     )
     t.add_argument("--hub", default="", help="the hub's address for the nodes (default: the "
                    "configuration's hub_connect_ip)")  # fmt: skip
     t.add_argument("--venv-bin", default="/opt/jupyterhub-gpu/venv/bin",
-                   help="the node venv.s bin folder (default: the install script.s)")  # fmt: skip
+                   help="the node's venv/bin (default: where the install line puts it)")  # fmt: skip
     s = sub.add_parser("serve", help="the hub's join service (the hub runs it)")
     s.add_argument("--address", required=True, help="the hub's site address to listen on")
     s.add_argument("--home-root", default="", help="the shared home's folder, checked on nodes")
