@@ -572,7 +572,7 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--hub", default="", help="the hub's address for the nodes (default: the "
                    "configuration's hub_connect_ip)")  # fmt: skip
     t.add_argument("--venv-bin", default="/opt/jupyterhub-gpu/venv/bin",
-                   help="the node's venv/bin (default: where the install line puts it)")  # fmt: skip
+                   help="the node's venv/bin (default: the install line's)")  # fmt: skip
     s = sub.add_parser("serve", help="the hub's join service (the hub runs it)")
     s.add_argument("--address", required=True, help="the hub's site address to listen on")
     s.add_argument("--home-root", default="", help="the shared home's folder, checked on nodes")
