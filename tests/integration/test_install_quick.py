@@ -200,7 +200,9 @@ def test_the_quick_install_from_the_wheel_to_alices_server_on_a_joined_node(
         assert printed[0].split()[:4] == shown[0].split()[:4], (printed[0], shown[0])
         assert printed[0].endswith("/v1/install | sh") and shown[0].endswith("/v1/install | sh")
         for join_line in printed[1:]:
-            assert join_line.split()[:4] == shown[1].split()[:4], (join_line, shown[1])
+            words = join_line.split()
+            assert words[:3] == shown[1].split()[:3] and words[3] == SITE_ADDRESS, join_line
+            assert [w for w in words if w.startswith("--")] == ["--token", "--ca-fingerprint"]
         nodes_file = hub / "etc/jupyterhub-gpu/nodes.yaml"
         assert not yaml.safe_load(nodes_file.read_text())["nodes"]  # the hub has no node yet
         took: dict[str, float] = {}
