@@ -15,6 +15,8 @@ Imports: ``core``, ``wire``, ``edges``, ``errors`` and ``cli``; never the hub or
     jupyterhub-gpu ssh ...      the SSH gateway's host key fingerprint (docs/ssh.md)
     jupyterhub-gpu job ...      a user's batch jobs: submit, list, show, logs, cancel
                                 (docs/jobs.md; works with the base install)
+    jupyterhub-gpu node ...     a node joins with one command (token, join, leave, remove)
+    jupyterhub-gpu hub install  a hub set up and started in one command (Quick install)
 
 A GPU node's install (the package without the ``hub`` extra) runs ``firewall``,
 ``units``, ``certs``, ``site`` and ``job``; the others need the hub's dependencies and say so.
@@ -36,6 +38,8 @@ COMMANDS = {
     "check-config": "check a site's configuration and every file it names, without a hub",
     "ssh": "the SSH gateway: its host key's fingerprint (fingerprint)",
     "job": "your GPU batch jobs: submit, list, show, logs, cancel",
+    "node": "a GPU node joins or leaves with one command (token, join, leave, remove)",
+    "hub": "set up and start a hub in one command (install): docs/install.md, Quick install",
 }
 #: command -> its module in this package (each has ``main(argv) -> int``)
 MODULES = {
@@ -44,6 +48,7 @@ MODULES = {
     "units": "units",
     "check-config": "check",
     "ssh": "ssh_gateway",
+    "hub": "hub_install",
 }
 HUB_INSTALL = "pip install 'jupyterhub-gpu[hub]'"
 

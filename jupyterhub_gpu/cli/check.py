@@ -282,9 +282,15 @@ def check(site: Site, config_path: Path) -> list[str]:
         reported.add(path)
         problems += file_problems(path, what, _fix(site, path), secret=secret)
     s = _section(config, "Spawner", "DockerSpawner", "GPUDockerSpawner")
-    problems += _empty_nodes_problems(site, s)
-    problems += node_certificate_problems(site, s)
     hub = _section(config, "JupyterHub")
+    # with the join service (configure_join), nodes join a running hub: none yet is fine
+    joins = any(
+        isinstance(svc, Mapping) and "node serve" in " ".join(map(str, svc.get("command", [])))
+        for svc in hub.get("services") or []
+    )
+    if not joins:
+        problems += _empty_nodes_problems(site, s)
+    problems += node_certificate_problems(site, s)
     problems += _database_problems(site, config_path, hub, s, reported)
     if not hub.get("cookie_secret_file") and not hub.get("cookie_secret"):
         problems.append(

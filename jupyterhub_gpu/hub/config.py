@@ -224,7 +224,8 @@ def check_config(
     s = _section(config, section)
     # nodes = [] with a nodes_file: the file lists them all (the default is the local engine)
     nodes = list(s["nodes"]) if "nodes" in s else [default_node()]
-    parse_nodes(nodes + load_nodes_file(s.get("nodes_file") or ""))
+    # an empty nodes file is a site whose nodes have not joined yet (`node join`)
+    parse_nodes(nodes + load_nodes_file(s.get("nodes_file") or ""), bool(s.get("nodes_file")))
     inventory = s.get("inventory_file") or ""
     if inventory:
         load_inventory_file(inventory)

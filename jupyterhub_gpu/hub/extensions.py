@@ -403,3 +403,40 @@ __all__ = [
     "configure_ssh",
     "register",
 ]
+
+
+def configure_join(
+    c: Config,
+    *,
+    etc: str | Path,
+    state: str | Path,
+    name: str = "gpu-join",
+    address: str = "",
+    port: int = 9451,
+) -> None:
+    """Run the join service (``jupyterhub-gpu node serve``) as a service of the hub:
+    GPU nodes join with ``jupyterhub-gpu node join`` (docs/install.md, Quick install).
+
+    ``address``: where it listens, with HTTPS (default: ``c.JupyterHub.hub_connect_ip``,
+    the address the nodes reach the hub at; without one, no join service); the shared
+    home's folder and the users'
+    network come from the spawner's settings. It needs no hub API token: it writes the
+    nodes file, which the hub re-reads.
+    """
+    from jupyterhub_gpu.core.homes import template_root
+
+    hub = c.JupyterHub
+    address = address or str(_value(hub, "hub_connect_ip", ""))
+    if not address:  # no join service: check_config names the missing or mistyped key
+        return
+    spawner = c.GPUDockerSpawner
+    command = [sys.executable, "-m", "jupyterhub_gpu.cli", "node", "serve",
+               "--etc", str(etc), "--state", str(state), "--address", address,
+               "--port", str(port)]  # fmt: skip
+    if "home_template" in spawner:
+        command += ["--home-root", str(template_root(str(spawner.home_template)))]
+    if "user_bridge" in spawner:
+        command += ["--bridge", str(spawner.user_bridge)]
+    if "user_network" in spawner:
+        command += ["--network", str(spawner.user_network)]
+    hub.services = [*_value(hub, "services", []), {"name": name, "command": command}]

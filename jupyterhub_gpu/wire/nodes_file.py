@@ -99,8 +99,10 @@ def decode_nodes_file(loaded: Any, where: str) -> list[dict[str, Any]]:
     return list(loaded.get("nodes", []))
 
 
-def parse_nodes(raw: Sequence[Mapping[str, Any]]) -> list[NodeSpec]:
-    if not raw:
+def parse_nodes(raw: Sequence[Mapping[str, Any]], allow_empty: bool = False) -> list[NodeSpec]:
+    """The nodes, checked. None is an error unless ``allow_empty`` (a site whose nodes
+    file is still empty: its nodes join later, ``jupyterhub-gpu node join``)."""
+    if not raw and not allow_empty:
         raise ConfigError("nodes: declare at least one node")
     nodes = [parse_node(n, f"nodes[{i}]") for i, n in enumerate(raw)]
     names = [n.name for n in nodes]
