@@ -50,7 +50,9 @@ def environment(own: str) -> jinja2.Environment:
     loader = jinja2.ChoiceLoader(
         [
             jinja2.FileSystemLoader([own, str(HUB_TEMPLATES)]),
-            jinja2.PrefixLoader({"templates": jinja2.FileSystemLoader(str(jupyterhub_templates()))}),
+            jinja2.PrefixLoader(
+                {"templates": jinja2.FileSystemLoader(str(jupyterhub_templates()))}
+            ),
         ]
     )
     return jinja2.Environment(loader=loader, autoescape=True, trim_blocks=True, lstrip_blocks=True)

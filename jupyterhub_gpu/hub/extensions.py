@@ -223,9 +223,7 @@ def configure_usage(
         "display": not nav_link,
     }
     hub.services = [*_value(hub, "services", []), service]
-    hub.load_roles = _grant_users(
-        _value(hub, "load_roles", []), f"access:services!service={name}"
-    )
+    hub.load_roles = _grant_users(_value(hub, "load_roles", []), f"access:services!service={name}")
     register(c, template_vars={"jhgpu_usage": name} if nav_link else None)
 
 

@@ -33,9 +33,14 @@ if TYPE_CHECKING:  # playwright is imported lazily: collecting tests never needs
 
 @contextmanager
 def chromium_page(
-    timeout_s: float = 30, width: int = 1280, height: int = 900, hold_ready: bool = True
+    timeout_s: float = 30,
+    width: int = 1280,
+    height: int = 900,
+    hold_ready: bool = True,
+    timezone_id: str | None = None,
 ) -> Iterator[Page]:
     """A fresh headless Chromium page (its own profile and cookies); closed afterwards.
+    ``timezone_id``: the browser's time zone (an IANA name; default the machine's).
 
     ``hold_ready``: the spawn-pending page waits for :func:`watch_spawn` before it goes on
     to the server (see ``_HOLD_READY_JS``); off for timing, where the page goes on at once,
@@ -58,7 +63,9 @@ def chromium_page(
             executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
         )
         try:
-            context = browser.new_context(viewport={"width": width, "height": height})
+            context = browser.new_context(
+                viewport={"width": width, "height": height}, timezone_id=timezone_id
+            )
             if hold_ready:
                 context.add_init_script(_HOLD_READY_JS)
             page = context.new_page()

@@ -13,7 +13,7 @@ import pytest
 from jupyterhub_gpu.core.dashboard.history import History, holding
 from jupyterhub_gpu.core.dashboard.payload import ClusterPayload, GpuEntry, NodeEntry, ServerEntry
 from jupyterhub_gpu.core.dashboard.view import Viewer, cluster_view, cull_words, server_url
-from jupyterhub_gpu.edges.hub_page import inline_script_hashes, namespace, page_settings, PageUser
+from jupyterhub_gpu.edges.hub_page import PageUser, inline_script_hashes, namespace, page_settings
 from jupyterhub_gpu.services.dashboard.render import Page, Usage, render_page
 
 pytestmark = pytest.mark.unit
@@ -53,16 +53,24 @@ def test_a_new_holder_does_not_inherit_the_previous_holders_idle_minutes() -> No
 def test_the_sparkline_still_spans_the_gpus_whole_window() -> None:
     h = History(window=600, points=200)
     for k in range(20):
-        h.record(held_by("alice" if k < 10 else "bob", T0 + timedelta(seconds=k // 10), 50.0), k * 5.0)
+        h.record(
+            held_by("alice" if k < 10 else "bob", T0 + timedelta(seconds=k // 10), 50.0), k * 5.0
+        )
     assert len(h.series("GPU-0", 95.0)) == 20  # the card's own history: both holders
 
 
 @pytest.mark.parametrize(
     ("entry", "words"),
     [
-        (ServerEntry("a/", ready=True), "stops it only after it has been idle for a while; not measured yet"),
+        (
+            ServerEntry("a/", ready=True),
+            "stops it only after it has been idle for a while; not measured yet",
+        ),
         (ServerEntry("a/", ready=False, pending="spawn"), "judges it once it runs"),
-        (ServerEntry("a/", ready=True, cull_at=T0), "stops it at the earliest at 2026-12-05 10:00 UTC"),
+        (
+            ServerEntry("a/", ready=True, cull_at=T0),
+            "stops it at the earliest at 2026-12-05 10:00 UTC",
+        ),
     ],
 )
 def test_the_culler_plan_is_never_unknown(entry: ServerEntry, words: str) -> None:
@@ -75,14 +83,27 @@ def own_view(admin: bool = False) -> str:
     p = ClusterPayload(
         nodes=p.nodes,
         servers=(
-            ServerEntry("alice/", user="alice", node="n1", gpus=("GPU-0",), started=started,
-                        ready=True, cull_at=T0 + timedelta(minutes=30)),
+            ServerEntry(
+                "alice/",
+                user="alice",
+                node="n1",
+                gpus=("GPU-0",),
+                started=started,
+                ready=True,
+                cull_at=T0 + timedelta(minutes=30),
+            ),
         ),
-    )  # fmt: skip
+    )
     viewer = Viewer("alice", admin)
     view = cluster_view(p, viewer, History(), now=T0)
-    chrome = {"template_vars": {"jhgpu_dashboard": "gpu-dashboard", "jhgpu_usage": "gpu-accounting",
-                                "jhgpu_my_images": True}, "services": []}  # fmt: skip
+    chrome = {
+        "template_vars": {
+            "jhgpu_dashboard": "gpu-dashboard",
+            "jhgpu_usage": "gpu-accounting",
+            "jhgpu_my_images": True,
+        },
+        "services": [],
+    }
     return render_page(view, Page("/hub/", "/services/gpu-dashboard/", chrome=chrome), "x", Usage())
 
 
@@ -103,13 +124,23 @@ def test_own_servers_have_open_and_stop_and_local_times_inside_the_hubs_bar() ->
 
 def test_inline_scripts_are_allowed_by_their_hashes_only() -> None:
     html = '<script src="/a.js"></script><script>var a = 1;</script><SCRIPT type="t">b()</SCRIPT>'
-    assert inline_script_hashes(html) == sorted(
-        ["'sha256-6FcJp7vq0AwnmTnYbeO1anP5rOnGSYBiUHE6XiO1lqQ='", "'sha256-lNw0iPeB4GOzsBoNIDiybGPzt0Tb8gy3PD8qkMjk04w='"]
-    ) or len(inline_script_hashes(html)) == 2
+    assert (
+        inline_script_hashes(html)
+        == sorted(
+            [
+                "'sha256-6FcJp7vq0AwnmTnYbeO1anP5rOnGSYBiUHE6XiO1lqQ='",
+                "'sha256-lNw0iPeB4GOzsBoNIDiybGPzt0Tb8gy3PD8qkMjk04w='",
+            ]
+        )
+        or len(inline_script_hashes(html)) == 2
+    )
 
 
 def test_the_bar_settings_read_only_what_they_should() -> None:
-    env = {"JUPYTERHUB_GPU_PAGE": '{"template_vars": {"jhgpu_usage": "u", "evil": "x"}, "services": ["a", 3]}'}
+    env = {
+        "JUPYTERHUB_GPU_PAGE": '{"template_vars": {"jhgpu_usage": "u", "evil": "x"}, '
+        '"services": ["a", 3]}'
+    }
     assert page_settings(env) == {"template_vars": {"jhgpu_usage": "u"}, "services": ["a"]}
     assert page_settings({"JUPYTERHUB_GPU_PAGE": "not json"}) == {}
     ns = namespace(PageUser('a"b'), settings=page_settings(env))

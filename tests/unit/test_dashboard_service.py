@@ -29,9 +29,9 @@ from jupyterhub_gpu.errors import ConfigError
 from jupyterhub_gpu.services.dashboard.app import GPUDashboard
 from jupyterhub_gpu.services.dashboard.handlers import (
     ADMINS_ONLY,
-    NOT_YOURS,
     NO_ACCESS,
     NOT_SHOWN,
+    NOT_YOURS,
     STALE_FORM,
     make_app,
 )

@@ -3,9 +3,8 @@ the checks on what requests send, and the admins' notes to owners."""
 
 from __future__ import annotations
 
-import re
-
 import json
+import re
 from datetime import datetime, timedelta, timezone
 from html.parser import HTMLParser
 from pathlib import Path

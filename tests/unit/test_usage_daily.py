@@ -23,15 +23,24 @@ pytestmark = pytest.mark.unit
 PARIS = ZoneInfo("Europe/Paris")
 
 
-def interval(start: datetime, end: datetime | None, gpus: float = 1.0, util: float = 0.0) -> Interval:
+def interval(
+    start: datetime, end: datetime | None, gpus: float = 1.0, util: float = 0.0
+) -> Interval:
     return Interval("alice", "ml", "A100", "n1", gpus, start, end, mean_util_pct=util)
 
 
 @pytest.mark.parametrize(
     ("hours", "words"),
-    [(0, "none"), (0.004, "under 1 min"), (20 / 60, "20 min"), (1.0, "1 h"), (1 + 5 / 60, "1 h 05 min"),
-     (25.5, "25 h 30 min"), (-1, "none")],
-)  # fmt: skip
+    [
+        (0, "none"),
+        (0.004, "under 1 min"),
+        (20 / 60, "20 min"),
+        (1.0, "1 h"),
+        (1 + 5 / 60, "1 h 05 min"),
+        (25.5, "25 h 30 min"),
+        (-1, "none"),
+    ],
+)
 def test_gpu_time_reads_in_hours_and_minutes(hours: float, words: str) -> None:
     assert hours_minutes(hours) == words
 
@@ -44,14 +53,21 @@ def test_a_session_across_local_midnight_counts_on_both_local_days() -> None:
         (4, 1.0, 0.5),  # 2 GPUs x 30 min
         (5, 3.0, 1.5),
     ]
-    utc = by_local_day([s], timezone.utc, date(2026, 12, 4), date(2026, 12, 5), datetime(2026, 12, 6))
+    utc = by_local_day(
+        [s], timezone.utc, date(2026, 12, 4), date(2026, 12, 5), datetime(2026, 12, 6)
+    )
     assert [round(d.held_h, 3) for d in utc] == [3.0, 1.0]  # the same session, UTC days
 
 
 def test_an_open_allocation_counts_until_now_and_a_share_as_its_fraction() -> None:
     now = datetime(2026, 12, 5, 10, 20)
-    days = by_local_day([interval(datetime(2026, 12, 5, 10, 0), None, gpus=0.25)],
-                        timezone.utc, date(2026, 12, 5), date(2026, 12, 5), now)  # fmt: skip
+    days = by_local_day(
+        [interval(datetime(2026, 12, 5, 10, 0), None, gpus=0.25)],
+        timezone.utc,
+        date(2026, 12, 5),
+        date(2026, 12, 5),
+        now,
+    )
     assert hours_minutes(days[0].held_h) == "5 min" and days[0].allocations == 1
 
 
@@ -63,14 +79,20 @@ def test_the_period_and_the_sentence() -> None:
         "You held GPUs for 1 h 05 min of GPU time; they were busy for 30 min of it (46 %)."
     )
     assert summary([Day(date(2026, 12, 6), 0, 0, 0)]) == "You held no GPU today."
-    assert rows(days) == [{"day": "Sat 05 Dec 2026", "held": "1 h 05 min", "busy": "30 min",
-                           "servers": "2"}]  # fmt: skip
+    assert rows(days) == [
+        {"day": "Sat 05 Dec 2026", "held": "1 h 05 min", "busy": "30 min", "servers": "2"}
+    ]
 
 
 @pytest.mark.parametrize(
     ("name", "zone"),
-    [("Europe/Paris", "Europe/Paris"), ("", "UTC"), ("Mars/Olympus", "UTC"), ("../../etc/passwd", "UTC"),
-     ("x" * 500, "UTC")],
-)  # fmt: skip
+    [
+        ("Europe/Paris", "Europe/Paris"),
+        ("", "UTC"),
+        ("Mars/Olympus", "UTC"),
+        ("../../etc/passwd", "UTC"),
+        ("x" * 500, "UTC"),
+    ],
+)
 def test_the_browsers_zone_is_an_iana_name_or_utc(name: str, zone: str) -> None:
     assert zone_of(name)[1] == zone

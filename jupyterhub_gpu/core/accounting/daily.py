@@ -28,7 +28,7 @@ class Day:
 
 def hours_minutes(hours: float) -> str:
     """``1 h 05 min``, ``12 min``, ``under 1 min``, ``none``: GPU time for people."""
-    minutes = int(round(max(hours, 0.0) * 60))
+    minutes = round(max(hours, 0.0) * 60)
     if hours <= 0:
         return "none"
     if minutes < 1:
@@ -83,7 +83,9 @@ def summary(days: Sequence[Day], who: str = "You") -> str:
     if held <= 0:
         period = "today" if len(days) == 1 else f"in the last {len(days)} days"
         return f"{who} held no GPU {period}."
-    share = f" ({100.0 * busy / held:.0f} %)" if held else ""
+    share = f" ({100.0 * busy / held:.0f} %)"
+    if busy * 60 < 0.5:
+        return f"{who} held GPUs for {hours_minutes(held)} of GPU time; they were never busy."
     return (
         f"{who} held GPUs for {hours_minutes(held)} of GPU time; they were busy for "
         f"{hours_minutes(busy)} of it{share}."

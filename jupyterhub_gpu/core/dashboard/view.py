@@ -495,9 +495,7 @@ def cluster_view(
     shares = _shares_by_holder(payload.nodes)
     hub = payload.hub_prefix or "/hub/"
     prefix = hub[: -len("hub/")] if hub.endswith("hub/") else "/"
-    servers = [
-        server_view(s, viewer, now, shares.get(s.key, ""), prefix) for s in payload.servers
-    ]
+    servers = [server_view(s, viewer, now, shares.get(s.key, ""), prefix) for s in payload.servers]
     by_uuid: dict[str, ServerView] = {}
     by_key: dict[str, ServerView] = {}
     cpu_only: dict[str, list[ServerView]] = {}

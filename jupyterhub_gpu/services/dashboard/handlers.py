@@ -12,8 +12,9 @@
 
 Every page is the hub's own ``page.html`` (its navigation bar) around ours. Every answer
 carries a strict Content-Security-Policy (scripts and styles from this origin only, and
-the hub page's own inline scripts by their hashes); every error is a sentence. The pages read the service through
-:class:`Dashboard`, what they need of it (:class:`~.app.GPUDashboard` is the one).
+the hub page's own inline scripts by their hashes); every error is a sentence. The pages
+read the service through :class:`Dashboard`, what they need of it
+(:class:`~.app.GPUDashboard` is the one).
 """
 
 from __future__ import annotations

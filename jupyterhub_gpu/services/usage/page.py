@@ -81,7 +81,7 @@ class UsagePageHandler(HubOAuthenticated, web.RequestHandler):
         self.set_header("Referrer-Policy", "same-origin")
         self.set_header("Cache-Control", "no-store")
 
-    def _render(self, status: int = 200, **values: Any) -> None:
+    def _render(self, status: int = 200, /, **values: Any) -> None:
         user: dict[str, Any] = self.current_user or {}
         me = hub_page.PageUser(str(user.get("name", "")), bool(user.get("admin")))
         hub_prefix = self.hub_auth.hub_prefix
@@ -90,8 +90,10 @@ class UsagePageHandler(HubOAuthenticated, web.RequestHandler):
             me, prefix=prefix, hub_prefix=hub_prefix, settings=self.chrome, extra=values
         )
         ns.setdefault("message", "")
-        html = hub_page.environment(str(TEMPLATES)).get_template("usage.html").render(
-            service_prefix=self.prefix, **ns
+        html = (
+            hub_page.environment(str(TEMPLATES))
+            .get_template("usage.html")
+            .render(service_prefix=self.prefix, **ns)
         )
         hashes = " ".join(hub_page.inline_script_hashes(html))
         self.set_header("Content-Security-Policy", CSP + (f" {hashes}" if hashes else ""))
@@ -119,15 +121,14 @@ class UsagePageHandler(HubOAuthenticated, web.RequestHandler):
         first, last = local_days(now, zone, days)
         loop = asyncio.get_running_loop()
         try:
-            intervals, users = await loop.run_in_executor(
-                None, self._read, first, zone, who, admin
-            )
+            intervals, users = await loop.run_in_executor(None, self._read, first, zone, who, admin)
         except AccountingUnavailable:
             return self._render(503, message=NO_DATABASE, **base)
         naive_now = now.replace(tzinfo=None)
         daily = by_local_day(intervals, zone, first, last, naive_now)
         whose = "You" if who == name else who
         self._render(
+            200,
             **{**base, "users": users},
             days=days,
             first=first.strftime("%d %b %Y"),
