@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import ast
 import importlib
+import json
 import logging
 import re
 from pathlib import Path
