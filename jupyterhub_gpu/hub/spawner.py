@@ -1125,6 +1125,9 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
             user.db.delete(orm)
             user.spawners.pop(self.name, None)
             user.db.commit()
+            # the home page lists the user's loaded spawners; the session keeps objects
+            # after a commit (JupyterHub's expire_on_commit=False): read them again
+            user.db.expire(user.orm_user, ["_orm_spawners"])
         except Exception:
             self.log.exception("Could not remove %s after its first start failed", self.holder)
             return
