@@ -280,7 +280,7 @@ def _own_servers(page: Any, hub: Hub) -> None:
 
     def home_rows() -> list[str]:
         page.goto(f"{hub.url}/hub/home")
-        rows = page.locator("tr.home-server-row")
+        rows = page.locator("tr.home-server-row[data-server-name]")  # not "Add New Server"
         return [rows.nth(i).get_attribute("data-server-name") or "" for i in range(rows.count())]
 
     wait_until(lambda: home_rows() == ["gpu"], 30, "no row for the failed server",
