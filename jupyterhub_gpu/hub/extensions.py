@@ -17,12 +17,14 @@ Call them at the end of ``jupyterhub_config.py``, after ``c.JupyterHub.services`
     configure_dashboard(c)
     configure_my_images(c)
     configure_reservations(c)
+    configure_usage(c)
     configure_prepuller(c, images="all", disk_budget_gib=80)
     configure_ssh(c, port=8022)
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -69,6 +71,38 @@ def register(
         hub.template_paths = [str(HUB_TEMPLATES), *paths]
     if template_vars:
         hub.template_vars = {**_value(hub, "template_vars", {}), **template_vars}
+    _share_page(c)
+
+
+#: Our services whose pages are the hub's page.html (edges/hub_page.py): they get its bar's
+#: links in $JUPYTERHUB_GPU_PAGE, kept up to date by every configure_* call.
+PAGE_SERVICES = ("jupyterhub_gpu.services.dashboard", "jupyterhub_gpu.services.usage")
+
+
+def _share_page(c: Config) -> None:
+    """Hand the navigation bar's links (our ``jhgpu_*`` template variables and the
+    services the hub lists) to our services that render the hub's page."""
+    hub = c.JupyterHub
+    services = _value(hub, "services", [])
+    tvars = {
+        k: v
+        for k, v in _value(hub, "template_vars", {}).items()
+        if str(k).startswith("jhgpu_") and isinstance(v, str | bool | int)
+    }
+    shown = [str(s["name"]) for s in services if s.get("url") and s.get("display", True)]
+    page = json.dumps({"template_vars": tvars, "services": shown}, sort_keys=True)
+    changed = False
+    out = []
+    for service in services:
+        command = " ".join(str(a) for a in service.get("command", []))
+        if any(m in command for m in PAGE_SERVICES):
+            env = dict(service.get("environment") or {})
+            if env.get("JUPYTERHUB_GPU_PAGE") != page:
+                service = {**service, "environment": {**env, "JUPYTERHUB_GPU_PAGE": page}}
+                changed = True
+        out.append(service)
+    if changed:
+        hub.services = out
 
 
 def _grant_users(roles: list[dict[str, Any]], scope: str) -> list[dict[str, Any]]:
@@ -156,6 +190,41 @@ def configure_dashboard(
     }
     roles = _grant_users(_value(hub, "load_roles", []), f"access:services!service={name}")
     hub.load_roles = [*roles, role]
+    _share_page(c)
+
+
+def configure_usage(
+    c: Config,
+    *,
+    name: str = "gpu-accounting",
+    url: str = "http://127.0.0.1:10102",
+    accounting_url: str | None = None,
+    nav_link: bool = True,
+) -> None:
+    """Add the usage service (docs/accounting.md): each user's own usage page at
+    ``/services/<name>/`` (admins may pick a user) and the usage API under it, run by the
+    hub, every user's access to it, and the navigation bar's "My usage" link.
+
+    ``accounting_url``: the database (default: ``GPUDockerSpawner.accounting_url`` when
+    set, else its default); passed in the service's environment, never its command line.
+    """
+    hub = c.JupyterHub
+    if accounting_url is None and "accounting_url" in c.GPUDockerSpawner:
+        accounting_url = str(c.GPUDockerSpawner.accounting_url)
+    environment = {}
+    if accounting_url is not None:
+        environment["JUPYTERHUB_GPU_ACCOUNTING_URL"] = accounting_url
+    service = {
+        "name": name,
+        "url": url,
+        "command": [sys.executable, "-m", "jupyterhub_gpu.services.usage"],
+        "environment": environment,
+        "oauth_no_confirm": True,
+        "display": not nav_link,
+    }
+    hub.services = [*_value(hub, "services", []), service]
+    hub.load_roles = _grant_users(_value(hub, "load_roles", []), f"access:services!service={name}")
+    register(c, template_vars={"jhgpu_usage": name} if nav_link else None)
 
 
 def configure_culler(
@@ -401,6 +470,7 @@ __all__ = [
     "configure_prepuller",
     "configure_reservations",
     "configure_ssh",
+    "configure_usage",
     "register",
 ]
 

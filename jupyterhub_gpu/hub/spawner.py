@@ -456,6 +456,7 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         self._events_changed = asyncio.Event()
         self._start_done = True
         self._start_began: float | None = None  # the event loop's time when start began
+        self._new_named = False  # a named server this spawn made (run_auth_state_hook)
         self._container: ServerContainer | None = None  # decided by _prepare
         self._from_state = False  # placed by load_state and not polled since
         self._cuda = ""  # the chosen catalog entry's CUDA version
@@ -1150,7 +1151,52 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         safe = homes.safe_path_component(username)
         return [*names, (PATH, self.home_container_path.format(username=safe))]
 
+    async def run_auth_state_hook(self, auth_state: Any) -> Any:
+        """The hub runs this just before it stamps the start on the server (``User.spawn``):
+        a named server with no activity yet is one this very spawn made (the form's "Add
+        New Server", or a URL naming a new one)."""
+        orm = self.orm_spawner
+        self._new_named = bool(self.name) and orm is not None and orm.last_activity is None
+        return await super().run_auth_state_hook(auth_state)
+
     async def start(self) -> tuple[str, int]:
+        try:
+            return await self._start()
+        except BaseException:
+            if self._new_named:
+                self._new_named = False
+                asyncio.get_running_loop().create_task(self._remove_failed_new_server())
+            raise
+
+    async def _remove_failed_new_server(self) -> None:
+        """A named server whose very first start failed is removed once the hub has
+        finished with the failure, as JupyterHub removes a named server on ``DELETE
+        .../servers/{name}`` with ``{"remove": true}`` (``apihandlers/users.py``): left,
+        its row on the home page offers to start or delete a server that never was. The
+        failure's sentence has been shown on the spawn's page by then."""
+        for _ in range(1200):  # the hub's clean-up of the failure (User.spawn's stop)
+            if not (self._spawn_pending or self._stop_pending or self.pending):
+                break
+            await asyncio.sleep(0.1)
+        user, orm = self.user, self.orm_spawner
+        if self.active or orm is None or orm.server is not None or orm.last_activity is None:
+            return
+        if getattr(user, "spawners", {}).get(self.name) is not self:
+            return  # the hub has another spawner for it now: not ours to remove
+        try:
+            await user._delete_spawner(self)
+            user.db.delete(orm)
+            user.spawners.pop(self.name, None)
+            user.db.commit()
+            # the home page lists the user's loaded spawners; the session keeps objects
+            # after a commit (JupyterHub's expire_on_commit=False): read them again
+            user.db.expire(user.orm_user, ["_orm_spawners"])
+        except Exception:
+            self.log.exception("Could not remove %s after its first start failed", self.holder)
+            return
+        self.log.info("Removed the named server %s: its first start failed", self.holder)
+
+    async def _start(self) -> tuple[str, int]:
         self._events = []
         self._events_changed = asyncio.Event()
         self._start_done = False

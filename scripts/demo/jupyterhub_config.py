@@ -144,19 +144,8 @@ c.JupyterHub.services = [
         ],
         "environment": culler_env,
     },
-    {  # the usage API: admins see everyone's GPU-hours, users their own (docs/accounting.md)
-        "name": "gpu-accounting",
-        "url": "http://127.0.0.1:10102",
-        "command": [
-            sys.executable,
-            "-m",
-            "jupyterhub_gpu.services.usage",
-            f"--db={ACCOUNTING_URL}",
-        ],
-    },
 ]
 c.JupyterHub.load_roles = [
-    {"name": "user", "scopes": ["self", "access:services!service=gpu-accounting"]},
     {
         "name": "gpu-culler",
         "scopes": [
@@ -181,8 +170,11 @@ from jupyterhub_gpu.hub.config import check_config  # noqa: E402
 from jupyterhub_gpu.hub.extensions import configure_dashboard as add_dashboard  # noqa: E402
 from jupyterhub_gpu.hub.extensions import configure_my_images as add_my_images  # noqa: E402
 from jupyterhub_gpu.hub.extensions import configure_reservations as add_reservations  # noqa: E402
+from jupyterhub_gpu.hub.extensions import configure_usage as add_usage  # noqa: E402
 
 add_dashboard(c)
+# "My usage": each user's GPU time by day; admins see anyone's (docs/accounting.md)
+add_usage(c, accounting_url=ACCOUNTING_URL)
 add_reservations(c)  # admins reserve GPUs: jupyterhub-gpu reserve (docs/scheduling.md)
 add_my_images(c)  # "My images"; saving is on when the demo has a registry (below)
 if os.environ.get("JHGPU_DEMO_REGISTRY"):

@@ -36,6 +36,7 @@ PACKAGE_DATA = [
     "jupyterhub_gpu/hub/templates/page.html",
     "jupyterhub_gpu/services/dashboard/templates/dashboard.html",
     "jupyterhub_gpu/services/dashboard/static/dashboard.js",
+    "jupyterhub_gpu/services/usage/templates/usage.html",
     "jupyterhub_gpu/py.typed",
 ]
 HUB_ONLY = {"jupyterhub", "dockerspawner", "docker", "sqlalchemy", "alembic", "oauthenticator"}

@@ -31,6 +31,7 @@ from jupyterhub_gpu.services.dashboard.handlers import (
     ADMINS_ONLY,
     NO_ACCESS,
     NOT_SHOWN,
+    NOT_YOURS,
     STALE_FORM,
     make_app,
 )
@@ -270,7 +271,9 @@ async def test_the_page_for_a_user_and_for_an_admin(world: World) -> None:
         assert (
             "alice/train (you)" in page.text and "Start a server on this kind of GPU" in page.text
         )
-        assert "actions/" not in page.text  # no admin action
+        assert "actions/drain" not in page.text  # no admin action
+        # her own server has its Stop; nobody else's does
+        assert set(re.findall(r"actions/stop\?user=([^&\"]+)", page.text)) == {"alice"}
         assert XSS not in page.text and "&lt;img src=x" in page.text
         assert SERVICE_TOKEN not in page.text
         static = await browser.get(PREFIX + "static/dashboard.js")
@@ -329,13 +332,13 @@ async def test_actions_refuse_forged_requests_users_and_unknown_names(world: Wor
     async with world.browser("tok-alice") as browser:
         _, xsrf = await open_page(browser)
         as_user = await browser.post(
-            PREFIX + "actions/stop", data={"user": "alice", "server": "train", "_xsrf": xsrf}
+            PREFIX + "actions/stop", data={"user": "bob", "server": XSS, "_xsrf": xsrf}
         )
-        assert said(as_user, 403, ADMINS_ONLY)
-        confirm = await browser.get(
-            PREFIX + "actions/stop", params={"user": "alice", "server": "train"}
-        )
+        assert said(as_user, 403, NOT_YOURS)
+        confirm = await browser.get(PREFIX + "actions/stop", params={"user": "bob", "server": XSS})
         assert confirm.status_code == 403
+        drain = await browser.post(PREFIX + "actions/drain", data={"node": "node-a", "_xsrf": xsrf})
+        assert said(drain, 403, ADMINS_ONLY)
     async with world.browser("tok-root") as browser:
         _, xsrf = await open_page(browser)
         unknown = await browser.post(

@@ -31,6 +31,7 @@ from jupyterhub_gpu.edges.accounting.store import (
     AccountingStore,
     AccountingUnavailable,
 )
+from jupyterhub_gpu.edges.hub_page import page_settings
 from jupyterhub_gpu.errors import ConfigError
 from jupyterhub_gpu.services.base import HubService
 from jupyterhub_gpu.services.dashboard.client import HubClient, HubError
@@ -127,6 +128,7 @@ class GPUDashboard(HubService):
         self._usage_message = "Usage is being read."
         self._usage_cache: dict[str, Usage] = {}
         self._store: AccountingStore | None = None
+        self._chrome = page_settings()  # the hub's navigation bar's links
 
     def initialize(self, argv: Any = None) -> None:
         super().initialize(argv)
@@ -136,7 +138,7 @@ class GPUDashboard(HubService):
     @property
     def page(self) -> Page:
         prefix = self.payload.hub_prefix if self.payload else "/hub/"
-        return Page(prefix, self.service_prefix, self.poll_interval)
+        return Page(prefix, self.service_prefix, self.poll_interval, self._chrome)
 
     def client(self) -> HubClient:
         if self.http_client is None:

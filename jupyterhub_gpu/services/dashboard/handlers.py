@@ -3,15 +3,18 @@
 - ``GET  /``: the page (first paint); people log in through the hub's OAuth;
 - ``GET  live``: the live part as HTML (the page's poll replaces it), ``api/cluster``: the
   same as JSON (what this viewer may see);
-- ``GET actions/stop?user=&server=`` (the confirmation, with the note to the owner),
-  ``POST actions/stop`` (``user``, ``server``, ``note``) and ``POST actions/drain``
-  (``node``, ``action`` = drain | undrain, ``note``): admins only, the POSTs with the
-  page's XSRF token; names not on the dashboard are refused;
+- ``GET actions/stop?user=&server=`` (the confirmation, with an admin's note to the
+  owner), ``POST actions/stop`` (``user``, ``server``, ``note``): admins, and each user
+  for their own servers; ``POST actions/drain`` (``node``, ``action`` = drain | undrain,
+  ``note``): admins only; the POSTs with the page's XSRF token; names not on the
+  dashboard are refused;
 - ``GET  oauth_callback``: the end of the hub's OAuth login.
 
-Every answer carries a strict Content-Security-Policy (scripts and styles from this
-origin only); every error is a sentence. The pages read the service through
-:class:`Dashboard`, what they need of it (:class:`~.app.GPUDashboard` is the one).
+Every page is the hub's own ``page.html`` (its navigation bar) around ours. Every answer
+carries a strict Content-Security-Policy (scripts and styles from this origin only, and
+the hub page's own inline scripts by their hashes); every error is a sentence. The pages
+read the service through :class:`Dashboard`, what they need of it
+(:class:`~.app.GPUDashboard` is the one).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from tornado import web
 from jupyterhub_gpu.core.dashboard.inputs import BadInput, clean_note, known_node, user_and_server
 from jupyterhub_gpu.core.dashboard.payload import ClusterPayload, ServerEntry
 from jupyterhub_gpu.core.dashboard.view import ClusterView, Viewer, server_view
+from jupyterhub_gpu.edges.hub_page import inline_script_hashes
 from jupyterhub_gpu.services.dashboard.client import HubClient, HubError
 from jupyterhub_gpu.services.dashboard.notes import record_stop
 from jupyterhub_gpu.services.dashboard.render import (
@@ -56,6 +60,7 @@ CSP = "; ".join(
 )
 LOGIN_EXPIRED = "Your login has expired or is not valid here: reload the page to log in again."
 ADMINS_ONLY = "Only admins can do this; ask one of your hub's admins."
+NOT_YOURS = "You can stop only your own servers; ask one of your hub's admins to stop others."
 NO_ACCESS = (
     "You may not use the GPU dashboard: your hub role lacks access to it. Ask an admin "
     "(docs/dashboard.md, 'Set-up')."
@@ -109,6 +114,14 @@ class _Handler(HubOAuthenticated, web.RequestHandler):
         user: dict[str, Any] = self.current_user
         return Viewer(str(user.get("name", "")), bool(user.get("admin")))
 
+    def page(self, html: str) -> None:
+        """Send a page, allowing exactly its inline scripts (the hub's page.html has some)."""
+        hashes = inline_script_hashes(html)
+        if hashes:
+            csp = CSP.replace("script-src 'self'", "script-src 'self' " + " ".join(hashes))
+            self.set_header("Content-Security-Policy", csp)
+        self.finish(html)
+
     def xsrf(self) -> str:
         token = self.xsrf_token
         return token.decode() if isinstance(token, bytes) else str(token)
@@ -132,7 +145,8 @@ class _Handler(HubOAuthenticated, web.RequestHandler):
             self.finish(json.dumps({"status": status, "message": message}))
             return
         title = "Done" if status < 400 else "Not done"
-        self.finish(render_message(self.dashboard.page, title, message, status < 400))
+        viewer = self.viewer if self.current_user else None
+        self.page(render_message(self.dashboard.page, title, message, status < 400, viewer))
 
     def require_user(self) -> Viewer:
         """The viewer, or 403 (no redirect: live updates and the API are not pages)."""
@@ -159,7 +173,7 @@ class PageHandler(_Handler):
             stale=d.stale_message(),
             notes=d.notes_for(viewer),
         )
-        self.finish(html)
+        self.page(html)
 
 
 class LiveHandler(_Handler):
@@ -197,15 +211,24 @@ class StopHandler(_Handler):
                 return user, server, s
         raise web.HTTPError(404, NOT_SHOWN)
 
+    def _allowed(self) -> tuple[Viewer, str, str, ServerEntry]:
+        """The viewer and the server, if the viewer may stop it: an admin any, a user
+        their own."""
+        viewer = self.require_user()
+        user, server, entry = self._shown()
+        if not viewer.admin and user != viewer.name:
+            raise web.HTTPError(403, NOT_YOURS)
+        return viewer, user, server, entry
+
     def get(self) -> None:
-        admin = self.require_admin()
-        _, _, entry = self._shown()
-        view = server_view(entry, admin, datetime.now(timezone.utc))
-        self.finish(render_stop(self.dashboard.page, view, len(entry.gpus), self.xsrf()))
+        viewer, _, _, entry = self._allowed()
+        view = server_view(entry, viewer, datetime.now(timezone.utc))
+        html = render_stop(self.dashboard.page, view, len(entry.gpus), self.xsrf(), viewer)
+        self.page(html)
 
     async def post(self) -> None:
-        admin, d = self.require_admin(), self.dashboard
-        user, server, _ = self._shown()
+        admin, user, server, _ = self._allowed()
+        d = self.dashboard
         try:
             note = clean_note(self.get_body_argument("note", ""))
         except BadInput as e:
@@ -214,8 +237,8 @@ class StopHandler(_Handler):
             message = await d.client().stop_server(user, server)
         except HubError as e:
             return self.answer(e.status, str(e))
-        d.log.info("Admin %s stopped %s/%s from the dashboard", admin.name, user, server)
-        if d.notes_file:
+        d.log.info("%s stopped %s/%s from the dashboard", admin.name, user, server)
+        if d.notes_file and user != admin.name:
             try:
                 at = datetime.now(timezone.utc)
                 record_stop(d.notes_file, user, server, admin.name, note, at, d.notes_keep)
