@@ -7,7 +7,7 @@ her login, or with another user's token, is refused by the hub's auth and never 
 code-server; code-server listens on no TCP port of its own.
 
 The image is built on the builder engine the first time (tests/support/vscode_image.py,
-about 5 minutes on 2 shared cores), then reused while its inputs are unchanged.
+2 to 4 minutes on 2 shared cores), then reused while its inputs are unchanged.
 Screenshots go to artifacts/screenshots/ (``vscode-*``).
 """
 

@@ -31,7 +31,7 @@ SCRIPTS = REPO / "images" / "vscode"
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 BUILDER = STATE / "engines" / "builder" / "docker.sock"
 BUILD_LOG = STATE / "build-vscode-test.log"
-BUILD_TIMEOUT_S = 1200  # about 5 minutes measured on 2 shared cores; compiles native modules
+BUILD_TIMEOUT_S = 1200  # 2 to 4 minutes measured on 2 shared cores (native modules compile)
 
 
 def _docker(socket: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
