@@ -171,7 +171,8 @@ def test_vs_code_tile_opens_code_server_on_her_home_through_the_hub(
 def _open_vs_code(page, hub: Hub, url: str) -> None:
     hub_login(page, hub.url, "alice", "any password")
     page.goto(f"{hub.url}/user/alice/lab?reset")
-    tile = page.locator(".jp-LauncherCard").filter(has_text=re.compile(r"^\s*VS Code\s*$"))
+    # the tile reads "VS Code [↗]": it opens a new tab
+    tile = page.locator(".jp-LauncherCard").filter(has_text=re.compile(r"^\s*VS Code\b"))
     tile.wait_for(timeout=SPAWN_TIMEOUT * 1000)
     screenshot(page, "vscode-1-launcher")
     with page.context.expect_page(timeout=30_000) as opened:
