@@ -72,9 +72,17 @@ def _run(command: str, argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if args[:1] in (["--version"], ["-V"]):
+        from jupyterhub_gpu import __version__
+
+        print(f"jupyterhub-gpu {__version__}")
+        return 0
     if not args or args[0] in ("-h", "--help") or args[0] not in COMMANDS:
         known = "\n".join(f"  {name:12s} {what}" for name, what in COMMANDS.items())
-        print(f"usage: jupyterhub-gpu COMMAND [options]\n\ncommands:\n{known}", file=sys.stderr)
+        print(
+            f"usage: jupyterhub-gpu COMMAND [options] | --version\n\ncommands:\n{known}",
+            file=sys.stderr,
+        )
         return 0 if args and args[0] in ("-h", "--help") else 2
     return _run(args[0], args[1:])
 

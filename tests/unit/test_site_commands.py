@@ -660,3 +660,30 @@ def test_check_config_names_a_proxy_that_is_not_installed(ready: Site) -> None:
     assert "npm install -g configurable-http-proxy" in found
     ready.config.write_text(text + "\nc.ConfigurableHTTPProxy.should_start = False\n")
     assert problems(ready) == []  # a proxy run as its own service is not the hub's to check
+
+
+def test_one_version_everywhere(capsys: pytest.CaptureFixture[str]) -> None:
+    """``jupyterhub-gpu --version``, the agent and the services print the package's one
+    version (setup.cfg reads it from ``jupyterhub_gpu.__version__``), never traitlets'
+    ``0.0``."""
+    import jupyterhub_gpu
+    from jupyterhub_gpu.services.agent.app import GPUAgent
+    from jupyterhub_gpu.services.base import HubService
+
+    version = jupyterhub_gpu.__version__
+    assert version and version != "0.0"
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"jupyterhub-gpu {version}"
+    assert GPUAgent.version == HubService.version == version
+    agent = subprocess.run(
+        [sys.executable, "-c", "from jupyterhub_gpu.services.agent.app import main; main()",
+         "--version"],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert agent.stdout.strip() == version, agent.stdout + agent.stderr
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg")
+    assert cfg["metadata"]["version"] == "attr: jupyterhub_gpu.__version__"
