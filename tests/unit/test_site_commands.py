@@ -676,9 +676,16 @@ def test_one_version_everywhere(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.strip() == f"jupyterhub-gpu {version}"
     assert GPUAgent.version == HubService.version == version
     agent = subprocess.run(
-        [sys.executable, "-c", "from jupyterhub_gpu.services.agent.app import main; main()",
-         "--version"],
-        capture_output=True, text=True, timeout=60, check=False,
+        [
+            sys.executable,
+            "-c",
+            "from jupyterhub_gpu.services.agent.app import main; main()",
+            "--version",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert agent.stdout.strip() == version, agent.stdout + agent.stderr
