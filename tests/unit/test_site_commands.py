@@ -54,7 +54,7 @@ def mode(path: Path) -> int:
 @pytest.fixture
 def ready(paths: Site) -> Site:
     """A site with one node and every certificate: check-config finds nothing."""
-    assert init(paths, "--node", "gpu-a=127.0.0.1") == 0
+    assert init(paths, "--node", "gpu-a=127.0.0.1", "--ldap-server", "ldap.cs.uni.edu") == 0
     for argv in (["ca"], ["hub"], ["node", "gpu-a", "--address", "127.0.0.1"]):
         assert cli.main(["certs", "--etc", str(paths.etc), *argv]) == 0
     return paths
@@ -478,10 +478,133 @@ def test_check_config_names_a_mistyped_key(ready: Site) -> None:
     ready.config.write_text(
         text.replace("c.JupyterHub.hub_connect_ip", "c.JupyterHub.hub_conect_ip")
     )
+    line = 1 + text.splitlines().index('c.JupyterHub.hub_connect_ip = "10.0.0.1"')
     assert problems(ready) == [
-        f"{ready.config}: c.JupyterHub.hub_conect_ip is not a setting of JupyterHub: did you "
+        f"{ready.config}, line {line}: c.JupyterHub.hub_conect_ip is not a setting of "
+        "JupyterHub: did you "
         "mean c.JupyterHub.hub_connect_ip? fix the key, or remove the line."
     ]
+
+
+def test_check_config_names_unknown_classes_and_keys_of_parent_classes(ready: Site) -> None:
+    """A section no class reads, and a key of a parent class's section that no class
+    extending it has, are each one line with its line number; a key a subclass reads in
+    its parent's section (c.Spawner.image is DockerSpawner's) passes."""
+    text = ready.config.read_text()
+    n = len(text.splitlines())
+    ready.config.write_text(
+        text
+        + "c.Spawner.cpu_limitt = 3\nc.GPUDockerSpawnr.x = 1\n"
+        + "c.LocalAuthenticator.create_system_userz = True\nc.Spawner.image = 'x'\n"
+    )
+    assert problems(ready) == [
+        f"{ready.config}, line {n + 2}: c.GPUDockerSpawnr is not a class the hub runs, so "
+        "none of its settings is read: did you mean c.GPUDockerSpawner? fix the name, or "
+        "remove its lines.",
+        f"{ready.config}, line {n + 3}: c.LocalAuthenticator.create_system_userz is not a "
+        "setting of LocalAuthenticator: did you mean c.LocalAuthenticator.create_system_users?"
+        " fix the key, or remove the line.",
+        f"{ready.config}, line {n + 1}: c.Spawner.cpu_limitt is not a setting of Spawner: did "
+        "you mean c.Spawner.cpu_limit? fix the key, or remove the line.",
+    ]
+
+
+def test_check_config_says_a_syntax_error_in_one_sentence(
+    ready: Site, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = ready.config.read_text()
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if "cleanup_servers" in line)
+    lines[at] += ")"
+    ready.config.write_text("\n".join(lines) + "\n")
+    argv = ["check-config", "--etc", str(ready.etc), "--state", str(ready.state)]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        f"{ready.config}, line {at + 1}: unmatched ')': fix that line.",
+        f"1 problem(s) with {ready.config}: fix them before starting the hub",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "said"),
+    [
+        (
+            "name: gpu-a",
+            "name: gpu_a!",
+            "nodes[0].name: must be letters, digits, '.', '_' or '-', got 'gpu_a!'",
+        ),
+        (
+            "agent_url: https://127.0.0.1:9450",
+            "agent_url: 127.0.0.1:9450",
+            "nodes[0] (gpu-a).agent_url: the node agent's URL, https://HOST:9450, got "
+            "'127.0.0.1:9450'",
+        ),
+        (
+            "agent_url: https://127.0.0.1:9450",
+            "agent_url: https://127.0.0.1:9450\n  labels: x",
+            "nodes[0] (gpu-a).labels: a mapping of names to values (e.g. rack: b2), got 'x'",
+        ),
+        (
+            "    client_cert:",
+            "    client_certt:",
+            "nodes[0] (gpu-a).tls: a mapping with all of ['ca_cert', 'client_cert', 'client_key']",
+        ),
+        ("  address: 127.0.0.1", " address: 127.0.0.1", "not valid YAML"),
+    ],
+)
+def test_check_config_says_one_bad_nodes_file_field_in_one_line(
+    ready: Site, before: str, after: str, said: str
+) -> None:
+    """One bad field of the nodes file is one line naming the file and the field: not the
+    hub's error again, nor the empty list, missing certificates or files that follow."""
+    nodes = ready.nodes_file.read_text()
+    assert before in nodes
+    ready.nodes_file.write_text(nodes.replace(before, after))
+    (found,) = problems(ready)
+    assert found.startswith(f"{ready.nodes_file}: {said}"), found
+    assert found.endswith("; fix that entry (fields: docs/nodes.md).") and "\n" not in found
+
+
+@pytest.mark.parametrize(
+    ("init_args", "said"),
+    [
+        (
+            ["--hub-ip", "127.0.0.1", "--node", "gpu-b=10.0.0.12"],
+            "c.JupyterHub.hub_connect_ip is 127.0.0.1, which the GPU nodes (gpu-b) cannot "
+            "reach: set c.JupyterHub.hub_connect_ip to the hub's address on the nodes' network",
+        ),
+        (
+            [
+                "--hub-ip",
+                "10.0.0.1",
+                "--node",
+                "gpu-b=10.0.0.12",
+                "--ldap-server",
+                "ldap.example.org:636",
+            ],
+            "c.GPULDAPAuthenticator.server_address is 'ldap.example.org', an example name: set "
+            "your LDAP server's host name",
+        ),
+        (
+            ["--hub-ip", "10.0.0.1", "--node", "gpu-b=gpu-b.lab.example"],
+            "node 'gpu-b' has the example address 'gpu-b.lab.example': put the IP or host "
+            "name the hub reaches that node at.",
+        ),
+    ],
+)
+def test_check_config_flags_placeholder_and_loopback_values(
+    paths: Site, init_args: list[str], said: str
+) -> None:
+    """Values left as the examples' (or site init's defaults) are named, with what to put
+    instead; a hub on loopback is fine while every node is local (the ready site)."""
+    argv = ["site", "init", "--etc", str(paths.etc), "--state", str(paths.state)]
+    assert cli.main([*argv, "--ldap-server", "ldap.cs.uni.edu", *init_args]) == 0
+    name, _, address = init_args[init_args.index("--node") + 1].partition("=")
+    for certs_argv in (["ca"], ["hub"], ["node", name, "--address", address]):
+        assert cli.main(["certs", "--etc", str(paths.etc), *certs_argv]) == 0
+    (found,) = problems(paths)
+    assert said in found, found
 
 
 def test_check_config_names_a_missing_nodes_file_an_empty_one_and_relative_paths(
