@@ -12,6 +12,7 @@ Imports: ``core``, ``wire``, ``edges``, ``errors`` and ``cli``; never the hub or
     jupyterhub-gpu firewall ... the node firewall (shipped in the package)
     jupyterhub-gpu check-config a site's configuration and its files, without a hub
                                 (docs/install.md)
+    jupyterhub-gpu check-ldap USER  bind as the hub does and look the user up (docs/auth.md)
     jupyterhub-gpu ssh ...      the SSH gateway's host key fingerprint (docs/ssh.md)
 
 A GPU node's install (the package without the ``hub`` extra) runs ``firewall``,
@@ -32,6 +33,7 @@ COMMANDS = {
     "units": "install the systemd units of the hub, or of a node's agent and firewall",
     "firewall": "apply (or --dry-run, --remove) the node firewall for the user bridge",
     "check-config": "check a site's configuration and every file it names, without a hub",
+    "check-ldap": "bind as the hub does and look a user up in LDAP (check-ldap USER)",
     "ssh": "the SSH gateway: its host key's fingerprint (fingerprint)",
 }
 #: command -> its module in this package (each has ``main(argv) -> int``)
@@ -40,6 +42,7 @@ MODULES = {
     "certs": "certs",
     "units": "units",
     "check-config": "check",
+    "check-ldap": "check_ldap",
     "ssh": "ssh_gateway",
 }
 HUB_INSTALL = "pip install 'jupyterhub-gpu[hub]'"

@@ -817,3 +817,74 @@ def test_one_version_everywhere(capsys: pytest.CaptureFixture[str]) -> None:
     cfg = configparser.ConfigParser()
     cfg.read(REPO / "setup.cfg")
     assert cfg["metadata"]["version"] == "attr: jupyterhub_gpu.__version__"
+
+
+# ------------------------------------------------------------------------- LDAP server
+@pytest.mark.parametrize(
+    ("value", "tls", "expected"),
+    [
+        ("ldaps://ldap.cs.uni.edu", None, ("ldap.cs.uni.edu", 636, "on_connect")),
+        ("ldaps://ldap.cs.uni.edu:1636/", None, ("ldap.cs.uni.edu", 1636, "on_connect")),
+        ("ldap://ldap.cs.uni.edu", None, ("ldap.cs.uni.edu", 389, "before_bind")),
+        ("ldap://10.0.0.5:10389", "insecure", ("10.0.0.5", 10389, "insecure")),
+        ("ldap.cs.uni.edu", None, ("ldap.cs.uni.edu", 636, "on_connect")),
+        ("ldap.cs.uni.edu:389", None, ("ldap.cs.uni.edu", 389, "before_bind")),
+        ("[2001:db8::5]:636", None, ("2001:db8::5", 636, "on_connect")),
+    ],
+)
+def test_ldap_server_urls_are_parsed_in_one_place(
+    value: str, tls: str | None, expected: tuple[str, int, str]
+) -> None:
+    from jupyterhub_gpu.wire.ldap_server import parse_ldap_server
+
+    server = parse_ldap_server(value, tls)
+    assert (server.host, server.port, server.tls) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "tls", "said"),
+    [
+        ("http://ldap.cs.uni.edu", None, "the scheme 'http' is not LDAP's"),
+        ("ldaps://ldap.cs.uni.edu/dc=uni", None, "the base DN is --ldap-base"),
+        ("ldaps://", None, "no valid host name"),
+        ("ldap.cs.uni.edu:99999", None, "not a server address"),
+        ("ldaps://ldap.cs.uni.edu", "before_bind", "is LDAPS, but --ldap-tls says before_bind"),
+    ],
+)
+def test_site_init_refuses_a_bad_ldap_server_in_one_sentence(
+    paths: Site, capsys: pytest.CaptureFixture[str], value: str, tls: str | None, said: str
+) -> None:
+    extra = ["--ldap-tls", tls] if tls else []
+    assert init(paths, "--ldap-server", value, *extra) == 1
+    err = capsys.readouterr().err.strip()
+    assert said in err and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert not paths.etc.exists()  # nothing half-done
+
+
+def test_site_init_takes_ldaps_urls_and_a_search_account(paths: Site) -> None:
+    """``--ldap-server ldaps://...`` (a traceback before) and the search options give the
+    authenticator's settings."""
+    assert (
+        init(
+            paths,
+            "--ldap-server",
+            "ldaps://ldap.cs.uni.edu",
+            "--ldap-search-base",
+            "ou=people,dc=cs,dc=uni,dc=edu",
+            "--ldap-search-dn",
+            "cn=hub,ou=services,dc=cs,dc=uni,dc=edu",
+        )
+        == 0
+    )
+    text = paths.config.read_text()
+    for line in (
+        'ldap.server_address = "ldap.cs.uni.edu"',
+        "ldap.server_port = 636",
+        'ldap.tls_strategy = "on_connect"',
+        "ldap.bind_dn_template = []",
+        "ldap.lookup_dn = True",
+        "ldap.user_search_base = 'ou=people,dc=cs,dc=uni,dc=edu'",
+        "ldap.lookup_dn_search_user = 'cn=hub,ou=services,dc=cs,dc=uni,dc=edu'",
+    ):
+        assert line in text, line
+    assert init(paths, "--force", "--ldap-search-dn", "cn=hub,dc=x") == 1  # needs the base
