@@ -369,10 +369,81 @@ def test_units_verify_with_systemd_analyze(tmp_path: Path) -> None:
     assert r.returncode == 0 and lines == [], r.stderr
 
 
+def node_tls(tmp_path: Path, name: str, address: str) -> Path:
+    """A node's etc with its TLS folder as the hub made it (certs node), copied in."""
+    hub = Site(etc=tmp_path / "hub-etc")
+    for argv in (["ca"], ["node", name, "--address", address]):
+        assert cli.main(["certs", "--etc", str(hub.etc), *argv]) == 0
+    etc = tmp_path / "node-etc"
+    shutil.copytree(hub.node_dir(name), etc / "tls")
+    return etc
+
+
+def test_units_install_refuses_tls_files_that_would_not_serve_the_node(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """daemon.json names the node's CA, certificate and key: a missing one, a certificate
+    for another node or address, of another CA, or a key of another certificate is one
+    sentence, and nothing is written."""
+    etc = node_tls(tmp_path, "gpu-a", "10.0.0.12")
+    tls = etc / "tls"
+    good = {p.name: p.read_bytes() for p in tls.iterdir()}
+
+    def refused(node: str, address: str) -> str:
+        argv = ["--node", node, "--address", address, "--allow", "10.0.0.1:8081"]
+        assert install(tmp_path, *argv, "--etc", str(etc), "--docker-tls") == 1
+        assert not (tmp_path / "root").exists()  # nothing written
+        (err,) = capsys.readouterr().err.strip().splitlines()
+        for name, data in good.items():
+            (tls / name).write_bytes(data)
+        return err
+
+    (tls / "key.pem").unlink()
+    assert refused("gpu-a", "10.0.0.12").startswith(f"{tls}/key.pem does not exist: copy the")
+    assert refused("gpu-b", "10.0.0.12").startswith(
+        f"{tls}/cert.pem is for gpu-a, 10.0.0.12, not node gpu-b at 10.0.0.12:"
+    )
+    assert "not node gpu-a at 10.0.0.13" in refused("gpu-a", "10.0.0.13")
+    other = node_tls(tmp_path / "other", "gpu-a", "10.0.0.12") / "tls"
+    (tls / "key.pem").write_bytes((other / "key.pem").read_bytes())
+    assert refused("gpu-a", "10.0.0.12") == (
+        f"{tls}/key.pem is not the key of {tls}/cert.pem: copy the node's folder from the hub "
+        f"({etc}/tls/nodes/gpu-a/ made by jupyterhub-gpu certs node gpu-a --address 10.0.0.12)"
+        f" to {tls}/; nothing was written."
+    )
+    (tls / "ca.pem").write_bytes((other / "ca.pem").read_bytes())
+    assert "is not signed by the site's CA" in refused("gpu-a", "10.0.0.12")
+    argv = ["--node", "gpu-a", "--address", "10.0.0.12", "--allow", "10.0.0.1:8081"]
+    assert install(tmp_path, *argv, "--etc", str(etc), "--docker-tls") == 0
+
+
+def test_units_install_keeps_the_site_values_where_the_units_read_them(tmp_path: Path) -> None:
+    """The guide's variables block outlives the shell: units install writes ETC/site.env
+    (under --root), every unit reads it, and a root shell after a reboot sources it; the
+    hub's install on the same machine keeps the node's values."""
+    argv = ["--node", "gpu-a", "--address", "10.0.0.12", "--allow", "10.0.0.1:8081"]
+    assert install(tmp_path, *argv, "--allow", "10.0.0.1:9090") == 0
+    assert install(tmp_path, "--hub") == 0
+    env = tmp_path / "root/etc/jupyterhub-gpu/site.env"
+    for name in ("jupyterhub-gpu-hub", "jupyterhub-gpu-agent", "jupyterhub-gpu-firewall"):
+        assert "\nEnvironmentFile=-/etc/jupyterhub-gpu/site.env\n" in unit(
+            tmp_path, f"{name}.service"
+        )
+    shell = subprocess.run(
+        ["bash", "-c", f'set -a; . {env}; set +a; echo "$NODE|$NODE_IP|$ALLOW|$ETC|$STATE|$VENV"'],
+        capture_output=True, text=True, check=True, env={"PATH": os.environ["PATH"]},
+    )  # fmt: skip
+    assert shell.stdout.strip() == (
+        f"gpu-a|10.0.0.12|10.0.0.1:8081 10.0.0.1:9090|/etc/jupyterhub-gpu|"
+        f"/var/lib/jupyterhub-gpu|{sys.prefix}"
+    )
+
+
 def test_units_install_docker_tls_and_bad_input(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    node = ["--node", "gpu-a", "--address", "10.0.0.12"]
+    etc = node_tls(tmp_path, "gpu-a", "10.0.0.12")
+    node = ["--node", "gpu-a", "--address", "10.0.0.12", "--etc", str(etc)]
     assert install(tmp_path, *node) == 1
     assert "--allow HUB_IP:PORT" in capsys.readouterr().err
     assert install(tmp_path) == 1
@@ -398,7 +469,7 @@ def test_units_install_docker_tls_and_bad_input(
     assert install(tmp_path, *node, "--allow", "10.0.0.1:8081", "--docker-tls") == 0
     daemon = yaml.safe_load((root / "etc/docker/daemon.json").read_text())
     assert daemon["hosts"] == ["unix:///var/run/docker.sock", "tcp://10.0.0.12:2376"]
-    assert daemon["tlscert"] == "/etc/jupyterhub-gpu/tls/cert.pem" and daemon["tlsverify"]
+    assert daemon["tlscert"] == f"{etc}/tls/cert.pem" and daemon["tlsverify"]
 
 
 def test_firewall_command_runs_the_packaged_script() -> None:
