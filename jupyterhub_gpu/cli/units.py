@@ -17,7 +17,9 @@ AGENT_PORT, BRIDGE, ALLOW) go to ``ETC/site.env``, which the units read
 (``EnvironmentFile=``) and a shell sources after a reboot.
 
 ``firewall [ARGS]`` runs the node firewall script shipped in the package
-(``cli/files/node-firewall.sh``; ``--help`` for its arguments).
+(``cli/files/node-firewall.sh``; ``--help`` for its arguments), with a ``--dns`` for each
+resolver Docker gives the containers (``wire/resolvers.py``), so a resolver on a private
+address keeps answering them.
 """
 
 from __future__ import annotations
@@ -53,10 +55,40 @@ def firewall_script() -> Path:
     return package_file("node-firewall.sh")
 
 
+#: where Docker finds the resolvers it forwards the containers' queries to
+RESOLV_CONF = Path("/etc/resolv.conf")
+SYSTEMD_RESOLV_CONF = Path("/run/systemd/resolve/resolv.conf")
+
+
+def _read(path: Path) -> str:
+    try:
+        with path.open(errors="replace") as f:
+            return f.read(65536)
+    except OSError:
+        return ""
+
+
+def firewall_argv(
+    argv: list[str],
+    resolv_conf: Path = RESOLV_CONF,
+    systemd_resolv_conf: Path = SYSTEMD_RESOLV_CONF,
+    daemon_json: Path = Path("/") / DAEMON_JSON,
+) -> list[str]:
+    """The script's arguments: ``argv`` and a ``--dns`` for each resolver Docker gives the
+    containers (none with ``--no-host-dns``, ``--remove`` or ``--help``)."""
+    if any(a in argv for a in ("--no-host-dns", "--remove", "-h", "--help")):
+        return [a for a in argv if a != "--no-host-dns"]
+    from jupyterhub_gpu.wire.resolvers import container_resolvers
+
+    found = container_resolvers(_read(resolv_conf), _read(systemd_resolv_conf), _read(daemon_json))
+    return [*argv, *(x for d in found for x in ("--dns", d))]
+
+
 def firewall(argv: list[str]) -> int:
-    """Run the packaged node firewall with ``argv`` (it needs bash and iptables)."""
+    """Run the packaged node firewall with ``argv`` (it needs bash and iptables), the
+    resolvers the node's containers use allowed (:func:`firewall_argv`)."""
     script = firewall_script()
-    os.execvp("bash", ["bash", str(script), *argv])
+    os.execvp("bash", ["bash", str(script), *firewall_argv(argv)])
     return 127  # not reached
 
 
