@@ -959,3 +959,105 @@ def test_site_init_takes_ldaps_urls_and_a_search_account(paths: Site) -> None:
     ):
         assert line in text, line
     assert init(paths, "--force", "--ldap-search-dn", "cn=hub,dc=x") == 1  # needs the base
+
+
+# ---------------------------------------------------------------- certificate renewal
+def expiring(site: Site, cert_path: Path, key_path: Path, days: float) -> None:
+    """Replace the certificate at ``cert_path`` by one for the same key and names, signed
+    by the site's CA, that expires in ``days``."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+
+    old = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    ca_key = serialization.load_pem_private_key(site.ca_key.read_bytes(), password=None)
+    now = dt.datetime.now(dt.timezone.utc)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(old.subject)
+        .issuer_name(old.issuer)
+        .public_key(key.public_key())  # type: ignore[arg-type]
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(days=800))
+        .not_valid_after(now + dt.timedelta(days=days))
+    )
+    for ext in old.extensions:
+        builder = builder.add_extension(ext.value, ext.critical)
+    cert = builder.sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def public_key(path: Path) -> bytes:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    return (
+        x509.load_pem_x509_certificate(path.read_bytes())
+        .public_key()
+        .public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+
+
+def test_check_node_warns_30_days_ahead_and_certs_renew_fixes_it(ready: Site) -> None:
+    """A node certificate 12 days from expiry (and a hub certificate expired) fails
+    check-node's certificates line with the renewal; `certs renew` keeps the key (or
+    rotates it) and the names, and the line passes again."""
+    import time
+
+    from jupyterhub_gpu.cli.check_node import hub_certificates, local_certificates
+    from jupyterhub_gpu.core.nodecheck import certificate_check
+    from jupyterhub_gpu.wire.nodes_file import parse_nodes
+
+    (spec,) = parse_nodes(yaml.safe_load(ready.nodes_file.read_text())["nodes"])
+    node_dir = ready.node_dir("gpu-a")
+    check = certificate_check("gpu-a", hub_certificates(spec), time.time())
+    assert check.ok and check.detail.startswith("3 valid for 82"), check
+    expiring(ready, node_dir / "cert.pem", node_dir / "key.pem", 12.3)
+    expiring(ready, ready.hub_cert, ready.hub_key, -3.2)
+    check = certificate_check("gpu-a", hub_certificates(spec), time.time())
+    assert not check.ok
+    assert check.detail == (
+        f"the hub's client certificate {ready.hub_cert} expired 3 days 4 h ago; the node's "
+        f"certificate {node_dir}/cert.pem expires in 12 days 7 h"
+    ), check.detail
+    assert check.fix == (
+        f"jupyterhub-gpu certs renew hub --etc {ready.etc}; jupyterhub-gpu certs renew node "
+        f"gpu-a --etc {ready.etc}, then copy {node_dir}/cert.pem to the node's {ready.etc}/tls/ "
+        "and restart docker and jupyterhub-gpu-agent there"
+    )
+    # on the node itself (--local), its copy of the certificate
+    local = certificate_check("gpu-a", local_certificates(ready.etc / "nodes-copy", "gpu-a"), 0)
+    assert local.ok and local.detail == "no TLS certificate in use"
+    shutil.copytree(node_dir, ready.etc / "node" / "tls")
+    (found,) = local_certificates(ready.etc / "node", "gpu-a")
+    assert not certificate_check("gpu-a", [found], time.time()).ok
+    assert "on the hub: jupyterhub-gpu certs renew node gpu-a" in found.renew
+
+    key_before, names_before = public_key(node_dir / "cert.pem"), (node_dir / "cert.pem")
+    assert cli.main(["certs", "--etc", str(ready.etc), "renew", "all"]) == 0
+    assert public_key(node_dir / "cert.pem") == key_before  # the same key
+    check = certificate_check("gpu-a", hub_certificates(spec), time.time())
+    assert check.ok, check
+    assert check_san(names_before) == ["gpu-a", "127.0.0.1"]
+    assert (
+        cli.main(["certs", "--etc", str(ready.etc), "renew", "node", "gpu-a", "--rotate-key"]) == 0
+    )
+    assert public_key(node_dir / "cert.pem") != key_before
+    assert check_san(node_dir / "cert.pem") == ["gpu-a", "127.0.0.1"]
+    assert mode(node_dir / "key.pem") == 0o600
+    # the renewed pair still serves the node: units install --docker-tls accepts it
+    from jupyterhub_gpu.cli.units import node_tls_problem
+
+    node_site = Site(etc=ready.etc / "node2")
+    shutil.copytree(node_dir, node_site.tls)
+    assert node_tls_problem(node_site, "gpu-a", "127.0.0.1") == ""
+
+
+def check_san(path: Path) -> list[str]:
+    from cryptography import x509
+
+    cert = x509.load_pem_x509_certificate(path.read_bytes())
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    return [str(n.value) for n in san]
