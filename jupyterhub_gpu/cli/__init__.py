@@ -16,7 +16,8 @@ Imports: ``core``, ``wire``, ``edges``, ``errors`` and ``cli``; never the hub or
     jupyterhub-gpu ssh ...      the SSH gateway's host key fingerprint (docs/ssh.md)
 
 A GPU node's install (the package without the ``hub`` extra) runs ``firewall``,
-``units``, ``certs`` and ``site``; the others need the hub's dependencies and say so.
+``units``, ``certs``, ``site`` and ``check-node --local``; the others need the hub's
+dependencies and say so.
 """
 
 from __future__ import annotations

@@ -1061,3 +1061,65 @@ def check_san(path: Path) -> list[str]:
     cert = x509.load_pem_x509_certificate(path.read_bytes())
     san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     return [str(n.value) for n in san]
+
+
+# ---------------------------------------------------------- a node's install: no hub
+#: the import names of the hub extra's distributions
+IMPORT_NAMES = {"jupyterhub-ldapauthenticator": "ldapauthenticator", "psycopg[binary]": "psycopg"}
+BLOCKER = """
+import importlib.abc, sys
+BLOCKED = set({blocked!r})
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+sys.meta_path.insert(0, Block())
+"""
+
+
+def node_install_blocked() -> set[str]:
+    """What a node's install (the base requirements, no ``hub`` extra) lacks: every
+    distribution of the hub extra that the base does not require, by import name."""
+    import configparser
+    import re
+
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg")
+
+    def names(text: str) -> set[str]:
+        found = {re.split(r"[<>=!~\\[ ]", line.strip())[0].lower() for line in text.splitlines()}
+        return {IMPORT_NAMES.get(n, n) for n in found if n}
+
+    return names(cfg["options.extras_require"]["hub"]) - names(cfg["options"]["install_requires"])
+
+
+def test_check_node_local_runs_on_a_node_install_without_jupyterhub(
+    ready: Site, tmp_path: Path
+) -> None:
+    """check-node --local on a node's install (JupyterHub and the rest of the hub extra
+    unimportable): it runs its checks, here the node's certificate made to expire soon,
+    instead of asking for the hub's install."""
+    blocked = node_install_blocked()
+    assert {"jupyterhub", "dockerspawner", "sqlalchemy", "jinja2"} <= blocked
+    (tmp_path / "block").mkdir()
+    (tmp_path / "block" / "sitecustomize.py").write_text(BLOCKER.format(blocked=sorted(blocked)))
+    shutil.copytree(ready.node_dir("gpu-a"), ready.etc / "node" / "tls")
+    expiring(ready, ready.etc / "node/tls/cert.pem", ready.etc / "node/tls/key.pem", 9.3)
+    code = "import sys; from jupyterhub_gpu.cli import main; sys.exit(main(sys.argv[1:]))"
+    r = subprocess.run(
+        [sys.executable, "-c", code, "check-node", "--local", "--only", "certificates", "--json",
+         "--etc", str(ready.etc / "node"), "--node", "gpu-a"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": f"{tmp_path / 'block'}:{REPO}"},
+    )  # fmt: skip
+    assert "hub's install" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+    checks = {c["check"]: c for c in json.loads(r.stdout)}
+    assert r.returncode == 1  # the certificate (and, with no GPU here, NVML)
+    cert = checks["certificates"]
+    assert not cert["ok"] and "expires in 9 days 7 h" in cert["detail"], cert
+    assert cert["fix"].startswith("on the hub: jupyterhub-gpu certs renew node gpu-a")
+    probe = subprocess.run(
+        [sys.executable, "-c", "import jupyterhub"], capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": f"{tmp_path / 'block'}:{REPO}"}, check=False,
+    )  # fmt: skip
+    assert probe.returncode != 0  # the blocker did block it
