@@ -286,8 +286,9 @@ def reached(outcome: str) -> bool:
 _FIREWALL_FIX = {
     "root": "the engine ignored the container's user: check for userns/authorization plugins",
     "apply": (
-        "apply the node firewall on the node, as root: scripts/node-firewall.sh --bridge "
-        "{bridge}{allow} (and at every boot, after docker.service; docs/nodes.md)"
+        "apply the node firewall on the node, as root: jupyterhub-gpu firewall --bridge "
+        "{bridge}{allow}; and at every boot: systemctl enable --now jupyterhub-gpu-firewall "
+        "(the unit `jupyterhub-gpu units install --node` writes; docs/nodes.md)"
     ),
     "icc": "; containers reach each other: the user network needs enable_icc=false",
     "no-outcome": (
@@ -295,9 +296,10 @@ _FIREWALL_FIX = {
         "probe image (python3) and the engine's log, then run check-node again"
     ),
     "hub-api": (
-        "allow it in the node firewall: scripts/node-firewall.sh --bridge {bridge} "
-        "--allow {key}; check JupyterHub.hub_connect_url is an address the "
-        "nodes route to"
+        "allow it in the node firewall, as root on the node: jupyterhub-gpu units install "
+        "--node NAME --address ADDR --bridge {bridge} --allow {key} (with the node's other "
+        "--allow), then systemctl restart jupyterhub-gpu-firewall; check "
+        "JupyterHub.hub_connect_url is an address the nodes route to"
     ),
     "hub-api-unknown": (
         "set c.JupyterHub.hub_connect_url (or hub_connect_ip) to the address servers "
