@@ -14,6 +14,7 @@ Imports: ``core``, ``wire``, ``edges``, ``errors`` and ``cli``; never the hub or
                                 (docs/install.md)
     jupyterhub-gpu check-ldap USER  bind as the hub does and look the user up (docs/auth.md)
     jupyterhub-gpu ssh ...      the SSH gateway's host key fingerprint (docs/ssh.md)
+    jupyterhub-gpu db current|upgrade  the accounting database's migrations (docs/upgrade.md)
 
 A GPU node's install (the package without the ``hub`` extra) runs ``firewall``,
 ``units``, ``certs``, ``site`` and ``check-node --local``; the others need the hub's
@@ -36,6 +37,7 @@ COMMANDS = {
     "check-config": "check a site's configuration and every file it names, without a hub",
     "check-ldap": "bind as the hub does and look a user up in LDAP (check-ldap USER)",
     "ssh": "the SSH gateway: its host key's fingerprint (fingerprint)",
+    "db": "the accounting database's migrations: db current, db upgrade",
 }
 #: command -> its module in this package (each has ``main(argv) -> int``)
 MODULES = {
