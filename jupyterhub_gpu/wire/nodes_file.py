@@ -73,7 +73,17 @@ def parse_node(raw: Mapping[str, Any], where: str) -> NodeSpec:
             f"got {address!r}"
         )
     labels = raw.get("labels") or {}
+    if not isinstance(labels, Mapping):
+        raise ConfigError(
+            f"{where} ({name}).labels: a mapping of names to values (e.g. rack: b2), got {labels!r}"
+        )
     agent = raw.get("agent_url")
+    if agent is not None and not (
+        isinstance(agent, str) and agent.startswith(("http://", "https://")) and _has_host(agent)
+    ):
+        raise ConfigError(
+            f"{where} ({name}).agent_url: the node agent's URL, https://HOST:9450, got {agent!r}"
+        )
     drain = raw.get("drain", False)
     if not isinstance(drain, bool):
         raise ConfigError(f"{where} ({name}).drain: must be true or false, got {drain!r}")
@@ -110,6 +120,13 @@ def parse_nodes(raw: Sequence[Mapping[str, Any]], allow_empty: bool = False) -> 
     if dupes:
         raise ConfigError(f"nodes: names must be unique, repeated: {dupes}")
     return nodes
+
+
+def _has_host(url: str) -> bool:
+    try:
+        return bool(urlsplit(url).hostname)
+    except ValueError:
+        return False
 
 
 def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

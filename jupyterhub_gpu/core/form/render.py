@@ -11,9 +11,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone, tzinfo
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jinja2
+if TYPE_CHECKING:
+    import jinja2
 
 from jupyterhub_gpu.core.catalog.compat import ImageAvailability, catalog_availability
 from jupyterhub_gpu.core.catalog.entries import Catalog, CatalogEntry, format_cc_range
@@ -57,6 +58,8 @@ class ImageChoice:
 
 @functools.cache
 def _environment() -> jinja2.Environment:
+    import jinja2  # the hub's install (a node's check-node imports this package, never renders)
+
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         autoescape=True,
