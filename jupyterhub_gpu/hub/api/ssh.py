@@ -40,7 +40,18 @@ def _state(spawner: Any) -> str:
     return "stopped"
 
 
-async def ssh_target(user: Any, server: str) -> SSHTarget:
+async def ldap_keys(authenticator: Any, user: Any) -> tuple[str, ...]:
+    """``user``'s SSH keys from LDAP where the site reads them
+    (``GPULDAPAuthenticator.ssh_public_key_attribute``), else ()."""
+    finder = getattr(authenticator, "ssh_public_keys", None)
+    if finder is None or not getattr(authenticator, "ssh_public_key_attribute", ""):
+        return ()
+    state = await user.get_auth_state() or {}
+    dn = state.get("user_dn") if isinstance(state, dict) else None
+    return tuple(await finder(user.name, dn if isinstance(dn, str) else None))
+
+
+async def ssh_target(user: Any, server: str, keys: tuple[str, ...] = ()) -> SSHTarget:
     """``user``'s server ``server`` as the gateway needs it (no I/O but the hub's own
     state: the identity is the spawner's, from auth_state)."""
     exists = server == "" or server in user.orm_user.orm_spawners
@@ -75,11 +86,13 @@ async def ssh_target(user: Any, server: str) -> SSHTarget:
         node=node,
         container=container,
         last_options=dict(last) if isinstance(last, dict) else None,
+        keys=keys,
     )
 
 
 class SSHTargetAPIHandler(APIHandler):
-    """``GET /hub/api/gpu/ssh/targets/{user}?server=NAME``"""
+    """``GET /hub/api/gpu/ssh/targets/{user}?server=NAME[&keys=1]`` (``keys=1``: at a
+    login, with her keys from LDAP where the site reads them)"""
 
     @needs_scope(TARGETS_SCOPE)
     async def get(self, name: str) -> None:
@@ -87,9 +100,17 @@ class SSHTargetAPIHandler(APIHandler):
         if user is None:
             raise web.HTTPError(404, "No such user.")
         server = self.get_argument("server", "")
-        self.write(json.dumps(encode_target(await ssh_target(user, server))))
+        keys = await ldap_keys(self.authenticator, user) if self.get_argument("keys", "") else ()
+        self.write(json.dumps(encode_target(await ssh_target(user, server, keys))))
 
 
 HANDLERS = [(r"/api/gpu/ssh/targets/([^/]+)", SSHTargetAPIHandler)]
 
-__all__ = ["HANDLERS", "SSH_SCOPES", "TARGETS_SCOPE", "SSHTargetAPIHandler", "ssh_target"]
+__all__ = [
+    "HANDLERS",
+    "SSH_SCOPES",
+    "TARGETS_SCOPE",
+    "SSHTargetAPIHandler",
+    "ldap_keys",
+    "ssh_target",
+]

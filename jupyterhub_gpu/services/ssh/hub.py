@@ -31,12 +31,13 @@ class HubClient:
         self._token = token
         self._http = httpx.AsyncClient(timeout=timeout, trust_env=False)
 
-    async def target(self, login: Login) -> SSHTarget | None:
-        """Where ``login`` lands; None when the hub has no such user. httpx.HTTPError or
-        ProbeError when the hub can't say."""
+    async def target(self, login: Login, keys: bool = False) -> SSHTarget | None:
+        """Where ``login`` lands (``keys``: with her keys from LDAP, at login); None when
+        the hub has no such user. httpx.HTTPError or ProbeError when the hub can't say."""
+        params = {"server": login.server, **({"keys": "1"} if keys else {})}
         r = await self._http.get(
             f"{self.api_url}/gpu/ssh/targets/{quote(login.user, safe='')}",
-            params={"server": login.server},
+            params=params,
             headers={"Authorization": f"token {self._token}"},
         )
         if r.status_code == 404:
