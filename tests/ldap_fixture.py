@@ -6,7 +6,8 @@ Import the session fixture in ``tests/conftest.py``::
 
 ``ldap_server`` yields a running :class:`LDAPServer` loaded with ``scripts/ldap/demo.ldif``
 (alice, bob, carol, dave without uidNumber, erin outside gpu-users; passwords in
-:data:`DEMO_PASSWORDS`; the openssh-lpk schema, :data:`LPK_SCHEMA`, for ``sshPublicKey``) on a free loopback port, with its state under pytest's temporary
+:data:`DEMO_PASSWORDS`; the openssh-lpk schema, :data:`LPK_SCHEMA`, for
+``sshPublicKey``) on a free loopback port, with its state under pytest's temporary
 folder, and stops it at the end of the session. :func:`make_ldap_server_fixture` makes
 another one (another scope or LDIF); :func:`start_ldap_server` is the plain function.
 slapd and ldap-utils must be installed (``apt-get install -y slapd ldap-utils``); without

@@ -144,8 +144,8 @@ def ldap_key_lines(values: Sequence[str]) -> tuple[list[str], list[str]]:
 
 __all__ = [
     "KeysRefused",
-    "ldap_key_lines",
     "fingerprint",
+    "ldap_key_lines",
     "load_or_make_host_key",
     "parse_authorized_keys",
     "read_authorized_keys",

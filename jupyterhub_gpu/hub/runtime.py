@@ -26,6 +26,7 @@ from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from jupyterhub_gpu.core.scheduling import queue_settings
+from jupyterhub_gpu.core.ssh.census import SSHReport
 from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings
 from jupyterhub_gpu.hub.metrics import COLLECTOR
 from jupyterhub_gpu.hub.queue import SpawnQueue
@@ -40,6 +41,7 @@ class HubRuntime:
     def __init__(self) -> None:
         self.cluster: Cluster | None = None
         self.queue: SpawnQueue | None = None
+        self.ssh = SSHReport()  # the SSH gateway's last list of open sessions
 
     def __deepcopy__(self, memo: dict[int, Any]) -> HubRuntime:
         # traitlets deep-copies configuration values; the hub must keep this very object

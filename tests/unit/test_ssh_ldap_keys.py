@@ -49,7 +49,8 @@ def test_ldap_values_are_read_by_asyncssh_and_a_bad_one_skipped() -> None:
     b, c = (asyncssh.generate_private_key("ssh-ed25519") for _ in range(2))
     file_line = b.export_public_key("openssh").decode().strip()
     trusted = parse_authorized_keys("\n".join([file_line, *ldap_key_lines([a])[0]]))
-    for key, ok in ((asyncssh.import_public_key(a), True), (b, True), (c, False)):
+    for key, ok in ((asyncssh.import_public_key(a), True), (b.convert_to_public(), True),
+                    (c.convert_to_public(), False)):  # fmt: skip
         assert (trusted.validate(key, "host", "192.0.2.1") is not None) is ok
 
 

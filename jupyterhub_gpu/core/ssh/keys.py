@@ -1,7 +1,8 @@
 """Keys from the site's LDAP (the openssh-lpk schema's ``sshPublicKey``), bounded before
 they leave the hub: at most ``max_count`` values, each one line of at most ``max_bytes``
 (a value over a bound is skipped with its reason, the rest kept). Which values are keys
-at all is asyncssh's to say, in the gateway (:func:`jupyterhub_gpu.edges.ssh_keys.ldap_key_lines`)."""
+at all is asyncssh's to say, in the gateway
+(:func:`jupyterhub_gpu.edges.ssh_keys.ldap_key_lines`)."""
 
 from __future__ import annotations
 

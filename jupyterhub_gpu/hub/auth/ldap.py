@@ -638,7 +638,9 @@ class GPULDAPAuthenticator(LDAPAuthenticator):
             if len(conn.response or []) != 1:
                 return []
             raw = conn.response[0].get("raw_attributes") or {}
-            values = next((v for k, v in raw.items() if k.lower() == attr.lower()), [])
+            values: list[object] = next(
+                (list(v) for k, v in raw.items() if k.lower() == attr.lower()), []
+            )
             # a bound on what is even looked at (the pure bound then says why)
             return list(values)[: self.ssh_public_keys_max * 4]
         finally:

@@ -12,8 +12,10 @@ from urllib.parse import quote
 
 import httpx
 
+from jupyterhub_gpu.core.ssh.census import OpenChannel
 from jupyterhub_gpu.core.ssh.logins import Login
 from jupyterhub_gpu.errors import ProbeError
+from jupyterhub_gpu.wire.ssh_sessions import encode_sessions
 from jupyterhub_gpu.wire.ssh_target import SSHTarget, decode_target
 
 
@@ -70,6 +72,16 @@ class HubClient:
         r = await self._http.post(
             f"{self.api_url}/users/{quote(user, safe='')}/activity",
             json={"last_activity": stamp, "servers": {server: {"last_activity": stamp}}},
+            headers={"Authorization": f"token {self._token}"},
+        )
+        r.raise_for_status()
+
+    async def sessions(self, channels: list[OpenChannel], interval: float) -> None:
+        """The gateway's open sessions and forwards, all of them (scope
+        ``custom:gpu-ssh:sessions``), for the dashboard and the metrics."""
+        r = await self._http.put(
+            f"{self.api_url}/gpu/ssh/sessions",
+            json=encode_sessions(channels, interval),
             headers={"Authorization": f"token {self._token}"},
         )
         r.raise_for_status()
