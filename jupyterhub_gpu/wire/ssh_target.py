@@ -14,7 +14,7 @@ trusted). ``home``: her home on the hub's shared filesystem (null without one), 
 entries are paths of the hub's client certificate on the hub's machine (the gateway runs
 there), never their contents. ``last_options``: the options the
 server was last started with (null if never), for a gateway that starts servers.
-``keys``: only when asked (``&keys=1``, at login) and the site reads keys from LDAP
+``keys``: only when asked (``&login=1``, at login) and the site reads keys from LDAP
 (``GPULDAPAuthenticator.ssh_public_key_attribute``): her ``sshPublicKey`` values as
 text, bounded (:mod:`jupyterhub_gpu.core.ssh.keys`); else absent or empty. A user
 who does not exist is a 404.

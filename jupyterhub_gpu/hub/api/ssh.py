@@ -102,7 +102,7 @@ async def ssh_target(user: Any, server: str, keys: tuple[str, ...] = ()) -> SSHT
 
 
 class SSHTargetAPIHandler(APIHandler):
-    """``GET /hub/api/gpu/ssh/targets/{user}?server=NAME[&keys=1]`` (``keys=1``: at a
+    """``GET /hub/api/gpu/ssh/targets/{user}?server=NAME[&login=1]`` (``login=1``: at a
     login, with her keys from LDAP where the site reads them)"""
 
     @needs_scope(TARGETS_SCOPE)
@@ -111,7 +111,7 @@ class SSHTargetAPIHandler(APIHandler):
         if user is None:
             raise web.HTTPError(404, "No such user.")
         server = self.get_argument("server", "")
-        keys = await ldap_keys(self.authenticator, user) if self.get_argument("keys", "") else ()
+        keys = await ldap_keys(self.authenticator, user) if self.get_argument("login", "") else ()
         self.write(json.dumps(encode_target(await ssh_target(user, server, keys))))
 
 

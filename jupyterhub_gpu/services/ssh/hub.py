@@ -36,7 +36,7 @@ class HubClient:
     async def target(self, login: Login, keys: bool = False) -> SSHTarget | None:
         """Where ``login`` lands (``keys``: with her keys from LDAP, at login); None when
         the hub has no such user. httpx.HTTPError or ProbeError when the hub can't say."""
-        params = {"server": login.server, **({"keys": "1"} if keys else {})}
+        params = {"server": login.server, **({"login": "1"} if keys else {})}
         r = await self._http.get(
             f"{self.api_url}/gpu/ssh/targets/{quote(login.user, safe='')}",
             params=params,
