@@ -350,7 +350,8 @@ def test_ssh_gateway_with_a_real_client(make_hub, engines: list[Engine], tmp_pat
 
 
 def culler_config(work: Path) -> str:
-    """The real culler as a hub service (its minimal role), timeout 12 s, a round every 2 s."""
+    """The real culler as a hub service (its minimal role), timeout 12 s, a round every 2 s,
+    no warning ahead of a cull (``warn_before`` 0: the cull comes at the timeout)."""
     work.mkdir(parents=True, exist_ok=True)
     settings = work / "culler_config.py"
     settings.write_text(
@@ -358,6 +359,7 @@ def culler_config(work: Path) -> str:
 c.GPUIdleCuller.timeout = {CULL_TIMEOUT}
 c.GPUIdleCuller.gpu_timeout = {CULL_TIMEOUT}
 c.GPUIdleCuller.interval = {CULL_INTERVAL}
+c.GPUIdleCuller.warn_before = 0
 c.GPUIdleCuller.notes_file = ""
 c.GPUIdleCuller.state_file = {str(work / "state.json")!r}
 """
