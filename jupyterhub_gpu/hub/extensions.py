@@ -377,9 +377,10 @@ def configure_ssh(
 ) -> None:
     """Add the SSH gateway (docs/ssh.md): ``ssh alice@HOST -p PORT`` opens a shell in
     alice's running default server, ``alice.NAME@HOST`` in her server NAME. Adds the
-    service (run by the hub), its role with the two scopes it needs (where a login lands,
-    :mod:`.api.ssh`: no server tokens; ``users:activity``, so input over SSH counts for
-    the idle culler), and that API.
+    service (run by the hub), its role with the scopes it needs (where a login lands,
+    :mod:`.api.ssh`: no server tokens; its open sessions, for the dashboard and the
+    metrics; ``users:activity``, so input over SSH counts for the idle culler), and that
+    API.
 
     ``ip``/``port``: where it listens (default 127.0.0.1:8022). ``host_key_file``: its
     host key, made once (0600) in the site's state folder. ``hub_url``: the hub's public
@@ -389,7 +390,7 @@ def configure_ssh(
     with its last options (the role then also gets ``servers`` and ``read:servers``).
     ``config_file``/``args``: more ``c.GPUSSHGateway.*`` settings.
     """
-    from jupyterhub_gpu.hub.api.ssh import HANDLERS, SSH_SCOPES, TARGETS_SCOPE
+    from jupyterhub_gpu.hub.api.ssh import HANDLERS, SESSIONS_SCOPE, SSH_SCOPES, TARGETS_SCOPE
 
     register(c, HANDLERS, custom_scopes=SSH_SCOPES)
     hub = c.JupyterHub
@@ -414,8 +415,9 @@ def configure_ssh(
         command.append(f"--config={config_file}")
     command += list(args)
     hub.services = [*_value(hub, "services", []), {"name": name, "command": command}]
-    # where a login lands, and the servers' activity for the culler: nothing more
-    scopes = [TARGETS_SCOPE, "users:activity"]
+    # where a login lands, the servers' activity for the culler, its open sessions for
+    # the dashboard and the metrics: nothing more
+    scopes = [TARGETS_SCOPE, SESSIONS_SCOPE, "users:activity"]
     if start_servers:  # start a user's server, and read its progress
         scopes += ["servers", "read:servers"]
     role = {"name": name, "scopes": scopes, "services": [name]}

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 from jupyterhub_gpu.core.scheduling import queue_settings
+from jupyterhub_gpu.core.ssh.census import SSHReport
 from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings
 from jupyterhub_gpu.hub.metrics import COLLECTOR
 from jupyterhub_gpu.hub.queue import SpawnQueue
@@ -47,6 +48,7 @@ class HubRuntime:
         #: called with the cluster right after it is made, before anything awaits
         #: (hub/jobs.py marks the placed jobs live there: configure_jobs)
         self.cluster_hooks: list[Callable[[Cluster], None]] = []
+        self.ssh = SSHReport()  # the SSH gateway's last list of open sessions
 
     def __deepcopy__(self, memo: dict[int, Any]) -> HubRuntime:
         # traitlets deep-copies configuration values; the hub must keep this very object

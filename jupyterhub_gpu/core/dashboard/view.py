@@ -52,8 +52,12 @@ def redact(payload: ClusterPayload, viewer: Viewer, show_names: bool) -> Cluster
     """The payload as ``viewer`` may see it (a new one where names go; the payload is
     frozen, so the argument is not changed). What is someone else's loses its names to
     ``""`` and says ``hidden``; a GPU someone else holds loses its holder
-    (``hidden_holder``), a share someone else holds its holder's names."""
-    if viewer.admin or show_names:
+    (``hidden_holder``), a share someone else holds its holder's names. SSH clients'
+    addresses (``ssh_from``) are for admins only, on every server."""
+    if viewer.admin:
+        return payload
+    payload = replace(payload, servers=tuple(replace(s, ssh_from=()) for s in payload.servers))
+    if show_names:
         return payload
     own_prefix = f"{viewer.name}/"
 
@@ -144,6 +148,7 @@ class ServerView:
     cull_iso: str = ""  # the culler's earliest stop (ISO, UTC), or ""
     cull_utc: str = ""
     open_url: str = ""  # the viewer's own running server: where JupyterLab is
+    ssh: str = ""  # its open SSH sessions in words (:func:`ssh_words`); "": none
 
 
 @dataclass(frozen=True)
@@ -269,7 +274,23 @@ def server_view(
         cull_iso=iso(cull) if s.ready and s.pending != "spawn" else "",
         cull_utc=utc_text(cull) if cull else "",
         open_url=server_url(prefix, s.user, s.server) if mine and s.ready and not pending else "",
+        ssh=ssh_words(s, now),
     )
+
+
+def ssh_words(s: ServerEntry, now: datetime) -> str:
+    """``SSH: 2 sessions, 1 forward, since 3 min ago (from 203.0.113.7:51234)``; "" when
+    none is open. The addresses only where the payload still has them (admins)."""
+    if not (s.ssh_sessions or s.ssh_forwards):
+        return ""
+    parts = []
+    for n, what in ((s.ssh_sessions, "session"), (s.ssh_forwards, "forward")):
+        if n:
+            parts.append(f"{n} {what}{'' if n == 1 else 's'}")
+    text = f"SSH: {', '.join(parts)}, since {ago(s.ssh_since, now)}"
+    if s.ssh_from:
+        text += f" (from {', '.join(s.ssh_from)})"
+    return text
 
 
 def _reserved_for(r: ReservationEntry) -> str:
