@@ -200,4 +200,9 @@ if os.environ.get("JHGPU_DEMO_REGISTRY"):
 from jupyterhub_gpu.hub.extensions import configure_ssh as add_ssh  # noqa: E402
 
 add_ssh(c, port=8022, host_key_file=str(DEMO / "ssh_host_ed25519_key"))
+# batch jobs (docs/jobs.md): in a server's terminal, jupyterhub-gpu job submit --gpus 1 --
+# python train.py; output in ~/jobs/ID/output.log, listed on the dashboard
+from jupyterhub_gpu.hub.extensions import configure_jobs as add_jobs  # noqa: E402
+
+add_jobs(c)
 check_config(c)
