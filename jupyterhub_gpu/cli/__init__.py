@@ -15,9 +15,11 @@ Imports: ``core``, ``wire``, ``edges``, ``errors`` and ``cli``; never the hub or
     jupyterhub-gpu ssh ...      the SSH gateway's host key fingerprint (docs/ssh.md)
     jupyterhub-gpu job ...      a user's batch jobs: submit, list, show, logs, cancel
                                 (docs/jobs.md; works with the base install)
+    jupyterhub-gpu login        remember the hub's address and a token for job
 
 A GPU node's install (the package without the ``hub`` extra) runs ``firewall``,
-``units``, ``certs``, ``site`` and ``job``; the others need the hub's dependencies and say so.
+``units``, ``certs``, ``site``, ``job`` and ``login``; the others need the hub's
+dependencies and say so.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ COMMANDS = {
     "check-config": "check a site's configuration and every file it names, without a hub",
     "ssh": "the SSH gateway: its host key's fingerprint (fingerprint)",
     "job": "your GPU batch jobs: submit, list, show, logs, cancel",
+    "login": "remember the hub's address and a token of its token page (for job)",
 }
 #: command -> its module in this package (each has ``main(argv) -> int``)
 MODULES = {
