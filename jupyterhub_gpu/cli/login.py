@@ -5,7 +5,7 @@ install).
 It asks the hub's address and the token (not echoed), checks them with the hub (``GET
 /hub/api/user``: whose token it is), and only then stores them in
 ``$XDG_CONFIG_HOME/jupyterhub-gpu/login.json`` (default ``~/.config/jupyterhub-gpu/``),
-the folder mode 0700 and the file 0600, written whole or not at all. Bad input or a
+the folder mode 0700 and the file 0600 (from its creation). Bad input or a
 refused token: one sentence (``SystemExit``, as the other commands), nothing stored.
 ``job`` uses them when the environment has no ``JUPYTERHUB_API_TOKEN``; ``login
 --forget`` removes them.
@@ -19,7 +19,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -79,21 +78,18 @@ def clean_token(text: str) -> str:
 
 
 def save(login: Login, folder: Path) -> Path:
-    """Store ``login`` in ``folder``/login.json (folder 0700, file 0600, atomically)."""
+    """Store ``login`` in ``folder``/login.json (folder 0700, file 0600)."""
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(folder, 0o700)
-    fd, tmp = tempfile.mkstemp(prefix=".login-", dir=folder)  # mode 0600
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump({"url": login.url, "token": login.token}, f)
-            f.write("\n")
-        os.chmod(tmp, 0o600)
-        path = folder / FILE_NAME
-        os.replace(tmp, path)
-        return path
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    path = folder / FILE_NAME
+    body = json.dumps({"url": login.url, "token": login.token}) + "\n"
+    # made 0600 from the start (never readable by others, not even for a moment); not
+    # through edges/files' atomic writer, which needs the hub's install
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(f.fileno(), 0o600)
+        f.write(body)
+    return path
 
 
 def load(folder: Path) -> Login | None:
