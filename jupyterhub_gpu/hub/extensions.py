@@ -100,6 +100,9 @@ def _dashboards_read_jobs(
             scopes = list(service.get("oauth_client_allowed_scopes", []))
             if jobs_scope not in scopes:
                 service = {**service, "oauth_client_allowed_scopes": [*scopes, jobs_scope]}
+            flag = "--GPUDashboard.show_jobs=True"
+            if flag not in service.get("command", []):
+                service = {**service, "command": [*service["command"], flag]}
         out.append(service)
     return out
 

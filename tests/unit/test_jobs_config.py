@@ -51,6 +51,7 @@ def test_the_dashboards_logins_carry_the_job_scope(jobs_first: bool) -> None:
         step(c)
     services = {s["name"]: s for s in c.JupyterHub.services}
     assert services["gpu-dashboard"]["oauth_client_allowed_scopes"] == [JOBS_SCOPE]
+    assert services["gpu-dashboard"]["command"].count("--GPUDashboard.show_jobs=True") == 1
     assert "oauth_client_allowed_scopes" not in services["other"]
 
 
@@ -61,6 +62,7 @@ def test_without_jobs_the_dashboard_asks_no_job_scope() -> None:
     configure_dashboard(c)
     (service,) = c.JupyterHub.services
     assert "oauth_client_allowed_scopes" not in service
+    assert "--GPUDashboard.show_jobs=True" not in service["command"]
 
 
 def test_settings() -> None:

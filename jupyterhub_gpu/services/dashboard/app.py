@@ -71,11 +71,12 @@ class GPUDashboard(HubService):
         600.0, help="Seconds of utilisation history kept per GPU (its sparkline)."
     ).tag(config=True)
     show_jobs = Bool(
-        True,
+        False,
         help="""Whether the page lists batch jobs (docs/jobs.md): the viewer's own (an
         admin's: everyone's), read from the hub's job API with the viewer's own login, with
-        a cancel button and the last lines of their output. Shown only where the hub has
-        jobs (``configure_jobs(c)``).""",
+        a cancel button and the last lines of their output. Turned on by
+        ``configure_jobs(c)`` with ``configure_dashboard(c)`` (which also let the
+        dashboard's logins carry the job scope); on a hub without jobs it shows nothing.""",
     ).tag(config=True)
     usage_days = Int(14, help="Days of GPU-hours the usage charts show.").tag(config=True)
     usage_interval = Float(300.0, help="Seconds between two reads of the accounting database.").tag(
