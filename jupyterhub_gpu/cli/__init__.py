@@ -19,10 +19,11 @@ Imports: ``core``, ``wire``, ``edges``, ``errors`` and ``cli``; never the hub or
     jupyterhub-gpu node ...     a node joins with one command (token, join, leave, remove)
     jupyterhub-gpu hub install  a hub set up and started in one command (Quick install)
     jupyterhub-gpu db current|upgrade  the accounting database's migrations (docs/upgrade.md)
+    jupyterhub-gpu login        remember the hub's address and a token for job
 
 A GPU node's install (the package without the ``hub`` extra) runs ``firewall``,
-``units``, ``certs``, ``site``, ``node``, ``job`` and ``check-node --local``; the others
-need the hub's dependencies and say so.
+``units``, ``certs``, ``site``, ``node``, ``job``, ``login`` and ``check-node --local``; the
+others need the hub's dependencies and say so.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ COMMANDS = {
     "node": "a GPU node joins or leaves with one command (token, join, leave, remove)",
     "hub": "set up and start a hub in one command (install): docs/install.md, Quick install",
     "db": "the accounting database's migrations: db current, db upgrade",
+    "login": "remember the hub's address and a token of its token page (for job)",
 }
 #: command -> its module in this package (each has ``main(argv) -> int``)
 MODULES = {

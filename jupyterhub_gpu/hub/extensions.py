@@ -116,6 +116,31 @@ def _grant_users(roles: list[dict[str, Any]], scope: str) -> list[dict[str, Any]
     return out
 
 
+def _dashboards_read_jobs(
+    services: list[dict[str, Any]], roles: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``services`` where the dashboard's logins also carry the job scope, once jobs are
+    on (the ``user`` role has it): the dashboard lists, reads and cancels a viewer's jobs
+    with the viewer's own rights, through the hub's job API (whichever of
+    ``configure_dashboard`` and ``configure_jobs`` comes first)."""
+    jobs_scope = "custom:gpu-jobs"  # api.jobs.JOBS_SCOPE (importing it defines the scope)
+    user = next((r for r in roles if r.get("name") == "user"), {})
+    if jobs_scope not in user.get("scopes", []):
+        return services
+    out = []
+    for service in services:
+        command = " ".join(str(w) for w in service.get("command", []))
+        if "jupyterhub_gpu.services.dashboard" in command:
+            scopes = list(service.get("oauth_client_allowed_scopes", []))
+            if jobs_scope not in scopes:
+                service = {**service, "oauth_client_allowed_scopes": [*scopes, jobs_scope]}
+            flag = "--GPUDashboard.show_jobs=True"
+            if flag not in service.get("command", []):
+                service = {**service, "command": [*service["command"], flag]}
+        out.append(service)
+    return out
+
+
 def _dashboard_service(
     name: str, url: str, show_names: bool, config_file: str, accounting_url: str | None
 ) -> dict[str, Any]:
@@ -182,7 +207,10 @@ def configure_dashboard(
     if accounting_url is None and "accounting_url" in c.GPUDockerSpawner:
         accounting_url = str(c.GPUDockerSpawner.accounting_url)
     service = _dashboard_service(name, url, show_names, config_file, accounting_url)
-    hub.services = [*_value(hub, "services", []), {**service, "display": not nav_link}]
+    hub.services = _dashboards_read_jobs(
+        [*_value(hub, "services", []), {**service, "display": not nav_link}],
+        _value(hub, "load_roles", []),
+    )
     role = {
         "name": name,
         "scopes": [READ_SCOPE, ADMIN_SCOPE, "delete:servers"],
@@ -451,6 +479,7 @@ def configure_jobs(c: Config) -> None:
     elif JOBS_SCOPE not in server.get("scopes", []):
         server["scopes"] = [*server.get("scopes", []), JOBS_SCOPE]
     hub.load_roles = roles
+    hub.services = _dashboards_read_jobs(_value(hub, "services", []), roles)
     token_scopes = c.Spawner.get("server_token_scopes")
     if isinstance(token_scopes, list) and JOBS_SCOPE not in token_scopes:
         c.Spawner.server_token_scopes = [*token_scopes, JOBS_SCOPE]

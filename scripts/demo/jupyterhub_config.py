@@ -177,6 +177,13 @@ add_dashboard(c)
 add_usage(c, accounting_url=ACCOUNTING_URL)
 add_reservations(c)  # admins reserve GPUs: jupyterhub-gpu reserve (docs/scheduling.md)
 add_my_images(c)  # "My images"; saving is on when the demo has a registry (below)
+# the jupyterhub-gpu command (batch jobs) in every server: the demo image does not carry it
+# yet, so this repository's package and a small launcher are mounted read-only
+DEMO_MOUNTS = [
+    {"source": str(HERE.parents[1] / "jupyterhub_gpu"),
+     "target": "/opt/jupyterhub-gpu-cli/jupyterhub_gpu"},
+    {"source": str(HERE / "jupyterhub-gpu"), "target": "/usr/local/bin/jupyterhub-gpu"},
+]  # fmt: skip
 if os.environ.get("JHGPU_DEMO_REGISTRY"):
     c.SavedImages.registry = os.environ["JHGPU_DEMO_REGISTRY"]
     c.SavedImages.registry_url = "http://" + os.environ["JHGPU_DEMO_REGISTRY"]
@@ -184,12 +191,16 @@ if os.environ.get("JHGPU_DEMO_REGISTRY"):
     c.SavedImages.find_links = [str(DEMO / "wheels")]
     # the same wheels, read-only in every server (users pip install --user from there)
     (DEMO / "wheels").mkdir(exist_ok=True)
-    c.GPUDockerSpawner.group_mounts = {
-        "gpu-users": [{"source": str(DEMO / "wheels"), "target": "/srv/wheels"}]
-    }
+    DEMO_MOUNTS.append({"source": str(DEMO / "wheels"), "target": "/srv/wheels"})
 # the SSH gateway on 127.0.0.1:8022 (docs/ssh.md): ssh -p 8022 alice@127.0.0.1, with a key
 # in .demo/homes/alice/.ssh/authorized_keys; its host key is kept in .demo
 from jupyterhub_gpu.hub.extensions import configure_ssh as add_ssh  # noqa: E402
 
 add_ssh(c, port=8022, host_key_file=str(DEMO / "ssh_host_ed25519_key"))
+# batch jobs (docs/jobs.md): in a server's terminal, jupyterhub-gpu job submit --gpus 1 --
+# python train.py; output in ~/jobs/ID/output.log, listed on the dashboard
+from jupyterhub_gpu.hub.extensions import configure_jobs as add_jobs  # noqa: E402
+
+add_jobs(c)
+c.GPUDockerSpawner.group_mounts = {"gpu-users": DEMO_MOUNTS}
 check_config(c)

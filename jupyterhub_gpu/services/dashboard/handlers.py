@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
@@ -36,6 +37,7 @@ from jupyterhub_gpu.services.dashboard.client import HubClient, HubError
 from jupyterhub_gpu.services.dashboard.notes import record_stop
 from jupyterhub_gpu.services.dashboard.render import (
     STATIC,
+    Jobs,
     Page,
     Usage,
     render_live,
@@ -58,6 +60,7 @@ CSP = "; ".join(
         "base-uri 'none'",
     ]
 )
+JOB_ID = re.compile(r"[0-9]{1,16}(_[0-9]{1,9})?")
 LOGIN_EXPIRED = "Your login has expired or is not valid here: reload the page to log in again."
 ADMINS_ONLY = "Only admins can do this; ask one of your hub's admins."
 NOT_YOURS = "You can stop only your own servers; ask one of your hub's admins to stop others."
@@ -96,6 +99,7 @@ class Dashboard(Protocol):
     def stale_message(self) -> str: ...
     def notes_for(self, viewer: Viewer) -> list[str]: ...
     def usage_for(self, viewer: Viewer) -> Usage: ...
+    async def jobs_for(self, viewer: Viewer, user_token: str) -> Jobs: ...
 
 
 class _Handler(HubOAuthenticated, web.RequestHandler):
@@ -121,6 +125,10 @@ class _Handler(HubOAuthenticated, web.RequestHandler):
             csp = CSP.replace("script-src 'self'", "script-src 'self' " + " ".join(hashes))
             self.set_header("Content-Security-Policy", csp)
         self.finish(html)
+
+    def user_token(self) -> str:
+        """The viewer's own token for this service (from the login cookie; never logged)."""
+        return str(self.hub_auth.get_token(self) or "")
 
     def xsrf(self) -> str:
         token = self.xsrf_token
@@ -163,8 +171,9 @@ class _Handler(HubOAuthenticated, web.RequestHandler):
 
 class PageHandler(_Handler):
     @web.authenticated
-    def get(self) -> None:
+    async def get(self) -> None:
         viewer, d = self.viewer, self.dashboard
+        jobs = await d.jobs_for(viewer, self.user_token())
         html = render_page(
             d.view_for(viewer),
             d.page,
@@ -172,19 +181,22 @@ class PageHandler(_Handler):
             d.usage_for(viewer),
             stale=d.stale_message(),
             notes=d.notes_for(viewer),
+            jobs=jobs,
         )
         self.page(html)
 
 
 class LiveHandler(_Handler):
-    def get(self) -> None:
+    async def get(self) -> None:
         viewer, d = self.require_user(), self.dashboard
+        jobs = await d.jobs_for(viewer, self.user_token())
         html = render_live(
             d.view_for(viewer),
             d.page,
             self.xsrf(),
             stale=d.stale_message(),
             notes=d.notes_for(viewer),
+            jobs=jobs,
         )
         self.finish(html)
 
@@ -273,6 +285,20 @@ class DrainHandler(_Handler):
         self.answer(200, message)
 
 
+class CancelJobHandler(_Handler):
+    async def post(self) -> None:
+        viewer, d = self.require_user(), self.dashboard
+        job_id = self.get_body_argument("job", "")
+        if not JOB_ID.fullmatch(job_id):
+            return self.answer(400, "That is not a job's number; use the button of its row.")
+        try:
+            message = await d.client().cancel_job(self.user_token(), job_id)
+        except HubError as e:
+            return self.answer(e.status, str(e))
+        d.log.info("%s cancelled job %s from the dashboard", viewer.name, job_id)
+        self.answer(200, message)
+
+
 class CallbackHandler(HubOAuthCallbackHandler):
     def initialize(self, dashboard: Dashboard) -> None:
         self.hub_auth = dashboard.hub_auth
@@ -290,6 +316,7 @@ def make_app(dashboard: Dashboard, cookie_secret: bytes | None = None) -> web.Ap
             (prefix + "api/cluster", ClusterJSONHandler, args),
             (prefix + "actions/stop", StopHandler, args),
             (prefix + "actions/drain", DrainHandler, args),
+            (prefix + "actions/cancel-job", CancelJobHandler, args),
             (prefix + "oauth_callback", CallbackHandler, args),
         ],
         cookie_secret=cookie_secret or os.urandom(32),

@@ -10,6 +10,7 @@ from typing import Any
 
 import jinja2
 
+from jupyterhub_gpu.core.dashboard.jobs import JobRow
 from jupyterhub_gpu.core.dashboard.view import ClusterView, ServerView, Viewer
 from jupyterhub_gpu.edges import hub_page
 from jupyterhub_gpu.services.dashboard.usage import UsageCharts
@@ -64,8 +65,24 @@ class Usage:
     days: int = 14
 
 
+@dataclass(frozen=True)
+class Jobs:
+    """The page's list of batch jobs."""
+
+    rows: Sequence[JobRow] = ()
+    everyone: bool = False  # an admin's list (with owners)
+    message: str = ""  # why there is no list, as a sentence
+    shown: bool = True  # False: the hub has no jobs, no section
+
+
 def render_live(
-    view: ClusterView, page: Page, xsrf: str, *, stale: str = "", notes: Sequence[str] = ()
+    view: ClusterView,
+    page: Page,
+    xsrf: str,
+    *,
+    stale: str = "",
+    notes: Sequence[str] = (),
+    jobs: Jobs = Jobs(shown=False),
 ) -> str:
     """The live part (what the page's poll replaces)."""
     return (
@@ -77,6 +94,7 @@ def render_live(
             xsrf=xsrf,
             stale=stale,
             notes=list(notes),
+            jobs=jobs,
         )
     )
 
@@ -89,6 +107,7 @@ def render_page(
     *,
     stale: str = "",
     notes: Sequence[str] = (),
+    jobs: Jobs = Jobs(shown=False),
 ) -> str:
     """The whole page (first paint)."""
     return (
@@ -105,6 +124,7 @@ def render_page(
             xsrf=xsrf,
             stale=stale,
             notes=list(notes),
+            jobs=jobs,
             everyone=usage.everyone,
             mine=usage.mine,
             usage_message=usage.message,
