@@ -149,7 +149,8 @@ def save_in_the_browser(
 
 def restart_in_the_browser(hub: Hub, user: str, image: str) -> None:
     """On My images, the image's "Restart with this image" (her default server runs):
-    confirmed, the page leaves for the server's progress page."""
+    confirmed, the page leaves for the server's progress page (or, when the restart is
+    done within the hub's slow-spawn timeout, straight for the server itself)."""
     with chromium_page(timeout_s=60) as page:
         hub_login(page, hub.url, user, "any password")
         page.goto(f"{hub.url}/hub/my-images")
@@ -159,7 +160,9 @@ def restart_in_the_browser(hub: Hub, user: str, image: str) -> None:
         screenshot(page, "first-hour-my-images-after")
         page.once("dialog", lambda dialog: dialog.accept())
         button.click()
-        page.wait_for_url(lambda url: "/hub/spawn-pending/" in url, timeout=120_000)
+        page.wait_for_url(
+            lambda url: "/hub/spawn-pending/" in url or f"/user/{user}/" in url, timeout=120_000
+        )
 
 
 def display_name(slug: str) -> str:
