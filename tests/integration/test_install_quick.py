@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import socket
 import ssl
 import subprocess
 import sys
@@ -44,6 +45,7 @@ import httpx
 import pytest
 import yaml
 
+from jupyterhub_gpu.cli.join_service import JOIN_PORT
 from tests.ldap_fixture import DEMO_PASSWORDS, LDAPServer, start_ldap_server
 from tests.support import install_guide as guide
 from tests.support import systemctl_standin
@@ -193,6 +195,16 @@ def test_the_quick_install_from_the_wheel_to_alices_server_on_a_joined_node(
 
         log = hub / "run/hub.log"
         wait_until(hub_answers, 90, "the hub's API", details=lambda: log.read_text()[-4000:])
+
+        def join_service_listens() -> bool:  # a service the hub starts after its API
+            try:
+                socket.create_connection((SITE_ADDRESS, JOIN_PORT), timeout=2).close()
+            except OSError:
+                return False
+            return True
+
+        wait_until(join_service_listens, 90, "the hub's join service",
+                   details=lambda: log.read_text()[-4000:])  # fmt: skip
         # what node token printed: the install line, then a join line per node, shaped
         # as the guide shows them
         shown = guide.commands(steps[2])
