@@ -36,7 +36,7 @@ from tests.support.waiting import wait_until
 pytestmark = pytest.mark.integration
 NODE = BareNode(3)
 PY = sys.executable
-PORT = 9451
+PORT = 9452  # not the default 9451: test_install_quick's hub serves that one, maybe at once
 
 
 def jhgpu(*args: str, env: dict[str, str] | None = None, wrap: list[str] | None = None,
@@ -54,7 +54,7 @@ class Hub:
 
     def token(self, *args: str) -> str:
         done = jhgpu("node", "token", "--etc", str(self.site.etc), "--state",
-                     str(self.site.state), *args)  # fmt: skip
+                     str(self.site.state), "--port", str(PORT), *args)  # fmt: skip
         assert done.returncode == 0, done.stderr
         lines = done.stdout.strip().splitlines()
         assert len(lines) == 1 and " node join " in lines[0], done.stdout  # no wheel kept here
@@ -77,7 +77,8 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     log = open(tmp / "join-service.log", "wb")  # noqa: SIM115 - closed with the process
     serve = subprocess.Popen(
         [PY, "-m", "jupyterhub_gpu.cli", "node", "serve", "--etc", str(site.etc), "--state",
-         str(site.state), "--address", settings.address, "--home-root", settings.home_root],
+         str(site.state), "--address", settings.address, "--port", str(PORT), "--home-root",
+         settings.home_root],
         env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
 
