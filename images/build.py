@@ -15,12 +15,13 @@ Examples (from anywhere; the engine is DOCKER_HOST's, or --docker-host's):
         --registry 10.250.0.1:5000 --push
 
 Each entry's ``build`` section names its Dockerfile (under images/) and build args.
-``--base`` replaces BASE_IMAGE; ``--minimal`` skips the framework and apt packages
-(FRAMEWORK_PIP="", FRAMEWORK_PIP_PRE="", APT_PACKAGES="") for a quick test image;
+``--base`` replaces BASE_IMAGE; ``--minimal`` skips the framework, the apt packages and
+VS Code in the browser (FRAMEWORK_PIP="", FRAMEWORK_PIP_PRE="", APT_PACKAGES="",
+VSCODE_IN_BROWSER=no) for a quick test image;
 JUPYTERHUB_VERSION defaults to the JupyterHub installed beside this script's Python
 (so the image matches the hub). With ``--pip-cert`` the build context is a temporary
-copy of images/common, the Dockerfile and the CA bundle (as pip-ca.crt), and pip in
-the build trusts it; otherwise the context is images/ itself.
+copy of images/common, images/vscode, the Dockerfile and the CA bundle (as pip-ca.crt),
+and pip (and npm) in the build trust it; otherwise the context is images/ itself.
 
 ``--registry HOST[:PORT][/PATH]`` prefixes every tag (``jupyterhub-gpu/pytorch:2.8.0-...``
 becomes ``HOST:PORT/jupyterhub-gpu/pytorch:2.8.0-...``); ``--push`` pushes each image after
@@ -43,7 +44,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 CERT_NAME = "pip-ca.crt"
 CERT_IN_IMAGE = f"/opt/jupyterhub-gpu/{CERT_NAME}"
-MINIMAL_ARGS = {"FRAMEWORK_PIP": "", "FRAMEWORK_PIP_PRE": "", "APT_PACKAGES": ""}
+MINIMAL_ARGS = {
+    "FRAMEWORK_PIP": "",
+    "FRAMEWORK_PIP_PRE": "",
+    "APT_PACKAGES": "",
+    "VSCODE_IN_BROWSER": "no",  # no code-server (images/vscode): minutes saved
+}
+# the folders of images/ every Dockerfile may COPY (install and start scripts)
+SHARED_FOLDERS = ("common", "vscode")
 
 try:
     from jupyterhub_gpu.core.catalog import CatalogEntry
@@ -63,7 +71,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--list", action="store_true", help="list buildable slugs and exit")
     p.add_argument("--base", metavar="IMAGE", help="override BASE_IMAGE for every build")
     p.add_argument("--tag", help="tag to build instead of the catalog's (one entry only)")
-    p.add_argument("--minimal", action="store_true", help="skip framework and apt packages")
+    p.add_argument(
+        "--minimal",
+        action="store_true",
+        help="skip framework, apt packages and VS Code in the browser",
+    )
     p.add_argument(
         "--build-arg", action="append", default=[], metavar="KEY=VALUE", help="extra build arg"
     )
@@ -187,9 +199,11 @@ def docker_command(
 
 
 def make_context(entry: CatalogEntry, cert: Path, where: Path) -> Path:
-    """A temporary context: images/common, the entry's Dockerfile, the CA bundle."""
+    """A temporary context: images/common and images/vscode, the entry's Dockerfile, the
+    CA bundle."""
     assert entry.build is not None
-    shutil.copytree(HERE / "common", where / "common")
+    for folder in SHARED_FOLDERS:
+        shutil.copytree(HERE / folder, where / folder)
     target = where / entry.build.dockerfile
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(HERE / entry.build.dockerfile, target)
@@ -223,7 +237,8 @@ def build_image(entry: CatalogEntry, opts: argparse.Namespace) -> int:
         print(shlex.join(cmd), flush=True)
         return 0 if opts.dry_run else subprocess.run(cmd, check=False).returncode
     if opts.dry_run:
-        context = f"<temp context: images/common, {entry.build.dockerfile}, {CERT_NAME}>"
+        shared = ", ".join(f"images/{f}" for f in SHARED_FOLDERS)
+        context = f"<temp context: {shared}, {entry.build.dockerfile}, {CERT_NAME}>"
         print(shlex.join(docker_command(entry, opts, f"{context}/Dockerfile", context)))
         return 0
     with tempfile.TemporaryDirectory(prefix="jhgpu-build-") as tmp:

@@ -12,6 +12,8 @@
 #   --port PORT      TCP port                                  [LDAP_PORT, 3890]
 #   --suffix DN      base DN of the directory                  [LDAP_SUFFIX, dc=example,dc=org]
 #   --ldif FILE      entries to load on first start; repeatable [scripts/ldap/demo.ldif]
+#   --schema FILE    one more schema (cn=config LDIF, e.g. scripts/ldap/openssh-lpk.ldif)
+#                    loaded on first start after the built-in ones; repeatable
 #   --admin-password PW   password of cn=admin,<suffix>; default: random, kept in
 #                    DIR/admin.password (mode 0600)            [LDAP_ADMIN_PASSWORD]
 #   --tls-cert FILE --tls-key FILE   a PEM certificate (chain) and key: StartTLS on the
@@ -41,12 +43,13 @@ TLS_CERT=${LDAP_TLS_CERT:-}
 TLS_KEY=${LDAP_TLS_KEY:-}
 LDAPS_PORT=${LDAPS_PORT:-}
 LDIFS=()
+SCHEMAS=()
 MARKER=.jupyterhub-gpu-ldap
 
 log() { printf '[ldap-server] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-usage() { sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,33p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 
 parse_args() {
   while (($#)); do
@@ -56,6 +59,7 @@ parse_args() {
       --port) PORT=$2; shift 2 ;;
       --suffix) SUFFIX=$2; shift 2 ;;
       --ldif) LDIFS+=("$2"); shift 2 ;;
+      --schema) SCHEMAS+=("$(realpath "$2")"); shift 2 ;;
       --admin-password) ADMIN_PASSWORD=$2; shift 2 ;;
       --tls-cert) TLS_CERT=$2; shift 2 ;;
       --tls-key) TLS_KEY=$2; shift 2 ;;
@@ -147,6 +151,7 @@ include: file:///etc/ldap/schema/cosine.ldif
 include: file:///etc/ldap/schema/nis.ldif
 
 include: file:///etc/ldap/schema/inetorgperson.ldif
+$(for f in ${SCHEMAS[@]+"${SCHEMAS[@]}"}; do printf '\ninclude: file://%s\n' "$f"; done)
 
 dn: olcDatabase={-1}frontend,cn=config
 objectClass: olcDatabaseConfig
@@ -177,7 +182,7 @@ EOF
 
 initialise() {
   local f
-  for f in "${LDIFS[@]}"; do [[ -r $f ]] || die "cannot read LDIF $f"; done
+  for f in "${LDIFS[@]}" ${SCHEMAS[@]+"${SCHEMAS[@]}"}; do [[ -r $f ]] || die "cannot read LDIF $f"; done
   if [[ -z $ADMIN_PASSWORD ]]; then
     if [[ -s $DIR/admin.password ]]; then
       ADMIN_PASSWORD=$(cat "$DIR/admin.password")

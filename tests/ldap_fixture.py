@@ -6,7 +6,8 @@ Import the session fixture in ``tests/conftest.py``::
 
 ``ldap_server`` yields a running :class:`LDAPServer` loaded with ``scripts/ldap/demo.ldif``
 (alice, bob, carol, dave without uidNumber, erin outside gpu-users; passwords in
-:data:`DEMO_PASSWORDS`) on a free loopback port, with its state under pytest's temporary
+:data:`DEMO_PASSWORDS`; the openssh-lpk schema, :data:`LPK_SCHEMA`, for
+``sshPublicKey``) on a free loopback port, with its state under pytest's temporary
 folder, and stops it at the end of the session. :func:`make_ldap_server_fixture` makes
 another one (another scope or LDIF); :func:`start_ldap_server` is the plain function.
 slapd and ldap-utils must be installed (``apt-get install -y slapd ldap-utils``); without
@@ -37,6 +38,8 @@ from tests.support.waiting import wait_until
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "ldap-server.sh"
 DEMO_LDIF = REPO / "scripts" / "ldap" / "demo.ldif"
+#: the openssh-lpk schema (``sshPublicKey``), loaded by every test slapd
+LPK_SCHEMA = REPO / "scripts" / "ldap" / "openssh-lpk.ldif"
 SUFFIX = "dc=example,dc=org"
 
 #: The demo directory's users and their (public) passwords.
@@ -208,6 +211,7 @@ def start_ldap_server(
     ldifs: Sequence[Path] = (DEMO_LDIF,),
     suffix: str = SUFFIX,
     tls: tuple[Path, Path] | None = None,
+    schemas: Sequence[Path] = (LPK_SCHEMA,),
 ) -> LDAPServer:
     """Start (or reuse) a slapd with its state in ``state_dir``; see scripts/ldap-server.sh.
 
@@ -224,6 +228,8 @@ def start_ldap_server(
     cmd += ["--port", str(port or free_port(host))]
     for ldif in ldifs:
         cmd += ["--ldif", str(ldif)]
+    for schema in schemas:
+        cmd += ["--schema", str(schema)]
     if tls is not None:
         cmd += ["--tls-cert", str(tls[0]), "--tls-key", str(tls[1])]
         cmd += ["--ldaps-port", str(free_port(host))]

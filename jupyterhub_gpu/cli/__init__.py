@@ -12,12 +12,18 @@ Imports: ``core``, ``wire``, ``edges``, ``errors`` and ``cli``; never the hub or
     jupyterhub-gpu firewall ... the node firewall (shipped in the package)
     jupyterhub-gpu check-config a site's configuration and its files, without a hub
                                 (docs/install.md)
+    jupyterhub-gpu check-ldap USER  bind as the hub does and look the user up (docs/auth.md)
     jupyterhub-gpu ssh ...      the SSH gateway's host key fingerprint (docs/ssh.md)
     jupyterhub-gpu job ...      a user's batch jobs: submit, list, show, logs, cancel
                                 (docs/jobs.md; works with the base install)
+    jupyterhub-gpu node ...     a node joins with one command (token, join, leave, remove)
+    jupyterhub-gpu hub install  a hub set up and started in one command (Quick install)
+    jupyterhub-gpu db current|upgrade  the accounting database's migrations (docs/upgrade.md)
+    jupyterhub-gpu login        remember the hub's address and a token for job
 
 A GPU node's install (the package without the ``hub`` extra) runs ``firewall``,
-``units``, ``certs``, ``site`` and ``job``; the others need the hub's dependencies and say so.
+``units``, ``certs``, ``site``, ``node``, ``job``, ``login`` and ``check-node --local``; the
+others need the hub's dependencies and say so.
 """
 
 from __future__ import annotations
@@ -34,8 +40,13 @@ COMMANDS = {
     "units": "install the systemd units of the hub, or of a node's agent and firewall",
     "firewall": "apply (or --dry-run, --remove) the node firewall for the user bridge",
     "check-config": "check a site's configuration and every file it names, without a hub",
+    "check-ldap": "bind as the hub does and look a user up in LDAP (check-ldap USER)",
     "ssh": "the SSH gateway: its host key's fingerprint (fingerprint)",
     "job": "your GPU batch jobs: submit, list, show, logs, cancel",
+    "node": "a GPU node joins or leaves with one command (token, join, leave, remove)",
+    "hub": "set up and start a hub in one command (install): docs/install.md, Quick install",
+    "db": "the accounting database's migrations: db current, db upgrade",
+    "login": "remember the hub's address and a token of its token page (for job)",
 }
 #: command -> its module in this package (each has ``main(argv) -> int``)
 MODULES = {
@@ -43,7 +54,9 @@ MODULES = {
     "certs": "certs",
     "units": "units",
     "check-config": "check",
+    "check-ldap": "check_ldap",
     "ssh": "ssh_gateway",
+    "hub": "hub_install",
 }
 HUB_INSTALL = "pip install 'jupyterhub-gpu[hub]'"
 
@@ -75,9 +88,17 @@ def _run(command: str, argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if args[:1] in (["--version"], ["-V"]):
+        from jupyterhub_gpu import __version__
+
+        print(f"jupyterhub-gpu {__version__}")
+        return 0
     if not args or args[0] in ("-h", "--help") or args[0] not in COMMANDS:
         known = "\n".join(f"  {name:12s} {what}" for name, what in COMMANDS.items())
-        print(f"usage: jupyterhub-gpu COMMAND [options]\n\ncommands:\n{known}", file=sys.stderr)
+        print(
+            f"usage: jupyterhub-gpu COMMAND [options] | --version\n\ncommands:\n{known}",
+            file=sys.stderr,
+        )
         return 0 if args and args[0] in ("-h", "--help") else 2
     return _run(args[0], args[1:])
 

@@ -119,14 +119,16 @@ def issue(
     *,
     server_names: list[str] | None = None,
     client: bool = False,
+    key: ec.EllipticCurvePrivateKey | None = None,
 ) -> tuple[bytes, bytes]:
     """A leaf certificate signed by the CA: a server's (``server_names`` become its
-    subjectAltName) or a client's. Returns (certificate PEM, key PEM)."""
+    subjectAltName) or a client's, for ``key`` (default: a new one). Returns (certificate
+    PEM, key PEM)."""
     ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
     ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise ConfigError("the CA key is not an EC key made by `jupyterhub-gpu certs ca`")
-    key = _key()
+    key = key or _key()
     now = _now()
     usage = [ExtendedKeyUsageOID.CLIENT_AUTH] if client else [ExtendedKeyUsageOID.SERVER_AUTH]
     builder = (
@@ -231,6 +233,87 @@ def make_node_cert(
     return [folder / "ca.pem", cert_path, key_path]
 
 
+def not_after(path: Path) -> dt.datetime:
+    """When the certificate at ``path`` expires (UTC); OSError or ValueError if unreadable."""
+    return x509.load_pem_x509_certificate(path.read_bytes()).not_valid_after_utc
+
+
+def renew_cert(site: Site, cert_path: Path, key_path: Path, rotate_key: bool) -> dt.datetime:
+    """The certificate at ``cert_path`` issued again by the site's CA for another
+    :data:`CERT_DAYS`: the same name, subjectAltName and use, the same key (a new one with
+    ``rotate_key``). Both files are replaced together; returns the new expiry."""
+    ca_cert, ca_key = _read_ca(site)
+    try:
+        old = x509.load_pem_x509_certificate(cert_path.read_bytes())
+        key = (
+            None
+            if rotate_key
+            else serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+        )
+    except FileNotFoundError as e:
+        raise ConfigError(
+            f"{e.filename} does not exist: there is nothing to renew; make it with "
+            "jupyterhub-gpu certs hub|node"
+        ) from None
+    except ValueError as e:
+        raise ConfigError(f"{cert_path} or its key cannot be read ({e}); make it again") from None
+    if key is not None and not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise ConfigError(f"{key_path} is not an EC key made by jupyterhub-gpu certs")
+    names = old.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    try:
+        san = old.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        server_names: list[str] | None = [str(n.value) for n in san]
+    except x509.ExtensionNotFound:
+        server_names = None
+    usage = old.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    cert, key_pem = issue(
+        ca_cert,
+        ca_key,
+        str(names[0].value) if names else cert_path.parent.name,
+        server_names=server_names,
+        client=ExtendedKeyUsageOID.CLIENT_AUTH in list(usage),
+        key=key,
+    )
+    write_all({cert_path: (cert, 0o644), key_path: (key_pem, SECRET_MODE)})
+    return not_after(cert_path)
+
+
+def renew(site: Site, what: str, name: str | None, rotate_key: bool) -> list[str]:
+    """``certs renew hub|node NAME|all``: what was renewed and what to do next, a line each."""
+    targets: list[tuple[str, Path, Path]] = []
+    if what in ("hub", "all"):
+        targets.append(("the hub's client certificate", site.hub_cert, site.hub_key))
+    if what == "node":
+        if not name:
+            raise ConfigError("certs renew node needs the node's NAME")
+        folder = site.node_dir(name)
+        targets.append((f"{name}'s certificate", folder / "cert.pem", folder / "key.pem"))
+    if what == "all" and (site.tls / "nodes").is_dir():
+        for folder in sorted(p for p in (site.tls / "nodes").iterdir() if p.is_dir()):
+            targets.append(
+                (f"{folder.name}'s certificate", folder / "cert.pem", folder / "key.pem")
+            )
+    said = []
+    for label, cert, key in targets:
+        until = renew_cert(site, cert, key, rotate_key)
+        kept = "a new key" if rotate_key else "the same key"
+        said.append(f"renewed {label} until {until:%Y-%m-%d} ({kept}): {cert}")
+        if cert.parent.parent == site.tls / "nodes":
+            node = cert.parent.name
+            said.append(
+                f"  then copy {cert.parent}/cert.pem"
+                + (" and key.pem" if rotate_key else "")
+                + f" to {node}:{site.tls}/ and run there: systemctl restart docker "
+                "jupyterhub-gpu-agent"
+            )
+    if any(c == site.hub_cert for _, c, _ in targets):
+        said.append(
+            "  then restart the hub when convenient (systemctl restart jupyterhub-gpu-hub; "
+            "users' servers keep running)"
+        )
+    return said
+
+
 def daemon_json(address: str, tls_dir: Path) -> str:
     """The node's /etc/docker/daemon.json: its engine on the unix socket and on TCP+TLS
     (client certificates required)."""
@@ -307,10 +390,23 @@ def main(argv: list[str]) -> int:
     node.add_argument("--dns", action="append", default=[], help="another name (repeat)")
     for q in (ca, hub, node):
         q.add_argument("--force", action="store_true", help="replace an existing one")
+    again = sub.add_parser(
+        "renew",
+        help=f"issue a certificate again for {CERT_DAYS} days (same names; same key unless "
+        "--rotate-key)",
+    )
+    again.add_argument("what", choices=["hub", "node", "all"], help="all: the hub and every node")
+    again.add_argument("name", nargs="?", help="the node's name (with node)")
+    again.add_argument("--rotate-key", action="store_true", help="a new key as well")
+    for q in (ca, hub, node, again):
         q.add_argument("--etc", type=Path, default=argparse.SUPPRESS, help="as above")
     args = p.parse_args(argv)
     site = Site(etc=args.etc.absolute())
     try:
+        if args.action == "renew":
+            for line in renew(site, args.what, args.name, args.rotate_key):
+                print(line)
+            return 0
         if args.action == "ca":
             made = make_site_ca(site, args.force)
         elif args.action == "hub":

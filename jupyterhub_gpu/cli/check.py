@@ -8,9 +8,10 @@ is a problem of its own. Then every file the configuration names must exist and 
 readable: the site's secrets (and be readable by their owner only), the cookie secret,
 the TLS files of every node (``nodes`` and the nodes file), the agents' CA, the hub's TLS
 certificate, the nodes file, the catalog, the inventory; the folders of the databases
-and the culler's files must exist. Keys of JupyterHub's own sections (``JupyterHub``,
-``Authenticator``, ``Spawner``, ``ConfigurableHTTPProxy``, ``CryptKeeper``) are checked
-by name too.
+and the culler's files must exist. Every section must be a class the hub runs, and every
+key a setting of it or of a class extending it; example hosts and a loopback hub address
+with remote nodes are named (``check_values``). A syntax error is one sentence with its
+line, and a bad nodes file one line naming it.
 
 Each problem is one sentence naming the file and what to do; the exit status is 1 when
 there is any (the hub's unit runs this before each start), 0 when there is none.
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import difflib
 import importlib
 import shutil
 import stat
@@ -30,6 +30,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from jupyterhub_gpu.cli.check_values import placeholder_problems, section_problems
 from jupyterhub_gpu.cli.layout import DEFAULT_ETC, DEFAULT_STATE, Site
 from jupyterhub_gpu.errors import ConfigError
 
@@ -38,14 +39,6 @@ HUB_INSTALL = "pip install 'jupyterhub-gpu[hub]'"
 RELATIVE_DEFAULTS = {
     "JupyterHub.db_url": "sqlite:///jupyterhub.sqlite",
     "GPUCluster.accounting_url": "sqlite:///jupyterhub-gpu-accounting.sqlite",
-}
-#: JupyterHub's own sections whose keys are checked by name (ours: check_config)
-JUPYTERHUB_SECTIONS = {
-    "JupyterHub": "jupyterhub.app:JupyterHub",
-    "Authenticator": "jupyterhub.auth:Authenticator",
-    "Spawner": "jupyterhub.spawner:Spawner",
-    "ConfigurableHTTPProxy": "jupyterhub.proxy:ConfigurableHTTPProxy",
-    "CryptKeeper": "jupyterhub.crypto:CryptKeeper",
 }
 
 
@@ -123,8 +116,9 @@ def _section(config: Any, *names: str) -> dict[str, Any]:
     return merged
 
 
-def _named_files(site: Site, config: Any, config_path: Path) -> Iterator[tuple[Path, str, bool]]:
-    """(path, what it is, is it a secret) for every file the configuration names."""
+def _named_files(site: Site, config: Any, s: Mapping[str, Any]) -> Iterator[tuple[Path, str, bool]]:
+    """(path, what it is, is it a secret) for every file the configuration names (``s``:
+    the spawner's settings)."""
     hub = _section(config, "JupyterHub")
     if hub.get("cookie_secret_file"):
         yield Path(hub["cookie_secret_file"]), "JupyterHub.cookie_secret_file", True
@@ -132,7 +126,6 @@ def _named_files(site: Site, config: Any, config_path: Path) -> Iterator[tuple[P
         yield Path(hub["ssl_cert"]), "JupyterHub.ssl_cert", False
     if hub.get("ssl_key"):
         yield Path(hub["ssl_key"]), "JupyterHub.ssl_key", True
-    s = _section(config, "Spawner", "DockerSpawner", "GPUDockerSpawner", "GPUCluster")
     for key in ("nodes_file", "catalog_file", "inventory_file"):
         if s.get(key):
             yield Path(s[key]), f"GPUCluster.{key}", False
@@ -215,23 +208,28 @@ def _calls_check_config(config_path: Path) -> bool:
     return False
 
 
-def _key_problems(config: Any, config_path: Path) -> list[str]:
-    found = []
-    for section, where in JUPYTERHUB_SECTIONS.items():
-        if section not in config:
-            continue
-        module, _, name = where.partition(":")
-        known = sorted(getattr(importlib.import_module(module), name).class_traits(config=True))
-        for key in sorted(config[section]):
-            if key[:1].isupper() or key in known:
-                continue
-            close = difflib.get_close_matches(key, known, n=1)
-            hint = f"did you mean c.{section}.{close[0]}? " if close else ""
-            found.append(
-                f"{config_path}: c.{section}.{key} is not a setting of {name}: {hint}"
-                "fix the key, or remove the line."
-            )
-    return found
+def nodes_file_problem(s: Mapping[str, Any]) -> list[str]:
+    """The nodes file's first problem, as one sentence naming the file (the hub's parser):
+    one bad field is one line, not a line for each check that depends on the nodes."""
+    path = s.get("nodes_file")
+    if not path or not Path(path).is_file():
+        return []
+    from jupyterhub_gpu.edges.adminfiles import load_nodes_file
+    from jupyterhub_gpu.wire.nodes_file import parse_nodes
+
+    try:
+        entries = load_nodes_file(str(path))
+        if entries:
+            parse_nodes(entries)
+    except ConfigError as e:
+        said = " ".join(str(e).split()).removeprefix(f"{path}: ")
+        return [f"{path}: {said}; fix that entry (fields: docs/nodes.md)."]
+    return []
+
+
+def _about_nodes(problem: str, nodes_file: str) -> bool:
+    """A problem the hub's check_config raised about the nodes (said by nodes_file_problem)."""
+    return ": nodes" in problem or "nodes file" in problem or nodes_file in problem
 
 
 def _load_problem(e: BaseException, config_path: Path, reported: set[Path]) -> str | None:
@@ -253,7 +251,7 @@ def _load_problem(e: BaseException, config_path: Path, reported: set[Path]) -> s
         return f"{e.filename} (read by {config_path}) cannot be read ({e.strerror}): put it there."
     frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == str(config_path)]
     line = f", line {frames[-1].lineno}" if frames else ""
-    return f"{config_path}{line}: {type(e).__name__}: {e}; fix that line."
+    return f"{config_path}{line}: {e or type(e).__name__}; fix that line."
 
 
 def check(site: Site, config_path: Path) -> list[str]:
@@ -263,28 +261,44 @@ def check(site: Site, config_path: Path) -> list[str]:
         return problems
     reported: set[Path] = set()
     problems += _secret_problems(site, config_path, reported)
+    text = config_path.read_text(errors="replace")
+    try:
+        ast.parse(text, str(config_path))
+    except SyntaxError as e:
+        return [*problems, f"{config_path}, line {e.lineno}: {e.msg}: fix that line."]
     try:
         importlib.import_module("jupyterhub")
     except ImportError:
         return [*problems, f"{config_path}: the hub is not installed here ({HUB_INSTALL})."]
     config, said = _load_config(config_path, reported)
-    problems += said
+    s = _section(config, "Spawner", "DockerSpawner", "GPUDockerSpawner", "GPUCluster")
+    bad_nodes = nodes_file_problem(s)
+    if bad_nodes:  # one line for it: not the hub's error too, nor what follows from it
+        said = [p for p in said if not _about_nodes(p, str(s["nodes_file"]))]
+        s = {k: v for k, v in s.items() if k != "nodes_file"}
+    problems += [*bad_nodes, *said]
     if not _calls_check_config(config_path):
         problems.append(
             f"{config_path} does not call check_config(c): add `from jupyterhub_gpu.hub.config "
             "import check_config` and `check_config(c)` at its end, so that the hub refuses a "
             "bad configuration at start."
         )
-    problems += _key_problems(config, config_path)
-    for path, what, secret in _named_files(site, config, config_path):
+    problems += section_problems(config, config_path, text, "\n".join(said))
+    for path, what, secret in _named_files(site, config, s):
         if path in reported:
             continue
         reported.add(path)
         problems += file_problems(path, what, _fix(site, path), secret=secret)
-    s = _section(config, "Spawner", "DockerSpawner", "GPUDockerSpawner", "GPUCluster")
-    problems += _empty_nodes_problems(site, s)
-    problems += node_certificate_problems(site, s)
+    problems += placeholder_problems(config, config_path, text, _nodes(s))
     hub = _section(config, "JupyterHub")
+    # with the join service (configure_join), nodes join a running hub: none yet is fine
+    joins = any(
+        isinstance(svc, Mapping) and "node serve" in " ".join(map(str, svc.get("command", [])))
+        for svc in hub.get("services") or []
+    )
+    if not joins:
+        problems += _empty_nodes_problems(site, s)
+    problems += node_certificate_problems(site, s)
     problems += _database_problems(site, config_path, hub, s, reported)
     if not hub.get("cookie_secret_file") and not hub.get("cookie_secret"):
         problems.append(
@@ -375,7 +389,7 @@ def _spawner_folder_problems(s: Mapping[str, Any], reported: set[Path]) -> list[
     for key in ("cull_notes_file", "cull_deadlines_file", "cull_warnings_file", "drains_file"):
         if s.get(key) and Path(s[key]).parent not in reported:  # each folder once
             reported.add(Path(s[key]).parent)
-            problems += folder_problems(Path(s[key]), f"GPUDockerSpawner.{key}")
+            problems += folder_problems(Path(s[key]), f"GPUCluster.{key}")
     return problems
 
 

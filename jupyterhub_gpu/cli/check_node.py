@@ -24,6 +24,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,6 +35,7 @@ import docker
 from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
+from jupyterhub_gpu.cli.layout import DEFAULT_ETC
 from jupyterhub_gpu.core import nodecheck as rules
 from jupyterhub_gpu.core.homes import template_root
 from jupyterhub_gpu.core.inventory import NodeInventory
@@ -61,7 +63,7 @@ from jupyterhub_gpu.errors import ConfigError
 from jupyterhub_gpu.wire.catalog_file import default_catalog_path
 from jupyterhub_gpu.wire.nodes_file import NodeSpec, default_node, parse_nodes
 
-GROUPS = ("user-network", "firewall", "gpu", "agent", "home", "catalog", "mps")
+GROUPS = ("user-network", "firewall", "gpu", "agent", "home", "catalog", "mps", "certificates")
 SPAWNERS = ("GPUDockerSpawner", "DockerSpawner", "Spawner")
 #: where a cluster-wide key is read: c.GPUCluster, else (deprecated) the spawner's
 SITE = ("GPUCluster", "GPUDockerSpawner")
@@ -172,6 +174,66 @@ def settings_from(config: Config, args: argparse.Namespace) -> CheckSettings:
     )
 
 
+def _cert(what: str, path: Path, renew: str) -> rules.CertFacts:
+    from jupyterhub_gpu.cli.certs import not_after
+
+    try:
+        return rules.CertFacts(what, str(path), not_after(path).timestamp(), renew=renew)
+    except (OSError, ValueError) as e:
+        reason = getattr(e, "strerror", None) or str(e)
+        return rules.CertFacts(what, str(path), None, reason[:200], renew)
+
+
+def hub_certificates(spec: NodeSpec) -> list[rules.CertFacts]:
+    """The certificates of a node's connections from the hub: the site CA, the hub's
+    client certificate, and the node's server certificate as the hub made it
+    (``certs node``: ETC/tls/nodes/NAME/cert.pem beside the CA), each with its renewal."""
+    if not spec.tls:
+        return []
+    ca = Path(spec.tls["ca_cert"])
+    etc = ca.parent.parent
+    found = [
+        _cert(
+            "the site's CA",
+            ca,
+            f"make a new CA and every certificate (jupyterhub-gpu certs ca --force --etc {etc}, "
+            "then certs hub and certs node NAME for each node)",
+        ),
+        _cert(
+            "the hub's client certificate",
+            Path(spec.tls["client_cert"]),
+            f"jupyterhub-gpu certs renew hub --etc {etc}",
+        ),
+    ]
+    node_cert = ca.parent / "nodes" / spec.name / "cert.pem"
+    if node_cert.is_file():
+        found.append(
+            _cert(
+                "the node's certificate",
+                node_cert,
+                f"jupyterhub-gpu certs renew node {spec.name} --etc {etc}, then copy "
+                f"{node_cert} to the node's {etc}/tls/ and restart docker and "
+                "jupyterhub-gpu-agent there",
+            )
+        )
+    return found
+
+
+def local_certificates(etc: Path, name: str) -> list[rules.CertFacts]:
+    """On a node: the certificate its Docker API and agent serve (``ETC/tls/cert.pem``)."""
+    cert = etc / "tls" / "cert.pem"
+    if not cert.is_file():
+        return []
+    return [
+        _cert(
+            "this node's certificate",
+            cert,
+            f"on the hub: jupyterhub-gpu certs renew node {name}, then copy its cert.pem to "
+            f"{etc}/tls/ here and systemctl restart docker jupyterhub-gpu-agent",
+        )
+    ]
+
+
 def _groups(text: str) -> list[str]:
     wanted = [g.strip() for g in text.split(",") if g.strip()]
     unknown = sorted(set(wanted) - set(GROUPS))
@@ -207,6 +269,12 @@ def parser() -> argparse.ArgumentParser:
         "the engine is always checked",
     )
     p.add_argument("--image", help="run the probe containers with this image (needs python3)")
+    p.add_argument(
+        "--etc",
+        type=Path,
+        default=DEFAULT_ETC,
+        help=f"with --local: the node's site folder, for its certificate (default {DEFAULT_ETC})",
+    )
     p.add_argument(
         "--local",
         action="store_true",
@@ -283,9 +351,13 @@ def _run(args: argparse.Namespace) -> int:
         specs = [s for s in specs if s.name in args.names]
     run = secrets.token_hex(6)
     reports = []
+    certificates = not args.only or "certificates" in args.only
     try:
         for spec in specs:
             reports.append(check_node(spec, settings, run))
+            if certificates:
+                facts = hub_certificates(spec)
+                reports[-1].checks.append(rules.certificate_check(spec.name, facts, time.time()))
     except KeyboardInterrupt as e:
         # check_node removed its own containers on the way out; make sure of it
         for spec in specs:
@@ -322,11 +394,14 @@ def local(args: argparse.Namespace) -> int:
     settings = CheckSettings(probe_image=args.image or "", uid_gid=(uid, gid), only=only)
     run = secrets.token_hex(6)
     report = rules.NodeReport(name, rules.nvml_checks(name, inventory, error))
+    if not args.only or "certificates" in args.only:
+        facts = local_certificates(args.etc, name)
+        report.checks.append(rules.certificate_check(name, facts, time.time()))
     if "mps" in only:  # NVIDIA's default pipes reach every GPU container, MPS policy or not
         present = nvidia_pipes_present()
         report.checks.append(nvidia_pipe_check(name, "mps.nvidia-default", present, "on the node"))
         report.checks += local_mps_checks(name, inventory, sharing, explicit="mps" in args.only)
-    if only <= {"mps"}:
+    if only <= {"mps", "certificates"}:
         return _print_local(report, args.json)
     try:
         report.checks += check_node(spec, settings, run, gpus=inventory).checks

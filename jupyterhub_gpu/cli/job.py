@@ -5,7 +5,8 @@ library's ``urllib``; no hub dependency).
 Where the hub is and who you are: ``JUPYTERHUB_API_TOKEN`` (inside a server it is the
 server's own token; from a laptop a token from the hub's token page) and
 ``JUPYTERHUB_API_URL`` (set inside a server) or ``JUPYTERHUB_URL`` (the hub's address,
-``https://hub.example.org``), or ``--hub``.
+``https://hub.example.org``), or ``--hub``; without ``JUPYTERHUB_API_TOKEN``, the hub and
+token stored by ``jupyterhub-gpu login`` (:mod:`.login`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from jupyterhub_gpu.cli.login import config_dir, load
 from jupyterhub_gpu.core.jobs.spec import JobRequest
 from jupyterhub_gpu.core.words import duration
 from jupyterhub_gpu.errors import BadPayload, InvalidRequest
@@ -78,10 +80,14 @@ def _message(e: urllib.error.HTTPError) -> str:
 def _hub(args: argparse.Namespace) -> Hub:
     token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
     if not token:
-        raise SystemExit(
-            "Set JUPYTERHUB_API_TOKEN to a token from the hub's token page (inside a server "
-            "it is set already)."
-        )
+        stored = load(config_dir())  # jupyterhub-gpu login
+        if stored is None:
+            raise SystemExit(
+                "Run jupyterhub-gpu login (or set JUPYTERHUB_URL and JUPYTERHUB_API_TOKEN to "
+                "a token from the hub's token page); inside a server they are set already."
+            )
+        api = args.hub.rstrip("/") + "/hub/api" if args.hub else stored.api
+        return Hub(api, stored.token)
     if args.hub:
         api = args.hub.rstrip("/") + "/hub/api"
     elif os.environ.get("JUPYTERHUB_API_URL"):

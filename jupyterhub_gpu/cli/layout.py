@@ -86,6 +86,11 @@ class Site:
     def hub_key(self) -> Path:
         return self.tls / "hub-key.pem"
 
+    @property
+    def site_env(self) -> Path:
+        """This machine's site values (``units install``), read by its units and shells."""
+        return self.etc / "site.env"
+
     def node_dir(self, node: str) -> Path:
         """On the hub: what node ``node`` needs, copied to the node's ``etc/tls``."""
         return self.tls / "nodes" / node

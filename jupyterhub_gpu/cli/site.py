@@ -41,6 +41,7 @@ from jupyterhub_gpu.cli.layout import (
 from jupyterhub_gpu.edges.adminfiles import load_nodes_file
 from jupyterhub_gpu.errors import ConfigError
 from jupyterhub_gpu.wire.catalog_file import default_catalog_path
+from jupyterhub_gpu.wire.ldap_server import TLS_STRATEGIES, parse_ldap_server
 from jupyterhub_gpu.wire.nodes_file import parse_node
 
 AGENT_PORT = 9450
@@ -83,8 +84,30 @@ def nodes_yaml(entries: list[dict[str, Any]]) -> str:
     return NODES_HEADER + yaml.safe_dump({"nodes": entries}, sort_keys=False)
 
 
+def ldap_users(args: argparse.Namespace) -> str:
+    """How the hub finds a user's entry: a search (by a search account, under a search
+    base) when one is given, else the DN template under ``--ldap-base``."""
+    if not args.ldap_search_base:
+        if args.ldap_search_dn:
+            raise ConfigError("--ldap-search-dn needs --ldap-search-base (where users are).")
+        return f'ldap.bind_dn_template = ["uid={{username}},ou=people,{args.ldap_base}"]'
+    lines = [
+        "ldap.bind_dn_template = []  # the search below finds each user's DN",
+        "ldap.lookup_dn = True",
+        f"ldap.user_search_base = {args.ldap_search_base!r}",
+        'ldap.user_attribute = "uid"',
+    ]
+    if args.ldap_search_dn:  # its password: LDAP_SEARCH_PASSWORD in secrets/hub.env
+        lines.append(f"ldap.lookup_dn_search_user = {args.ldap_search_dn!r}")
+    return "\n".join(lines)
+
+
 def config_text(site: Site, args: argparse.Namespace) -> str:
-    host, _, port = args.ldap_server.partition(":")
+    server = parse_ldap_server(args.ldap_server, args.ldap_tls)
+    for option, dn in (("--ldap-search-dn", args.ldap_search_dn),
+                       ("--ldap-search-base", args.ldap_search_base)):  # fmt: skip
+        if dn and ("=" not in dn or len(dn) > 500 or any(c in dn for c in '"\n\r\0')):
+            raise ConfigError(f"{option} {dn[:80]!r}: a DN such as ou=people,dc=lab,dc=edu.")
     return render(
         package_file("site", "jupyterhub_config.py.in").read_text(),
         {
@@ -92,9 +115,10 @@ def config_text(site: Site, args: argparse.Namespace) -> str:
             "STATE": str(site.state),
             "BIND_URL": args.bind_url,
             "HUB_IP": args.hub_ip,
-            "LDAP_HOST": host,
-            "LDAP_PORT": str(int(port or 636)),
-            "LDAP_TLS": args.ldap_tls,
+            "LDAP_HOST": server.host,
+            "LDAP_PORT": str(server.port),
+            "LDAP_TLS": server.tls,
+            "LDAP_USERS": ldap_users(args),
             "LDAP_BASE": args.ldap_base,
             "USERS_GROUP": args.users_group,
             "ADMINS_GROUP": args.admins_group,
@@ -218,14 +242,30 @@ def main(argv: list[str]) -> int:
     )
     i.add_argument("--hub-ip", default="127.0.0.1", help="the hub's address the nodes reach")
     i.add_argument("--bind-url", default="http://:8000", help="the hub's public URL")
-    i.add_argument("--ldap-server", default="ldap.example.org:636", metavar="HOST[:PORT]")
+    i.add_argument(
+        "--ldap-server",
+        default="ldap.example.org:636",
+        metavar="URL",
+        help="ldaps://HOST[:PORT] (LDAPS), ldap://HOST[:PORT] (StartTLS) or HOST[:PORT]",
+    )
     i.add_argument(
         "--ldap-tls",
-        default="on_connect",
-        choices=["on_connect", "before_bind", "insecure"],
-        help="on_connect (LDAPS, default), before_bind (StartTLS) or insecure",
+        default=None,
+        choices=TLS_STRATEGIES,
+        help="on_connect (LDAPS), before_bind (StartTLS) or insecure; default: the URL's",
     )
     i.add_argument("--ldap-base", default="dc=example,dc=org", metavar="DN")
+    i.add_argument(
+        "--ldap-search-base",
+        metavar="DN",
+        help="find users by a search under this DN (uid=USER), not by ou=people,BASE",
+    )
+    i.add_argument(
+        "--ldap-search-dn",
+        metavar="DN",
+        help="the account that searches (its password: LDAP_SEARCH_PASSWORD in "
+        "secrets/hub.env); default: an anonymous search",
+    )
     i.add_argument("--users-group", default="gpu-users", help="the LDAP group that may log in")
     i.add_argument("--admins-group", default="hub-admins", help="the LDAP group of admins")
     i.add_argument("--home-template", default="/mnt/shared/home/{username}")

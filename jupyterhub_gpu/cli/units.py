@@ -10,9 +10,16 @@ drop-in and ``/etc/docker/daemon.json`` for the Docker API over TLS (``certs nod
 The units' templates ship in the package (``cli/files/units``); ``--root`` writes under
 another root (tests, images), ``--venv`` names the environment the units run from
 (default: this one). Nothing is enabled: the command prints the ``systemctl`` lines.
+``--docker-tls`` refuses (one sentence, nothing written) when the node's TLS files are
+missing, not the site CA's, for another node or address, or not a pair. The machine's
+site values (the guide's variables block: ETC, STATE, VENV, and a node's NODE, NODE_IP,
+AGENT_PORT, BRIDGE, ALLOW) go to ``ETC/site.env``, which the units read
+(``EnvironmentFile=``) and a shell sources after a reboot.
 
 ``firewall [ARGS]`` runs the node firewall script shipped in the package
-(``cli/files/node-firewall.sh``; ``--help`` for its arguments).
+(``cli/files/node-firewall.sh``; ``--help`` for its arguments), with a ``--dns`` for each
+resolver Docker gives the containers (``wire/resolvers.py``), so a resolver on a private
+address keeps answering them.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -47,10 +55,40 @@ def firewall_script() -> Path:
     return package_file("node-firewall.sh")
 
 
+#: where Docker finds the resolvers it forwards the containers' queries to
+RESOLV_CONF = Path("/etc/resolv.conf")
+SYSTEMD_RESOLV_CONF = Path("/run/systemd/resolve/resolv.conf")
+
+
+def _read(path: Path) -> str:
+    try:
+        with path.open(errors="replace") as f:
+            return f.read(65536)
+    except OSError:
+        return ""
+
+
+def firewall_argv(
+    argv: list[str],
+    resolv_conf: Path = RESOLV_CONF,
+    systemd_resolv_conf: Path = SYSTEMD_RESOLV_CONF,
+    daemon_json: Path = Path("/") / DAEMON_JSON,
+) -> list[str]:
+    """The script's arguments: ``argv`` and a ``--dns`` for each resolver Docker gives the
+    containers (none with ``--no-host-dns``, ``--remove`` or ``--help``)."""
+    if any(a in argv for a in ("--no-host-dns", "--remove", "-h", "--help")):
+        return [a for a in argv if a != "--no-host-dns"]
+    from jupyterhub_gpu.wire.resolvers import container_resolvers
+
+    found = container_resolvers(_read(resolv_conf), _read(systemd_resolv_conf), _read(daemon_json))
+    return [*argv, *(x for d in found for x in ("--dns", d))]
+
+
 def firewall(argv: list[str]) -> int:
-    """Run the packaged node firewall with ``argv`` (it needs bash and iptables)."""
+    """Run the packaged node firewall with ``argv`` (it needs bash and iptables), the
+    resolvers the node's containers use allowed (:func:`firewall_argv`)."""
     script = firewall_script()
-    os.execvp("bash", ["bash", str(script), *argv])
+    os.execvp("bash", ["bash", str(script), *firewall_argv(argv)])
     return 127  # not reached
 
 
@@ -100,14 +138,88 @@ def agent_unit(
     )
 
 
-def firewall_unit(venv: Path, bridge: str, allow: list[str]) -> str:
+def firewall_unit(site: Site, venv: Path, bridge: str, allow: list[str]) -> str:
     return render(
         _template(FIREWALL_UNIT),
         {
+            "ETC": str(site.etc),
             "VENV": str(venv),
             "BRIDGE": bridge,
             "ALLOW_ARGS": _quoted([x for a in allow for x in ("--allow", a)]),
         },
+    )
+
+
+def node_tls_problem(site: Site, node: str, address: str) -> str:
+    """Why the node's TLS files (what daemon.json and the agent name) would not serve this
+    node, or '': each must exist, the certificate be the site CA's, for this node's name
+    and address, and match the key."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    fix = (
+        f"copy the node's folder from the hub ({site.etc}/tls/nodes/{node}/ made by "
+        f"jupyterhub-gpu certs node {node} --address {address}) to {site.tls}/; nothing "
+        "was written"
+    )
+    for path in (site.ca_cert, site.node_cert, site.node_key):
+        if not path.is_file():
+            return f"{path} does not exist: {fix}."
+    try:
+        ca = x509.load_pem_x509_certificate(site.ca_cert.read_bytes())
+        cert = x509.load_pem_x509_certificate(site.node_cert.read_bytes())
+        key = serialization.load_pem_private_key(site.node_key.read_bytes(), password=None)
+    except (OSError, ValueError) as e:
+        return f"{site.tls}: a certificate or key there cannot be read ({e}): {fix}."
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, Exception):  # InvalidSignature is not a ValueError
+        return f"{site.node_cert} is not signed by the site's CA {site.ca_cert}: {fix}."
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        names = [str(n.value) for n in san]
+    except x509.ExtensionNotFound:
+        names = []
+    if node not in names or address not in names:
+        return (
+            f"{site.node_cert} is for {', '.join(names) or 'no name'}, not node {node} at "
+            f"{address}: {fix}."
+        )
+    mine = cert.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    theirs = key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    if mine != theirs:
+        return f"{site.node_key} is not the key of {site.node_cert}: {fix}."
+    return ""
+
+
+def site_env(site: Site, venv: Path, args: argparse.Namespace, current: Path) -> str:
+    """The machine's site values (the guide's variables block) as a file the units read
+    (``EnvironmentFile=``) and a root shell sources after a reboot; the values of
+    ``current`` (an earlier install: the hub's and a node's on one machine) kept."""
+    values: dict[str, str] = {}
+    if current.is_file():
+        for line in current.read_text().splitlines():
+            name, sep, value = line.partition("=")
+            if sep and re.fullmatch(r"[A-Z_]+", name):
+                values[name] = "".join(shlex.split(value)) if value.strip() else ""
+    values.update(ETC=str(site.etc), STATE=str(site.state), VENV=str(venv))
+    if args.node:
+        values.update(
+            NODE=args.node,
+            NODE_IP=args.address,
+            AGENT_PORT=str(args.agent_port),
+            BRIDGE=args.bridge,
+            ALLOW=" ".join(args.allow),
+        )
+    lines = "".join(f"{k}={shlex.quote(v)}\n" for k, v in values.items())
+    return (
+        "# jupyterhub-gpu: this machine's site values, written by `jupyterhub-gpu units\n"
+        "# install`; its units read them (EnvironmentFile=). After a reboot, a root shell\n"
+        f"# gets them back with: set -a; . {site.site_env}; set +a\n" + lines
     )
 
 
@@ -164,9 +276,12 @@ def install(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
             not args.agent_plain_http,
             args.inventory,
         )
-        files[UNIT_DIR / FIREWALL_UNIT] = firewall_unit(venv, args.bridge, args.allow)
+        files[UNIT_DIR / FIREWALL_UNIT] = firewall_unit(site, venv, args.bridge, args.allow)
         enable += [AGENT_UNIT, FIREWALL_UNIT]
         if args.docker_tls:
+            problem = node_tls_problem(site, args.node, args.address)
+            if problem:
+                raise ConfigError(problem)
             for path, text in docker_tls_files(site, args.address, root).items():
                 target = root / path
                 if path == DAEMON_JSON and target.exists():
@@ -178,6 +293,10 @@ def install(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
     for path, text in files.items():
         write_atomic(root / path, text, 0o644)
         written.append(root / path)
+    # the variables block, kept where the units read it: it outlives the shell (a reboot)
+    env = root / site.site_env.relative_to(site.site_env.anchor)
+    write_atomic(env, site_env(site, venv, args, env), 0o644)
+    written.append(env)
     return written, enable
 
 

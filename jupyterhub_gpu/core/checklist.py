@@ -107,6 +107,12 @@ CHECKS: tuple[CheckKind, ...] = (
     CheckKind("catalog *", "catalog", False, "pull the catalog's image on the node"),
     CheckKind("nvml", "local", False, "install the NVIDIA driver and nvidia-ml-py on the node"),
     CheckKind("nvml.gpu*", "local", False, "check the GPU with nvidia-smi -q"),
+    CheckKind(
+        "certificates",
+        "certificates",
+        False,
+        "renew each certificate named (jupyterhub-gpu certs renew, docs/nodes.md)",
+    ),
     CheckKind("mps", "mps", False, "start the MPS control daemon (docs/sharing.md)"),
     CheckKind("mps.shm", "mps", False, "give the node a /dev/shm large enough for MPS"),
     CheckKind("mps.threads", "mps", False, "start the MPS daemon with its thread limit"),

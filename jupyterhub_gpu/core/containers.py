@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from docker.types import DeviceRequest
 
@@ -27,11 +27,13 @@ from jupyterhub_gpu.core.allocation import (
     SHARE_MEMORY_LABEL,
     Allocation,
 )
-from jupyterhub_gpu.core.form.resources import ResourceLimits
 from jupyterhub_gpu.core.nodecheck import PROBE_LABEL, PROBE_OWNER_LABEL
 from jupyterhub_gpu.core.sharing.mps import NO_MPS_PIPE_DIRECTORY, MpsPaths, mps_binds, mps_env
 from jupyterhub_gpu.core.sharing.policy import MODES, Share
 from jupyterhub_gpu.errors import NodeFailure
+
+if TYPE_CHECKING:  # core.form imports the hub's install's libraries; a node's check-node does not
+    from jupyterhub_gpu.core.form.resources import ResourceLimits
 
 CDI_KIND = "nvidia.com/gpu"
 

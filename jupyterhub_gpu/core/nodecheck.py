@@ -46,6 +46,48 @@ def not_run(node: str, check: str, because: str) -> Check:
     return Check(node, check, False, f"{NOT_RUN} {because}", "fix the failed check it needs first")
 
 
+# ---------------------------------------------------------------- certificates
+#: a certificate that expires within this many days fails check-node, with its renewal
+RENEW_WITHIN_DAYS = 30
+
+
+@dataclass(frozen=True)
+class CertFacts:
+    what: str  # "the node's server certificate", ...
+    path: str
+    not_after: float | None  # epoch seconds; None when it could not be read
+    error: str = ""
+    renew: str = ""  # the command that renews it
+
+
+def certificate_check(node: str, certs: Sequence[CertFacts], now: float) -> Check:
+    """One line for the TLS certificates a node's connections use: each must be readable
+    and valid for more than :data:`RENEW_WITHIN_DAYS` days; the fix is each renewal."""
+    bad, fixes, soonest = [], [], None
+    for c in certs:
+        if c.not_after is None:
+            bad.append(f"{c.what} {c.path} cannot be read ({c.error})")
+            fixes.append(c.renew)
+            continue
+        days = (c.not_after - now) / 86400
+        soonest = days if soonest is None else min(soonest, days)
+        if days <= 0:
+            bad.append(f"{c.what} {c.path} expired {duration(-days * 86400)} ago")
+        elif days <= RENEW_WITHIN_DAYS:
+            bad.append(f"{c.what} {c.path} expires in {duration(days * 86400)}")
+        else:
+            continue
+        fixes.append(c.renew)
+    if bad:
+        fix = "; ".join(dict.fromkeys(f for f in fixes if f))
+        return Check(node, "certificates", False, "; ".join(bad), fix)
+    if soonest is None:
+        return Check(node, "certificates", True, "no TLS certificate in use")
+    return Check(
+        node, "certificates", True, f"{len(certs)} valid for {duration(soonest * 86400)} or more"
+    )
+
+
 # ---------------------------------------------------------------- 1. engine
 @dataclass(frozen=True)
 class EngineFacts:
@@ -244,8 +286,9 @@ def reached(outcome: str) -> bool:
 _FIREWALL_FIX = {
     "root": "the engine ignored the container's user: check for userns/authorization plugins",
     "apply": (
-        "apply the node firewall on the node, as root: scripts/node-firewall.sh --bridge "
-        "{bridge}{allow} (and at every boot, after docker.service; docs/nodes.md)"
+        "apply the node firewall on the node, as root: jupyterhub-gpu firewall --bridge "
+        "{bridge}{allow}; and at every boot: systemctl enable --now jupyterhub-gpu-firewall "
+        "(the unit `jupyterhub-gpu units install --node` writes; docs/nodes.md)"
     ),
     "icc": "; containers reach each other: the user network needs enable_icc=false",
     "no-outcome": (
@@ -253,9 +296,10 @@ _FIREWALL_FIX = {
         "probe image (python3) and the engine's log, then run check-node again"
     ),
     "hub-api": (
-        "allow it in the node firewall: scripts/node-firewall.sh --bridge {bridge} "
-        "--allow {key}; check JupyterHub.hub_connect_url is an address the "
-        "nodes route to"
+        "allow it in the node firewall, as root on the node: jupyterhub-gpu units install "
+        "--node NAME --address ADDR --bridge {bridge} --allow {key} (with the node's other "
+        "--allow), then systemctl restart jupyterhub-gpu-firewall; check "
+        "JupyterHub.hub_connect_url is an address the nodes route to"
     ),
     "hub-api-unknown": (
         "set c.JupyterHub.hub_connect_url (or hub_connect_ip) to the address servers "

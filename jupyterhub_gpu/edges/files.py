@@ -188,16 +188,8 @@ def load_share_notices(
 ) -> dict[str, ShareNotice]:
     """holder -> :class:`ShareNotice`; ``{}`` when the file is missing, unreadable, larger
     than :data:`~.share_notices.MAX_FILE` or older than ``max_age`` s."""
-    file = Path(path)
-    try:
-        stat = file.stat()
-        if stat.st_size > MAX_FILE:
-            return {}
-        with file.open("rb") as f:
-            text = f.read(MAX_FILE).decode("utf-8")
-    except (OSError, ValueError):
-        return {}
-    return decode_share_notices(text) if _fresh(stat.st_mtime, now, max_age) else {}
+    text = _read_fresh(path, MAX_FILE, now, max_age)
+    return decode_share_notices(text) if text is not None else {}
 
 
 def save_cull_warnings(path: str | Path, warnings: Mapping[str, CullWarning]) -> None:
@@ -209,16 +201,23 @@ def load_cull_warnings(
 ) -> dict[str, CullWarning]:
     """holder -> :class:`CullWarning`; ``{}`` when the file is missing, unreadable, larger
     than :data:`~.cull_warnings.MAX_FILE` or older than ``max_age`` s."""
+    text = _read_fresh(path, WARNINGS_MAX_FILE, now, max_age)
+    return decode_cull_warnings(text) if text is not None else {}
+
+
+def _read_fresh(path: str | Path, limit: int, now: datetime | None, max_age: float) -> str | None:
+    """A small file's text, or None when it is missing, unreadable, larger than ``limit``
+    bytes or older than ``max_age`` s (the culler's notices: stale ones are no notice)."""
     file = Path(path)
     try:
         stat = file.stat()
-        if stat.st_size > WARNINGS_MAX_FILE:
-            return {}
+        if stat.st_size > limit:
+            return None
         with file.open("rb") as f:
-            text = f.read(WARNINGS_MAX_FILE).decode("utf-8")
+            text = f.read(limit).decode("utf-8")
     except (OSError, ValueError):
-        return {}
-    return decode_cull_warnings(text) if _fresh(stat.st_mtime, now, max_age) else {}
+        return None
+    return text if _fresh(stat.st_mtime, now, max_age) else None
 
 
 __all__ = [

@@ -15,9 +15,12 @@ from pathlib import Path
 OUTPUT_NAME = "output.log"
 
 
-def read_output(home: Path, job_id: str, uid: int, offset: int, max_bytes: int) -> bytes:
+def read_output(
+    home: Path, job_id: str, uid: int, offset: int, max_bytes: int, tail: bool = False
+) -> bytes:
     """Up to ``max_bytes`` of the job's output from ``offset`` (b"" when there is none
-    yet, or when what is there is not the job's own regular file)."""
+    yet, or when what is there is not the job's own regular file); ``tail``: the last
+    ``max_bytes`` instead (``offset`` unused)."""
     if "/" in job_id or job_id in ("", ".", ".."):
         return b""
     flags_dir = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
@@ -32,6 +35,8 @@ def read_output(home: Path, job_id: str, uid: int, offset: int, max_bytes: int) 
         st = os.fstat(fds[-1])
         if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
             return b""
+        if tail:
+            offset = max(0, st.st_size - max(0, max_bytes))
         return os.pread(fds[-1], max(0, max_bytes), max(0, offset))
     except OSError:
         return b""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 
 import asyncssh
@@ -124,9 +125,27 @@ def parse_authorized_keys(text: str) -> asyncssh.SSHAuthorizedKeys:
     return asyncssh.import_authorized_keys("\n".join(good) + "\n")
 
 
+def ldap_key_lines(values: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The user's keys from LDAP (``sshPublicKey`` values, bounded by the hub) as
+    authorized_keys lines: each read by asyncssh's key parser and written back in
+    OpenSSH's form, so a value carries a key and nothing else (no options). Returns (the
+    lines, why each other value was skipped: "value N: not a public key ...")."""
+    lines: list[str] = []
+    skipped: list[str] = []
+    for i, value in enumerate(values, 1):
+        try:
+            key = asyncssh.import_public_key(value)
+        except (ValueError, asyncssh.KeyImportError) as e:
+            skipped.append(f"value {i}: not a public key ({str(e)[:80]})")
+            continue
+        lines.append(key.export_public_key("openssh").decode("ascii").strip())
+    return lines, skipped
+
+
 __all__ = [
     "KeysRefused",
     "fingerprint",
+    "ldap_key_lines",
     "load_or_make_host_key",
     "parse_authorized_keys",
     "read_authorized_keys",

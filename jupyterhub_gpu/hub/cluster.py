@@ -173,7 +173,7 @@ class Cluster:
 
     def _read_specs(self, path: str, mtime: float | None) -> dict[str, NodeSpec]:
         raw = list(self.settings.nodes) + load_nodes_file(path)
-        return {s.name: s for s in parse_nodes(raw)}
+        return {s.name: s for s in parse_nodes(raw, allow_empty=bool(path))}
 
     def retired_names(self) -> list[str]:
         """Nodes removed from the configuration whose servers may still run."""

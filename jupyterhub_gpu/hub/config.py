@@ -71,7 +71,7 @@ OVERRIDDEN_TRAITS: dict[str, str] = {
     "mem_limit": "set per server from the user's choice, bounded by resource_defaults/"
     "group_bounds max_mem_gib",
     "host_ip": "servers are published on each node's publish address (nodes[].publish_ip)",
-    "network_name": "servers join GPUDockerSpawner.user_network on every node",
+    "network_name": "servers join GPUCluster.user_network on every node",
     "use_internal_ip": "the hub reaches servers at the port published on the node",
     # create_object submits core/workload.py's description: DockerSpawner's own mounts
     # and links are not part of it (homes: home_template; datasets: group_mounts)
@@ -229,7 +229,8 @@ def check_config(
     s = _section(config, section)
     # nodes = [] with a nodes_file: the file lists them all (the default is the local engine)
     nodes = list(s["nodes"]) if "nodes" in s else [default_node()]
-    parse_nodes(nodes + load_nodes_file(s.get("nodes_file") or ""))
+    # an empty nodes file is a site whose nodes have not joined yet (`node join`)
+    parse_nodes(nodes + load_nodes_file(s.get("nodes_file") or ""), bool(s.get("nodes_file")))
     inventory = s.get("inventory_file") or ""
     if inventory:
         load_inventory_file(inventory)

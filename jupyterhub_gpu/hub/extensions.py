@@ -17,12 +17,14 @@ Call them at the end of ``jupyterhub_config.py``, after ``c.JupyterHub.services`
     configure_dashboard(c)
     configure_my_images(c)
     configure_reservations(c)
+    configure_usage(c)
     configure_prepuller(c, images="all", disk_budget_gib=80)
     configure_ssh(c, port=8022)
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -69,6 +71,38 @@ def register(
         hub.template_paths = [str(HUB_TEMPLATES), *paths]
     if template_vars:
         hub.template_vars = {**_value(hub, "template_vars", {}), **template_vars}
+    _share_page(c)
+
+
+#: Our services whose pages are the hub's page.html (edges/hub_page.py): they get its bar's
+#: links in $JUPYTERHUB_GPU_PAGE, kept up to date by every configure_* call.
+PAGE_SERVICES = ("jupyterhub_gpu.services.dashboard", "jupyterhub_gpu.services.usage")
+
+
+def _share_page(c: Config) -> None:
+    """Hand the navigation bar's links (our ``jhgpu_*`` template variables and the
+    services the hub lists) to our services that render the hub's page."""
+    hub = c.JupyterHub
+    services = _value(hub, "services", [])
+    tvars = {
+        k: v
+        for k, v in _value(hub, "template_vars", {}).items()
+        if str(k).startswith("jhgpu_") and isinstance(v, str | bool | int)
+    }
+    shown = [str(s["name"]) for s in services if s.get("url") and s.get("display", True)]
+    page = json.dumps({"template_vars": tvars, "services": shown}, sort_keys=True)
+    changed = False
+    out = []
+    for service in services:
+        command = " ".join(str(a) for a in service.get("command", []))
+        if any(m in command for m in PAGE_SERVICES):
+            env = dict(service.get("environment") or {})
+            if env.get("JUPYTERHUB_GPU_PAGE") != page:
+                service = {**service, "environment": {**env, "JUPYTERHUB_GPU_PAGE": page}}
+                changed = True
+        out.append(service)
+    if changed:
+        hub.services = out
 
 
 def _grant_users(roles: list[dict[str, Any]], scope: str) -> list[dict[str, Any]]:
@@ -79,6 +113,31 @@ def _grant_users(roles: list[dict[str, Any]], scope: str) -> list[dict[str, Any]
         out.append({"name": "user", "scopes": ["self", scope]})
     elif scope not in user.get("scopes", []):
         user["scopes"] = [*user.get("scopes", ["self"]), scope]
+    return out
+
+
+def _dashboards_read_jobs(
+    services: list[dict[str, Any]], roles: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``services`` where the dashboard's logins also carry the job scope, once jobs are
+    on (the ``user`` role has it): the dashboard lists, reads and cancels a viewer's jobs
+    with the viewer's own rights, through the hub's job API (whichever of
+    ``configure_dashboard`` and ``configure_jobs`` comes first)."""
+    jobs_scope = "custom:gpu-jobs"  # api.jobs.JOBS_SCOPE (importing it defines the scope)
+    user = next((r for r in roles if r.get("name") == "user"), {})
+    if jobs_scope not in user.get("scopes", []):
+        return services
+    out = []
+    for service in services:
+        command = " ".join(str(w) for w in service.get("command", []))
+        if "jupyterhub_gpu.services.dashboard" in command:
+            scopes = list(service.get("oauth_client_allowed_scopes", []))
+            if jobs_scope not in scopes:
+                service = {**service, "oauth_client_allowed_scopes": [*scopes, jobs_scope]}
+            flag = "--GPUDashboard.show_jobs=True"
+            if flag not in service.get("command", []):
+                service = {**service, "command": [*service["command"], flag]}
+        out.append(service)
     return out
 
 
@@ -145,12 +204,13 @@ def configure_dashboard(
         custom_scopes=CUSTOM_SCOPES,
     )
     hub = c.JupyterHub
-    if accounting_url is None and "accounting_url" in c.GPUCluster:
-        accounting_url = str(c.GPUCluster.accounting_url)
-    elif accounting_url is None and "accounting_url" in c.GPUDockerSpawner:  # the old key
-        accounting_url = str(c.GPUDockerSpawner.accounting_url)
+    if accounting_url is None:
+        accounting_url = _site_accounting_url(c)
     service = _dashboard_service(name, url, show_names, config_file, accounting_url)
-    hub.services = [*_value(hub, "services", []), {**service, "display": not nav_link}]
+    hub.services = _dashboards_read_jobs(
+        [*_value(hub, "services", []), {**service, "display": not nav_link}],
+        _value(hub, "load_roles", []),
+    )
     role = {
         "name": name,
         "scopes": [READ_SCOPE, ADMIN_SCOPE, "delete:servers"],
@@ -158,6 +218,50 @@ def configure_dashboard(
     }
     roles = _grant_users(_value(hub, "load_roles", []), f"access:services!service={name}")
     hub.load_roles = [*roles, role]
+    _share_page(c)
+
+
+def _site_accounting_url(c: Config) -> str | None:
+    """``c.GPUCluster.accounting_url`` when set (or the old ``c.GPUDockerSpawner`` key),
+    else None (the service's own default)."""
+    for section in ("GPUCluster", "GPUDockerSpawner"):
+        if "accounting_url" in c[section]:
+            return str(c[section].accounting_url)
+    return None
+
+
+def configure_usage(
+    c: Config,
+    *,
+    name: str = "gpu-accounting",
+    url: str = "http://127.0.0.1:10102",
+    accounting_url: str | None = None,
+    nav_link: bool = True,
+) -> None:
+    """Add the usage service (docs/accounting.md): each user's own usage page at
+    ``/services/<name>/`` (admins may pick a user) and the usage API under it, run by the
+    hub, every user's access to it, and the navigation bar's "My usage" link.
+
+    ``accounting_url``: the database (default: ``GPUCluster.accounting_url`` when
+    set, else its default); passed in the service's environment, never its command line.
+    """
+    hub = c.JupyterHub
+    if accounting_url is None:
+        accounting_url = _site_accounting_url(c)
+    environment = {}
+    if accounting_url is not None:
+        environment["JUPYTERHUB_GPU_ACCOUNTING_URL"] = accounting_url
+    service = {
+        "name": name,
+        "url": url,
+        "command": [sys.executable, "-m", "jupyterhub_gpu.services.usage"],
+        "environment": environment,
+        "oauth_no_confirm": True,
+        "display": not nav_link,
+    }
+    hub.services = [*_value(hub, "services", []), service]
+    hub.load_roles = _grant_users(_value(hub, "load_roles", []), f"access:services!service={name}")
+    register(c, template_vars={"jhgpu_usage": name} if nav_link else None)
 
 
 def configure_culler(
@@ -319,9 +423,10 @@ def configure_ssh(
 ) -> None:
     """Add the SSH gateway (docs/ssh.md): ``ssh alice@HOST -p PORT`` opens a shell in
     alice's running default server, ``alice.NAME@HOST`` in her server NAME. Adds the
-    service (run by the hub), its role with the two scopes it needs (where a login lands,
-    :mod:`.api.ssh`: no server tokens; ``users:activity``, so input over SSH counts for
-    the idle culler), and that API.
+    service (run by the hub), its role with the scopes it needs (where a login lands,
+    :mod:`.api.ssh`: no server tokens; its open sessions, for the dashboard and the
+    metrics; ``users:activity``, so input over SSH counts for the idle culler), and that
+    API.
 
     ``ip``/``port``: where it listens (default 127.0.0.1:8022). ``host_key_file``: its
     host key, made once (0600) in the site's state folder. ``hub_url``: the hub's public
@@ -331,7 +436,7 @@ def configure_ssh(
     with its last options (the role then also gets ``servers`` and ``read:servers``).
     ``config_file``/``args``: more ``c.GPUSSHGateway.*`` settings.
     """
-    from jupyterhub_gpu.hub.api.ssh import HANDLERS, SSH_SCOPES, TARGETS_SCOPE
+    from jupyterhub_gpu.hub.api.ssh import HANDLERS, SESSIONS_SCOPE, SSH_SCOPES, TARGETS_SCOPE
 
     register(c, HANDLERS, custom_scopes=SSH_SCOPES)
     hub = c.JupyterHub
@@ -356,8 +461,9 @@ def configure_ssh(
         command.append(f"--config={config_file}")
     command += list(args)
     hub.services = [*_value(hub, "services", []), {"name": name, "command": command}]
-    # where a login lands, and the servers' activity for the culler: nothing more
-    scopes = [TARGETS_SCOPE, "users:activity"]
+    # where a login lands, the servers' activity for the culler, its open sessions for
+    # the dashboard and the metrics: nothing more
+    scopes = [TARGETS_SCOPE, SESSIONS_SCOPE, "users:activity"]
     if start_servers:  # start a user's server, and read its progress
         scopes += ["servers", "read:servers"]
     role = {"name": name, "scopes": scopes, "services": [name]}
@@ -391,6 +497,7 @@ def configure_jobs(c: Config) -> None:
     elif JOBS_SCOPE not in server.get("scopes", []):
         server["scopes"] = [*server.get("scopes", []), JOBS_SCOPE]
     hub.load_roles = roles
+    hub.services = _dashboards_read_jobs(_value(hub, "services", []), roles)
     token_scopes = c.Spawner.get("server_token_scopes")
     if isinstance(token_scopes, list) and JOBS_SCOPE not in token_scopes:
         c.Spawner.server_token_scopes = [*token_scopes, JOBS_SCOPE]
@@ -412,5 +519,43 @@ __all__ = [
     "configure_prepuller",
     "configure_reservations",
     "configure_ssh",
+    "configure_usage",
     "register",
 ]
+
+
+def configure_join(
+    c: Config,
+    *,
+    etc: str | Path,
+    state: str | Path,
+    name: str = "gpu-join",
+    address: str = "",
+    port: int = 9451,
+) -> None:
+    """Run the join service (``jupyterhub-gpu node serve``) as a service of the hub:
+    GPU nodes join with ``jupyterhub-gpu node join`` (docs/install.md, Quick install).
+
+    ``address``: where it listens, with HTTPS (default: ``c.JupyterHub.hub_connect_ip``,
+    the address the nodes reach the hub at; without one, no join service); the shared
+    home's folder and the users'
+    network come from the spawner's settings. It needs no hub API token: it writes the
+    nodes file, which the hub re-reads.
+    """
+    from jupyterhub_gpu.core.homes import template_root
+
+    hub = c.JupyterHub
+    address = address or str(_value(hub, "hub_connect_ip", ""))
+    if not address:  # no join service: check_config names the missing or mistyped key
+        return
+    spawner = c.GPUDockerSpawner
+    command = [sys.executable, "-m", "jupyterhub_gpu.cli", "node", "serve",
+               "--etc", str(etc), "--state", str(state), "--address", address,
+               "--port", str(port)]  # fmt: skip
+    if "home_template" in spawner:
+        command += ["--home-root", str(template_root(str(spawner.home_template)))]
+    if "user_bridge" in spawner:
+        command += ["--bridge", str(spawner.user_bridge)]
+    if "user_network" in spawner:
+        command += ["--network", str(spawner.user_network)]
+    hub.services = [*_value(hub, "services", []), {"name": name, "command": command}]

@@ -260,7 +260,7 @@ class JobRunner:
     ) -> None:
         if not cluster.settings.accounting_url:
             raise ConfigError(
-                "Jobs need the accounting database (GPUDockerSpawner.accounting_url): they "
+                "Jobs need the accounting database (GPUCluster.accounting_url): they "
                 "are kept there across hub restarts."
             )
         self.cluster = cluster

@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 from jupyterhub_gpu.core.accounting.records import AllocationEvent, EventKind
 from jupyterhub_gpu.core.inventory import NodeState
 from jupyterhub_gpu.core.snapshot import SHARED
+from jupyterhub_gpu.core.ssh.census import SSHReport
 from jupyterhub_gpu.hub.ledger import GPULedger
 from jupyterhub_gpu.hub.recorder import Recorder
 
@@ -179,5 +180,38 @@ def _shares(ledger: GPULedger, uuid: str) -> tuple[int, int]:
     return sum(k for k, _ in holds), max((n for _, n in holds), default=0)
 
 
+class SSHCollector(Collector):
+    """The SSH gateway's open sessions and forwards by charge group (its last report)."""
+
+    def __init__(self) -> None:
+        self._report: weakref.ReferenceType[SSHReport] | None = None
+
+    def attach(self, report: SSHReport) -> None:
+        self._report = weakref.ref(report)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        report = self._report() if self._report else None
+        groups = report.current_groups(time.monotonic()) if report is not None else {}
+        sessions = GaugeMetricFamily(
+            "jupyterhub_gpu_ssh_sessions",
+            "Open SSH sessions (shell, command, sftp, scp) through the SSH gateway, by the "
+            "server's charge group (none: a server without one)",
+            labels=["group"],
+        )
+        forwards = GaugeMetricFamily(
+            "jupyterhub_gpu_ssh_forwards",
+            "Open SSH forwarded connections (ssh -L) through the SSH gateway, by the "
+            "server's charge group",
+            labels=["group"],
+        )
+        for group, (s, f) in sorted(groups.items()):
+            sessions.add_metric([group], s)
+            forwards.add_metric([group], f)
+        yield sessions
+        yield forwards
+
+
 COLLECTOR = ClusterCollector()
 REGISTRY.register(COLLECTOR)
+SSH_COLLECTOR = SSHCollector()
+REGISTRY.register(SSH_COLLECTOR)

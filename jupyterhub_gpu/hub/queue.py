@@ -72,6 +72,7 @@ from jupyterhub_gpu.core.scheduling import (
     schedule,
 )
 from jupyterhub_gpu.core.scheduling.admission import QueueView
+from jupyterhub_gpu.core.scheduling.outlook import WaitView
 from jupyterhub_gpu.core.scheduling.state import SHARE_KEY
 from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
 from jupyterhub_gpu.core.words import UTC, duration
@@ -266,6 +267,25 @@ class SpawnQueue:
         if waiters:  # what the starts took is taken for the estimates
             taken = self.cluster.ledger.overlay(snapshot)
             self._tell(waiters, replace(state, snapshot=taken))
+
+    def wait_view(self, snapshot: ClusterSnapshot, now: float | None = None) -> WaitView:
+        """The queue as plain data for the spawn form's outlook (what the waiting page's
+        news are computed from): what waits, the state a decision now would read (the
+        ledger's holds laid over ``snapshot``, charges, usage, reservations) and the
+        culler's deadlines as releases."""
+        t = time.time() if now is None else now
+        waiters = [w for w in self._waiters.values() if not w.done.done()]
+        usage = self._usage
+        state = ClusterState(
+            self.cluster.ledger.overlay(snapshot),
+            now=t,
+            charges=self._charges(),
+            policies=self._policies(waiters),
+            usage=advance(usage, (), t, self.settings) if usage is not None else None,
+            reservations=self.reservations,
+        )
+        items = tuple(w.item for w in waiters)
+        return WaitView(items, state, tuple(self._releases()), self.settings)
 
     def _releases(self) -> list[Release]:
         """GPUs the culler would free at the earliest (its deadlines file), as releases."""

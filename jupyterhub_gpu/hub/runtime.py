@@ -39,6 +39,7 @@ from traitlets.config import Config
 from jupyterhub_gpu.core.allocation import seal_key
 from jupyterhub_gpu.core.catalog import Catalog
 from jupyterhub_gpu.core.scheduling import queue_settings
+from jupyterhub_gpu.core.ssh.census import SSHReport
 from jupyterhub_gpu.edges.adminfiles import load_catalog
 from jupyterhub_gpu.errors import ConfigError
 from jupyterhub_gpu.hub.cluster import Cluster
@@ -76,6 +77,7 @@ class HubRuntime:
         #: called with the cluster right after it is made, before anything awaits
         #: (hub/jobs.py marks the placed jobs live there: configure_jobs)
         self.cluster_hooks: list[Callable[[Cluster], None]] = []
+        self.ssh = SSHReport()  # the SSH gateway's last list of open sessions
 
     def __deepcopy__(self, memo: dict[int, Any]) -> HubRuntime:
         # traitlets deep-copies configuration values; the hub must keep this very object

@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from jupyterhub_gpu.core.saving.data import Progress, SavedImage, SaveError
 from jupyterhub_gpu.core.saving.identity import SavedRegistry, saved_registry
 from jupyterhub_gpu.core.saving.limits import Limits, check_added_size, check_new_save
-from jupyterhub_gpu.core.saving.validate import image_name
+from jupyterhub_gpu.core.saving.stream import condense
+from jupyterhub_gpu.core.saving.validate import image_name_from
 from jupyterhub_gpu.edges.accounting.store import AccountingStore, AccountingUnavailable
 from jupyterhub_gpu.edges.builder.home_records import LIST_SECONDS, list_conda_envs
 from jupyterhub_gpu.edges.builder.node_images import sweep_node
@@ -116,7 +117,7 @@ class SaveJob:
             "node": self.node,
             "state": self.state,
             "message": self.message,
-            "events": list(self.events),
+            "events": condense(self.events),
             "elapsed_s": round((self.finished or time.time()) - self.started, 1),
             "image": image_json(self.image) if self.image else None,
         }
@@ -271,7 +272,7 @@ class MyImages:
                 "Saving environments is not set up on this hub (SavedImages.registry); "
                 "ask your admin."
             )
-        name = image_name(name)
+        name = image_name_from(name)  # "My Einops env" is saved as my-einops-env
         running = self._jobs.get(server.owner)
         if server.owner in self._starting or (running is not None and running.state == "running"):
             what = f"of {running.name!r} " if running and running.state == "running" else ""

@@ -38,6 +38,8 @@ async def spawn_form(spawner: Any) -> str:
         notes = [f"{words.text} {more}".strip()]
         notice_time = (words.said, note.at.isoformat())
     charge_groups = spawner._charge_groups(ident)
+    group = charge_groups[0] if charge_groups else ""
+    waits = spawner._max_wait(group) > 0  # a group that never waits is refused instead
     queue = spawner.queue
     with contextlib.suppress(Exception):  # the reservations, if not read yet
         await queue.refresh()
@@ -55,6 +57,9 @@ async def spawn_form(spawner: Any) -> str:
         sharing=snapshot.sharing,
         held=holdings_of(cluster.ledger.charged(), spawner.user.name, exclude=spawner.holder),
         notice_time=notice_time,
+        wait_view=queue.wait_view(snapshot) if waits else None,
+        user=spawner.user.name,
+        tz=queue.settings.timezone,
     )
 
 

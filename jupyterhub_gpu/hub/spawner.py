@@ -100,6 +100,7 @@ from jupyterhub_gpu.hub.image_checks import (
     check_image,
 )
 from jupyterhub_gpu.hub.metrics import SPAWN_DECISIONS
+from jupyterhub_gpu.hub.new_servers import NewNamedServerMixin
 from jupyterhub_gpu.hub.node_checks import hub_check_settings
 from jupyterhub_gpu.hub.pull import ImageUnavailable, pull
 from jupyterhub_gpu.hub.queue import MustQueue, SpawnQueue
@@ -157,7 +158,7 @@ def home_layout(spawner: Any) -> HomeLayout:
     )
 
 
-class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
+class GPUDockerSpawner(NewNamedServerMixin, QueueingSpawnerMixin, DockerSpawner):
     """A DockerSpawner that gives each server exactly the GPUs it was placed on."""
 
     # the cluster-wide keys moved to c.GPUCluster (cluster_settings.MOVED): accepted here
@@ -664,6 +665,13 @@ class GPUDockerSpawner(QueueingSpawnerMixin, DockerSpawner):
         return ident, found.options, found.request
 
     async def start(self) -> tuple[str, int]:
+        try:
+            return await self._start()
+        except BaseException:
+            self.first_start_failed()  # a named server made by this spawn is removed
+            raise
+
+    async def _start(self) -> tuple[str, int]:
         self.events.begin()
         self._start_began = asyncio.get_running_loop().time()
         self._forget_placement()  # the hub cleared the state; be sure nothing is left held

@@ -26,6 +26,7 @@ from typing import Any
 from traitlets import Unicode, default
 from traitlets.config import Application, Configurable
 
+from jupyterhub_gpu import __version__
 from jupyterhub_gpu.errors import ConfigError
 
 #: The hub stops a service with SIGINT, then SIGTERM 10 s later (then SIGKILL).
@@ -64,6 +65,8 @@ async def until_stopped() -> None:
 class HubService(Application):
     """A service the hub runs (a subclass sets ``name``, its traits, :meth:`check_config`
     and :meth:`run`)."""
+
+    version = __version__
 
     api_url = Unicode(help="The hub API URL. Default: $JUPYTERHUB_API_URL.").tag(config=True)
     api_token = Unicode(

@@ -19,7 +19,8 @@ Shape (version 1)::
                           ["share_of", "shares_held", "shares"]}]}],
      "servers": [{"key": "user/server", "user", "server", "node", "gpus", "image",
                   "image_name", "started", "last_activity", "ready", "pending",
-                  "cull_at": null}],
+                  "cull_at": null,
+                  ["ssh": {"sessions", "forwards", "since", "from": ["ip:port"]}]}],
      "models": [{"model", "label", "total", "free", "memory_mib"}],
      "totals": {"nodes", "nodes_up", "gpus", "free", "held"},
      "queue": [], "reservations": []}
@@ -40,7 +41,10 @@ them; this one reads a GPU without them as not shared, so the version stays 1):
      "memory_mib": 6144, "orphan": false}
 
 (``fraction`` = count / share_of; ``orphan`` as a GPU's: a share kept after its server
-was let go of). The hub adds ``"message"`` when it has no cluster to show. The queue's
+was let go of). A server with open SSH sessions or forwards (the SSH gateway's, docs/ssh.md) has
+``ssh``: their counts, the oldest one's start and the clients' addresses (``from``, which
+the dashboard shows to admins only); absent otherwise. The hub adds ``"message"`` when it
+has no cluster to show. The queue's
 entries are made by :func:`queue_entries`, the reservations' by :func:`reservation_entry`.
 
 The dashboard service reads it back through :func:`decode_payload` alone, into the typed
@@ -79,6 +83,7 @@ from jupyterhub_gpu.core.form.availability import (
 from jupyterhub_gpu.core.inventory import GPU, NodeState
 from jupyterhub_gpu.core.sharing.policy import share_of
 from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
+from jupyterhub_gpu.core.ssh.census import ServerSSH
 from jupyterhub_gpu.core.times import parse_time
 from jupyterhub_gpu.errors import BadPayload
 from jupyterhub_gpu.wire.nodes_file import NodeSpec
@@ -109,6 +114,7 @@ class ServerInfo:
     pending: str | None = None  # "spawn", "stop", "check": an action in progress
     cull_at: datetime | None = None  # the culler's earliest stop (its deadlines file)
     share_memory_mib: int | None = None  # the MiB of the share it holds (None: whole)
+    ssh: ServerSSH | None = None  # its open SSH sessions and forwards (None: none)
 
     @property
     def key(self) -> str:
@@ -250,7 +256,20 @@ def _server(info: ServerInfo) -> ServerEntry:
         ready=info.ready,
         pending=info.pending,
         cull_at=info.cull_at,
+        **_ssh_fields(info.ssh),
     )
+
+
+def _ssh_fields(ssh: ServerSSH | None) -> dict[str, Any]:
+    if ssh is None or not (ssh.sessions or ssh.forwards):
+        return {}
+    since = None if ssh.since is None else datetime.fromtimestamp(ssh.since, timezone.utc)
+    return {
+        "ssh_sessions": ssh.sessions,
+        "ssh_forwards": ssh.forwards,
+        "ssh_since": since,
+        "ssh_from": ssh.peers[:20],
+    }
 
 
 def reservation_entry(r: Any) -> dict[str, Any]:
@@ -519,7 +538,21 @@ def _decode_server(s: _Reader) -> ServerEntry:
         ready=s.flag("ready"),
         pending=s.text_or_none("pending"),
         cull_at=s.time("cull_at"),
+        **_decode_ssh(s),
     )
+
+
+def _decode_ssh(s: _Reader) -> dict[str, Any]:
+    """A server's ``ssh`` (absent: no open SSH session, or a hub of an earlier release)."""
+    if "ssh" not in s.data:
+        return {}
+    ssh = s.object("ssh")
+    return {
+        "ssh_sessions": ssh.integer("sessions", 0),
+        "ssh_forwards": ssh.integer("forwards", 0),
+        "ssh_since": ssh.time("since"),
+        "ssh_from": ssh.texts("from")[:20],
+    }
 
 
 def _decode_model(m: _Reader) -> ModelEntry:
@@ -677,7 +710,7 @@ def _node_json(n: NodeEntry) -> dict[str, Any]:
 
 
 def _server_json(s: ServerEntry) -> dict[str, Any]:
-    entry = {
+    entry: dict[str, Any] = {
         "key": s.key,
         "user": s.user,
         "server": s.server,
@@ -691,6 +724,13 @@ def _server_json(s: ServerEntry) -> dict[str, Any]:
         "pending": s.pending,
         "cull_at": iso(s.cull_at),
     }
+    if s.ssh_sessions or s.ssh_forwards:
+        entry["ssh"] = {
+            "sessions": s.ssh_sessions,
+            "forwards": s.ssh_forwards,
+            "since": iso(s.ssh_since),
+            "from": list(s.ssh_from),
+        }
     return _hidden(entry, s.hidden)
 
 

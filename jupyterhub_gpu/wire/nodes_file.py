@@ -73,7 +73,17 @@ def parse_node(raw: Mapping[str, Any], where: str) -> NodeSpec:
             f"got {address!r}"
         )
     labels = raw.get("labels") or {}
+    if not isinstance(labels, Mapping):
+        raise ConfigError(
+            f"{where} ({name}).labels: a mapping of names to values (e.g. rack: b2), got {labels!r}"
+        )
     agent = raw.get("agent_url")
+    if agent is not None and not (
+        isinstance(agent, str) and agent.startswith(("http://", "https://")) and _has_host(agent)
+    ):
+        raise ConfigError(
+            f"{where} ({name}).agent_url: the node agent's URL, https://HOST:9450, got {agent!r}"
+        )
     drain = raw.get("drain", False)
     if not isinstance(drain, bool):
         raise ConfigError(f"{where} ({name}).drain: must be true or false, got {drain!r}")
@@ -99,8 +109,10 @@ def decode_nodes_file(loaded: Any, where: str) -> list[dict[str, Any]]:
     return list(loaded.get("nodes", []))
 
 
-def parse_nodes(raw: Sequence[Mapping[str, Any]]) -> list[NodeSpec]:
-    if not raw:
+def parse_nodes(raw: Sequence[Mapping[str, Any]], allow_empty: bool = False) -> list[NodeSpec]:
+    """The nodes, checked. None is an error unless ``allow_empty`` (a site whose nodes
+    file is still empty: its nodes join later, ``jupyterhub-gpu node join``)."""
+    if not raw and not allow_empty:
         raise ConfigError("nodes: declare at least one node")
     nodes = [parse_node(n, f"nodes[{i}]") for i, n in enumerate(raw)]
     names = [n.name for n in nodes]
@@ -108,6 +120,13 @@ def parse_nodes(raw: Sequence[Mapping[str, Any]]) -> list[NodeSpec]:
     if dupes:
         raise ConfigError(f"nodes: names must be unique, repeated: {dupes}")
     return nodes
+
+
+def _has_host(url: str) -> bool:
+    try:
+        return bool(urlsplit(url).hostname)
+    except ValueError:
+        return False
 
 
 def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

@@ -13,7 +13,10 @@ trusted). ``home``: her home on the hub's shared filesystem (null without one), 
 ``~/.ssh/authorized_keys`` is read. ``node`` and ``container`` only while running. The TLS
 entries are paths of the hub's client certificate on the hub's machine (the gateway runs
 there), never their contents. ``last_options``: the options the
-server was last started with (null if never), for a gateway that starts servers. A user
+server was last started with (null if never), for a gateway that starts servers.
+``keys``: only when asked (``&login=1``, at login) and the site reads keys from LDAP
+(``GPULDAPAuthenticator.ssh_public_key_attribute``): her ``sshPublicKey`` values as
+text, bounded (:mod:`jupyterhub_gpu.core.ssh.keys`); else absent or empty. A user
 who does not exist is a 404.
 """
 
@@ -23,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from jupyterhub_gpu.core.ssh.keys import MAX_LDAP_KEY_BYTES, MAX_LDAP_KEYS
 from jupyterhub_gpu.errors import ProbeError
 from jupyterhub_gpu.wire.nodes_file import NodeSpec
 
@@ -43,6 +47,7 @@ class SSHTarget:
     container: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
     last_options: Mapping[str, Any] | None = None  # the options of its last start
+    keys: tuple[str, ...] = ()  # her public keys from LDAP (sshPublicKey), when asked
 
     @property
     def running(self) -> bool:
@@ -64,6 +69,7 @@ def encode_target(target: SSHTarget) -> dict[str, Any]:
         else {"name": node.name, "docker_url": node.docker_url, "tls": dict(node.tls)},
         "container": target.container,
         "last_options": None if target.last_options is None else dict(target.last_options),
+        "keys": list(target.keys),
     }
 
 
@@ -120,7 +126,23 @@ def decode_target(raw: object) -> SSHTarget:
         node=_node(raw.get("node")),
         container=_str(raw, "container", optional=True) or "",
         last_options=_options(raw.get("last_options")),
+        keys=_keys(raw.get("keys")),
     )
+
+
+def _keys(raw: object) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    if (
+        not isinstance(raw, list)
+        or len(raw) > MAX_LDAP_KEYS
+        or not all(isinstance(k, str) and len(k) <= MAX_LDAP_KEY_BYTES for k in raw)
+    ):
+        raise ProbeError(
+            f"the hub's SSH target: 'keys' must be at most {MAX_LDAP_KEYS} strings "
+            f"of at most {MAX_LDAP_KEY_BYTES} characters"
+        )
+    return tuple(raw)
 
 
 def _options(raw: object) -> Mapping[str, Any] | None:

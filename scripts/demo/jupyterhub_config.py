@@ -144,19 +144,8 @@ c.JupyterHub.services = [
         ],
         "environment": culler_env,
     },
-    {  # the usage API: admins see everyone's GPU-hours, users their own (docs/accounting.md)
-        "name": "gpu-accounting",
-        "url": "http://127.0.0.1:10102",
-        "command": [
-            sys.executable,
-            "-m",
-            "jupyterhub_gpu.services.usage",
-            f"--db={ACCOUNTING_URL}",
-        ],
-    },
 ]
 c.JupyterHub.load_roles = [
-    {"name": "user", "scopes": ["self", "access:services!service=gpu-accounting"]},
     {
         "name": "gpu-culler",
         "scopes": [
@@ -181,10 +170,20 @@ from jupyterhub_gpu.hub.config import check_config  # noqa: E402
 from jupyterhub_gpu.hub.extensions import configure_dashboard as add_dashboard  # noqa: E402
 from jupyterhub_gpu.hub.extensions import configure_my_images as add_my_images  # noqa: E402
 from jupyterhub_gpu.hub.extensions import configure_reservations as add_reservations  # noqa: E402
+from jupyterhub_gpu.hub.extensions import configure_usage as add_usage  # noqa: E402
 
 add_dashboard(c)
+# "My usage": each user's GPU time by day; admins see anyone's (docs/accounting.md)
+add_usage(c, accounting_url=ACCOUNTING_URL)
 add_reservations(c)  # admins reserve GPUs: jupyterhub-gpu reserve (docs/scheduling.md)
 add_my_images(c)  # "My images"; saving is on when the demo has a registry (below)
+# the jupyterhub-gpu command (batch jobs) in every server: the demo image does not carry it
+# yet, so this repository's package and a small launcher are mounted read-only
+DEMO_MOUNTS = [
+    {"source": str(HERE.parents[1] / "jupyterhub_gpu"),
+     "target": "/opt/jupyterhub-gpu-cli/jupyterhub_gpu"},
+    {"source": str(HERE / "jupyterhub-gpu"), "target": "/usr/local/bin/jupyterhub-gpu"},
+]  # fmt: skip
 if os.environ.get("JHGPU_DEMO_REGISTRY"):
     c.SavedImages.registry = os.environ["JHGPU_DEMO_REGISTRY"]
     c.SavedImages.registry_url = "http://" + os.environ["JHGPU_DEMO_REGISTRY"]
@@ -192,12 +191,16 @@ if os.environ.get("JHGPU_DEMO_REGISTRY"):
     c.SavedImages.find_links = [str(DEMO / "wheels")]
     # the same wheels, read-only in every server (users pip install --user from there)
     (DEMO / "wheels").mkdir(exist_ok=True)
-    c.GPUDockerSpawner.group_mounts = {
-        "gpu-users": [{"source": str(DEMO / "wheels"), "target": "/srv/wheels"}]
-    }
+    DEMO_MOUNTS.append({"source": str(DEMO / "wheels"), "target": "/srv/wheels"})
 # the SSH gateway on 127.0.0.1:8022 (docs/ssh.md): ssh -p 8022 alice@127.0.0.1, with a key
 # in .demo/homes/alice/.ssh/authorized_keys; its host key is kept in .demo
 from jupyterhub_gpu.hub.extensions import configure_ssh as add_ssh  # noqa: E402
 
 add_ssh(c, port=8022, host_key_file=str(DEMO / "ssh_host_ed25519_key"))
+# batch jobs (docs/jobs.md): in a server's terminal, jupyterhub-gpu job submit --gpus 1 --
+# python train.py; output in ~/jobs/ID/output.log, listed on the dashboard
+from jupyterhub_gpu.hub.extensions import configure_jobs as add_jobs  # noqa: E402
+
+add_jobs(c)
+c.GPUDockerSpawner.group_mounts = {"gpu-users": DEMO_MOUNTS}
 check_config(c)

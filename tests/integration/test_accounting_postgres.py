@@ -243,3 +243,49 @@ def test_unreachable_postgres_names_the_database_without_its_password() -> None:
             assert info.value.__cause__ is None and info.value.__suppress_context__
     finally:
         store.engine.dispose()
+
+
+def test_db_current_and_upgrade_report_and_apply_the_migrations(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`jupyterhub-gpu db current|upgrade` on SQLite and PostgreSQL: no tables, a database
+    one migration behind (as an older release left it), brought to the newest; the
+    migrations' own version table, the password never shown."""
+    from alembic import command
+
+    from jupyterhub_gpu.cli import main
+    from jupyterhub_gpu.edges.accounting.store import alembic_config
+
+    assert main(["db", "current", "--db", db_url]) == 1
+    assert "no accounting tables (no revision)" in capsys.readouterr().err
+    from alembic.script import ScriptDirectory
+
+    cfg = alembic_config()
+    head = ScriptDirectory.from_config(cfg).get_current_head()
+    before = ScriptDirectory.from_config(cfg).get_revision(head).down_revision
+    store = AccountingStore(db_url)
+    try:
+        with store.engine.begin() as connection:
+            cfg.attributes["connection"] = connection
+            command.upgrade(cfg, before)  # the release before the newest migration
+        assert store.revisions() == (before, head)
+    finally:
+        store.engine.dispose()
+    assert main(["db", "current", "--db", db_url]) == 1
+    err = capsys.readouterr().err
+    assert f"revision {before}, the newest is {head}: run jupyterhub-gpu db upgrade" in err, err
+    assert main(["db", "upgrade", "--db", db_url]) == 0
+    assert f"upgraded from revision {before} to {head}." in capsys.readouterr().out
+    assert main(["db", "current", "--db", db_url]) == 0
+    out = capsys.readouterr().out
+    assert out.strip().endswith(f"revision {head}, the newest."), out
+    assert main(["db", "upgrade", "--db", db_url]) == 0
+    assert f"already at revision {head}" in capsys.readouterr().out
+    store = AccountingStore(db_url)
+    try:
+        assert inspect(store.engine).has_table("jhgpu_alembic_version")
+        assert not inspect(store.engine).has_table("alembic_version")  # JupyterHub's
+    finally:
+        store.engine.dispose()
+    if "@" in db_url:
+        assert db_url.split("://", 1)[1].split("@")[0] not in out  # credentials hidden

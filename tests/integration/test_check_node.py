@@ -433,7 +433,7 @@ def test_no_firewall(
         rc, checks = run_checks(config, "--only", "firewall", capsys=capsys)
         assert rc == 1
         assert f"{node.address}:2376" in checks["firewall"]["detail"]  # the Docker TLS port
-        assert "node-firewall.sh --bridge jhgpu-users" in failing(checks)["firewall"]
+        assert "jupyterhub-gpu firewall --bridge jhgpu-users" in failing(checks)["firewall"]
     finally:
         subprocess.run(node.nsenter(firewall, *FIREWALL), check=True, capture_output=True)
     rc, checks = run_checks(config, "--only", "firewall", capsys=capsys)

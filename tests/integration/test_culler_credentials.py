@@ -85,6 +85,7 @@ c.GPUIdleCuller.timeout = {TIMEOUT}
 c.GPUIdleCuller.gpu_timeout = {TIMEOUT}
 c.GPUIdleCuller.interval = {INTERVAL}
 c.GPUIdleCuller.dry_run = True
+c.GPUIdleCuller.warn_before = 0  # "Would cull" at the timeout, not a warning ahead of it
 c.GPUIdleCuller.notes_file = ""
 c.GPUIdleCuller.state_file = {str(work / "state.json")!r}
 """

@@ -146,7 +146,7 @@ def test_dashboard_for_a_user_and_an_admin(
     server = hub.wait_ready("alice", timeout=240)
     (gpu,) = server["state"]["gpu_uuids"]
     try:
-        with chromium_page(width=1280, height=800) as page:
+        with chromium_page(width=1280, height=800, timezone_id="Europe/Paris") as page:
             try:
                 _as_user(page, hub, started[node_a.name], gpu, node_b)
             except BaseException:
@@ -167,17 +167,26 @@ def test_dashboard_for_a_user_and_an_admin(
                 raise
         _user_reads_the_note(hub)  # one browser at a time (Playwright's sync API)
     finally:
-        for name, server_name in (("alice", ""), ("alice", "gpu"), ("bob", "")):
+        for name, server_name in (
+            ("alice", ""),
+            ("alice", "gpu"),
+            ("alice", "broken"),
+            ("bob", ""),
+        ):
             if hub.server(name, server_name) is not None:
                 hub.stop_server(name, server_name)
 
 
 def _as_user(page: Any, hub: Hub, agent: AgentProcess, gpu: str, node_b: Engine) -> None:
     open_dashboard(page, hub, "alice")
-    # her server: holder, image (the hostile label, as text), since, activity
+    # her server: holder, image (the hostile label, as text), since (in her own zone:
+    # the browser's is Europe/Paris), activity, and what the culler will do
     mine = row(page, gpu)
     assert "alice (you)" in mine and "in use" in mine, mine
-    assert "since " in mine and "UTC" in mine and "last activity" in mine, mine
+    assert re.search(r"since .*\(\d{1,2}:\d{2}( [AP]M)? (GMT\+1|CET)\)", mine), mine
+    assert "UTC" not in mine and "last activity" in mine, mine
+    assert "culler: unknown" not in mine and "culler: " in mine, mine
+    assert page.locator("nav a.nav-link", has_text="Home").count() == 1  # the hub's bar
     assert HOSTILE_LABEL.split(" <")[0] in mine and 'onerror="window.__jhgpuXSS=1"' in mine, mine
     assert page.evaluate("() => window.__jhgpuXSS") is None  # shown, never run
     assert page.locator(f'tr[data-uuid="{gpu}"] img').count() == 0
@@ -188,8 +197,11 @@ def _as_user(page: Any, hub: Hub, agent: AgentProcess, gpu: str, node_b: Engine)
         "the GPU's idleness on the page",
         details=hub.log_tail,
     )
-    # no admin action anywhere
-    assert page.locator("a.jhgpu-stop-link, form.jhgpu-drain").count() == 0
+    # no admin action anywhere; Stop only on her own server
+    assert page.locator("form.jhgpu-drain").count() == 0
+    stops = page.locator("a.jhgpu-stop-link, a.jhgpu-stop-own")
+    hrefs = [stops.nth(i).get_attribute("href") or "" for i in range(stops.count())]
+    assert hrefs and all("user=alice&" in h for h in hrefs), hrefs
     # the free A100 stands out, with a link that preselects it in the spawn form
     a100_row = page.locator(f'article[data-node="{node_b.name}"] tr.jhgpu-free')
     assert a100_row.count() == 1
@@ -221,19 +233,59 @@ def _as_user(page: Any, hub: Hub, agent: AgentProcess, gpu: str, node_b: Engine)
     assert page.eval_on_selector("#jhgpu-gpu-count", "e => e.value") == "1"
     screenshot(page, "dashboard-3-start-link-form")
 
-    # the dashboard's actions refuse a user, with or without the page's token
+    # the dashboard's admin actions refuse a user, with or without the page's token
     page.goto(f"{hub.url}{PREFIX}")
     page.wait_for_selector("#jhgpu-live #jhgpu-updated")
     xsrf = xsrf_of(page)
     stop = page.request.post(
-        f"{hub.url}{PREFIX}actions/stop", form={"user": "alice", "server": "", "_xsrf": xsrf}
+        f"{hub.url}{PREFIX}actions/stop", form={"user": "bob", "server": "", "_xsrf": xsrf}
     )
-    assert stop.status == 403 and "Only admins can do this" in stop.text()
+    assert stop.status in (403, 404) and hub.server("alice") is not None
     drain = page.request.post(
         f"{hub.url}{PREFIX}actions/drain", form={"node": node_b.name, "_xsrf": xsrf}
     )
-    assert drain.status == 403
+    assert drain.status == 403 and "Only admins can do this" in drain.text()
     assert hub.server("alice") is not None
+    _own_servers(page, hub)
+
+
+def _own_servers(page: Any, hub: Hub) -> None:
+    """Issue 36: Open and Stop for one's own servers on the dashboard; a named server
+    whose first start failed leaves no row on the hub's home page, one that ran does."""
+    r = hub.spawn("alice", {**OPTIONS, "gpu_model": A100[0]}, server="gpu")
+    assert r.status_code in (201, 202), r.text
+    hub.wait_ready("alice", "gpu", timeout=240)
+    page.goto(f"{hub.url}{PREFIX}")
+    own = page.locator('li.jhgpu-own-server[data-server="gpu"]')
+    wait_until(lambda: own.count() == 1 and own.locator("a.jhgpu-open").count() == 1,
+               ONE_REFRESH_S, "alice/gpu with its Open link", details=hub.log_tail)  # fmt: skip
+    text = " ".join(own.inner_text().split())
+    assert "alice/gpu (you)" in text and "Open" in text and "Stop" in text, text
+    screenshot(page, "first-hour-dashboard-own-servers-after")
+    own.locator("a.jhgpu-open").click()
+    page.wait_for_url(lambda url: "/user/alice/gpu/" in url)
+    page.goto(f"{hub.url}{PREFIX}")
+    page.locator('li.jhgpu-own-server[data-server="gpu"] a.jhgpu-stop-own').click()
+    page.wait_for_selector("#jhgpu-stop-submit")
+    assert page.inner_text("h1") == "Stop alice/gpu (you)"
+    assert page.locator("#jhgpu-note").count() == 0  # a note is an admin's, to someone else
+    page.click("#jhgpu-stop-submit")
+    page.wait_for_selector("#jhgpu-message")
+    wait_until(lambda: hub.server("alice", "gpu") is None, 60, "alice/gpu to stop",
+               details=hub.log_tail)  # fmt: skip
+    assert hub.server("alice") is not None  # her other server runs on
+    # a named server whose first start fails: refused, and gone from the home page
+    failed = hub.spawn("alice", {**OPTIONS, "image": "no-such-image"}, server="broken")
+    assert failed.status_code >= 400 or failed.status_code == 202, failed.text
+
+    def home_rows() -> list[str]:
+        page.goto(f"{hub.url}/hub/home")
+        rows = page.locator("tr.home-server-row[data-server-name]")  # not "Add New Server"
+        return [rows.nth(i).get_attribute("data-server-name") or "" for i in range(rows.count())]
+
+    wait_until(lambda: home_rows() == ["gpu"], 30, "no row for the failed server",
+               details=hub.log_tail)  # fmt: skip
+    screenshot(page, "first-hour-home-after-failed-named-spawn")
 
 
 def _api_refuses_users(hub: Hub, node_b: Engine) -> None:
@@ -265,7 +317,8 @@ def _as_admin(page: Any, hub: Hub, gpu: str, node_b: Engine) -> None:
     r = page.request.post(base + "drain", form={"node": node_b.name, "_xsrf": "2|00|forged|0"})
     assert r.status == 403
     r = page.request.post(base + "drain", form={"node": "node-z<script>", "_xsrf": xsrf})
-    assert r.status == 404 and "There is no node" in r.text() and "<script>" not in r.text()
+    assert r.status == 404 and "There is no node" in r.text()
+    assert "node-z<script>" not in r.text() and "node-z&lt;script&gt;" in r.text()  # escaped
     r = page.request.post(base + "stop", form={"user": "alice", "server": "nope", "_xsrf": xsrf})
     assert r.status == 404
     assert hub.server("alice") is not None

@@ -115,7 +115,7 @@ def test_a_node_without_its_firewall_takes_no_servers_until_a_check_passes(
         end = hub.wait_log(re.escape(failed), 0, timeout=60)
         line = log_line(hub, failed)
         assert f"{node_c.address}:2376" in line, line  # its Docker TLS port, reached
-        assert "Fix: apply the node firewall" in line and "node-firewall.sh --bridge" in line
+        assert "Fix: apply the node firewall" in line and "jupyterhub-gpu firewall --bridge" in line
         assert "No new servers there until a check passes" in line
         assert hub.wait_ready("alice")["state"]["node"] == node_a.name
 
@@ -126,7 +126,7 @@ def test_a_node_without_its_firewall_takes_no_servers_until_a_check_passes(
             "check",
         ), node
         assert "firewall check failed" in node["drain_note"]
-        assert "node-firewall.sh --bridge jhgpu-users" in node["drain_note"], node
+        assert "jupyterhub-gpu firewall --bridge jhgpu-users" in node["drain_note"], node
 
         # a spawn only node-c could take waits in line; node-a still takes servers
         assert hub.spawn("bob", {**OPTIONS, "gpu_model": A100[0]}).status_code == 202

@@ -34,7 +34,6 @@ for pip (as test_packaging.py), slapd, and about four minutes."""
 
 from __future__ import annotations
 
-import configparser
 import json
 import os
 import re
@@ -55,6 +54,7 @@ import httpx
 import pytest
 import yaml
 
+import jupyterhub_gpu
 from jupyterhub_gpu.core.tokens import node_token
 from tests.ldap_fixture import DEMO_PASSWORDS, LDAPServer, start_ldap_server
 from tests.support import install_guide as guide
@@ -413,8 +413,6 @@ def test_the_install_guide_from_the_wheel_to_alices_server(
     lines = text.splitlines()
     blocks = guide.parse(text)
     variables = guide.variables(blocks)
-    setup = configparser.ConfigParser()
-    setup.read(REPO / "setup.cfg")
     hub = tmp_path / "hub"
     nodes = {name: tmp_path / name for name in NODES}
     for root in (hub, *nodes.values()):
@@ -428,7 +426,7 @@ def test_the_install_guide_from_the_wheel_to_alices_server(
         "NODES": " ".join(f"{n}={a}" for n, a in NODES.items()),
         "HOME_TEMPLATE": str(tmp_path / "shared/home/{username}"),
         "SRC": str(guide.copy_checkout(hub / "root/jupyterhub-gpu")),
-        "VERSION": setup["metadata"]["version"],
+        "VERSION": jupyterhub_gpu.__version__,  # setup.cfg reads it from there
         "LDAP_SERVER": f"127.0.0.1:{ldap.ldaps_port}",
         "LDAP_TLS": "on_connect",
         "LDAP_BASE": ldap.suffix,

@@ -4,6 +4,9 @@ server's own token; the output file and ``job logs``; an exit code; cancel; a ti
 (SIGTERM, the job's own checkpoint line, then its end); bob can neither see, cancel nor
 read alice's job; a hub killed with -9 mid-run finds a job that ended meanwhile ended
 (its exit code read), and one still running running, ends it once, and starts none twice.
+The dashboard, in Debian's Chromium: alice sees her jobs' rows with their last output
+line (escaped), cancels one with its button and sees it cancelled; bob sees none of hers
+and his cancel of it is refused.
 
 One hub for the whole module's story (the steps share its jobs and users)."""
 
@@ -24,10 +27,12 @@ import httpx
 import pytest
 
 from tests.conftest import gpu_inventory
+from tests.support.browser import chromium_page, hub_login, screenshot
 from tests.support.cluster import Engine, container_env
-from tests.support.hub import TOKEN_ROLE_CONFIG, Hub
+from tests.support.hub import TOKEN_ROLE_CONFIG, Hub, free_port
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.browser]
+DASHBOARD = "/services/gpu-dashboard/"
 
 UID, GID = 10001, 5000
 RTX = ("NVIDIA GeForce RTX 3090", 24576, "8.6")
@@ -105,7 +110,9 @@ c.GPUJobs.grace = 4
 c.GPUJobs.interval = 0.5
 c.GPUDockerSpawner.queue_policy = {{"groups": {{"course": {{}}}}}}
 {TOKEN_ROLE_CONFIG}
-from jupyterhub_gpu.hub.extensions import configure_jobs, configure_reservations
+from jupyterhub_gpu.hub.extensions import configure_dashboard, configure_jobs
+from jupyterhub_gpu.hub.extensions import configure_reservations
+configure_dashboard(c, url="http://127.0.0.1:{free_port()}")
 configure_jobs(c)
 configure_reservations(c)
 """
@@ -134,7 +141,8 @@ configure_reservations(c)
 
     # submit to running on a free GPU (image present): how long
     started = time.monotonic()
-    r = api(hub, alice, "POST", "", json={"command": ["sh", "-c", "echo up; sleep 300"],
+    sleeps = "echo up; echo 'epoch 3 <b>loss</b> 0.25'; sleep 300"
+    r = api(hub, alice, "POST", "", json={"command": ["sh", "-c", sleeps],
                                           "options": {"gpu_count": 1}})  # fmt: skip
     assert r.status_code == 201, r.text
     sleeper = r.json()["jobs"][0]["id"]
@@ -152,10 +160,11 @@ configure_reservations(c)
     assert api(hub, bob, "GET", "").json()["jobs"] == []
     assert job(hub, alice, sleeper)["state"] == "running"
 
-    # cancel: SIGTERM, and the job ends cancelled
-    out = job_cli(hub, alice, "cancel", sleeper).stdout
-    assert f"Job {sleeper}: stopping" in out, out
-    wait_for(hub, alice, sleeper, lambda j: j["state"] == "cancelled", timeout=30)
+    # the dashboard: bob sees none of alice's jobs; alice sees hers and cancels one there
+    wait_until_text(homes / "alice" / "jobs" / sleeper / "output.log", "epoch 3")
+    _dashboard_as_bob(hub, sleeper)
+    _dashboard_as_alice(hub, first, sleeper)
+    wait_for(hub, alice, sleeper, lambda j: j["state"] == "cancelled", timeout=5)
 
     # a time limit: SIGTERM (the job writes its checkpoint line), then its end
     script = "trap 'echo checkpoint at TERM; exit 0' TERM; echo up; while :; do sleep 0.2; done"
@@ -266,6 +275,54 @@ configure_reservations(c)
     assert f"job {long} of alice runs on" not in restarted_log  # never started twice
     assert "removed container" not in restarted_log  # not taken for an interrupted spawn
     assert restarted_log.count(f"job {long} of alice ended cancelled") == 1
+
+
+def _job_row(page: Any, job_id: str) -> str:
+    return " ".join(page.locator(f'tr[data-job="{job_id}"]').inner_text().split())
+
+
+def _dashboard_as_bob(hub: Hub, alices: str) -> None:
+    with chromium_page() as page:
+        hub_login(page, hub.url, "bob", "any password")
+        page.goto(hub.url + DASHBOARD)
+        page.wait_for_selector("section.jhgpu-jobs")
+        text = page.locator("section.jhgpu-jobs").inner_text()
+        assert "No jobs yet" in text and page.locator("tr[data-job]").count() == 0, text
+        assert "epoch 3" not in page.content()
+        xsrf = page.get_attribute("#jhgpu-dashboard", "data-xsrf")
+        r = page.request.post(
+            hub.url + DASHBOARD + "actions/cancel-job", form={"_xsrf": str(xsrf), "job": alices}
+        )
+        assert r.status == 404 and "You have no job" in r.text(), (r.status, r.text())
+
+
+def _dashboard_as_alice(hub: Hub, failed: str, running: str) -> None:
+    with chromium_page() as page:
+        try:
+            hub_login(page, hub.url, "alice", "any password")
+            page.goto(hub.url + DASHBOARD)
+            page.wait_for_selector(f'tr[data-job="{running}"]')
+            row = _job_row(page, running)
+            assert "running" in row and "1 GPU" in row and "running since" in row, row
+            output = page.locator(f'tr[data-job="{running}"] .jhgpu-job-output').inner_text()
+            assert output == "up\nepoch 3 <b>loss</b> 0.25", output  # shown as text
+            assert "failed (exit code 3)" in _job_row(page, failed)
+            assert f"hello {failed}" in _job_row(page, failed)
+            screenshot(page, "jobs-1-dashboard")
+            page.click(f'tr[data-job="{running}"] .jhgpu-cancel-job button')
+            message = page.locator("#jhgpu-message").inner_text()
+            assert f"Job {running} is" in message, message
+            page.click("#jhgpu-back")
+            deadline = time.monotonic() + 30
+            while "cancelled" not in _job_row(page, running):
+                assert time.monotonic() < deadline, (_job_row(page, running), hub.log_tail())
+                page.wait_for_timeout(500)
+                page.reload()
+            assert page.locator(f'tr[data-job="{running}"] .jhgpu-cancel-job').count() == 0
+            screenshot(page, "jobs-2-cancelled")
+        except BaseException:
+            screenshot(page, "jobs-failure")
+            raise
 
 
 def _wait_exited(engine: Engine, job_id: str, hub: Hub) -> None:

@@ -106,10 +106,14 @@ class As:
         raise TimeoutError(f"save {name} still running after {timeout}s")
 
 
-def save_in_the_browser(hub: Hub, user: str, server: str, name: str) -> dict[str, Any]:
+def save_in_the_browser(
+    hub: Hub, user: str, server: str, name: str, saved_as: str = ""
+) -> dict[str, Any]:
     """What a person does: log in, follow "My images" in the navigation bar, choose the
-    server, type the name, press Save, watch the progress to its end. The save as the
-    API then reports it."""
+    server, type the name (a name with spaces and capitals is saved as ``saved_as``),
+    press Save, watch the progress to its end: a short log (one line for the push's
+    figures, at most 12 lines). The save as the API then reports it."""
+    saved_as = saved_as or name
     with chromium_page(timeout_s=60) as page:
         hub_login(page, hub.url, user, "any password")
         page.goto(f"{hub.url}/hub/home")
@@ -126,14 +130,44 @@ def save_in_the_browser(hub: Hub, user: str, server: str, name: str) -> dict[str
             timeout=240_000,
         )
         message = page.inner_text("#jhgpu-save-message")
+        log = page.inner_text("#jhgpu-save-log").splitlines()
+        assert len(log) <= 12 and sum(line.startswith("Pushing") for line in log) <= 1, log
         if message.startswith("Saved as"):
-            page.wait_for_selector(f"#jhgpu-images tr[data-image='saved:{user}/{name}']")
+            row = page.locator(f"#jhgpu-images tr[data-image='saved:{user}/{saved_as}']")
+            row.wait_for()
+            cells = row.locator("td")
+            assert cells.nth(0).inner_text() == saved_as
+            base = cells.nth(2).inner_text()  # the catalog's name for it, not its slug
+            assert base == display_name("demo-cuda12") and base != "demo-cuda12", base
         screenshot(page, "my-images-2-saved")
     r = httpx.get(f"{hub.url}/hub/api/gpu/users/{user}/save",
                   headers={"Authorization": f"token {hub.token}"}, timeout=30)  # fmt: skip
     job = dict(r.json())
     assert job["message"] == message, (job["message"], message)  # the page shows the result
     return job
+
+
+def restart_in_the_browser(hub: Hub, user: str, image: str) -> None:
+    """On My images, the image's "Restart with this image" (her default server runs):
+    confirmed, the page leaves for the server's progress page (or, when the restart is
+    done within the hub's slow-spawn timeout, straight for the server itself)."""
+    with chromium_page(timeout_s=60) as page:
+        hub_login(page, hub.url, user, "any password")
+        page.goto(f"{hub.url}/hub/my-images")
+        button = page.locator(f"#jhgpu-images tr[data-image='{image}'] button.jhgpu-restart")
+        button.wait_for()
+        assert button.inner_text() == "Restart with this image"
+        screenshot(page, "first-hour-my-images-after")
+        page.once("dialog", lambda dialog: dialog.accept())
+        button.click()
+        page.wait_for_url(
+            lambda url: "/hub/spawn-pending/" in url or f"/user/{user}/" in url, timeout=120_000
+        )
+
+
+def display_name(slug: str) -> str:
+    entries = yaml.safe_load(CATALOG.read_text())["images"]
+    return str(next(e["display_name"] for e in entries if e["slug"] == slug))
 
 
 def engine_of(engines: list[Engine], node: str) -> Engine:
@@ -197,12 +231,12 @@ def test_save_my_environment_and_start_it_on_another_node(
     code, out = in_server(engines, work, "python", "-m", "pip", "install", "--user",
                           "--no-index", "--find-links", "/home/alice/wheels", PACKAGE)  # fmt: skip
     assert code == 0, out
-    saved = save_in_the_browser(hub, "alice", "work", "env1")
+    saved = save_in_the_browser(hub, "alice", "work", "My Env 1", saved_as="my-env-1")
     assert saved["state"] == "saved", (saved["message"], saved["events"][-8:])
     image = saved["image"]
     assert image["packages"] == [f"pip:{PACKAGE}==1.2.0"], image
     assert image["base"] == "demo-cuda12" and image["shared_with"] is None
-    repo = "saved-test/u-alice/env1"
+    repo = "saved-test/u-alice/my-env-1"
     assert registry.tags(repo) == [image["reference"].rsplit(":", 1)[1]]
     percents = [e["percent"] for e in saved["events"] if "percent" in e]
     assert percents, saved["events"]  # the build/push reported how far it was
@@ -229,12 +263,20 @@ def test_save_my_environment_and_start_it_on_another_node(
         assert browser.post("/hub/login", data=data).status_code == 200
         form = browser.get("/hub/spawn/alice/mine").text
         page = browser.get("/hub/my-images").text
-    assert 'label="My images"' in form and 'value="saved:alice/env1"' in form, form[-3000:]
+    assert 'label="My images"' in form and 'value="saved:alice/my-env-1"' in form, form[-3000:]
     assert 'id="jhgpu-my-images"' in page and 'id="jhgpu-my-images-link"' in page
-    r = alice("POST", "/users/alice/servers/mine",
-              json={**ON_GPU, "image": "saved:alice/env1", "gpu_model": model})  # fmt: skip
+    # her default server from the catalog on the other node's kind of GPU; then, on My
+    # images, "Restart with this image": the same choices, with her image
+    r = alice("POST", "/users/alice/server", json={**ON_GPU, "gpu_model": model})
     assert r.status_code in (201, 202), r.text
-    mine = hub.wait_ready("alice", "mine", timeout=180)["state"]
+    hub.wait_ready("alice", "", timeout=180)
+    restart_in_the_browser(hub, "alice", "saved:alice/my-env-1")
+    wait_until(lambda: (hub.server("alice") or {}).get("ready") is True, 180,
+               "alice's server to start again with her image", details=hub.log_tail)  # fmt: skip
+    restarted = hub.server("alice") or {}
+    assert restarted["user_options"]["image"] == "saved:alice/my-env-1", restarted
+    assert restarted["user_options"]["gpu_model"] == model, restarted
+    mine = restarted["state"]
     assert mine["node"] == other.name
     probe = f"import {module_name(PACKAGE)} as m; print(m.__file__, m.VERSION)"
     code, out = in_server(engines, mine, "python", "-c", probe)
@@ -250,21 +292,21 @@ def test_save_my_environment_and_start_it_on_another_node(
     assert bob.images()["images"] == []
     assert bob("GET", "/gpu/users/alice/images").status_code in (403, 404)
     r = bob("POST", "/users/bob/server", json={**ON_GPU, "gpu_count": 0,
-                                               "image": "saved:alice/env1"})  # fmt: skip
+                                               "image": "saved:alice/my-env-1"})  # fmt: skip
     assert r.status_code == 400 and "not in the image catalog" in r.json()["message"], r.text
-    assert bob("DELETE", "/gpu/users/alice/images/env1").status_code in (403, 404)
+    assert bob("DELETE", "/gpu/users/alice/images/my-env-1").status_code in (403, 404)
 
     # 6. shared with lab: bob (lab) sees it, carol does not; not with a group not hers
-    r = alice("PATCH", "/gpu/users/alice/images/env1", json={"shared_with": "admins"})
+    r = alice("PATCH", "/gpu/users/alice/images/my-env-1", json={"shared_with": "admins"})
     assert r.status_code == 400 and "only with one of your groups (lab)" in r.json()["message"]
-    r = alice("PATCH", "/gpu/users/alice/images/env1", json={"shared_with": "lab"})
+    r = alice("PATCH", "/gpu/users/alice/images/my-env-1", json={"shared_with": "lab"})
     assert r.status_code == 200 and r.json()["shared_with"] == "lab", r.text
-    assert [i["image"] for i in bob.images()["images"]] == ["saved:alice/env1"]
+    assert [i["image"] for i in bob.images()["images"]] == ["saved:alice/my-env-1"]
     assert carol.images()["images"] == []
 
     # 7. deleted: gone from the registry and from everyone's list
-    hub.stop_server("alice", "mine")
-    assert alice("DELETE", "/gpu/users/alice/images/env1").status_code == 204
+    hub.stop_server("alice")
+    assert alice("DELETE", "/gpu/users/alice/images/my-env-1").status_code == 204
     assert registry.tags(repo) == []
     assert alice.images()["images"] == [] and bob.images()["images"] == []
 

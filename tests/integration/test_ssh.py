@@ -350,7 +350,8 @@ def test_ssh_gateway_with_a_real_client(make_hub, engines: list[Engine], tmp_pat
 
 
 def culler_config(work: Path) -> str:
-    """The real culler as a hub service (its minimal role), timeout 12 s, a round every 2 s."""
+    """The real culler as a hub service (its minimal role), timeout 12 s, a round every 2 s,
+    no warning ahead of a cull (``warn_before`` 0: the cull comes at the timeout)."""
     work.mkdir(parents=True, exist_ok=True)
     settings = work / "culler_config.py"
     settings.write_text(
@@ -358,6 +359,7 @@ def culler_config(work: Path) -> str:
 c.GPUIdleCuller.timeout = {CULL_TIMEOUT}
 c.GPUIdleCuller.gpu_timeout = {CULL_TIMEOUT}
 c.GPUIdleCuller.interval = {CULL_INTERVAL}
+c.GPUIdleCuller.warn_before = 0
 c.GPUIdleCuller.notes_file = ""
 c.GPUIdleCuller.state_file = {str(work / "state.json")!r}
 """
@@ -469,3 +471,169 @@ def test_the_culler_sees_ssh_and_a_stopped_server_ends_the_session(
     hub.wait_log(r"SSH started the server of alice", after=0)
     model = hub.api("GET", "/users/alice").json()["servers"][""]
     assert model["user_options"]["image"] == "demo-cpu", model
+
+
+#: what VS Code Remote-SSH's first connection does (``ssh -T host bash``, a script on
+#: stdin): start its server listening on a port inside the container, say which, and
+#: keep the connection (bash waits for more input) while the client forwards to it
+REMOTE_SSH_SCRIPT = """
+cd ~ && mkdir -p vscode-like && echo "served from $(id -u)" > vscode-like/index.txt
+nohup python3 -m http.server {port} --bind 127.0.0.1 --directory vscode-like >/dev/null 2>&1 &
+SERVER=$!
+for i in $(seq 200); do
+  python3 -c 'import socket, sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1)' \\
+    {port} 2>/dev/null && break
+  sleep 0.1
+done
+echo "listeningOn=={port}=="
+"""
+
+
+def observer_config(token: str) -> str:
+    """The cluster API the dashboard reads (without the dashboard's own process) and a
+    service that may read it and /hub/metrics."""
+    return f"""
+from jupyterhub_gpu.hub.api.cluster import CUSTOM_SCOPES, READ_SCOPE, ClusterAPIHandler
+from jupyterhub_gpu.hub.api.cluster import SnapshotCache
+from jupyterhub_gpu.hub.extensions import register
+register(c, [(r"/api/gpu/cluster", ClusterAPIHandler, {{"cache": SnapshotCache()}})],
+         custom_scopes=CUSTOM_SCOPES)
+c.JupyterHub.services = c.JupyterHub.services + [{{"name": "observer", "api_token": {token!r}}}]
+c.JupyterHub.load_roles = c.JupyterHub.load_roles + [
+    {{"name": "observer", "scopes": [READ_SCOPE, "read:metrics"], "services": ["observer"]}}
+]
+"""
+
+
+def test_ldap_keys_a_named_server_and_open_sessions_seen(
+    make_hub, engines: list[Engine], tmp_path: Path, ldap_server
+) -> None:
+    """alice's key only in LDAP (sshPublicKey) opens her named server ``exp`` (a bad value
+    beside it is logged and skipped); a VS Code Remote-SSH-like connection (``ssh -T host
+    bash`` starting a server in her container, ``-L`` to it) works end to end, while the
+    hub's cluster API (what the dashboard shows) and its metrics count the open session
+    and forward, and see them go; her key removed from LDAP no longer opens anything."""
+    directory = ldap_server
+    observer = os.urandom(16).hex()
+    search_pw = directory.admin_password_file.read_text()
+    ldap = f"""
+c.JupyterHub.authenticator_class = "jupyterhub_gpu.hub.auth.ldap.GPULDAPAuthenticator"
+c.GPULDAPAuthenticator.enable_auth_state = False
+c.GPULDAPAuthenticator.server_address = {directory.host!r}
+c.GPULDAPAuthenticator.server_port = {directory.port}
+c.GPULDAPAuthenticator.tls_strategy = "insecure"
+c.GPULDAPAuthenticator.bind_dn_template = ["uid={{username}},ou=people,{directory.suffix}"]
+c.GPULDAPAuthenticator.lookup_dn_search_user = {directory.admin_dn!r}
+c.GPULDAPAuthenticator.lookup_dn_search_password = {search_pw!r}
+c.GPULDAPAuthenticator.ssh_public_key_attribute = "sshPublicKey"
+c.JupyterHub.allow_named_servers = True
+{observer_config(observer)}
+"""
+    hub, client, port, _ = gateway_hub(make_hub, engines[0], tmp_path, ldap)
+    hub.create_user("alice")
+    r = hub.spawn("alice", {"image": "demo-cpu", "gpu_count": 0, "mem_gib": 1, "cpu": 0.5}, "exp")
+    assert r.status_code in (201, 202), r.text
+    alice_key = keygen(tmp_path / "alice")
+    public = (tmp_path / "alice.pub").read_text().strip()
+    dn = directory.user_dn("alice")
+    directory.modify(
+        f"dn: {dn}\nchangetype: modify\nadd: objectClass\nobjectClass: ldapPublicKey\n-\n"
+        f"add: sshPublicKey\nsshPublicKey: not a key at all\nsshPublicKey: {public}\n"
+    )
+    hub.wait_ready("alice", "exp", timeout=240)
+
+    # her key from LDAP (no authorized_keys anywhere) opens her named server
+    done = client.run("alice.exp", "echo $JUPYTERHUB_SERVER_NAME; id -u", key=alice_key)
+    assert done.returncode == 0, (done, hub.log_tail(40))
+    assert done.stdout.split() == ["exp", str(UID)], done
+    hub.wait_log(r"SSH key from LDAP skipped: user=alice value \d: not a public key", after=0)
+    done = client.run("alice.nope", "true", key=alice_key)
+    assert done.returncode == 1, done
+    assert done.stderr.strip() == (
+        f"You have no server named 'nope': create it at {hub.url}/hub/spawn/alice/nope, "
+        "then ssh again."
+    ), done
+
+    headers = {"Authorization": f"token {observer}"}
+
+    def ssh_seen() -> tuple[dict | None, dict[str, float]]:
+        """alice/exp's ``ssh`` in the cluster API, and the metrics' (series -> value)."""
+        cluster = httpx.get(f"{hub.url}/hub/api/gpu/cluster", headers=headers, timeout=20)
+        cluster.raise_for_status()
+        mine = [s for s in cluster.json()["servers"] if s["key"] == "alice/exp"]
+        assert len(mine) == 1, cluster.json()["servers"]
+        text = httpx.get(f"{hub.url}/hub/metrics", headers=headers, timeout=20).text
+        series = dict(re.findall(r"^(jupyterhub_gpu_ssh_\w+\{[^}]*\}) (\S+)$", text, re.M))
+        return mine[0].get("ssh"), {k: float(v) for k, v in series.items()}
+
+    # VS Code Remote-SSH's sequence: `ssh -T host bash` with its script on stdin, which
+    # starts a server in her container, then -L to the port it listens on
+    inner, local = 8765, free_port()
+    env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
+    remote = subprocess.Popen(
+        ["ssh", *client.options(alice_key), "-p", str(port), "-T",
+         "-o", "ExitOnForwardFailure=yes", "-L", f"127.0.0.1:{local}:127.0.0.1:{inner}",
+         "alice.exp@127.0.0.1", "bash"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env, bufsize=1,
+    )  # fmt: skip
+    assert remote.stdin is not None and remote.stdout is not None
+    held: socket.socket | None = None
+    try:
+        remote.stdin.write(REMOTE_SSH_SCRIPT.format(port=inner))
+        remote.stdin.flush()
+        assert remote.stdout.readline().strip() == f"listeningOn=={inner}==", hub.log_tail(30)
+        # a forwarded connection held open (the server waits for its request)
+        held = socket.create_connection(("127.0.0.1", local), timeout=30)
+
+        def open_seen() -> tuple[dict, dict[str, float]] | None:
+            ssh, series = ssh_seen()
+            return (ssh, series) if ssh and ssh["forwards"] == 1 else None
+
+        ssh, series = wait_until(open_seen, 30, "the hub to see the open SSH session",
+                                 details=lambda: hub.log_tail(30))  # fmt: skip
+        assert (ssh["sessions"], ssh["forwards"]) == (1, 1), ssh
+        assert ssh["from"] and all(a.startswith("127.0.0.1:") for a in ssh["from"]), ssh
+        since = datetime.fromisoformat(ssh["since"].replace("Z", "+00:00"))
+        assert abs(since.timestamp() - time.time()) < 120, ssh
+        sessions = {k: v for k, v in series.items() if k.startswith("jupyterhub_gpu_ssh_sessions")}
+        forwards = {k: v for k, v in series.items() if k.startswith("jupyterhub_gpu_ssh_forwards")}
+        assert sum(sessions.values()) == 1 and sum(forwards.values()) == 1, series
+        assert not any("alice" in k for k in series), series  # groups, never user names
+        # the server in her container answers through the forward, as her
+        held.sendall(b"GET /index.txt HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        answer = b""
+        while chunk := held.recv(65536):
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.0 200"), answer[:200]
+        assert answer.endswith(f"served from {UID}\n".encode()), answer[-200:]
+        # the server closed that connection: the forward goes, the session stays
+        wait_until(lambda: (s := ssh_seen()[0]) and s["forwards"] == 0 and s["sessions"] == 1,
+                   30, "the forward to go")  # fmt: skip
+        remote.stdin.write("kill $SERVER; exit 0\n")
+        remote.stdin.flush()
+        remote.stdin.close()
+        assert remote.wait(timeout=30) == 0, remote.stderr.read() if remote.stderr else ""
+    finally:
+        if held is not None:
+            held.close()
+        if remote.poll() is None:
+            remote.kill()
+            remote.wait(timeout=10)
+        for pipe in (remote.stdin, remote.stdout, remote.stderr):
+            if pipe is not None:
+                pipe.close()
+
+    def all_gone() -> bool:
+        ssh, series = ssh_seen()
+        return ssh is None and sum(series.values()) == 0
+
+    wait_until(all_gone, 30, "the hub to see the SSH session end",
+               details=lambda: repr(ssh_seen()))  # fmt: skip
+
+    # her key removed from LDAP: it no longer opens anything, at the next login
+    directory.modify(f"dn: {dn}\nchangetype: modify\ndelete: sshPublicKey\n")
+    done = client.run("alice.exp", "id -u", key=alice_key)
+    assert done.returncode == 255 and "Permission denied" in done.stderr, done
+    assert done.stdout == "", done
+    assert search_pw not in hub.log_path.read_text(), "the search account's password was logged"

@@ -1,7 +1,8 @@
-"""The usage API (issue 11): a real hub runs the gpu-accounting service over a real SQLite
-database; admins read everyone's usage, a user only their own, with their own token; bad
-input gets a sentence. No engine is needed: the records are written by the store, as the
-hub's recorder writes them."""
+"""The usage API (issue 11) and each user's usage page (issue 36): a real hub runs the
+gpu-accounting service (``configure_usage``) over a real SQLite database; admins read
+everyone's usage, a user only their own, with their own token or, in Chromium, on the page
+the hub's bar links to ("My usage"); bad input gets a sentence. No engine is needed: the
+records are written by the store, as the hub's recorder writes them."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import pytest
 
 from jupyterhub_gpu.core.accounting.records import AllocationRecord, EndReason
 from jupyterhub_gpu.edges.accounting.store import AccountingStore
+from tests.support.browser import chromium_page, hub_login, screenshot
 from tests.support.hub import TOKEN_ROLE_CONFIG, Hub, free_port
 
 pytestmark = pytest.mark.integration
@@ -49,16 +51,9 @@ def hub(tmp_path_factory: pytest.TempPathFactory, db: str) -> Iterator[Hub]:
     extra = (
         TOKEN_ROLE_CONFIG
         + f"""
-import sys
-c.JupyterHub.services.append({{
-    "name": "gpu-accounting",
-    "url": "http://127.0.0.1:{port}",
-    "command": [{sys.executable!r}, "-m", "jupyterhub_gpu.services.usage.app", "--db", {db!r}],
-}})
+from jupyterhub_gpu.hub.extensions import configure_usage
+configure_usage(c, url="http://127.0.0.1:{port}", accounting_url={db!r})
 c.Authenticator.admin_users = {{"carol"}}
-c.JupyterHub.load_roles.append(
-    {{"name": "user", "scopes": ["self", "access:services!service=gpu-accounting"]}}
-)
 """
     )
     h = Hub(tmp_path_factory.mktemp("usage-hub"), extra)
@@ -159,3 +154,45 @@ def test_the_service_stops_on_a_signal_even_inherited_ignored(db: str, sig: sign
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_student_reads_her_usage_by_her_own_days_from_the_hubs_bar(hub: Hub) -> None:
+    """Chromium in UTC+14: alice's 1.5 h on 2 GPUs from 09:00 UTC on 10 Nov runs past her
+    midnight, so it counts on her 10 and 11 Nov; a user sees only her own usage, an admin
+    picks anyone's; every page is inside the hub's navigation bar."""
+    zone = "Pacific/Kiritimati"
+    with chromium_page(timezone_id=zone) as page:
+        hub_login(page, hub.url, "alice", "any")
+        page.click("#jhgpu-usage-link")  # "My usage" in the hub's bar
+        page.wait_for_url(lambda url: "tz=Pacific" in url)
+        assert page.inner_text("h1") == "Your GPU usage"
+        assert page.inner_text("#jhgpu-usage-summary") == "You held no GPU in the last 14 days."
+        assert f"in your time zone ({zone})" in page.inner_text("#jhgpu-usage-period")
+        page.fill("#jhgpu-usage-days-input", "40")
+        page.click("#jhgpu-usage-form button")
+        page.wait_for_selector("#jhgpu-usage-days")
+        assert page.inner_text("#jhgpu-usage-summary") == (
+            "You held GPUs for 3 h 15 min of GPU time; they were never busy."
+        )
+        cells = page.locator("#jhgpu-usage-days tbody tr")
+        got = [" | ".join(cells.nth(i).inner_text().split("\t")) for i in range(cells.count())]
+        assert got == [
+            "Wed 11 Nov 2026 | 1 h | none | 1",
+            "Tue 10 Nov 2026 | 2 h 15 min | none | 2",
+        ]
+        assert "0.0" not in page.inner_text("main")
+        assert page.locator("nav a.nav-link", has_text="Home").count() == 1  # the hub's bar
+        screenshot(page, "first-hour-usage-after")
+        page.goto(f"{hub.url}/services/gpu-accounting/?user=bob&tz={zone}")
+        assert page.inner_text("#jhgpu-usage-message") == (
+            "You may see only your own usage; ask an admin for anyone else's."
+        )
+    with chromium_page(timezone_id=zone) as page:
+        hub_login(page, hub.url, "carol", "any")
+        page.goto(f"{hub.url}/services/gpu-accounting/?tz={zone}&days=40")
+        page.select_option("#jhgpu-usage-user", "bob")
+        page.click("#jhgpu-usage-form button")
+        page.wait_for_url(lambda url: "user=bob" in url)
+        assert page.inner_text("h1") == "GPU usage of bob"
+        assert page.inner_text("#jhgpu-usage-summary").startswith("bob held GPUs for 2 h of GPU")
+        assert page.locator("nav a.nav-link", has_text="Admin").count() == 1

@@ -41,6 +41,7 @@ def chromium_page(
     locale: str | None = None,
 ) -> Iterator[Page]:
     """A fresh headless Chromium page (its own profile and cookies); closed afterwards.
+    ``timezone_id``: the browser's time zone (an IANA name; default the machine's).
 
     ``hold_ready``: the spawn-pending page waits for :func:`watch_spawn` before it goes on
     to the server (see ``_HOLD_READY_JS``); off for timing, where the page goes on at once,

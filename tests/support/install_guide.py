@@ -23,6 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 GUIDE = REPO / "docs" / "install.md"
 PLACES = ("hub", "node", "both", "manual")
 MARK = re.compile(r"^<!-- on: (\w+) -->$")
+#: the "Quick install" section's blocks (prepared servers): parse(..., mark=QUICK)
+QUICK = re.compile(r"^<!-- quick: (\w+) -->$")
 ASSIGNMENT = re.compile(r"^([A-Z][A-Z0-9_]*)=")
 #: the trap's report of the failing command's line in the script
 FAILED = re.compile(r"^install-guide-failed-line=(\d+)$", re.M)
@@ -57,14 +59,17 @@ class Block:
         return self.line + index - 1
 
 
-def parse(text: str, name: str = "docs/install.md") -> list[Block]:
+def parse(text: str, name: str = "docs/install.md", mark_re: re.Pattern[str] = MARK) -> list[Block]:
     """Every fenced block, in order, with where it runs; a block without its mark, a
-    mark without its block, an unknown place or an unclosed block is a GuideError."""
+    mark without its block, an unknown place or an unclosed block is a GuideError.
+    ``mark_re``: the full path's blocks (``on:``) or the quick path's (:data:`QUICK`);
+    the other path's blocks are passed over."""
+    other = QUICK if mark_re is MARK else MARK
     lines = text.splitlines()
     blocks: list[Block] = []
     i = 0
     while i < len(lines):
-        mark = MARK.match(lines[i])
+        mark = mark_re.match(lines[i])
         if mark and not (i + 1 < len(lines) and lines[i + 1].startswith("```")):
             raise GuideError(f"{name}:{i + 1}: a mark without a fenced block on the next line")
         if mark and mark.group(1) not in PLACES:
@@ -72,13 +77,16 @@ def parse(text: str, name: str = "docs/install.md") -> list[Block]:
         if not lines[i].startswith("```"):
             i += 1
             continue
-        before = MARK.match(lines[i - 1]) if i else None
+        before = mark_re.match(lines[i - 1]) if i else None
+        end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("```")), None)
+        if before is None and i and other.match(lines[i - 1]) and end is not None:
+            i = end + 1  # the other path's block
+            continue
         if before is None:
             raise GuideError(
                 f"{name}:{i + 1}: a fenced block without '<!-- on: hub|node|both|manual -->' "
                 "on the line before it"
             )
-        end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("```")), None)
         if end is None:
             raise GuideError(f"{name}:{i + 1}: a fenced block that is never closed")
         body = "".join(f"{line}\n" for line in lines[i + 1 : end])

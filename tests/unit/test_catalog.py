@@ -380,6 +380,9 @@ def test_shipped_entries_build_from_existing_dockerfiles(shipped: Catalog) -> No
         assert f"ARG JUPYTERHUB_VERSION={hub}" in text
         assert 'CMD ["jupyterhub-singleuser"]' in text
         assert 'ENTRYPOINT ["/opt/jupyterhub-gpu/start-singleuser.sh"]' in text
+        if e.framework in ("pytorch", "tensorflow", "chainer"):  # VS Code in the browser
+            assert "RUN sh /opt/jupyterhub-gpu/vscode/install-code-server.sh" in text, e.slug
+            assert "JUPYTER_VSCODE_PROXY_USE_SOCKET=yes" in text, e.slug  # no TCP port
         base = e.build.args["BASE_IMAGE"]
         if e.cuda_version and base.startswith("nvidia/cuda:"):
             assert base.startswith(f"nvidia/cuda:{e.cuda_version}.") and "cudnn" in base, e.slug
@@ -435,6 +438,7 @@ def test_build_dry_run_prints_commands(capsys: pytest.CaptureFixture[str]) -> No
         "--build-arg BASE_IMAGE=jupyterhub-gpu/base:bookworm",
         "--build-arg FRAMEWORK_PIP= ",
         "--build-arg APT_PACKAGES= ",
+        "--build-arg VSCODE_IN_BROWSER=no ",
         "--build-arg JUPYTERHUB_VERSION=6.1.1",
         " -q --label jupyterhub-gpu.build=abc ",
     ):
@@ -452,6 +456,7 @@ def test_build_pip_cert_context(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert dockerfile == tmp_path / "ctx" / "cpu" / "Dockerfile"
     assert (tmp_path / "ctx" / "pip-ca.crt").read_text() == cert.read_text()
     assert (tmp_path / "ctx" / "common" / "start-singleuser.sh").is_file()
+    assert (tmp_path / "ctx" / "vscode" / "install-code-server.sh").is_file()
 
 
 def test_build_registry_prefix_and_push(capsys: pytest.CaptureFixture[str]) -> None:

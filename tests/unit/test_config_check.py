@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import logging
 import re
 from pathlib import Path
@@ -79,9 +80,15 @@ def test_demo_runs_node_a_agent_and_the_culler_as_services(
         c.GPUCluster.accounting_url
     )
     # the usage API reads the database the hub writes, and users may reach it
-    usage_cmd = services["gpu-accounting"]["command"]
-    assert usage_cmd[1:3] == ["-m", "jupyterhub_gpu.services.usage"]
-    assert usage_cmd[3] == f"--db={c.GPUCluster.accounting_url}"
+    usage = services["gpu-accounting"]
+    assert usage["command"][1:] == ["-m", "jupyterhub_gpu.services.usage"]
+    assert usage["environment"]["JUPYTERHUB_GPU_ACCOUNTING_URL"] == (
+        c.GPUCluster.accounting_url
+    )  # in its environment, never on its command line
+    # the services that render the hub's page get its bar's links ("My usage" among them)
+    page = json.loads(usage["environment"]["JUPYTERHUB_GPU_PAGE"])
+    assert page["template_vars"]["jhgpu_usage"] == "gpu-accounting"
+    assert page == json.loads(services["gpu-dashboard"]["environment"]["JUPYTERHUB_GPU_PAGE"])
     assert str(tmp_path) in c.GPUCluster.accounting_url
     (user_role,) = [r for r in c.JupyterHub.load_roles if r["name"] == "user"]
     assert "access:services!service=gpu-accounting" in user_role["scopes"]

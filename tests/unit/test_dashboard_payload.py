@@ -312,7 +312,7 @@ def site_config() -> Config:
         {"name": "gpu-culler", "scopes": ["list:users"], "services": ["gpu-culler"]},
         {"name": "user", "scopes": ["self", "access:services!service=gpu-accounting"]},
     ]
-    c.GPUDockerSpawner.accounting_url = "postgresql+psycopg://jhgpu:secret@db/jhgpu"
+    c.GPUCluster.accounting_url = "postgresql+psycopg://jhgpu:secret@db/jhgpu"
     return c
 
 
@@ -337,7 +337,12 @@ def test_configure_adds_api_service_role_and_link_and_keeps_the_sites_own() -> N
     ]
     assert "secret" not in " ".join(dashboard["command"])  # the password is in the environment
     env = dashboard["environment"]
-    assert env == {"JUPYTERHUB_GPU_ACCOUNTING_URL": "postgresql+psycopg://jhgpu:secret@db/jhgpu"}
+    assert env == {
+        "JUPYTERHUB_GPU_ACCOUNTING_URL": "postgresql+psycopg://jhgpu:secret@db/jhgpu",
+        # the hub's navigation bar for the dashboard's pages (edges/hub_page.py)
+        "JUPYTERHUB_GPU_PAGE": '{"services": [], "template_vars": {"jhgpu_dashboard": '
+        '"gpu-dashboard"}}',
+    }
     roles = {r["name"]: r for r in app.load_roles}
     assert roles["gpu-dashboard"] == {
         "name": "gpu-dashboard",
@@ -360,14 +365,20 @@ def test_configure_on_a_bare_config_makes_the_user_role() -> None:
     configure(c, name="gpus", nav_link=False)
     app = JupyterHub(config=c)
     assert [s["name"] for s in app.services] == ["tester", "gpus"]
-    assert app.services[1]["display"] is True and app.services[1]["environment"] == {}
+    assert app.services[1]["display"] is True
+    # no accounting URL of its own; only the hub's bar for its pages (its own link, in
+    # the Services menu, since nav_link is off)
+    assert app.services[1]["environment"] == {
+        "JUPYTERHUB_GPU_PAGE": '{"services": ["gpus"], "template_vars": {}}'
+    }
     roles = {r["name"]: r for r in app.load_roles}
     assert roles["user"]["scopes"] == ["self", "access:services!service=gpus"]
     assert roles["gpus"]["services"] == ["gpus"]
     assert "jhgpu_dashboard" not in app.template_vars
-    c.GPUDockerSpawner.accounting_url = ""  # a hub that records nothing: no charts either
+    c.GPUCluster.accounting_url = ""  # a hub that records nothing: no charts either
     configure(c, name="gpus2")
-    assert JupyterHub(config=c).services[-1]["environment"] == {"JUPYTERHUB_GPU_ACCOUNTING_URL": ""}
+    env = JupyterHub(config=c).services[-1]["environment"]
+    assert env["JUPYTERHUB_GPU_ACCOUNTING_URL"] == ""
 
 
 def hub_page_env() -> jinja2.Environment:

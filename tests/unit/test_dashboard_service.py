@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -31,6 +32,7 @@ from jupyterhub_gpu.services.dashboard.handlers import (
     ADMINS_ONLY,
     NO_ACCESS,
     NOT_SHOWN,
+    NOT_YOURS,
     STALE_FORM,
     make_app,
 )
@@ -148,6 +150,21 @@ def cluster_payload() -> dict[str, Any]:
     }
 
 
+def job(job_id: str, user: str) -> dict[str, Any]:
+    return {
+        "id": job_id, "user": user, "name": f"train-{user}", "state": "running",
+        "sentence": "Running.", "command": ["python", "train.py"], "image": "demo",
+        "gpus": 1, "gpu_model": "", "share": "", "node": "node-a",
+        "submitted_at": time.time() - 120, "started_at": time.time() - 60, "ended_at": None,
+        "exit_code": None, "time_limit_s": 3600.0, "array": "", "array_id": "",
+        "array_index": None, "requeue": False, "restarts": 0, "workdir": "/home/" + user,
+        "output": f"/home/{user}/jobs/{job_id}/output.log",
+    }  # fmt: skip
+
+
+JOBS = [job("7", "alice"), job("8", "bob")]
+
+
 @dataclass
 class FakeHub:
     """The hub API as the dashboard uses it; every request is kept."""
@@ -165,6 +182,8 @@ class FakeHub:
             return httpx.Response(200, json=self.payload)
         if request.method == "DELETE" and path.startswith("/hub/api/users/"):
             return httpx.Response(204)
+        if path.startswith("/hub/api/gpu/jobs"):
+            return self.jobs(request, path)
         match = re.fullmatch(r"/hub/api/gpu/nodes/([^/]+)/drain", path)
         if match and request.method in ("POST", "DELETE"):
             drained = request.method == "POST"
@@ -177,6 +196,29 @@ class FakeHub:
                 },
             )
         return httpx.Response(404, json={"message": "Not found"})
+
+    def jobs(self, request: httpx.Request, path: str) -> httpx.Response:
+        """The job API as the hub answers it: by the caller's token (alice's own jobs;
+        root, an admin, everyone's with ?all=1; the service's token holds no job right)."""
+        who = {"token tok-alice": "alice", "token tok-root": "root"}.get(
+            request.headers.get("Authorization", "")
+        )
+        if who is None:
+            return httpx.Response(403, json={"message": "Action is not authorized"})
+        everyone = who == "root" and request.url.params.get("all") == "1"
+        mine = [j for j in JOBS if everyone or j["user"] == who]
+        if request.method == "GET" and path == "/hub/api/gpu/jobs":
+            return httpx.Response(200, json={"jobs": mine})
+        match = re.fullmatch(r"/hub/api/gpu/jobs/([0-9_]+)(/logs)?", path)
+        job = next((j for j in mine if match and j["id"] == match[1]), None)
+        if job is None:
+            return httpx.Response(404, json={"message": "You have no job."})
+        if match and match[2]:
+            text = f"step 1\n<b>{job['user']}</b> loss 0.5\n"
+            return httpx.Response(200, json={"offset": 0, "text": text, "done": False})
+        if request.method == "DELETE":
+            return httpx.Response(200, json={"jobs": [{**job, "state": "cancelled"}]})
+        return httpx.Response(405)
 
     def actions(self) -> list[httpx.Request]:
         return [r for r in self.requests if r.method != "GET"]
@@ -270,7 +312,9 @@ async def test_the_page_for_a_user_and_for_an_admin(world: World) -> None:
         assert (
             "alice/train (you)" in page.text and "Start a server on this kind of GPU" in page.text
         )
-        assert "actions/" not in page.text  # no admin action
+        assert "actions/drain" not in page.text  # no admin action
+        # her own server has its Stop; nobody else's does
+        assert set(re.findall(r"actions/stop\?user=([^&\"]+)", page.text)) == {"alice"}
         assert XSS not in page.text and "&lt;img src=x" in page.text
         assert SERVICE_TOKEN not in page.text
         static = await browser.get(PREFIX + "static/dashboard.js")
@@ -329,13 +373,13 @@ async def test_actions_refuse_forged_requests_users_and_unknown_names(world: Wor
     async with world.browser("tok-alice") as browser:
         _, xsrf = await open_page(browser)
         as_user = await browser.post(
-            PREFIX + "actions/stop", data={"user": "alice", "server": "train", "_xsrf": xsrf}
+            PREFIX + "actions/stop", data={"user": "bob", "server": XSS, "_xsrf": xsrf}
         )
-        assert said(as_user, 403, ADMINS_ONLY)
-        confirm = await browser.get(
-            PREFIX + "actions/stop", params={"user": "alice", "server": "train"}
-        )
+        assert said(as_user, 403, NOT_YOURS)
+        confirm = await browser.get(PREFIX + "actions/stop", params={"user": "bob", "server": XSS})
         assert confirm.status_code == 403
+        drain = await browser.post(PREFIX + "actions/drain", data={"node": "node-a", "_xsrf": xsrf})
+        assert said(drain, 403, ADMINS_ONLY)
     async with world.browser("tok-root") as browser:
         _, xsrf = await open_page(browser)
         unknown = await browser.post(
@@ -463,3 +507,31 @@ def test_the_service_refuses_to_start_without_its_hub_token() -> None:
         GPUDashboard(api_token="").check_config()
     with pytest.raises(ConfigError, match="end with '/'"):
         GPUDashboard(api_token="t", service_prefix="/services/x").check_config()
+
+
+async def test_jobs_are_read_and_cancelled_with_the_viewers_own_login(world: World) -> None:
+    world.dashboard.show_jobs = True
+    async with world.browser("tok-alice") as browser:
+        page, xsrf = await open_page(browser)
+        assert 'data-job="7"' in page.text and 'data-job="8"' not in page.text
+        assert "&lt;b&gt;alice&lt;/b&gt; loss 0.5" in page.text and "<b>alice" not in page.text
+        assert "Your jobs" in page.text
+        forged = await browser.post(PREFIX + "actions/cancel-job", data={"job": "8", "_xsrf": xsrf})
+        bad = await browser.post(PREFIX + "actions/cancel-job", data={"job": "../x", "_xsrf": xsrf})
+        done = await browser.post(PREFIX + "actions/cancel-job", data={"job": "7", "_xsrf": xsrf})
+    assert forged.status_code == 404 and "You have no job 8" in forged.text
+    assert bad.status_code == 400
+    assert done.status_code == 200 and "Job 7 is cancelled." in done.text
+    calls = [r for r in world.hub.requests if r.url.path.startswith("/hub/api/gpu/jobs")]
+    assert calls and all(r.headers["Authorization"] == "token tok-alice" for r in calls)
+    assert [r.url.path for r in calls if r.method == "DELETE"] == [
+        "/hub/api/gpu/jobs/8", "/hub/api/gpu/jobs/7"
+    ]  # fmt: skip
+    async with world.browser("tok-root") as browser:
+        page, _ = await open_page(browser)
+    assert "Jobs (everyone&#39;s)" in page.text
+    assert 'data-job="7"' in page.text and 'data-job="8"' in page.text
+    world.dashboard.show_jobs = False
+    async with world.browser("tok-alice") as browser:
+        page, _ = await open_page(browser)
+    assert "jhgpu-jobs" not in page.text

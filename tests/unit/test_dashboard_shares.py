@@ -230,7 +230,10 @@ def test_a_viewer_who_may_not_see_names_sees_another_user_on_the_share() -> None
     html = view_html(Viewer("alice"), show_names=False)
     assert f'<span class="jhgpu-holder">{HIDDEN}</span> (1/4, 6.0 GiB)' in html
     assert "alert" not in html
-    assert "jhgpu-stop-link" not in html
+    # her own share's server has its Stop link; nobody else's
+    assert html.count('class="jhgpu-stop-link"') == html.count(
+        'jhgpu-stop-link" href="/services/gpu-dashboard/actions/stop?user=alice&amp;'
+    )
 
 
 def own_servers_html(html: str) -> str:

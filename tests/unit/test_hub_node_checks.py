@@ -81,7 +81,7 @@ def test_a_firewall_that_lets_a_container_through_keeps_servers_off() -> None:
     v = nc.hub_verdict(NODE, FAILING)
     assert v.state == nc.FAILED and not v.schedulable
     assert [c.check for c in v.failed] == ["firewall"] and v.what == "firewall"
-    assert "10.0.0.3:2376" in v.note and "node-firewall.sh --bridge jhgpu-users" in v.note
+    assert "10.0.0.3:2376" in v.note and "jupyterhub-gpu firewall --bridge jhgpu-users" in v.note
     assert v.note.startswith("firewall check failed: a user's container reached")
 
 
@@ -253,7 +253,7 @@ def test_a_node_failing_its_firewall_check_takes_no_servers_until_one_passes(
         assert run.startswith("hub-")
         assert schedulable(await cluster.snapshot())[NODE] is False
         failures = cluster.check_failures()
-        assert list(failures) == [NODE] and "node-firewall.sh" in failures[NODE]
+        assert list(failures) == [NODE] and "jupyterhub-gpu firewall" in failures[NODE]
         # checked again (its entry unchanged, its time not come): nothing new in the log
         cluster.checks.checked[NODE] = (0.0, cluster.spec(NODE), 0.0)
         await checked(cluster)

@@ -25,6 +25,15 @@ def test_reads_from_an_offset_bounded(tmp_path: Path) -> None:
     assert read_output(tmp_path, "../7", uid, 0, 100) == b""
 
 
+def test_reads_the_end_bounded(tmp_path: Path) -> None:
+    (tmp_path / "jobs" / "7").mkdir(parents=True)
+    (tmp_path / "jobs" / "7" / "output.log").write_bytes(b"hello world\n")
+    uid = os.getuid()
+    assert read_output(tmp_path, "7", uid, 0, 6, tail=True) == b"world\n"
+    assert read_output(tmp_path, "7", uid, 0, 100, tail=True) == b"hello world\n"
+    assert read_output(tmp_path, "7", uid + 1, 0, 6, tail=True) == b""
+
+
 def test_never_follows_a_symlink(tmp_path: Path) -> None:
     secret = tmp_path / "secret"
     secret.write_text("root's\n")

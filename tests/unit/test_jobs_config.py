@@ -38,6 +38,33 @@ def test_a_sites_server_token_scopes_get_the_scope_too() -> None:
     assert c.Spawner.server_token_scopes == ["access:servers!server", JOBS_SCOPE]
 
 
+@pytest.mark.parametrize("jobs_first", [True, False])
+def test_the_dashboards_logins_carry_the_job_scope(jobs_first: bool) -> None:
+    """The dashboard reads a viewer's jobs with the viewer's own login: its OAuth client
+    may ask for the job scope, whichever is configured first."""
+    from jupyterhub_gpu.hub.extensions import configure_dashboard
+
+    c = Config()
+    c.JupyterHub.services = [{"name": "other", "command": ["x"]}]
+    steps = [configure_jobs, configure_dashboard]
+    for step in steps if jobs_first else reversed(steps):
+        step(c)
+    services = {s["name"]: s for s in c.JupyterHub.services}
+    assert services["gpu-dashboard"]["oauth_client_allowed_scopes"] == [JOBS_SCOPE]
+    assert services["gpu-dashboard"]["command"].count("--GPUDashboard.show_jobs=True") == 1
+    assert "oauth_client_allowed_scopes" not in services["other"]
+
+
+def test_without_jobs_the_dashboard_asks_no_job_scope() -> None:
+    from jupyterhub_gpu.hub.extensions import configure_dashboard
+
+    c = Config()
+    configure_dashboard(c)
+    (service,) = c.JupyterHub.services
+    assert "oauth_client_allowed_scopes" not in service
+    assert "--GPUDashboard.show_jobs=True" not in service["command"]
+
+
 def test_settings() -> None:
     c = Config()
     c.GPUJobs.default_time = "2h"

@@ -344,7 +344,7 @@ async def test_refusals_come_at_once_with_the_number(
     store.add_saved_image(_saved("alice", "old"), "x")
     svc = _service(store, max_images=2)
     with pytest.raises(InvalidPackage, match="image name"):
-        await svc.start(FACTS, "Bad Name")
+        await svc.start(FACTS, "!!!")  # nothing to make a name of ("Bad Name" is bad-name)
     with pytest.raises(LimitReached, match="already have a saved image named 'old'"):
         await svc.start(FACTS, "old")
     await svc.start(FACTS, "env1")

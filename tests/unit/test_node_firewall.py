@@ -111,3 +111,55 @@ def test_with_dockers_jump_the_rules_are_applied(tmp_path: Path) -> None:
     assert "-w -I DOCKER-USER 1 -i jhgpu-users -j JHGPU-FORWARD" in calls
     assert "-w -I INPUT 1 -i jhgpu-users -j JHGPU-INPUT" in calls
     assert not any("-N DOCKER-USER" in c for c in calls)  # Docker's chain, never ours
+
+
+@pytest.mark.parametrize(
+    ("etc", "systemd", "daemon", "expected"),
+    [
+        ("nameserver 10.0.0.2\nnameserver 1.1.1.1\n", "", "", ["10.0.0.2", "1.1.1.1"]),
+        # systemd-resolved's stub: Docker reads the real resolvers, so do we
+        (
+            "nameserver 127.0.0.53\noptions edns0\n",
+            "nameserver 192.168.1.53\n",
+            "",
+            ["192.168.1.53"],
+        ),
+        # daemon.json's dns replaces the host's; loopback and IPv6 resolvers are left out
+        ("nameserver 10.0.0.2\n", "", '{"dns": ["10.9.9.9", "::1", "127.0.0.1"]}', ["10.9.9.9"]),
+        ("# none\n", "", "not json", []),
+        ("nameserver fe80::1%eth0\nnameserver 10.0.0.2 # lab\n", "", "", ["10.0.0.2"]),
+    ],
+)
+def test_the_resolvers_docker_gives_containers(
+    etc: str, systemd: str, daemon: str, expected: list[str]
+) -> None:
+    from jupyterhub_gpu.wire.resolvers import container_resolvers
+
+    assert container_resolvers(etc, systemd, daemon) == expected
+
+
+def test_the_firewall_command_allows_the_nodes_resolvers(tmp_path: Path) -> None:
+    """`jupyterhub-gpu firewall` adds the node's resolvers (its resolv.conf here): port 53
+    to them passes before the drop of private addresses, for the bridge's forwarded and
+    node-bound traffic; --no-host-dns leaves them out."""
+    from jupyterhub_gpu.cli.units import firewall_argv
+
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("nameserver 10.0.0.2\n")
+    missing = tmp_path / "missing"
+    argv = firewall_argv(["--allow", "10.0.0.1:8081"], resolv, missing, missing)
+    assert argv == ["--allow", "10.0.0.1:8081", "--dns", "10.0.0.2"]
+    r = subprocess.run(["bash", str(SCRIPT), "--dry-run", *argv], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    rules = r.stdout.splitlines()
+    for chain in ("JHGPU-INPUT", "JHGPU-FORWARD"):
+        for proto in ("udp", "tcp"):
+            allow = f"iptables -A {chain} -d 10.0.0.2 -p {proto} --dport 53 -j RETURN"
+            assert allow in rules
+            drop = "-j DROP" if chain == "JHGPU-INPUT" else "-d 10.0.0.0/8 -j DROP"
+            assert rules.index(allow) < rules.index(f"iptables -A {chain} {drop}")
+    assert firewall_argv(["--no-host-dns"], resolv, missing, missing) == []
+    bad = subprocess.run(
+        ["bash", str(SCRIPT), "--dry-run", "--dns", "10.0.0.x"], capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "--dns wants a numeric IPv4 address" in bad.stderr

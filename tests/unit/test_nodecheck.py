@@ -208,7 +208,7 @@ FIREWALL_CASES = [
     (outcomes("timeout"), 64123, {"firewall": True, "firewall.hub-api": True}, ""),
     (outcomes("error:OSError"), 64123, {"firewall": True, "firewall.hub-api": True}, ""),
     # no firewall: the node answers (refused = a packet got there and back)
-    (outcomes("refused"), 64123, {"firewall": False}, "node-firewall.sh --bridge jhgpu-users"),
+    (outcomes("refused"), 64123, {"firewall": False}, "jupyterhub-gpu firewall --bridge jhgpu-users"),
     (outcomes("timeout", **{"10.0.0.2_2376": "open"}), 64123, {"firewall": False}, "--allow 10.0.0.5:8081"),
     (outcomes("timeout", **{"172.18.0.3_8888": "open"}), 64123, {"firewall": False}, "enable_icc=false"),
     (outcomes("timeout", **{"10.0.0.5_8081": "timeout"}), 64123, {"firewall.hub-api": False}, "--allow 10.0.0.5:8081"),
@@ -572,3 +572,42 @@ def test_local_mode_on_a_machine_without_gpu_or_engine(
 def test_the_stand_in_hook_never_ships_in_the_package() -> None:
     package = Path(cmd.__file__).resolve().parents[1]
     assert not list(package.rglob("nvidia-container-runtime-hook*"))
+
+
+def test_firewall_fixes_name_the_installed_commands_and_they_run(tmp_path: Path) -> None:
+    """The firewall's fixes give an installed site's words (jupyterhub-gpu firewall, units
+    install), never the repository's scripts/, and those commands are accepted as written
+    (the firewall's dry run; units install under a temporary root)."""
+    import re
+    import shlex
+    import subprocess
+    import sys
+
+    from jupyterhub_gpu.cli import main
+
+    reached = outcomes("refused")
+    hub_cut = outcomes("timeout", **{"10.0.0.5_8081": "timeout"})
+    fixes = [
+        c.fix
+        for seen in (reached, hub_cut)
+        for c in nc.firewall_checks("n1", TARGETS, seen, 64123, "jhgpu-users", HUB)
+        if not c.ok
+    ]
+    assert len(fixes) == 2 and not [f for f in fixes if "scripts/" in f or ".sh" in f], fixes
+    apply = re.search(r"jupyterhub-gpu firewall [^;(]+", fixes[0])
+    assert apply, fixes[0]
+    argv = shlex.split(apply.group(0))[2:]
+    assert argv == ["--bridge", "jhgpu-users", "--allow", "10.0.0.5:8081"]
+    code = "import sys; from jupyterhub_gpu.cli import main; sys.exit(main(sys.argv[1:]))"
+    command = [sys.executable, "-c", code, "firewall", "--dry-run", "--no-host-dns", *argv]
+    r = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
+    assert "systemctl enable --now jupyterhub-gpu-firewall" in fixes[0]
+    install = re.search(r"jupyterhub-gpu units install [^(]+", fixes[1])
+    assert install, fixes[1]
+    argv = shlex.split(install.group(0).replace("NAME", "n1").replace("ADDR", "10.0.0.2"))[1:]
+    assert argv[-2:] == ["--allow", "10.0.0.5:8081"]
+    assert main([*argv, "--root", str(tmp_path), "--etc", str(tmp_path / "etc")]) == 0
+    unit = (tmp_path / "etc/systemd/system/jupyterhub-gpu-firewall.service").read_text()
+    assert "firewall --bridge jhgpu-users --allow 10.0.0.5:8081\n" in unit
+    assert "systemctl restart jupyterhub-gpu-firewall" in fixes[1]

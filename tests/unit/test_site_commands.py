@@ -55,7 +55,7 @@ def mode(path: Path) -> int:
 @pytest.fixture
 def ready(paths: Site) -> Site:
     """A site with one node and every certificate: check-config finds nothing."""
-    assert init(paths, "--node", "gpu-a=127.0.0.1") == 0
+    assert init(paths, "--node", "gpu-a=127.0.0.1", "--ldap-server", "ldap.cs.uni.edu") == 0
     for argv in (["ca"], ["hub"], ["node", "gpu-a", "--address", "127.0.0.1"]):
         assert cli.main(["certs", "--etc", str(paths.etc), *argv]) == 0
     return paths
@@ -368,10 +368,81 @@ def test_units_verify_with_systemd_analyze(tmp_path: Path) -> None:
     assert r.returncode == 0 and lines == [], r.stderr
 
 
+def node_tls(tmp_path: Path, name: str, address: str) -> Path:
+    """A node's etc with its TLS folder as the hub made it (certs node), copied in."""
+    hub = Site(etc=tmp_path / "hub-etc")
+    for argv in (["ca"], ["node", name, "--address", address]):
+        assert cli.main(["certs", "--etc", str(hub.etc), *argv]) == 0
+    etc = tmp_path / "node-etc"
+    shutil.copytree(hub.node_dir(name), etc / "tls")
+    return etc
+
+
+def test_units_install_refuses_tls_files_that_would_not_serve_the_node(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """daemon.json names the node's CA, certificate and key: a missing one, a certificate
+    for another node or address, of another CA, or a key of another certificate is one
+    sentence, and nothing is written."""
+    etc = node_tls(tmp_path, "gpu-a", "10.0.0.12")
+    tls = etc / "tls"
+    good = {p.name: p.read_bytes() for p in tls.iterdir()}
+
+    def refused(node: str, address: str) -> str:
+        argv = ["--node", node, "--address", address, "--allow", "10.0.0.1:8081"]
+        assert install(tmp_path, *argv, "--etc", str(etc), "--docker-tls") == 1
+        assert not (tmp_path / "root").exists()  # nothing written
+        (err,) = capsys.readouterr().err.strip().splitlines()
+        for name, data in good.items():
+            (tls / name).write_bytes(data)
+        return err
+
+    (tls / "key.pem").unlink()
+    assert refused("gpu-a", "10.0.0.12").startswith(f"{tls}/key.pem does not exist: copy the")
+    assert refused("gpu-b", "10.0.0.12").startswith(
+        f"{tls}/cert.pem is for gpu-a, 10.0.0.12, not node gpu-b at 10.0.0.12:"
+    )
+    assert "not node gpu-a at 10.0.0.13" in refused("gpu-a", "10.0.0.13")
+    other = node_tls(tmp_path / "other", "gpu-a", "10.0.0.12") / "tls"
+    (tls / "key.pem").write_bytes((other / "key.pem").read_bytes())
+    assert refused("gpu-a", "10.0.0.12") == (
+        f"{tls}/key.pem is not the key of {tls}/cert.pem: copy the node's folder from the hub "
+        f"({etc}/tls/nodes/gpu-a/ made by jupyterhub-gpu certs node gpu-a --address 10.0.0.12)"
+        f" to {tls}/; nothing was written."
+    )
+    (tls / "ca.pem").write_bytes((other / "ca.pem").read_bytes())
+    assert "is not signed by the site's CA" in refused("gpu-a", "10.0.0.12")
+    argv = ["--node", "gpu-a", "--address", "10.0.0.12", "--allow", "10.0.0.1:8081"]
+    assert install(tmp_path, *argv, "--etc", str(etc), "--docker-tls") == 0
+
+
+def test_units_install_keeps_the_site_values_where_the_units_read_them(tmp_path: Path) -> None:
+    """The guide's variables block outlives the shell: units install writes ETC/site.env
+    (under --root), every unit reads it, and a root shell after a reboot sources it; the
+    hub's install on the same machine keeps the node's values."""
+    argv = ["--node", "gpu-a", "--address", "10.0.0.12", "--allow", "10.0.0.1:8081"]
+    assert install(tmp_path, *argv, "--allow", "10.0.0.1:9090") == 0
+    assert install(tmp_path, "--hub") == 0
+    env = tmp_path / "root/etc/jupyterhub-gpu/site.env"
+    for name in ("jupyterhub-gpu-hub", "jupyterhub-gpu-agent", "jupyterhub-gpu-firewall"):
+        assert "\nEnvironmentFile=-/etc/jupyterhub-gpu/site.env\n" in unit(
+            tmp_path, f"{name}.service"
+        )
+    shell = subprocess.run(
+        ["bash", "-c", f'set -a; . {env}; set +a; echo "$NODE|$NODE_IP|$ALLOW|$ETC|$STATE|$VENV"'],
+        capture_output=True, text=True, check=True, env={"PATH": os.environ["PATH"]},
+    )  # fmt: skip
+    assert shell.stdout.strip() == (
+        f"gpu-a|10.0.0.12|10.0.0.1:8081 10.0.0.1:9090|/etc/jupyterhub-gpu|"
+        f"/var/lib/jupyterhub-gpu|{sys.prefix}"
+    )
+
+
 def test_units_install_docker_tls_and_bad_input(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    node = ["--node", "gpu-a", "--address", "10.0.0.12"]
+    etc = node_tls(tmp_path, "gpu-a", "10.0.0.12")
+    node = ["--node", "gpu-a", "--address", "10.0.0.12", "--etc", str(etc)]
     assert install(tmp_path, *node) == 1
     assert "--allow HUB_IP:PORT" in capsys.readouterr().err
     assert install(tmp_path) == 1
@@ -397,7 +468,7 @@ def test_units_install_docker_tls_and_bad_input(
     assert install(tmp_path, *node, "--allow", "10.0.0.1:8081", "--docker-tls") == 0
     daemon = yaml.safe_load((root / "etc/docker/daemon.json").read_text())
     assert daemon["hosts"] == ["unix:///var/run/docker.sock", "tcp://10.0.0.12:2376"]
-    assert daemon["tlscert"] == "/etc/jupyterhub-gpu/tls/cert.pem" and daemon["tlsverify"]
+    assert daemon["tlscert"] == f"{etc}/tls/cert.pem" and daemon["tlsverify"]
 
 
 def test_firewall_command_runs_the_packaged_script() -> None:
@@ -475,10 +546,133 @@ def test_check_config_names_a_mistyped_key(ready: Site) -> None:
     ready.config.write_text(
         text.replace("c.JupyterHub.hub_connect_ip", "c.JupyterHub.hub_conect_ip")
     )
+    line = 1 + text.splitlines().index('c.JupyterHub.hub_connect_ip = "10.0.0.1"')
     assert problems(ready) == [
-        f"{ready.config}: c.JupyterHub.hub_conect_ip is not a setting of JupyterHub: did you "
+        f"{ready.config}, line {line}: c.JupyterHub.hub_conect_ip is not a setting of "
+        "JupyterHub: did you "
         "mean c.JupyterHub.hub_connect_ip? fix the key, or remove the line."
     ]
+
+
+def test_check_config_names_unknown_classes_and_keys_of_parent_classes(ready: Site) -> None:
+    """A section no class reads, and a key of a parent class's section that no class
+    extending it has, are each one line with its line number; a key a subclass reads in
+    its parent's section (c.Spawner.image is DockerSpawner's) passes."""
+    text = ready.config.read_text()
+    n = len(text.splitlines())
+    ready.config.write_text(
+        text
+        + "c.Spawner.cpu_limitt = 3\nc.GPUDockerSpawnr.x = 1\n"
+        + "c.LocalAuthenticator.create_system_userz = True\nc.Spawner.image = 'x'\n"
+    )
+    assert problems(ready) == [
+        f"{ready.config}, line {n + 2}: c.GPUDockerSpawnr is not a class the hub runs, so "
+        "none of its settings is read: did you mean c.GPUDockerSpawner? fix the name, or "
+        "remove its lines.",
+        f"{ready.config}, line {n + 3}: c.LocalAuthenticator.create_system_userz is not a "
+        "setting of LocalAuthenticator: did you mean c.LocalAuthenticator.create_system_users?"
+        " fix the key, or remove the line.",
+        f"{ready.config}, line {n + 1}: c.Spawner.cpu_limitt is not a setting of Spawner: did "
+        "you mean c.Spawner.cpu_limit? fix the key, or remove the line.",
+    ]
+
+
+def test_check_config_says_a_syntax_error_in_one_sentence(
+    ready: Site, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = ready.config.read_text()
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if "cleanup_servers" in line)
+    lines[at] += ")"
+    ready.config.write_text("\n".join(lines) + "\n")
+    argv = ["check-config", "--etc", str(ready.etc), "--state", str(ready.state)]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        f"{ready.config}, line {at + 1}: unmatched ')': fix that line.",
+        f"1 problem(s) with {ready.config}: fix them before starting the hub",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "said"),
+    [
+        (
+            "name: gpu-a",
+            "name: gpu_a!",
+            "nodes[0].name: must be letters, digits, '.', '_' or '-', got 'gpu_a!'",
+        ),
+        (
+            "agent_url: https://127.0.0.1:9450",
+            "agent_url: 127.0.0.1:9450",
+            "nodes[0] (gpu-a).agent_url: the node agent's URL, https://HOST:9450, got "
+            "'127.0.0.1:9450'",
+        ),
+        (
+            "agent_url: https://127.0.0.1:9450",
+            "agent_url: https://127.0.0.1:9450\n  labels: x",
+            "nodes[0] (gpu-a).labels: a mapping of names to values (e.g. rack: b2), got 'x'",
+        ),
+        (
+            "    client_cert:",
+            "    client_certt:",
+            "nodes[0] (gpu-a).tls: a mapping with all of ['ca_cert', 'client_cert', 'client_key']",
+        ),
+        ("  address: 127.0.0.1", " address: 127.0.0.1", "not valid YAML"),
+    ],
+)
+def test_check_config_says_one_bad_nodes_file_field_in_one_line(
+    ready: Site, before: str, after: str, said: str
+) -> None:
+    """One bad field of the nodes file is one line naming the file and the field: not the
+    hub's error again, nor the empty list, missing certificates or files that follow."""
+    nodes = ready.nodes_file.read_text()
+    assert before in nodes
+    ready.nodes_file.write_text(nodes.replace(before, after))
+    (found,) = problems(ready)
+    assert found.startswith(f"{ready.nodes_file}: {said}"), found
+    assert found.endswith("; fix that entry (fields: docs/nodes.md).") and "\n" not in found
+
+
+@pytest.mark.parametrize(
+    ("init_args", "said"),
+    [
+        (
+            ["--hub-ip", "127.0.0.1", "--node", "gpu-b=10.0.0.12"],
+            "c.JupyterHub.hub_connect_ip is 127.0.0.1, which the GPU nodes (gpu-b) cannot "
+            "reach: set c.JupyterHub.hub_connect_ip to the hub's address on the nodes' network",
+        ),
+        (
+            [
+                "--hub-ip",
+                "10.0.0.1",
+                "--node",
+                "gpu-b=10.0.0.12",
+                "--ldap-server",
+                "ldap.example.org:636",
+            ],
+            "c.GPULDAPAuthenticator.server_address is 'ldap.example.org', an example name: set "
+            "your LDAP server's host name",
+        ),
+        (
+            ["--hub-ip", "10.0.0.1", "--node", "gpu-b=gpu-b.lab.example"],
+            "node 'gpu-b' has the example address 'gpu-b.lab.example': put the IP or host "
+            "name the hub reaches that node at.",
+        ),
+    ],
+)
+def test_check_config_flags_placeholder_and_loopback_values(
+    paths: Site, init_args: list[str], said: str
+) -> None:
+    """Values left as the examples' (or site init's defaults) are named, with what to put
+    instead; a hub on loopback is fine while every node is local (the ready site)."""
+    argv = ["site", "init", "--etc", str(paths.etc), "--state", str(paths.state)]
+    assert cli.main([*argv, "--ldap-server", "ldap.cs.uni.edu", *init_args]) == 0
+    name, _, address = init_args[init_args.index("--node") + 1].partition("=")
+    for certs_argv in (["ca"], ["hub"], ["node", name, "--address", address]):
+        assert cli.main(["certs", "--etc", str(paths.etc), *certs_argv]) == 0
+    (found,) = problems(paths)
+    assert said in found, found
 
 
 def test_check_config_names_a_missing_nodes_file_an_empty_one_and_relative_paths(
@@ -491,7 +685,12 @@ def test_check_config_names_a_missing_nodes_file_an_empty_one_and_relative_paths
         p.startswith(f"{ready.nodes_file} (GPUCluster.nodes_file) does not exist") for p in found
     ), found
     ready.nodes_file.write_text("nodes: []\n")
+    # the site's join service adds them (`node join`): no node yet is a site to come
+    assert not any("lists no node" in p for p in problems(ready))
+    text = ready.config.read_text()
+    ready.config.write_text(text.replace("configure_join(c, etc=ETC, state=STATE)", ""))
     assert any("lists no node" in p and "site add-node" in p for p in problems(ready))
+    ready.config.write_text(text)
     ready.nodes_file.write_text(nodes)
     text = ready.config.read_text()
     ready.config.write_text(
@@ -619,7 +818,8 @@ def test_package_data_is_declared(tmp_path: Path) -> None:
         for r in cfg["options"]["install_requires"].split("\n")
         if r.strip()
     ]
-    assert "jupyterhub" not in base and "sqlalchemy" not in base and "docker" not in base
+    assert "jupyterhub" not in base and "sqlalchemy" not in base
+    assert "docker" in base  # check-node --local on a node's install talks to its engine
     assert "jupyterhub" in cfg["options.extras_require"]["hub"]
 
 
@@ -637,8 +837,11 @@ def test_the_nodes_file_alone_lists_the_nodes(tmp_path: Path) -> None:
     c = Config()
     c.GPUDockerSpawner.nodes = []
     c.GPUDockerSpawner.nodes_file = str(nodes)
+    check_config(c)  # an empty nodes file: a site whose nodes join later (`node join`)
+    bare = Config()
+    bare.GPUDockerSpawner.nodes = []  # no node and no nodes file: nowhere to run
     with pytest.raises(ConfigError, match="declare at least one node"):
-        check_config(c)
+        check_config(bare)
     entry = {"name": "gpu-a", "docker_url": "unix:///run/a.sock", "address": "10.0.0.12"}
     nodes.write_text(yaml.safe_dump({"nodes": [entry, {**entry, "name": "local"}]}))
     check_config(c)  # no second "local" from the default
@@ -656,3 +859,272 @@ def test_check_config_names_a_proxy_that_is_not_installed(ready: Site) -> None:
     assert "npm install -g configurable-http-proxy" in found
     ready.config.write_text(text + "\nc.ConfigurableHTTPProxy.should_start = False\n")
     assert problems(ready) == []  # a proxy run as its own service is not the hub's to check
+
+
+def test_one_version_everywhere(capsys: pytest.CaptureFixture[str]) -> None:
+    """``jupyterhub-gpu --version``, the agent and the services print the package's one
+    version (setup.cfg reads it from ``jupyterhub_gpu.__version__``), never traitlets'
+    ``0.0``."""
+    import jupyterhub_gpu
+    from jupyterhub_gpu.services.agent.app import GPUAgent
+    from jupyterhub_gpu.services.base import HubService
+
+    version = jupyterhub_gpu.__version__
+    assert version and version != "0.0"
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"jupyterhub-gpu {version}"
+    assert GPUAgent.version == HubService.version == version
+    agent = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from jupyterhub_gpu.services.agent.app import main; main()",
+            "--version",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert agent.stdout.strip() == version, agent.stdout + agent.stderr
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg")
+    assert cfg["metadata"]["version"] == "attr: jupyterhub_gpu.__version__"
+
+
+# ------------------------------------------------------------------------- LDAP server
+@pytest.mark.parametrize(
+    ("value", "tls", "expected"),
+    [
+        ("ldaps://ldap.cs.uni.edu", None, ("ldap.cs.uni.edu", 636, "on_connect")),
+        ("ldaps://ldap.cs.uni.edu:1636/", None, ("ldap.cs.uni.edu", 1636, "on_connect")),
+        ("ldap://ldap.cs.uni.edu", None, ("ldap.cs.uni.edu", 389, "before_bind")),
+        ("ldap://10.0.0.5:10389", "insecure", ("10.0.0.5", 10389, "insecure")),
+        ("ldap.cs.uni.edu", None, ("ldap.cs.uni.edu", 636, "on_connect")),
+        ("ldap.cs.uni.edu:389", None, ("ldap.cs.uni.edu", 389, "before_bind")),
+        ("[2001:db8::5]:636", None, ("2001:db8::5", 636, "on_connect")),
+    ],
+)
+def test_ldap_server_urls_are_parsed_in_one_place(
+    value: str, tls: str | None, expected: tuple[str, int, str]
+) -> None:
+    from jupyterhub_gpu.wire.ldap_server import parse_ldap_server
+
+    server = parse_ldap_server(value, tls)
+    assert (server.host, server.port, server.tls) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "tls", "said"),
+    [
+        ("http://ldap.cs.uni.edu", None, "the scheme 'http' is not LDAP's"),
+        ("ldaps://ldap.cs.uni.edu/dc=uni", None, "the base DN is --ldap-base"),
+        ("ldaps://", None, "no valid host name"),
+        ("ldap.cs.uni.edu:99999", None, "not a server address"),
+        ("ldaps://ldap.cs.uni.edu", "before_bind", "is LDAPS, but --ldap-tls says before_bind"),
+    ],
+)
+def test_site_init_refuses_a_bad_ldap_server_in_one_sentence(
+    paths: Site, capsys: pytest.CaptureFixture[str], value: str, tls: str | None, said: str
+) -> None:
+    extra = ["--ldap-tls", tls] if tls else []
+    assert init(paths, "--ldap-server", value, *extra) == 1
+    err = capsys.readouterr().err.strip()
+    assert said in err and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert not paths.etc.exists()  # nothing half-done
+
+
+def test_site_init_takes_ldaps_urls_and_a_search_account(paths: Site) -> None:
+    """``--ldap-server ldaps://...`` (a traceback before) and the search options give the
+    authenticator's settings."""
+    assert (
+        init(
+            paths,
+            "--ldap-server",
+            "ldaps://ldap.cs.uni.edu",
+            "--ldap-search-base",
+            "ou=people,dc=cs,dc=uni,dc=edu",
+            "--ldap-search-dn",
+            "cn=hub,ou=services,dc=cs,dc=uni,dc=edu",
+        )
+        == 0
+    )
+    text = paths.config.read_text()
+    for line in (
+        'ldap.server_address = "ldap.cs.uni.edu"',
+        "ldap.server_port = 636",
+        'ldap.tls_strategy = "on_connect"',
+        "ldap.bind_dn_template = []",
+        "ldap.lookup_dn = True",
+        "ldap.user_search_base = 'ou=people,dc=cs,dc=uni,dc=edu'",
+        "ldap.lookup_dn_search_user = 'cn=hub,ou=services,dc=cs,dc=uni,dc=edu'",
+    ):
+        assert line in text, line
+    assert init(paths, "--force", "--ldap-search-dn", "cn=hub,dc=x") == 1  # needs the base
+
+
+# ---------------------------------------------------------------- certificate renewal
+def expiring(site: Site, cert_path: Path, key_path: Path, days: float) -> None:
+    """Replace the certificate at ``cert_path`` by one for the same key and names, signed
+    by the site's CA, that expires in ``days``."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+
+    old = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    ca_key = serialization.load_pem_private_key(site.ca_key.read_bytes(), password=None)
+    now = dt.datetime.now(dt.timezone.utc)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(old.subject)
+        .issuer_name(old.issuer)
+        .public_key(key.public_key())  # type: ignore[arg-type]
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(days=800))
+        .not_valid_after(now + dt.timedelta(days=days))
+    )
+    for ext in old.extensions:
+        builder = builder.add_extension(ext.value, ext.critical)
+    cert = builder.sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def public_key(path: Path) -> bytes:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    return (
+        x509.load_pem_x509_certificate(path.read_bytes())
+        .public_key()
+        .public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+
+
+def test_check_node_warns_30_days_ahead_and_certs_renew_fixes_it(ready: Site) -> None:
+    """A node certificate 12 days from expiry (and a hub certificate expired) fails
+    check-node's certificates line with the renewal; `certs renew` keeps the key (or
+    rotates it) and the names, and the line passes again."""
+    import time
+
+    from jupyterhub_gpu.cli.check_node import hub_certificates, local_certificates
+    from jupyterhub_gpu.core.nodecheck import certificate_check
+    from jupyterhub_gpu.wire.nodes_file import parse_nodes
+
+    (spec,) = parse_nodes(yaml.safe_load(ready.nodes_file.read_text())["nodes"])
+    node_dir = ready.node_dir("gpu-a")
+    check = certificate_check("gpu-a", hub_certificates(spec), time.time())
+    assert check.ok and check.detail.startswith("3 valid for 82"), check
+    expiring(ready, node_dir / "cert.pem", node_dir / "key.pem", 12.3)
+    expiring(ready, ready.hub_cert, ready.hub_key, -3.2)
+    check = certificate_check("gpu-a", hub_certificates(spec), time.time())
+    assert not check.ok
+    assert check.detail == (
+        f"the hub's client certificate {ready.hub_cert} expired 3 days 4 h ago; the node's "
+        f"certificate {node_dir}/cert.pem expires in 12 days 7 h"
+    ), check.detail
+    assert check.fix == (
+        f"jupyterhub-gpu certs renew hub --etc {ready.etc}; jupyterhub-gpu certs renew node "
+        f"gpu-a --etc {ready.etc}, then copy {node_dir}/cert.pem to the node's {ready.etc}/tls/ "
+        "and restart docker and jupyterhub-gpu-agent there"
+    )
+    # on the node itself (--local), its copy of the certificate
+    local = certificate_check("gpu-a", local_certificates(ready.etc / "nodes-copy", "gpu-a"), 0)
+    assert local.ok and local.detail == "no TLS certificate in use"
+    shutil.copytree(node_dir, ready.etc / "node" / "tls")
+    (found,) = local_certificates(ready.etc / "node", "gpu-a")
+    assert not certificate_check("gpu-a", [found], time.time()).ok
+    assert "on the hub: jupyterhub-gpu certs renew node gpu-a" in found.renew
+
+    key_before, names_before = public_key(node_dir / "cert.pem"), (node_dir / "cert.pem")
+    assert cli.main(["certs", "--etc", str(ready.etc), "renew", "all"]) == 0
+    assert public_key(node_dir / "cert.pem") == key_before  # the same key
+    check = certificate_check("gpu-a", hub_certificates(spec), time.time())
+    assert check.ok, check
+    assert check_san(names_before) == ["gpu-a", "127.0.0.1"]
+    assert (
+        cli.main(["certs", "--etc", str(ready.etc), "renew", "node", "gpu-a", "--rotate-key"]) == 0
+    )
+    assert public_key(node_dir / "cert.pem") != key_before
+    assert check_san(node_dir / "cert.pem") == ["gpu-a", "127.0.0.1"]
+    assert mode(node_dir / "key.pem") == 0o600
+    # the renewed pair still serves the node: units install --docker-tls accepts it
+    from jupyterhub_gpu.cli.units import node_tls_problem
+
+    node_site = Site(etc=ready.etc / "node2")
+    shutil.copytree(node_dir, node_site.tls)
+    assert node_tls_problem(node_site, "gpu-a", "127.0.0.1") == ""
+
+
+def check_san(path: Path) -> list[str]:
+    from cryptography import x509
+
+    cert = x509.load_pem_x509_certificate(path.read_bytes())
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    return [str(n.value) for n in san]
+
+
+# ---------------------------------------------------------- a node's install: no hub
+#: the import names of the hub extra's distributions
+IMPORT_NAMES = {"jupyterhub-ldapauthenticator": "ldapauthenticator", "psycopg[binary]": "psycopg"}
+BLOCKER = """
+import importlib.abc, sys
+BLOCKED = set({blocked!r})
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+sys.meta_path.insert(0, Block())
+"""
+
+
+def node_install_blocked() -> set[str]:
+    """What a node's install (the base requirements, no ``hub`` extra) lacks: every
+    distribution of the hub extra that the base does not require, by import name."""
+    import configparser
+    import re
+
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg")
+
+    def names(text: str) -> set[str]:
+        found = {re.split(r"[<>=!~\\[ ]", line.strip())[0].lower() for line in text.splitlines()}
+        return {IMPORT_NAMES.get(n, n) for n in found if n}
+
+    return names(cfg["options.extras_require"]["hub"]) - names(cfg["options"]["install_requires"])
+
+
+def test_check_node_local_runs_on_a_node_install_without_jupyterhub(
+    ready: Site, tmp_path: Path
+) -> None:
+    """check-node --local on a node's install (JupyterHub and the rest of the hub extra
+    unimportable): it runs its checks, here the node's certificate made to expire soon,
+    instead of asking for the hub's install."""
+    blocked = node_install_blocked()
+    assert {"jupyterhub", "dockerspawner", "sqlalchemy", "jinja2"} <= blocked
+    (tmp_path / "block").mkdir()
+    (tmp_path / "block" / "sitecustomize.py").write_text(BLOCKER.format(blocked=sorted(blocked)))
+    shutil.copytree(ready.node_dir("gpu-a"), ready.etc / "node" / "tls")
+    expiring(ready, ready.etc / "node/tls/cert.pem", ready.etc / "node/tls/key.pem", 9.3)
+    code = "import sys; from jupyterhub_gpu.cli import main; sys.exit(main(sys.argv[1:]))"
+    r = subprocess.run(
+        [sys.executable, "-c", code, "check-node", "--local", "--only", "certificates", "--json",
+         "--etc", str(ready.etc / "node"), "--node", "gpu-a"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": f"{tmp_path / 'block'}:{REPO}"},
+    )  # fmt: skip
+    assert "hub's install" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+    checks = {c["check"]: c for c in json.loads(r.stdout)}
+    assert r.returncode == 1  # the certificate (and, with no GPU here, NVML)
+    cert = checks["certificates"]
+    assert not cert["ok"] and "expires in 9 days 7 h" in cert["detail"], cert
+    assert cert["fix"].startswith("on the hub: jupyterhub-gpu certs renew node gpu-a")
+    probe = subprocess.run(
+        [sys.executable, "-c", "import jupyterhub"], capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": f"{tmp_path / 'block'}:{REPO}"}, check=False,
+    )  # fmt: skip
+    assert probe.returncode != 0  # the blocker did block it

@@ -2,10 +2,10 @@
 # The node firewall for jupyterhub-gpu's user bridge. Run it as root on every GPU node,
 # after dockerd has started (and again at boot, after docker.service): it is idempotent.
 #
-#   jupyterhub-gpu firewall [--bridge IFACE] [--allow ADDR[/PREFIX][:PORT[-PORT]]]... [--dry-run | --remove]
-#
-# User servers run on a Docker bridge network (GPUDockerSpawner.user_network, bridge
-# interface GPUDockerSpawner.user_bridge, default jhgpu-users) with inter-container
+#   jupyterhub-gpu firewall [--bridge IFACE] [--allow ADDR[/PREFIX][:PORT[-PORT]]]...
+#                           [--dns ADDR]... [--no-host-dns] [--dry-run | --remove]
+# User servers run on a Docker bridge network (GPUCluster.user_network, bridge
+# interface GPUCluster.user_bridge, default jhgpu-users) with inter-container
 # traffic off. Docker itself does not stop a container from reaching the node it runs on
 # (the bridge gateway is the node) nor the site's private network. This script does:
 #
@@ -18,6 +18,11 @@
 #          169.254.169.254), shared (100.64/10) and loopback destination is dropped.
 #          Public addresses stay reachable (pip install from PyPI); block them in the
 #          site's own firewall if the site wants no egress at all.
+#   DNS    each --dns resolver is reachable on port 53 (UDP and TCP), also when it is the
+#          node itself: Docker's embedded DNS forwards the containers' queries from their
+#          own network namespace, across the bridge. `jupyterhub-gpu firewall` adds one
+#          --dns for each resolver Docker uses (daemon.json's "dns", else the node's
+#          resolv.conf; --no-host-dns: none).
 #
 # The hub must be allowed, or servers cannot reach its API: --allow HUB_IP:PORT (only its
 # API port: the hub machine's other services, LDAP say, stay out of reach unless allowed).
@@ -35,15 +40,18 @@ set -euo pipefail
 
 BRIDGE=jhgpu-users
 ALLOW=()
+DNS=()
 MODE=apply
 PRIVATE=(10.0.0.0/8 172.16.0.0/12 192.168.0.0/16 100.64.0.0/10 169.254.0.0/16 127.0.0.0/8
          192.0.0.0/24 198.18.0.0/15 224.0.0.0/4 240.0.0.0/4)
 
-usage() { sed -n '2,8p' "$0" >&2; exit 2; }
+usage() { sed -n '2,9p' "$0" >&2; exit 2; }
 while (($#)); do
   case $1 in
     --bridge) BRIDGE=${2:?}; shift 2 ;;
     --allow) ALLOW+=("${2:?}"); shift 2 ;;
+    --dns) DNS+=("${2:?}"); shift 2 ;;
+    --no-host-dns) shift ;;  # read by `jupyterhub-gpu firewall`, which adds the --dns
     --dry-run) MODE=print; shift ;;
     --remove) MODE=remove; shift ;;
     -h|--help) usage ;;
@@ -105,6 +113,15 @@ for a in "${ALLOW[@]}"; do
   fi
 done
 
+DNS_RULES=()
+for d in "${DNS[@]}"; do
+  if [[ ! $d =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}$ ]]; then
+    echo "--dns wants a numeric IPv4 address, got: $d; nothing was changed" >&2
+    exit 2
+  fi
+  DNS_RULES+=("-d $d -p udp --dport 53" "-d $d -p tcp --dport 53")
+done
+
 if ! docker_user_in_use; then
   echo "the FORWARD chain does not jump to DOCKER-USER, so rules there would filter nothing" \
     "(is dockerd running with its iptables rules? \"iptables\": false in daemon.json, or an" \
@@ -115,11 +132,15 @@ fi
 
 chain JHGPU-INPUT
 ipt -A JHGPU-INPUT -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN
+for r in "${DNS_RULES[@]}"; do
+  # shellcheck disable=SC2086  # a rule's words, made above from checked parts
+  ipt -A JHGPU-INPUT $r -j RETURN
+done
 ipt -A JHGPU-INPUT -j DROP
 
 chain JHGPU-FORWARD
 ipt -A JHGPU-FORWARD -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN
-for r in "${RULES[@]}"; do
+for r in "${RULES[@]}" "${DNS_RULES[@]}"; do
   # shellcheck disable=SC2086  # a rule's words, made above from checked parts
   ipt -A JHGPU-FORWARD $r -j RETURN
 done
@@ -127,4 +148,5 @@ for net in "${PRIVATE[@]}"; do ipt -A JHGPU-FORWARD -d "$net" -j DROP; done
 
 jump INPUT JHGPU-INPUT
 jump DOCKER-USER JHGPU-FORWARD
-[[ $MODE == print ]] || echo "node firewall for $BRIDGE applied (allowed: ${ALLOW[*]:-nothing})"
+[[ $MODE == print ]] || echo "node firewall for $BRIDGE applied (allowed: ${ALLOW[*]:-nothing};" \
+  "DNS: ${DNS[*]:-none})"

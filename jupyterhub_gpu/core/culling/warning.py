@@ -23,7 +23,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
 from jupyterhub_gpu.core.culling.idleness import Decision, Policy, ServerObservation, Signal
-from jupyterhub_gpu.core.form.availability import short_model_name
 from jupyterhub_gpu.core.words import duration, gpus, listing
 
 #: Spawner-state key of the moment the user pressed "I'm still here" (ISO, UTC).
@@ -163,6 +162,10 @@ def freed_words(gpu_count: int, model: str, cpu: float, mem_gib: float) -> str:
     """What a culled server gave back: "1 GPU (RTX 3090), 2 CPUs and 8 GiB of memory"."""
     parts = []
     if gpu_count > 0:
+        # here, not at the top: edges/files.py (a node's install too) imports this module,
+        # and core.form's package pulls in the hub's dependencies (packaging)
+        from jupyterhub_gpu.core.form.availability import short_model_name
+
         label = short_model_name(model) if model else ""
         parts.append(f"{gpus(gpu_count)} ({label})" if label else gpus(gpu_count))
     if cpu > 0:

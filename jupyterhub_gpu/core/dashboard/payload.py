@@ -89,6 +89,10 @@ class ServerEntry:
     pending: str | None = None  # "spawn", "stop", "check": an action in progress
     cull_at: datetime | None = None  # the culler's earliest stop
     hidden: bool = False  # redacted: someone else's
+    ssh_sessions: int = 0  # open SSH sessions (shell, command, sftp) into it
+    ssh_forwards: int = 0  # open SSH forwarded connections (ssh -L) into it
+    ssh_since: datetime | None = None  # the oldest of them opened then
+    ssh_from: tuple[str, ...] = ()  # the clients' addresses (admins only)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -52,8 +52,12 @@ def redact(payload: ClusterPayload, viewer: Viewer, show_names: bool) -> Cluster
     """The payload as ``viewer`` may see it (a new one where names go; the payload is
     frozen, so the argument is not changed). What is someone else's loses its names to
     ``""`` and says ``hidden``; a GPU someone else holds loses its holder
-    (``hidden_holder``), a share someone else holds its holder's names."""
-    if viewer.admin or show_names:
+    (``hidden_holder``), a share someone else holds its holder's names. SSH clients'
+    addresses (``ssh_from``) are for admins only, on every server."""
+    if viewer.admin:
+        return payload
+    payload = replace(payload, servers=tuple(replace(s, ssh_from=()) for s in payload.servers))
+    if show_names:
         return payload
     own_prefix = f"{viewer.name}/"
 
@@ -135,11 +139,16 @@ class ServerView:
     node: str
     state: str  # "running", "starting", "stopping", ...
     since: str  # "2 h 05 min ago"
-    since_iso: str
+    since_iso: str  # "2026-12-05T14:20:00Z" (the page shows it in the browser's zone), or ""
     activity: str  # "3 min ago"
-    cull: str
-    can_stop: bool
+    cull: str  # what the culler will do, in words (:func:`cull_words`)
+    can_stop: bool  # an admin's, or the viewer's own
     share: str = ""  # the shares it holds in words (:func:`share_words`); "": whole GPUs
+    since_utc: str = "unknown"  # "2026-12-05 14:20 UTC": what the page shows without script
+    cull_iso: str = ""  # the culler's earliest stop (ISO, UTC), or ""
+    cull_utc: str = ""
+    open_url: str = ""  # the viewer's own running server: where JupyterLab is
+    ssh: str = ""  # its open SSH sessions in words (:func:`ssh_words`); "": none
 
 
 @dataclass(frozen=True)
@@ -205,9 +214,40 @@ class ClusterView:
     reservations: list[dict[str, str]]
     own_servers: list[ServerView] = field(default_factory=list)
     prepull: list[dict[str, str]] = field(default_factory=list)
+    generated_iso: str = ""
 
 
-def server_view(s: ServerEntry, viewer: Viewer, now: datetime, share: str = "") -> ServerView:
+def iso(t: datetime | None) -> str:
+    """``2026-12-05T14:20:00Z`` (a ``<time datetime>`` the page shows in local time)."""
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if t else ""
+
+
+def utc_text(t: datetime | None) -> str:
+    """``2026-12-05 14:20 UTC``: what a page without script shows."""
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if t else "unknown"
+
+
+def cull_words(s: ServerEntry) -> str:
+    """What the idle culler will do with a server, in words (the time, when the culler
+    has written one, is the template's ``<time>``: "stops it at the earliest at ...").
+    A server it has not judged yet (just started: its GPUs have
+    no readings yet) is not "unknown": the culler stops a server only once it is idle."""
+    if s.pending == "spawn" or not s.ready:
+        return "judges it once it runs"
+    if s.cull_at is not None:
+        return f"stops it at the earliest at {utc_text(s.cull_at)}"
+    return "stops it only after it has been idle for a while; not measured yet"
+
+
+def server_url(prefix: str, user: str, server: str) -> str:
+    """Where a user's running server is: ``/user/alice/`` or ``/user/alice/train/``."""
+    path = f"user/{quote(user, safe='')}/" + (f"{quote(server, safe='')}/" if server else "")
+    return prefix + path
+
+
+def server_view(
+    s: ServerEntry, viewer: Viewer, now: datetime, share: str = "", prefix: str = "/"
+) -> ServerView:
     hidden = s.hidden
     mine = not hidden and s.user == viewer.name
     label = HIDDEN if hidden else (s.user + (f"/{s.server}" if s.server else ""))
@@ -225,12 +265,32 @@ def server_view(s: ServerEntry, viewer: Viewer, now: datetime, share: str = "") 
         node=s.node,
         state=state if s.ready or pending else "not ready",
         since=ago(started, now),
-        since_iso=started.strftime("%Y-%m-%d %H:%M UTC") if started else "unknown",
+        since_iso=iso(started),
         activity=ago(activity, now),
-        cull=cull.strftime("%Y-%m-%d %H:%M UTC") if cull else "unknown",
-        can_stop=viewer.admin and not hidden,
+        cull=cull_words(s),
+        can_stop=(viewer.admin or mine) and not hidden,
         share=share,
+        since_utc=utc_text(started),
+        cull_iso=iso(cull) if s.ready and s.pending != "spawn" else "",
+        cull_utc=utc_text(cull) if cull else "",
+        open_url=server_url(prefix, s.user, s.server) if mine and s.ready and not pending else "",
+        ssh=ssh_words(s, now),
     )
+
+
+def ssh_words(s: ServerEntry, now: datetime) -> str:
+    """``SSH: 2 sessions, 1 forward, since 3 min ago (from 203.0.113.7:51234)``; "" when
+    none is open. The addresses only where the payload still has them (admins)."""
+    if not (s.ssh_sessions or s.ssh_forwards):
+        return ""
+    parts = []
+    for n, what in ((s.ssh_sessions, "session"), (s.ssh_forwards, "forward")):
+        if n:
+            parts.append(f"{n} {what}{'' if n == 1 else 's'}")
+    text = f"SSH: {', '.join(parts)}, since {ago(s.ssh_since, now)}"
+    if s.ssh_from:
+        text += f" (from {', '.join(s.ssh_from)})"
+    return text
 
 
 def _reserved_for(r: ReservationEntry) -> str:
@@ -454,7 +514,9 @@ def cluster_view(
 ) -> ClusterView:
     """The view of a (:func:`redact`-ed) payload for ``viewer`` at ``now`` (aware UTC)."""
     shares = _shares_by_holder(payload.nodes)
-    servers = [server_view(s, viewer, now, shares.get(s.key, "")) for s in payload.servers]
+    hub = payload.hub_prefix or "/hub/"
+    prefix = hub[: -len("hub/")] if hub.endswith("hub/") else "/"
+    servers = [server_view(s, viewer, now, shares.get(s.key, ""), prefix) for s in payload.servers]
     by_uuid: dict[str, ServerView] = {}
     by_key: dict[str, ServerView] = {}
     cpu_only: dict[str, list[ServerView]] = {}
@@ -472,6 +534,7 @@ def cluster_view(
     return ClusterView(
         viewer=viewer,
         generated=generated.strftime("%H:%M:%S UTC") if generated else "unknown",
+        generated_iso=iso(generated),
         fresh=payload.fresh,
         message=payload.message,
         totals=asdict(payload.totals),

@@ -8,6 +8,9 @@ them. Pure: the form renders these; its script only looks them up.
   now, the sentence under the form ("Only 1 RTX 3090 is free now: with 2, your server
   waits in line until 2 are free.") and the count that starts at once (the button
   "Start with 1 GPU now");
+- :func:`wait_outlooks`: for each of those, where the server would stand in line and the
+  queue's estimate (:func:`~jupyterhub_gpu.core.scheduling.outlook.outlook`, the waiting
+  page's own);
 - :func:`student_facts`: framework and CUDA first, then where it runs, then the admin's
   details (driver, compute capability).
 """
@@ -19,6 +22,9 @@ from dataclasses import dataclass
 
 from jupyterhub_gpu.core.form.availability import ModelAvailability
 from jupyterhub_gpu.core.form.user_quota import Holdings, UserQuota
+from jupyterhub_gpu.core.placement.request import PlacementRequest
+from jupyterhub_gpu.core.scheduling.outlook import Outlook, WaitView, outlook
+from jupyterhub_gpu.core.scheduling.state import QueuedRequest
 from jupyterhub_gpu.core.words import gpus
 
 FRAMEWORKS = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "chainer": "Chainer",
@@ -98,6 +104,27 @@ def fit_offers(
         offers = {n: _offer(label, free, n) for n in range(1, most + 1) if n > free}
         if offers:
             out[key] = offers
+    return out
+
+
+def wait_outlooks(
+    view: WaitView,
+    offers: dict[str, dict[int, Offer]],
+    any_model: str,
+    user: str,
+    group: str,
+) -> dict[str, dict[int, Outlook]]:
+    """choice -> GPU count -> :class:`~.scheduling.outlook.Outlook`, for each offer (a
+    choice and count that would wait): ``user``'s server, charged to ``group``, as if it
+    joined the queue of ``view`` now. The image's own limits (driver, architecture) are
+    left out: an estimate."""
+    out: dict[str, dict[int, Outlook]] = {}
+    for key, by_count in offers.items():
+        models = None if key == any_model else frozenset({key})
+        for n in by_count:
+            request = PlacementRequest(n, allowed_models=models)
+            item = QueuedRequest(f"form:{user}", user, group, request, view.state.now)
+            out.setdefault(key, {})[n] = outlook(view, item)
     return out
 
 

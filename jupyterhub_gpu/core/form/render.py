@@ -9,22 +9,32 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone, tzinfo
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jinja2
+if TYPE_CHECKING:
+    import jinja2
 
 from jupyterhub_gpu.core.catalog.compat import ImageAvailability, catalog_availability
 from jupyterhub_gpu.core.catalog.entries import Catalog, CatalogEntry, format_cc_range
 from jupyterhub_gpu.core.form.availability import ModelAvailability, gpu_model_availability
-from jupyterhub_gpu.core.form.offer import Allowance, fit_offers, gpu_allowance, student_facts
+from jupyterhub_gpu.core.form.offer import (
+    Allowance,
+    fit_offers,
+    gpu_allowance,
+    student_facts,
+    wait_outlooks,
+)
 from jupyterhub_gpu.core.form.readiness import readiness
 from jupyterhub_gpu.core.form.resources import UserBounds
 from jupyterhub_gpu.core.form.shares import share_choices
 from jupyterhub_gpu.core.form.user_quota import Holdings
 from jupyterhub_gpu.core.form.validation import ANY_MODEL, finite_number, whole_number
+from jupyterhub_gpu.core.scheduling.outlook import Outlook, WaitView
 from jupyterhub_gpu.core.sharing.policy import NO_SHARING, SharingPolicy
 from jupyterhub_gpu.core.snapshot import ClusterSnapshot
+from jupyterhub_gpu.core.words import UTC
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TEMPLATE_NAME = "spawn_form.html"
@@ -48,6 +58,8 @@ class ImageChoice:
 
 @functools.cache
 def _environment() -> jinja2.Environment:
+    import jinja2  # the hub's install (a node's check-node imports this package, never renders)
+
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         autoescape=True,
@@ -178,8 +190,16 @@ def render_form(
     sharing: SharingPolicy = NO_SHARING,
     held: Holdings | None = None,
     notice_time: tuple[str, str] | None = None,
+    wait_view: WaitView | None = None,
+    user: str = "",
+    tz: tzinfo = UTC,
 ) -> str:
     """The form's HTML (inserted into JupyterHub's ``spawn.html``).
+
+    ``wait_view``: the GPU queue as plain data (the hub's ``SpawnQueue.wait_view``); with
+    it, each offer also says where ``user``'s server would stand in line and the queue's
+    estimate (:func:`~.offer.wait_outlooks`), its time said in ``tz`` and shown by the
+    form's script in the browser's zone.
 
     ``notice_time``: (the time as the newest note says it, e.g. ``14:05 UTC``; the same
     time in ISO): the form's script shows it in the browser's zone.
@@ -214,6 +234,11 @@ def render_form(
     allowance: Allowance = gpu_allowance(bounds.max_gpus, bounds.quota, held or Holdings())
     choice = initial_choices(images, allowed, bounds, previous_choices, allowance.most)
     offers = fit_offers(allowed, allowance.most, ANY_MODEL)
+    group = initial_charge_group(charge_groups, previous_choices) or ""
+    waits = (
+        wait_outlooks(wait_view, offers, ANY_MODEL, user, group) if wait_view is not None else {}
+    )
+    now = wait_view.state.now if wait_view is not None else 0.0
     selected = next((i for i in images if i.slug == choice["image"]), None)
     return (
         _environment()
@@ -230,7 +255,12 @@ def render_form(
             allowance=allowance.text,
             offers={
                 key: {
-                    str(n): {"text": o.text, "now": o.start_now, "button": o.button}
+                    str(n): {
+                        "text": o.text,
+                        "now": o.start_now,
+                        "button": o.button,
+                        **_wait_words(waits.get(key, {}).get(n), now, tz),
+                    }
                     for n, o in by_count.items()
                 }
                 for key, by_count in offers.items()
@@ -252,6 +282,20 @@ def render_form(
     )
 
 
+def _wait_words(found: Outlook | None, now: float, tz: tzinfo) -> dict[str, str]:
+    """An offer's outlook for the form's script: the sentence, its time as said and in ISO
+    (the script shows it in the browser's zone); nothing without an outlook."""
+    if found is None:
+        return {}
+    said = found.said(now, tz)
+    iso = (
+        datetime.fromtimestamp(found.at, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if said and found.at is not None
+        else ""
+    )
+    return {"wait": found.sentence(now, tz), "said": said, "at": iso}
+
+
 def spawn_form_html(
     catalog: Catalog,
     snapshot: ClusterSnapshot,
@@ -267,6 +311,9 @@ def spawn_form_html(
     sharing: SharingPolicy = NO_SHARING,
     held: Holdings | None = None,
     notice_time: tuple[str, str] | None = None,
+    wait_view: WaitView | None = None,
+    user: str = "",
+    tz: tzinfo = UTC,
 ) -> str:
     """Everything in one call: the user's images, their availability on ``snapshot``'s
     nodes and where each is ready (``image_sizes``: identity -> bytes on disk, for what
@@ -300,4 +347,7 @@ def spawn_form_html(
         sharing=sharing,
         held=held,
         notice_time=notice_time,
+        wait_view=wait_view,
+        user=user,
+        tz=tz,
     )

@@ -194,3 +194,28 @@ class PushLog:
         if not total:
             return None
         return int(100 * sum(d for d, _ in self.layers.values()) / total)
+
+
+SHOWN_LINES = 12  #: lines of a save's log a user reads (the newest)
+
+
+def condense(events: Sequence[Mapping[str, Any]], keep: int = SHOWN_LINES) -> list[dict[str, Any]]:
+    """A save's progress lines as a person follows them: a run of push figures ("Pushing:
+    N%", one per percent) is its latest one, and only the newest ``keep`` lines are
+    shown, after one line that says how many earlier ones there were. The progress
+    bar's figure (the last ``percent``) is kept."""
+    out: list[dict[str, Any]] = []
+    for event in events:
+        if out and event.get("phase") == "push" and out[-1].get("phase") == "push":
+            out[-1] = dict(event)
+        else:
+            out.append(dict(event))
+    if len(out) <= keep:
+        return out
+    hidden = len(out) - (keep - 1)
+    first = {"phase": out[0].get("phase", ""), "message": f"... {hidden} earlier lines"}
+    last = [e for e in out if "percent" in e][-1:]
+    tail = out[-(keep - 1) :]
+    if last and "percent" not in tail[-1] and all("percent" not in e for e in tail):
+        first["percent"] = last[0]["percent"]
+    return [first, *tail]

@@ -12,6 +12,7 @@ they sit under an index the admin allows.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Collection, Iterable
 from urllib.parse import urlsplit
 
@@ -111,6 +112,33 @@ def image_name(name: str) -> str:
             "e.g. 'my-env-2'."
         )
     return name
+
+
+NAME_TYPED_MAX = 200  #: characters of a typed name read at all
+
+
+def image_name_from(text: str) -> str:
+    """A saved image's name from what a person typed: a valid name as it is, else one
+    derived from it: lowercase ASCII letters and digits (accents dropped), every other
+    run of characters one ``-``, at most 40 (``My Einops env`` -> ``my-einops-env``).
+    :class:`InvalidPackage` says the rule when nothing usable is left."""
+    if (
+        isinstance(text, str)
+        and 0 < len(text) <= IMAGE_NAME_MAX
+        and _REPO_COMPONENT.fullmatch(text)
+    ):
+        return text
+    if isinstance(text, str) and len(text) <= NAME_TYPED_MAX:
+        ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+        derived = re.sub(r"[^a-z0-9]+", "-", ascii_text.lower()).strip("-")
+        derived = derived[:IMAGE_NAME_MAX].rstrip("-")
+        if derived:
+            return derived
+    raise InvalidPackage(
+        f"The image name {_shown(str(text))} can't be used: give it a name of letters and "
+        f"digits (spaces become '-', up to {IMAGE_NAME_MAX} characters), e.g. 'My Einops env', "
+        "saved as 'my-einops-env'."
+    )
 
 
 def repository_component(name: str) -> bool:

@@ -27,8 +27,18 @@ from jupyterhub_gpu.edges.accounting.schema import AllocationRow, ReservationRow
 from jupyterhub_gpu.errors import AccountingUnavailable
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+#: Alembic's version table of the accounting tables: not JupyterHub's (both may share one
+#: database)
+VERSION_TABLE = "jhgpu_alembic_version"
 # where the hub, the report command and the services look when no URL is configured
 DEFAULT_URL = "sqlite:///jupyterhub-gpu-accounting.sqlite"
+
+
+def alembic_config() -> Config:
+    """Alembic's configuration of the accounting migrations (``migrations/``)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    return cfg
 
 
 def naive_utc(t: datetime) -> datetime:
@@ -96,14 +106,32 @@ class AccountingStore:
 
     def upgrade(self) -> None:
         """Create or migrate the schema to the newest revision (idempotent)."""
-        cfg = Config()
-        cfg.set_main_option("script_location", str(MIGRATIONS))
+        cfg = alembic_config()
         try:
             with self.engine.begin() as connection:
                 cfg.attributes["connection"] = connection
                 command.upgrade(cfg, "head")
         except SQLAlchemyError as e:
             raise self._failure("Can't prepare the accounting database {}", e) from None
+
+    def revisions(self) -> tuple[str | None, str]:
+        """(the database's migration revision, None when it has none; the newest one)."""
+        from alembic.runtime.migration import MigrationContext
+        from alembic.script import ScriptDirectory
+
+        head = ScriptDirectory.from_config(alembic_config()).get_current_head() or ""
+        database = self.engine.url.database or ""
+        sqlite_file = self.engine.dialect.name == "sqlite" and database not in ("", ":memory:")
+        if sqlite_file and not Path(database).is_file():  # connecting would create it
+            return None, head
+        try:
+            with self.engine.connect() as connection:
+                context = MigrationContext.configure(
+                    connection, opts={"version_table": VERSION_TABLE}
+                )
+                return context.get_current_revision(), head
+        except SQLAlchemyError as e:
+            raise self._failure("The accounting database {} can't be read", e) from None
 
     def has_schema(self) -> bool:
         """Whether the accounting tables are there (readers never create them: a mistyped

@@ -34,6 +34,7 @@ from tornado import web
 from jupyterhub_gpu.core.dashboard.inputs import BadInput, clean_note, known_node
 from jupyterhub_gpu.core.saving.entries import is_saved_slug
 from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
+from jupyterhub_gpu.core.ssh.census import per_server
 from jupyterhub_gpu.edges.files import load_deadlines
 from jupyterhub_gpu.hub.cluster import Cluster
 from jupyterhub_gpu.hub.ledger import GPULedger
@@ -244,6 +245,13 @@ def _prepull(runner: Any) -> list[dict[str, Any]]:
     return prepull_entries(runner.state())
 
 
+def with_ssh(servers: list[ServerInfo], settings: Any) -> list[ServerInfo]:
+    """``servers`` with their open SSH sessions (the SSH gateway's last report)."""
+    ssh = per_server(runtime_of(settings).ssh.current(time.monotonic()))
+    return [replace(s, ssh=ssh[(s.user, s.server)]) if (s.user, s.server) in ssh else s
+            for s in servers]  # fmt: skip
+
+
 class _GPUAPIHandler(APIHandler):
     def initialize(self, cache: SnapshotCache) -> None:
         self.cache = cache
@@ -263,7 +271,7 @@ class ClusterAPIHandler(_GPUAPIHandler):
             "named_servers": bool(self.allow_named_servers),
             "named_server_limit": limit if isinstance(limit, int) else 0,
         }
-        servers = active_servers(self.users.values(), self.log)
+        servers = with_ssh(active_servers(self.users.values(), self.log), self.settings)
         if queue is not None and queue.deadlines_file:
             deadlines = load_deadlines(queue.deadlines_file)
             servers = [

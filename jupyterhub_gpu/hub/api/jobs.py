@@ -6,6 +6,8 @@
     GET    /hub/api/gpu/jobs[?all=1]       one's jobs (admins: ?all=1 for everyone's)
     GET    /hub/api/gpu/jobs/ID            one job, or every task of array ID
     GET    /hub/api/gpu/jobs/ID/logs?offset=N   its output from byte N
+    GET    /hub/api/gpu/jobs/ID/logs?tail=N     its last N bytes (N <= 64 KiB; the
+                                                dashboard's last lines)
     DELETE /hub/api/gpu/jobs/ID            cancel (an array's id: every task)
 
 Bodies: :mod:`jupyterhub_gpu.wire.jobs`. A user sees, reads and cancels only their own
@@ -48,6 +50,7 @@ JOB_SCOPES: dict[str, dict[str, Any]] = {
 }
 define_custom_scopes(JOB_SCOPES)
 MAX_BODY_BYTES = 64 * 1024
+MAX_TAIL_BYTES = 64 * 1024
 
 
 def view_of(job: JobRecord, now: float) -> JobView:
@@ -185,12 +188,21 @@ class JobLogsAPIHandler(_JobsBase):
         job = jobs[0]
         try:
             offset = max(0, int(self.get_argument("offset", "0")))
+            tail = self.get_argument("tail", "")
+            tail_bytes = min(max(0, int(tail)), MAX_TAIL_BYTES) if tail else 0
         except ValueError:
-            raise web.HTTPError(400, "The offset must be a number of bytes.") from None
+            raise web.HTTPError(400, "The offset and tail must be numbers of bytes.") from None
         if job.home is None:
             raise web.HTTPError(404, "This job has no output file.")
         home = Path(job.home[0])
         ended = not job.state.active
+        if tail:
+            data = await asyncio.get_running_loop().run_in_executor(
+                None, lambda: read_output(home, job.id, job.uid, 0, tail_bytes, tail=True)
+            )
+            text = data.decode("utf-8", "replace")
+            self.write(json.dumps(encode_chunk(LogChunk(0, text, ended))))  # no offset: a view
+            return
         data = await asyncio.get_running_loop().run_in_executor(
             None, lambda: read_output(home, job.id, job.uid, offset, LOG_CHUNK_BYTES)
         )

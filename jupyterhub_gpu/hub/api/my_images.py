@@ -36,6 +36,13 @@ MAX_CONDA_ENVS = 20
 _SERVER_RE = re.compile(r"^[^/]{0,255}$")
 
 
+def base_name(catalog: Any, slug: str) -> str:
+    """The catalog's display name of a saved image's base (what the spawn form shows),
+    else its slug (an entry since removed from the catalog)."""
+    entry = catalog.get(slug) if catalog is not None else None
+    return str(entry.display_name) if entry is not None and entry.display_name else slug
+
+
 class _Base(APIHandler):
     async def _context(self, user_name: str) -> tuple[Any, Any, MyImages, Identity]:
         """The user, their default spawner (it reads the user's identity and home), the
@@ -99,7 +106,12 @@ class ImagesAPIHandler(_Base):
                 {
                     "saving": service.settings.enabled,
                     "images": [
-                        {**image_json(i), "image": f"saved:{i.owner}/{i.name}"} for i in images
+                        {
+                            **image_json(i),
+                            "image": f"saved:{i.owner}/{i.name}",
+                            "base_name": base_name(spawner.catalog, i.base_slug),
+                        }
+                        for i in images
                     ],
                     "groups": sorted(ident.groups),
                     "conda_envs": list(envs),

@@ -24,6 +24,11 @@ or frozen LDAP server freezes every page of the hub (its issue #124: 90-120 s).
   ``validate`` in ``tls_kwargs``.
 
 Passwords (the user's and ``lookup_dn_search_password``) are never logged.
+
+With ``ssh_public_key_attribute`` set (``sshPublicKey``, the openssh-lpk schema),
+:meth:`GPULDAPAuthenticator.ssh_public_keys` reads a user's SSH keys for the SSH gateway
+(docs/ssh.md), bound as the search account (``lookup_dn_search_user``), or anonymously
+without one: never with a user's password.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ from ldap3.core.exceptions import (
 )
 from ldap3.core.tls import Tls
 from ldap3.utils.conv import escape_filter_chars
-from ldap3.utils.dn import parse_dn
+from ldap3.utils.dn import escape_rdn, parse_dn
 from ldapauthenticator import LDAPAuthenticator
 from ldapauthenticator.ldapauthenticator import TlsStrategy
 from tornado import web
@@ -56,6 +61,7 @@ from traitlets import Any as AnyTrait
 from traitlets import Float, Integer, Set, TraitError, Unicode, default, validate
 
 from jupyterhub_gpu.core.identity import IdentityError, identity_from_auth_state
+from jupyterhub_gpu.core.ssh.keys import MAX_LDAP_KEY_BYTES, MAX_LDAP_KEYS, bounded_key_values
 
 __all__ = ["UNAVAILABLE_MESSAGE", "GPULDAPAuthenticator", "not_allowed_message"]
 
@@ -288,6 +294,40 @@ class GPULDAPAuthenticator(LDAPAuthenticator):
         config=True,
         help="Smallest primary gid allowed to log in (default 100). gid 0 is always refused.",
     )
+
+    ssh_public_key_attribute = Unicode(
+        "",
+        config=True,
+        help="""The attribute holding users' SSH public keys, for the SSH gateway
+        (docs/ssh.md): `sshPublicKey` with the openssh-lpk schema. Empty (default): keys
+        come only from `~/.ssh/authorized_keys`.
+
+        Read at each SSH login (a key removed from LDAP stops working at the next one),
+        bound as `lookup_dn_search_user` with `lookup_dn_search_password` (anonymously
+        when they are unset; never with a user's password), from the DN her last hub
+        login found (auth_state `user_dn`), else `lookup_dn`'s search, else the first
+        `bind_dn_template`. At most `ssh_public_keys_max` values of at most
+        `ssh_public_key_max_bytes` each; a value that is not a public key is logged by
+        the gateway and skipped.
+        """,
+    )
+    ssh_public_keys_max = Integer(
+        MAX_LDAP_KEYS,
+        config=True,
+        help=f"At most this many SSH keys per user are read from LDAP (default {MAX_LDAP_KEYS}).",
+    )
+    ssh_public_key_max_bytes = Integer(
+        MAX_LDAP_KEY_BYTES,
+        config=True,
+        help=f"A longer SSH key value in LDAP is skipped (default {MAX_LDAP_KEY_BYTES} bytes).",
+    )
+
+    @validate("ssh_public_keys_max", "ssh_public_key_max_bytes")
+    def _validate_ssh_bounds(self, proposal: Any) -> int:
+        top = MAX_LDAP_KEYS if proposal.trait.name == "ssh_public_keys_max" else MAX_LDAP_KEY_BYTES
+        if not 0 < proposal.value <= top:
+            raise TraitError(f"GPULDAPAuthenticator.{proposal.trait.name} must be 1 to {top}.")
+        return int(proposal.value)
 
     @default("enable_auth_state")
     def _default_enable_auth_state(self) -> bool:
@@ -537,6 +577,92 @@ class GPULDAPAuthenticator(LDAPAuthenticator):
             if name:
                 groups.append((str(name), entry.entry_dn, _as_int(values.get("gidnumber"))))
         return sorted(groups)
+
+    # ------------------------------------------------------------------ SSH keys
+
+    async def ssh_public_keys(self, username: str, user_dn: str | None = None) -> list[str]:
+        """``username``'s SSH public keys from ``ssh_public_key_attribute`` (bounded
+        text, not yet parsed); [] when the setting is off, the user has none, or LDAP
+        fails (logged: the gateway still reads ``authorized_keys``)."""
+        if not self.ssh_public_key_attribute or self.username_refusal(username):
+            return []
+        loop = asyncio.get_running_loop()
+        work = loop.run_in_executor(self.executor, self._ssh_keys_blocking, username, user_dn)
+        try:
+            values = await asyncio.wait_for(work, timeout=self.ldap_timeout)
+        except (asyncio.TimeoutError, TimeoutError):
+            self.log.warning(
+                "LDAP server %s:%s did not answer within %.1f s for the SSH keys of %s",
+                self.server_address,
+                self.server_port,
+                self.ldap_timeout,
+                _shown(username),
+            )
+            return []
+        except (LDAPException, OSError) as e:
+            self.log.warning(
+                "Reading the SSH keys of %s from LDAP failed: %s: %s",
+                _shown(username),
+                type(e).__name__,
+                str(e)[:200],
+            )
+            return []
+        kept, skipped = bounded_key_values(
+            values, self.ssh_public_keys_max, self.ssh_public_key_max_bytes
+        )
+        for why in skipped:
+            self.log.warning("SSH key of %s in LDAP skipped: %s", _shown(username), why)
+        return kept
+
+    def _ssh_keys_blocking(self, username: str, user_dn: str | None) -> list[object]:
+        """The attribute's raw values (a worker thread; the search account's bind)."""
+        _local.connections = []
+        try:
+            conn = self.get_connection(
+                self.lookup_dn_search_user or None,  # type: ignore[arg-type]
+                self.lookup_dn_search_password or None,  # type: ignore[arg-type]
+            )
+            if conn is None:
+                raise LDAPBindError("the search account could not bind")
+            dn = user_dn or self._ssh_user_dn(conn, username)
+            if not dn:
+                return []
+            attr = self.ssh_public_key_attribute
+            conn.search(
+                search_base=dn,
+                search_filter="(objectClass=*)",
+                search_scope=ldap3.BASE,
+                attributes=[attr],
+                size_limit=1,
+            )
+            if len(conn.response or []) != 1:
+                return []
+            raw = conn.response[0].get("raw_attributes") or {}
+            values: list[object] = next(
+                (list(v) for k, v in raw.items() if k.lower() == attr.lower()), []
+            )
+            # a bound on what is even looked at (the pure bound then says why)
+            return list(values)[: self.ssh_public_keys_max * 4]
+        finally:
+            for conn in _local.connections:
+                with suppress(Exception):
+                    conn.unbind()
+            _local.connections = []
+
+    def _ssh_user_dn(self, conn: ldap3.Connection, username: str) -> str | None:
+        """The user's DN as a hub login would find it (without her password)."""
+        if self.lookup_dn and self.user_search_base:
+            conn.search(
+                search_base=self.user_search_base,
+                search_filter=f"({self.user_attribute}={escape_filter_chars(username)})",
+                search_scope=ldap3.SUBTREE,
+                attributes=[],
+                size_limit=2,
+            )
+            found = [r for r in conn.response or [] if r.get("type") == "searchResEntry"]
+            return str(found[0]["dn"]) if len(found) == 1 else None
+        templates = self.bind_dn_template or []
+        return templates[0].format(username=escape_rdn(username)) if templates else None
 
     # ------------------------------------------------------------- allow / admin
 

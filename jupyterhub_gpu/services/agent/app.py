@@ -26,6 +26,7 @@ from tornado.httpserver import HTTPServer
 from traitlets import Bool, Enum, Float, Integer, Unicode, default, validate
 from traitlets.config import Application
 
+from jupyterhub_gpu import __version__
 from jupyterhub_gpu.core.tokens import node_token
 from jupyterhub_gpu.edges.probe import make_probe
 from jupyterhub_gpu.errors import ConfigError, GPUHubError
@@ -102,6 +103,7 @@ def print_node_token(node: str, site_secret_file: str) -> str:
 
 class GPUAgent(Application):
     name = "jupyterhub-gpu-agent"
+    version = __version__
     description = "Serve this host's GPUs (NVML or a declared inventory) to jupyterhub-gpu."
 
     port = Integer(9450, config=True, help="TCP port to listen on (default 9450).")

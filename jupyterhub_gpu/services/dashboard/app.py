@@ -13,7 +13,7 @@ import asyncio
 import logging
 import os
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timezone, tzinfo
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -24,6 +24,7 @@ from traitlets import Bool, Float, Instance, Int, Unicode, default
 
 from jupyterhub_gpu.core.accounting.report import Interval
 from jupyterhub_gpu.core.dashboard.history import History
+from jupyterhub_gpu.core.dashboard.jobs import TAIL_BYTES, job_rows, last_lines, tail_ids
 from jupyterhub_gpu.core.dashboard.payload import ClusterPayload
 from jupyterhub_gpu.core.dashboard.view import ClusterView, Viewer, cluster_view, redact
 from jupyterhub_gpu.edges.accounting.store import (
@@ -31,17 +32,23 @@ from jupyterhub_gpu.edges.accounting.store import (
     AccountingStore,
     AccountingUnavailable,
 )
+from jupyterhub_gpu.edges.hub_page import page_settings
 from jupyterhub_gpu.errors import ConfigError
 from jupyterhub_gpu.services.base import HubService
 from jupyterhub_gpu.services.dashboard.client import HubClient, HubError
 from jupyterhub_gpu.services.dashboard.handlers import make_app
 from jupyterhub_gpu.services.dashboard.notes import messages_for
-from jupyterhub_gpu.services.dashboard.render import Page, Usage
+from jupyterhub_gpu.services.dashboard.render import Jobs, Page, Usage
 from jupyterhub_gpu.services.dashboard.usage import load_intervals, period, summarize, usage_charts
 
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def local_zone() -> tzinfo:
+    """The site's time zone (the service's), for the times people read."""
+    return datetime.now().astimezone().tzinfo or timezone.utc
 
 
 class GPUDashboard(HubService):
@@ -63,6 +70,14 @@ class GPUDashboard(HubService):
     ).tag(config=True)
     history_window = Float(
         600.0, help="Seconds of utilisation history kept per GPU (its sparkline)."
+    ).tag(config=True)
+    show_jobs = Bool(
+        False,
+        help="""Whether the page lists batch jobs (docs/jobs.md): the viewer's own (an
+        admin's: everyone's), read from the hub's job API with the viewer's own login, with
+        a cancel button and the last lines of their output. Turned on by
+        ``configure_jobs(c)`` with ``configure_dashboard(c)`` (which also let the
+        dashboard's logins carry the job scope); on a hub without jobs it shows nothing.""",
     ).tag(config=True)
     usage_days = Int(14, help="Days of GPU-hours the usage charts show.").tag(config=True)
     usage_interval = Float(300.0, help="Seconds between two reads of the accounting database.").tag(
@@ -127,6 +142,7 @@ class GPUDashboard(HubService):
         self._usage_message = "Usage is being read."
         self._usage_cache: dict[str, Usage] = {}
         self._store: AccountingStore | None = None
+        self._chrome = page_settings()  # the hub's navigation bar's links
 
     def initialize(self, argv: Any = None) -> None:
         super().initialize(argv)
@@ -136,7 +152,7 @@ class GPUDashboard(HubService):
     @property
     def page(self) -> Page:
         prefix = self.payload.hub_prefix if self.payload else "/hub/"
-        return Page(prefix, self.service_prefix, self.poll_interval)
+        return Page(prefix, self.service_prefix, self.poll_interval, self._chrome)
 
     def client(self) -> HubClient:
         if self.http_client is None:
@@ -195,6 +211,31 @@ class GPUDashboard(HubService):
 
     def view_for(self, viewer: Viewer) -> ClusterView:
         return cluster_view(self.visible_payload(viewer), viewer, self.history, now=utcnow())
+
+    async def jobs_for(self, viewer: Viewer, user_token: str) -> Jobs:
+        """The viewer's jobs (an admin's: everyone's) with the last lines of the first
+        ones' output, read from the hub with the viewer's own token (so only what the
+        hub lets them see). No token (an old login): nothing, with a sentence."""
+        if not self.show_jobs:
+            return Jobs(shown=False)
+        if not user_token:
+            return Jobs(message="Reload the page to see your jobs.")
+        client = self.client()
+        try:
+            jobs = await client.jobs(user_token, everyone=viewer.admin)
+        except HubError as e:
+            if e.status == 404:
+                return Jobs(shown=False)
+            return Jobs(message=str(e))
+        ids = tail_ids(jobs)
+        texts = await asyncio.gather(*(client.job_tail(user_token, i, TAIL_BYTES) for i in ids))
+        tails = {
+            i: last_lines(t, cut=len(t.encode()) >= TAIL_BYTES)
+            for i, t in zip(ids, texts, strict=True)
+        }
+        now = time.time()
+        rows = job_rows(jobs, tails, viewer.name, viewer.admin, now, local_zone())
+        return Jobs(rows=rows, everyone=viewer.admin)
 
     def stale_message(self) -> str:
         if not self.poll_error or self.payload is None:

@@ -1,6 +1,8 @@
-"""The dashboard service's calls to the hub API, with the service's own token (never a
-user's, never logged). Every call has a timeout; failures become :class:`HubError` with a
-sentence for the page."""
+"""The dashboard service's calls to the hub API, with the service's own token, except the
+job calls, made with the viewer's own (their OAuth token for this service, which carries
+the job scope ``custom:gpu-jobs``): the hub then shows, reads and cancels only what the
+viewer may. No token is ever logged. Every call has a timeout; failures become
+:class:`HubError` with a sentence for the page."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import httpx
 from jupyterhub_gpu.core.dashboard.payload import ClusterPayload
 from jupyterhub_gpu.errors import BadPayload, HubError
 from jupyterhub_gpu.wire.cluster import decode_payload
+from jupyterhub_gpu.wire.jobs import JobView, decode_chunk, decode_jobs
 
 
 def _message(response: httpx.Response) -> str:
@@ -34,8 +37,11 @@ class HubClient:
         self._token = token
         self.timeout = timeout
 
-    async def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        headers = {**kwargs.pop("headers", {}), "Authorization": f"token {self._token}"}
+    async def _call(
+        self, method: str, path: str, as_user: str = "", **kwargs: Any
+    ) -> httpx.Response:
+        token = as_user or self._token
+        headers = {**kwargs.pop("headers", {}), "Authorization": f"token {token}"}
         try:
             return await self.http.request(
                 method, self.api_url + path, headers=headers, timeout=self.timeout, **kwargs
@@ -106,3 +112,45 @@ class HubClient:
             return _message(r) or f"Node {node}: done."
         status = r.status_code if r.status_code in (400, 404, 503) else 502
         raise HubError(_message(r) or f"The hub refused (HTTP {r.status_code}).", status)
+
+    # ------------------------------------------------------------------ jobs, as the viewer
+    async def jobs(self, user_token: str, everyone: bool) -> list[JobView]:
+        """The viewer's jobs (``everyone``: an admin's view of all), newest first."""
+        params = {"all": "1"} if everyone else {}
+        r = await self._call("GET", "/gpu/jobs", as_user=user_token, params=params)
+        if r.status_code == 404:
+            raise HubError("Batch jobs are not set up on this hub.", 404)
+        if r.status_code != 200:
+            raise HubError(f"The hub refused the list of jobs (HTTP {r.status_code}).")
+        try:
+            return decode_jobs(r.json())
+        except (ValueError, BadPayload):
+            raise HubError("The hub's list of jobs is malformed.") from None
+
+    async def job_tail(self, user_token: str, job_id: str, size: int) -> str:
+        """The last ``size`` bytes of a job's output ("" when there is none to read)."""
+        path = f"/gpu/jobs/{quote(job_id, safe='')}/logs"
+        r = await self._call("GET", path, as_user=user_token, params={"tail": str(size)})
+        if r.status_code != 200:
+            return ""
+        try:
+            return decode_chunk(r.json()).text
+        except (ValueError, BadPayload):
+            return ""
+
+    async def cancel_job(self, user_token: str, job_id: str) -> str:
+        """Cancel the viewer's job (an admin: anyone's); a sentence saying what happened."""
+        r = await self._call("DELETE", f"/gpu/jobs/{quote(job_id, safe='')}", as_user=user_token)
+        if r.status_code == 404:
+            raise HubError(f"You have no job {job_id} (ended and gone, or not yours).", 404)
+        if r.status_code != 200:
+            raise HubError(
+                f"The hub refused to cancel job {job_id} (HTTP {r.status_code}): {_message(r)}"
+            )
+        try:
+            states = {j.state for j in decode_jobs(r.json())}
+        except (ValueError, BadPayload):
+            states = set()
+        if states <= {"cancelled"} and states:
+            return f"Job {job_id} is cancelled."
+        return f"Job {job_id} is stopping: it got SIGTERM, and SIGKILL follows after the grace."

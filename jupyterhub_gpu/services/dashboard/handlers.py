@@ -3,15 +3,18 @@
 - ``GET  /``: the page (first paint); people log in through the hub's OAuth;
 - ``GET  live``: the live part as HTML (the page's poll replaces it), ``api/cluster``: the
   same as JSON (what this viewer may see);
-- ``GET actions/stop?user=&server=`` (the confirmation, with the note to the owner),
-  ``POST actions/stop`` (``user``, ``server``, ``note``) and ``POST actions/drain``
-  (``node``, ``action`` = drain | undrain, ``note``): admins only, the POSTs with the
-  page's XSRF token; names not on the dashboard are refused;
+- ``GET actions/stop?user=&server=`` (the confirmation, with an admin's note to the
+  owner), ``POST actions/stop`` (``user``, ``server``, ``note``): admins, and each user
+  for their own servers; ``POST actions/drain`` (``node``, ``action`` = drain | undrain,
+  ``note``): admins only; the POSTs with the page's XSRF token; names not on the
+  dashboard are refused;
 - ``GET  oauth_callback``: the end of the hub's OAuth login.
 
-Every answer carries a strict Content-Security-Policy (scripts and styles from this
-origin only); every error is a sentence. The pages read the service through
-:class:`Dashboard`, what they need of it (:class:`~.app.GPUDashboard` is the one).
+Every page is the hub's own ``page.html`` (its navigation bar) around ours. Every answer
+carries a strict Content-Security-Policy (scripts and styles from this origin only, and
+the hub page's own inline scripts by their hashes); every error is a sentence. The pages
+read the service through :class:`Dashboard`, what they need of it
+(:class:`~.app.GPUDashboard` is the one).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
@@ -28,10 +32,12 @@ from tornado import web
 from jupyterhub_gpu.core.dashboard.inputs import BadInput, clean_note, known_node, user_and_server
 from jupyterhub_gpu.core.dashboard.payload import ClusterPayload, ServerEntry
 from jupyterhub_gpu.core.dashboard.view import ClusterView, Viewer, server_view
+from jupyterhub_gpu.edges.hub_page import inline_script_hashes
 from jupyterhub_gpu.services.dashboard.client import HubClient, HubError
 from jupyterhub_gpu.services.dashboard.notes import record_stop
 from jupyterhub_gpu.services.dashboard.render import (
     STATIC,
+    Jobs,
     Page,
     Usage,
     render_live,
@@ -54,8 +60,10 @@ CSP = "; ".join(
         "base-uri 'none'",
     ]
 )
+JOB_ID = re.compile(r"[0-9]{1,16}(_[0-9]{1,9})?")
 LOGIN_EXPIRED = "Your login has expired or is not valid here: reload the page to log in again."
 ADMINS_ONLY = "Only admins can do this; ask one of your hub's admins."
+NOT_YOURS = "You can stop only your own servers; ask one of your hub's admins to stop others."
 NO_ACCESS = (
     "You may not use the GPU dashboard: your hub role lacks access to it. Ask an admin "
     "(docs/dashboard.md, 'Set-up')."
@@ -91,6 +99,7 @@ class Dashboard(Protocol):
     def stale_message(self) -> str: ...
     def notes_for(self, viewer: Viewer) -> list[str]: ...
     def usage_for(self, viewer: Viewer) -> Usage: ...
+    async def jobs_for(self, viewer: Viewer, user_token: str) -> Jobs: ...
 
 
 class _Handler(HubOAuthenticated, web.RequestHandler):
@@ -108,6 +117,18 @@ class _Handler(HubOAuthenticated, web.RequestHandler):
     def viewer(self) -> Viewer:
         user: dict[str, Any] = self.current_user
         return Viewer(str(user.get("name", "")), bool(user.get("admin")))
+
+    def page(self, html: str) -> None:
+        """Send a page, allowing exactly its inline scripts (the hub's page.html has some)."""
+        hashes = inline_script_hashes(html)
+        if hashes:
+            csp = CSP.replace("script-src 'self'", "script-src 'self' " + " ".join(hashes))
+            self.set_header("Content-Security-Policy", csp)
+        self.finish(html)
+
+    def user_token(self) -> str:
+        """The viewer's own token for this service (from the login cookie; never logged)."""
+        return str(self.hub_auth.get_token(self) or "")
 
     def xsrf(self) -> str:
         token = self.xsrf_token
@@ -132,7 +153,8 @@ class _Handler(HubOAuthenticated, web.RequestHandler):
             self.finish(json.dumps({"status": status, "message": message}))
             return
         title = "Done" if status < 400 else "Not done"
-        self.finish(render_message(self.dashboard.page, title, message, status < 400))
+        viewer = self.viewer if self.current_user else None
+        self.page(render_message(self.dashboard.page, title, message, status < 400, viewer))
 
     def require_user(self) -> Viewer:
         """The viewer, or 403 (no redirect: live updates and the API are not pages)."""
@@ -149,8 +171,9 @@ class _Handler(HubOAuthenticated, web.RequestHandler):
 
 class PageHandler(_Handler):
     @web.authenticated
-    def get(self) -> None:
+    async def get(self) -> None:
         viewer, d = self.viewer, self.dashboard
+        jobs = await d.jobs_for(viewer, self.user_token())
         html = render_page(
             d.view_for(viewer),
             d.page,
@@ -158,19 +181,22 @@ class PageHandler(_Handler):
             d.usage_for(viewer),
             stale=d.stale_message(),
             notes=d.notes_for(viewer),
+            jobs=jobs,
         )
-        self.finish(html)
+        self.page(html)
 
 
 class LiveHandler(_Handler):
-    def get(self) -> None:
+    async def get(self) -> None:
         viewer, d = self.require_user(), self.dashboard
+        jobs = await d.jobs_for(viewer, self.user_token())
         html = render_live(
             d.view_for(viewer),
             d.page,
             self.xsrf(),
             stale=d.stale_message(),
             notes=d.notes_for(viewer),
+            jobs=jobs,
         )
         self.finish(html)
 
@@ -197,15 +223,24 @@ class StopHandler(_Handler):
                 return user, server, s
         raise web.HTTPError(404, NOT_SHOWN)
 
+    def _allowed(self) -> tuple[Viewer, str, str, ServerEntry]:
+        """The viewer and the server, if the viewer may stop it: an admin any, a user
+        their own."""
+        viewer = self.require_user()
+        user, server, entry = self._shown()
+        if not viewer.admin and user != viewer.name:
+            raise web.HTTPError(403, NOT_YOURS)
+        return viewer, user, server, entry
+
     def get(self) -> None:
-        admin = self.require_admin()
-        _, _, entry = self._shown()
-        view = server_view(entry, admin, datetime.now(timezone.utc))
-        self.finish(render_stop(self.dashboard.page, view, len(entry.gpus), self.xsrf()))
+        viewer, _, _, entry = self._allowed()
+        view = server_view(entry, viewer, datetime.now(timezone.utc))
+        html = render_stop(self.dashboard.page, view, len(entry.gpus), self.xsrf(), viewer)
+        self.page(html)
 
     async def post(self) -> None:
-        admin, d = self.require_admin(), self.dashboard
-        user, server, _ = self._shown()
+        admin, user, server, _ = self._allowed()
+        d = self.dashboard
         try:
             note = clean_note(self.get_body_argument("note", ""))
         except BadInput as e:
@@ -214,8 +249,8 @@ class StopHandler(_Handler):
             message = await d.client().stop_server(user, server)
         except HubError as e:
             return self.answer(e.status, str(e))
-        d.log.info("Admin %s stopped %s/%s from the dashboard", admin.name, user, server)
-        if d.notes_file:
+        d.log.info("%s stopped %s/%s from the dashboard", admin.name, user, server)
+        if d.notes_file and user != admin.name:
             try:
                 at = datetime.now(timezone.utc)
                 record_stop(d.notes_file, user, server, admin.name, note, at, d.notes_keep)
@@ -250,6 +285,20 @@ class DrainHandler(_Handler):
         self.answer(200, message)
 
 
+class CancelJobHandler(_Handler):
+    async def post(self) -> None:
+        viewer, d = self.require_user(), self.dashboard
+        job_id = self.get_body_argument("job", "")
+        if not JOB_ID.fullmatch(job_id):
+            return self.answer(400, "That is not a job's number; use the button of its row.")
+        try:
+            message = await d.client().cancel_job(self.user_token(), job_id)
+        except HubError as e:
+            return self.answer(e.status, str(e))
+        d.log.info("%s cancelled job %s from the dashboard", viewer.name, job_id)
+        self.answer(200, message)
+
+
 class CallbackHandler(HubOAuthCallbackHandler):
     def initialize(self, dashboard: Dashboard) -> None:
         self.hub_auth = dashboard.hub_auth
@@ -267,6 +316,7 @@ def make_app(dashboard: Dashboard, cookie_secret: bytes | None = None) -> web.Ap
             (prefix + "api/cluster", ClusterJSONHandler, args),
             (prefix + "actions/stop", StopHandler, args),
             (prefix + "actions/drain", DrainHandler, args),
+            (prefix + "actions/cancel-job", CancelJobHandler, args),
             (prefix + "oauth_callback", CallbackHandler, args),
         ],
         cookie_secret=cookie_secret or os.urandom(32),

@@ -4,6 +4,7 @@ hub's configuration by :func:`jupyterhub_gpu.hub.extensions.configure_ssh`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -82,6 +83,12 @@ class GPUSSHGateway(HubService):
     start_timeout = Float(
         300.0, help="Seconds a session waits for a server it started to be ready."
     ).tag(config=True)
+    sessions_interval = Float(
+        30.0,
+        help="""The open sessions and forwards are sent to the hub (for the dashboard and
+        the metrics) when they change and at least this often, in seconds (1-3600); the
+        hub forgets a list older than three of these (a gateway that stopped).""",
+    ).tag(config=True)
     keepalive_interval = Float(
         30.0, help="Seconds between keepalives to an idle client (0: none)."
     ).tag(config=True)
@@ -98,6 +105,10 @@ class GPUSSHGateway(HubService):
             raise ConfigError("no hub token: run the SSH gateway as a hub service")
         if not 0 < self.port < 65536:
             raise ConfigError(f"GPUSSHGateway.port must be 1-65535, not {self.port}")
+        if not 1 <= self.sessions_interval <= 3600:
+            raise ConfigError(
+                f"GPUSSHGateway.sessions_interval must be 1-3600 s, not {self.sessions_interval}"
+            )
 
     async def run(self) -> None:
         self.check_config()
@@ -137,16 +148,40 @@ class GPUSSHGateway(HubService):
             if book is not None
             else None
         )
+        counting = asyncio.create_task(self._report_sessions(hub, sessions))
         try:
             await until_stopped()
         finally:
             self.log.info("Stopping")
             if reporting is not None:
                 reporting.cancel()
+            counting.cancel()
             acceptor.close()
             await acceptor.wait_closed()
             sessions.close()
+            with contextlib.suppress(httpx.HTTPError):  # nothing is open any more
+                await hub.sessions([], self.sessions_interval)
             await hub.aclose()
+
+    async def _report_sessions(self, hub: HubClient, sessions: Sessions) -> None:
+        """The open sessions and forwards to the hub: when they change, else every
+        ``sessions_interval`` (the hub then knows the list is current)."""
+        interval = self.sessions_interval
+        warned = False
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(sessions.changed.wait(), timeout=interval)
+            sessions.changed.clear()
+            try:
+                await hub.sessions(sessions.census.channels(), interval)
+            except httpx.HTTPError as e:
+                if not warned:
+                    self.log.warning("The hub did not take the SSH sessions (%s)", e)
+                    warned = True
+                await asyncio.sleep(1.0)  # not a busy loop while the hub is down
+                sessions.changed.set()  # try again
+                continue
+            warned = False
 
     async def _report(self, hub: HubClient, book: ActivityBook, interval: float) -> None:
         """Send the servers' SSH activity to the hub (a second at most after it is due)."""

@@ -12,8 +12,10 @@ from urllib.parse import quote
 
 import httpx
 
+from jupyterhub_gpu.core.ssh.census import OpenChannel
 from jupyterhub_gpu.core.ssh.logins import Login
 from jupyterhub_gpu.errors import ProbeError
+from jupyterhub_gpu.wire.ssh_sessions import encode_sessions
 from jupyterhub_gpu.wire.ssh_target import SSHTarget, decode_target
 
 
@@ -31,12 +33,13 @@ class HubClient:
         self._token = token
         self._http = httpx.AsyncClient(timeout=timeout, trust_env=False)
 
-    async def target(self, login: Login) -> SSHTarget | None:
-        """Where ``login`` lands; None when the hub has no such user. httpx.HTTPError or
-        ProbeError when the hub can't say."""
+    async def target(self, login: Login, keys: bool = False) -> SSHTarget | None:
+        """Where ``login`` lands (``keys``: with her keys from LDAP, at login); None when
+        the hub has no such user. httpx.HTTPError or ProbeError when the hub can't say."""
+        params = {"server": login.server, **({"login": "1"} if keys else {})}
         r = await self._http.get(
             f"{self.api_url}/gpu/ssh/targets/{quote(login.user, safe='')}",
-            params={"server": login.server},
+            params=params,
             headers={"Authorization": f"token {self._token}"},
         )
         if r.status_code == 404:
@@ -69,6 +72,16 @@ class HubClient:
         r = await self._http.post(
             f"{self.api_url}/users/{quote(user, safe='')}/activity",
             json={"last_activity": stamp, "servers": {server: {"last_activity": stamp}}},
+            headers={"Authorization": f"token {self._token}"},
+        )
+        r.raise_for_status()
+
+    async def sessions(self, channels: list[OpenChannel], interval: float) -> None:
+        """The gateway's open sessions and forwards, all of them (scope
+        ``custom:gpu-ssh:sessions``), for the dashboard and the metrics."""
+        r = await self._http.put(
+            f"{self.api_url}/gpu/ssh/sessions",
+            json=encode_sessions(channels, interval),
             headers={"Authorization": f"token {self._token}"},
         )
         r.raise_for_status()

@@ -26,7 +26,12 @@ from jupyterhub_gpu.core.ssh.access import token_grants_server
 from jupyterhub_gpu.core.ssh.limits import FailureLimiter
 from jupyterhub_gpu.core.ssh.logins import Login, login_candidates
 from jupyterhub_gpu.core.ssh.sessions import refused_line
-from jupyterhub_gpu.edges.ssh_keys import KeysRefused, parse_authorized_keys, read_authorized_keys
+from jupyterhub_gpu.edges.ssh_keys import (
+    KeysRefused,
+    ldap_key_lines,
+    parse_authorized_keys,
+    read_authorized_keys,
+)
 from jupyterhub_gpu.errors import BadInput, ProbeError
 from jupyterhub_gpu.services.ssh.hub import HubClient
 from jupyterhub_gpu.wire.ssh_target import SSHTarget
@@ -64,7 +69,7 @@ class Gate:
     async def resolve(self, name: str) -> tuple[Login, SSHTarget] | None:
         """The first reading of login ``name`` whose user the hub knows, and its target."""
         for login in login_candidates(name)[:MAX_CANDIDATES]:
-            target = await self.hub.target(login)
+            target = await self.hub.target(login, keys=True)
             if target is not None:
                 return login, target
         return None
@@ -131,18 +136,28 @@ class GatewayServer(asyncssh.SSHServer):
         return True
 
     async def _trust_keys(self, target: SSHTarget) -> None:
-        if target.uid is None or not target.home or self.conn is None:
-            self.why = "the hub gives this user no identity or home: no key is read"
+        """Her ``authorized_keys`` (where her home has a trusted one) and her keys from
+        LDAP (where the hub sent some), together."""
+        if target.uid is None or self.conn is None:
+            self.why = "the hub gives this user no identity: no key is read"
             return
-        loop = asyncio.get_running_loop()
-        home, uid = Path(target.home), target.uid
+        text, why = "", "the hub gives this user no home"
+        if target.home:
+            loop = asyncio.get_running_loop()
+            try:
+                text = await loop.run_in_executor(
+                    None, read_authorized_keys, Path(target.home), target.uid,
+                    self.gate.keys_max_bytes,
+                )  # fmt: skip
+            except KeysRefused as e:
+                why = str(e)
+        lines, skipped = ldap_key_lines(target.keys)
+        for bad in skipped:
+            self.gate.log.warning("SSH key from LDAP skipped: user=%s %s", target.user, bad)
         try:
-            text = await loop.run_in_executor(
-                None, read_authorized_keys, home, uid, self.gate.keys_max_bytes
-            )
-            self.conn.set_authorized_keys(parse_authorized_keys(text))
+            self.conn.set_authorized_keys(parse_authorized_keys("\n".join([text, *lines])))
         except KeysRefused as e:
-            self.why = f"no key trusted: {e}"
+            self.why = f"no key trusted: {why if not text else e}"
 
     def public_key_auth_supported(self) -> bool:
         return True

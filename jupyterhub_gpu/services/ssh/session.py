@@ -28,6 +28,7 @@ import httpx
 from asyncssh.stream import SSHTCPStreamSession
 
 from jupyterhub_gpu.core.ssh.activity import ActivityBook
+from jupyterhub_gpu.core.ssh.census import Census, OpenChannel
 from jupyterhub_gpu.core.ssh.channels import (
     MAX_SESSIONS,
     REMOTE_FORWARD_REFUSED,
@@ -105,6 +106,17 @@ class Sessions:
     start_servers: bool = False  # start a stopped default server with its last options
     start_timeout: float = 300.0
     engines: dict[tuple[str, str], NodeEngine] = field(default_factory=dict)
+    census: Census = field(default_factory=Census)  # what is open, for the hub
+    changed: asyncio.Event = field(default_factory=asyncio.Event)  # the census moved
+
+    def opened(self, login: Login, kind: str, peer: str) -> int:
+        number = self.census.opened(OpenChannel(login.user, login.server, kind, time.time(), peer))
+        self.changed.set()
+        return number
+
+    def closed(self, number: int) -> None:
+        self.census.closed(number)
+        self.changed.set()
 
     def engine(self, spec: NodeSpec) -> NodeEngine:
         key = (spec.name, spec.docker_url)
@@ -209,6 +221,7 @@ class Sessions:
         self.gate.log.info("%s", started_line(record))
         started = time.monotonic()
         status: int | None = None
+        counted = self.opened(login, kind, peer)
         try:
             reader, writer = await engine.start(exec_id, tty)
             if tty:
@@ -242,6 +255,7 @@ class Sessions:
                 _say(process, server_stopped(self.hub_url, login))
                 return 255
         finally:
+            self.closed(counted)
             seconds = time.monotonic() - started
             self.gate.log.info("%s", ended_line(record, seconds, status))
         return 255 if status is None else status
@@ -370,6 +384,7 @@ class Sessions:
         )
 
         async def carry(chan_reader: asyncssh.SSHReader, chan_writer: asyncssh.SSHWriter) -> None:
+            counted = self.opened(login, "forward", gateway.peer)
             try:
                 for data in early:
                     chan_writer.write(data)
@@ -377,6 +392,7 @@ class Sessions:
                     chan_reader, chan_writer, reader, writer, demux, lambda: self.saw_input(login)
                 )
             finally:
+                self.closed(counted)
                 gateway.forwards_open -= 1
                 with contextlib.suppress(Exception):
                     chan_writer.close()

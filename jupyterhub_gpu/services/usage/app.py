@@ -1,4 +1,5 @@
-"""The usage API: a hub-managed service over the accounting database (HubAuth).
+"""The usage service over the accounting database: each user's own usage page
+(:mod:`.page`, HubOAuth, ``GET /services/gpu-accounting/``) and the usage API (HubAuth):
 
     GET /services/gpu-accounting/api/usage?from=&to=&by=&per=&user=&group=&format=
 
@@ -8,11 +9,8 @@ whatever ``user`` says is refused unless it is them, and no ``group`` filter). A
 is accepted when it holds ``access:services!service=<this service>`` (admins have it; give
 it to users in the ``user`` role, docs/accounting.md). The service needs no hub scope.
 
-Run by the hub::
-
-    c.JupyterHub.services = [{"name": "gpu-accounting", "url": "http://127.0.0.1:10102",
-        "command": [sys.executable, "-m", "jupyterhub_gpu.services.usage.app",
-                    "--db", "sqlite:////srv/jupyterhub/jupyterhub-gpu-accounting.sqlite"]}]
+Run by the hub: ``configure_usage(c)`` (``hub/extensions.py``) adds it, its users'
+access and the navigation bar's "My usage" link.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlsplit
 
-from jupyterhub.services.auth import HubAuthenticated
+from jupyterhub.services.auth import HubAuthenticated, HubOAuth
 from tornado import web
 from tornado.httpserver import HTTPServer
 
@@ -38,7 +36,9 @@ from jupyterhub_gpu.edges.accounting.store import (
     AccountingStore,
     AccountingUnavailable,
 )
+from jupyterhub_gpu.edges.hub_page import page_settings
 from jupyterhub_gpu.services.base import until_stopped
+from jupyterhub_gpu.services.usage.page import UsageCallbackHandler, UsagePageHandler
 
 log = logging.getLogger("jupyterhub_gpu.services.usage.app")
 CONTENT_TYPES = {"json": "application/json", "csv": "text/csv", "table": "text/plain"}
@@ -97,8 +97,15 @@ class UsageHandler(HubAuthenticated, web.RequestHandler):
 
 
 def make_app(store: AccountingStore, prefix: str) -> web.Application:
+    prefix = prefix.rstrip("/") + "/"
+    hub_auth = HubOAuth(cache_max_age=60)
+    page = {"store": store, "prefix": prefix, "hub_auth": hub_auth, "chrome": page_settings()}
     return web.Application(
-        [(prefix.rstrip("/") + "/api/usage", UsageHandler, {"store": store})],
+        [
+            (prefix, UsagePageHandler, page),
+            (prefix + "oauth_callback", UsageCallbackHandler, {"hub_auth": hub_auth}),
+            (prefix + "api/usage", UsageHandler, {"store": store}),
+        ],
         cookie_secret=os.urandom(32),
     )
 

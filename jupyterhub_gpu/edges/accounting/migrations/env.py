@@ -5,9 +5,9 @@ from __future__ import annotations
 from alembic import context
 
 from jupyterhub_gpu.edges.accounting.schema import Base
+from jupyterhub_gpu.edges.accounting.store import VERSION_TABLE
 
 config = context.config
-VERSION_TABLE = "jhgpu_alembic_version"  # not JupyterHub's: both may share one database
 
 
 def run_migrations_online() -> None:

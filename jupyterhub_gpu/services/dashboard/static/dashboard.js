@@ -1,8 +1,22 @@
 // The GPU dashboard's live updates: every few seconds the server renders the live part
 // again (GET live, HTML escaped on the server) and it replaces the old one. Nothing else:
 // no data is turned into HTML here. A form an admin is filling in is never pulled away.
+// Every <time datetime> (UTC from the server) is shown in the browser's own time zone.
 (function () {
   "use strict";
+  function localize(where) {
+    var times = where.querySelectorAll("time[datetime]");
+    for (var i = 0; i < times.length; i++) {
+      var when = new Date(times[i].getAttribute("datetime"));
+      if (isNaN(when.getTime())) { continue; }
+      var today = when.toDateString() === new Date().toDateString();
+      var opts = {hour: "2-digit", minute: "2-digit", timeZoneName: "short"};
+      if (!today) { opts.weekday = "short"; opts.day = "numeric"; opts.month = "short"; }
+      times[i].textContent = when.toLocaleString([], opts);
+      times[i].title = when.toString();
+    }
+  }
+  localize(document);
   var root = document.getElementById("jhgpu-dashboard");
   var live = document.getElementById("jhgpu-live");
   var banner = document.getElementById("jhgpu-connection");
@@ -45,6 +59,7 @@
     }).then(function (html) {
       if (typeof html !== "string") { return; }
       live.innerHTML = html;
+      localize(live);
       failures = 0;
       refreshes += 1;
       root.setAttribute("data-refreshes", String(refreshes));
