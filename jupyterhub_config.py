@@ -43,7 +43,7 @@ c.Authenticator.enable_auth_state = True  # needs JUPYTERHUB_CRYPT_KEY in the en
 
 # --- GPU nodes ------------------------------------------------------------------------
 c.JupyterHub.spawner_class = "gpudocker"
-c.GPUDockerSpawner.nodes = [
+c.GPUCluster.nodes = [
     {
         "name": "gpu-a",  # e.g. 3x RTX 3090
         "docker_url": "tcp://<gpu-a.example.org>:2376",
@@ -60,11 +60,11 @@ c.GPUDockerSpawner.nodes = [
 ]
 # each node's GPUs come from its agent (agent_url, NVML on the node; docs/agent.md), the
 # agents' site secret from $JUPYTERHUB_GPU_SITE_SECRET. A node without an agent would need
-# c.GPUDockerSpawner.probe_mode = "declared" and an inventory_file instead.
+# c.GPUCluster.probe_mode = "declared" and an inventory_file instead.
 c.AgentClient.ca_cert = "/etc/jupyterhub-gpu/docker-tls/ca.pem"  # the agents' TLS (docs/agent.md)
 # drains made on the dashboard survive a restart
-c.GPUDockerSpawner.drains_file = f"{STATE}/drains.json"
-c.GPUDockerSpawner.accounting_url = f"sqlite:///{STATE}/jupyterhub-gpu-accounting.sqlite"
+c.GPUCluster.drains_file = f"{STATE}/drains.json"
+c.GPUCluster.accounting_url = f"sqlite:///{STATE}/jupyterhub-gpu-accounting.sqlite"
 
 # --- shared storage: the same CephFS/GlusterFS/NFS path on every node -------------
 c.GPUDockerSpawner.home_template = "/mnt/cephfs/home/{username}"
@@ -73,7 +73,7 @@ c.GPUDockerSpawner.home_container_path = "/home/{username}"
 # --- images and limits (docs/spawn-form.md) -------------------------------------------
 # Users choose an image from the catalog (default: the one the package ships,
 # jupyterhub_gpu/data/catalog.yaml; your own, pointing at your registry, with
-# c.GPUDockerSpawner.catalog_file = "...").
+# c.GPUCluster.catalog_file = "...").
 # The spawner sets image, cpu_limit and mem_limit per server from the user's choice
 # within these bounds (check_config warns if you set them).
 c.GPUDockerSpawner.pull_policy = "ifnotpresent"
@@ -96,11 +96,11 @@ c.Spawner.http_timeout = 120
 # configure_culler(c) below adds the service, its role and the hub API it learns the nodes'
 # agents from; its own settings (timeouts, group_overrides) in culler_config.py. These
 # files are written by the culler and read by the hub:
-c.GPUDockerSpawner.cull_notes_file = f"{STATE}/cull-notes.json"
+c.GPUCluster.cull_notes_file = f"{STATE}/cull-notes.json"
 # the GPU queue's estimates, the dashboard's "culled at the earliest"
-c.GPUDockerSpawner.cull_deadlines_file = f"{STATE}/cull-deadlines.json"
+c.GPUCluster.cull_deadlines_file = f"{STATE}/cull-deadlines.json"
 # the culler's warnings before a cull: on the users' pages, with "I'm still here"
-c.GPUDockerSpawner.cull_warnings_file = f"{STATE}/cull-warnings.json"
+c.GPUCluster.cull_warnings_file = f"{STATE}/cull-warnings.json"
 
 # --- refuse to start on a bad nodes/inventory/catalog/bounds setting -------------------
 # --- the cluster dashboard at /services/gpu-dashboard/ (docs/dashboard.md) ------------

@@ -76,11 +76,11 @@ def hub_config(engines: list[Any], work: Path, gpus: int) -> str:
     nodes = [e.node_config() for e in engines]
     return f"""
 c.JupyterHub.spawner_class = "gpudocker"
-c.GPUDockerSpawner.nodes = {nodes!r}
-c.GPUDockerSpawner.probe_mode = "declared"
-c.GPUDockerSpawner.inventory_file = {str(inv)!r}
+c.GPUCluster.nodes = {nodes!r}
+c.GPUCluster.probe_mode = "declared"
+c.GPUCluster.inventory_file = {str(inv)!r}
 c.GPUDockerSpawner.image = {TEST_IMAGE!r}
-c.GPUDockerSpawner.catalog_file = {str(CATALOG)!r}
+c.GPUCluster.catalog_file = {str(CATALOG)!r}
 c.GPUDockerSpawner.resource_defaults = {{
     "max_gpus": 8, "max_cpu": 2, "max_mem_gib": 4, "default_cpu": 0.5, "default_mem_gib": 0.5,
 }}

@@ -233,27 +233,27 @@ def make_hub(
         f"""
 c.JupyterHub.log_level = {args.hub_log_level!r}
 c.JupyterHub.spawner_class = "gpudocker"
-c.GPUDockerSpawner.nodes = {node_cfg!r}
-c.GPUDockerSpawner.agent_token = {token!r}
-c.GPUDockerSpawner.probe_mode = "declared"
-c.GPUDockerSpawner.inventory_file = {str(inv)!r}
+c.GPUCluster.nodes = {node_cfg!r}
+c.GPUCluster.agent_token = {token!r}
+c.GPUCluster.probe_mode = "declared"
+c.GPUCluster.inventory_file = {str(inv)!r}
 c.GPUDockerSpawner.image = {TEST_IMAGE!r}
-c.GPUDockerSpawner.catalog_file = {str(CATALOG)!r}
+c.GPUCluster.catalog_file = {str(CATALOG)!r}
 c.GPUDockerSpawner.resource_defaults = {resources!r}
 c.GPUDockerSpawner.home_template = ""
-c.GPUDockerSpawner.hub_id = {hub.hub_id!r}
+c.GPUCluster.hub_id = {hub.hub_id!r}
 c.GPUDockerSpawner.prefix = {f"jhbench-{run_id}q"!r}
 c.GPUDockerSpawner.cmd = {stub!r}
-c.GPUDockerSpawner.reconcile_interval = {RECONCILE_S}
+c.GPUCluster.reconcile_interval = {RECONCILE_S}
 c.Spawner.start_timeout = {SERVER_TIMEOUT_S}
 c.Spawner.http_timeout = {SERVER_TIMEOUT_S}
 # the GPU queue on, with what check_config does when it is
 c.GPUDockerSpawner.max_queue_wait = {MAX_QUEUE_WAIT_S}
 c.JupyterHub.concurrent_spawn_limit = 0
-c.GPUDockerSpawner.concurrent_start_limit = {CONCURRENT_START_LIMIT}
+c.GPUCluster.concurrent_start_limit = {CONCURRENT_START_LIMIT}
 # a queued spawn is answered 202 after a second instead of ten
 c.JupyterHub.tornado_settings = {{"slow_spawn_timeout": 1}}
-c.GPUDockerSpawner.cull_deadlines_file = {str(deadlines)!r}
+c.GPUCluster.cull_deadlines_file = {str(deadlines)!r}
 """
         + TOKEN_ROLE_CONFIG
         + culler_service(hub.workdir / "culler", agents, deadlines)

@@ -75,7 +75,7 @@ from tests.support.hub import Hub  # noqa: E402
 from tests.support.postgres import PostgresServer  # noqa: E402
 from tests.support.procstat import machine_busy_cpu_s, process_cpu_s  # noqa: E402
 
-USER_BRIDGE = "jhgpu-users"  # GPUDockerSpawner.user_bridge's default
+USER_BRIDGE = "jhgpu-users"  # GPUCluster.user_bridge's default
 
 SIDES = ("stock", "gpu")
 INVENTORY_GPUS = 16
@@ -220,19 +220,15 @@ c.DockerSpawner.mem_limit = "{MEM_GIB}G"
     hub.extra_config = _common_config(prefix, log_level) + (
         f"""
 c.JupyterHub.spawner_class = "gpudocker"
-c.GPUDockerSpawner.nodes = {nodes!r}
-c.GPUDockerSpawner.probe_mode = "declared"
-c.GPUDockerSpawner.inventory_file = {str(inventory)!r}
-c.GPUDockerSpawner.catalog_file = {str(catalog)!r}
+c.GPUCluster.nodes = {nodes!r}
+c.GPUCluster.probe_mode = "declared"
+c.GPUCluster.inventory_file = {str(inventory)!r}
+c.GPUCluster.catalog_file = {str(catalog)!r}
 c.GPUDockerSpawner.resource_defaults = {resources!r}
 c.GPUDockerSpawner.home_template = ""
-c.GPUDockerSpawner.hub_id = {hub.hub_id!r}
+c.GPUCluster.hub_id = {hub.hub_id!r}
 """
-        + (
-            ""
-            if accounting_url is None
-            else f"c.GPUDockerSpawner.accounting_url = {accounting_url!r}\n"
-        )
+        + ("" if accounting_url is None else f"c.GPUCluster.accounting_url = {accounting_url!r}\n")
     )
     sides["gpu"] = Side("gpu", hub, prefix, engine)
     return sides

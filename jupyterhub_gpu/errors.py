@@ -12,6 +12,11 @@ turned into another error). A builtin base in brackets is kept for code that cat
     ├── ConfigError                   admin: a file or setting is wrong; the hub won't start
     │   └── InventoryError            admin: a declared inventory file is wrong
     ├── ProbeError                    admin: a GPU probe (NVML, agent) could not be read
+    ├── NodeError                     admin: a call to a node's engine failed (``node``; log)
+    │   ├── NodeUnreachable           admin: the engine did not answer (connection, TLS)
+    │   │   └── NodeTimedOut [TimeoutError]  admin: no answer in the call's time
+    │   └── NodeRefused               admin: it answered with an error (``status_code``)
+    │       └── NotOnNode             nobody: no such container, image or network (404)
     ├── AccountingUnavailable         admin: the accounting database can't be used
     ├── ReportError [ValueError]      asker: bad usage-report arguments (CLI, HTTP 400)
     ├── BadReservation [ValueError]   admin: not a reservation body (HTTP 400)
@@ -74,6 +79,44 @@ class InventoryError(ConfigError):
 
 class ProbeError(GPUHubError):
     """A GPU probe could not be read (no driver, NVML failure, agent unreachable)."""
+
+
+class NodeError(GPUHubError):
+    """A call to a node's Docker engine failed. Raised only by
+    :func:`jupyterhub_gpu.edges.node_errors.node_error`, the one place where docker-py's,
+    requests' and the OS's exceptions become ours (httpx's ``_exceptions.py`` is the
+    model); the third-party exception is its ``__cause__``. Never read as "the server is
+    gone": only :class:`NotOnNode` says that something is not there."""
+
+    def __init__(self, node: str, message: str) -> None:
+        super().__init__(message)
+        self.node = node
+
+
+class NodeUnreachable(NodeError):
+    """The node's engine did not answer (refused connection, TLS failure, broken socket):
+    it says nothing about what runs there."""
+
+
+class NodeTimedOut(NodeUnreachable, TimeoutError):
+    """The node's engine did not answer within the call's time."""
+
+
+class NodeRefused(NodeError):
+    """The node's engine answered, with an error; ``status_code`` is its HTTP status
+    (None when unknown) and ``explanation`` its own words (someone else's text: log it
+    through ``core.words.one_line``)."""
+
+    def __init__(
+        self, node: str, message: str, status_code: int | None = None, explanation: str = ""
+    ) -> None:
+        super().__init__(node, message)
+        self.status_code = status_code
+        self.explanation = explanation or message
+
+
+class NotOnNode(NodeRefused):
+    """The engine has no such container, image or network (HTTP 404)."""
 
 
 class AccountingUnavailable(GPUHubError):

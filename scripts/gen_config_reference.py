@@ -15,6 +15,7 @@ from traitlets import HasTraits
 
 from jupyterhub_gpu.edges.agents import AgentClient
 from jupyterhub_gpu.hub.auth.ldap import GPULDAPAuthenticator
+from jupyterhub_gpu.hub.cluster_settings import GPUCluster
 from jupyterhub_gpu.hub.jobs import GPUJobs
 from jupyterhub_gpu.hub.prepull import PrePuller
 from jupyterhub_gpu.hub.saved_images import SavedImages
@@ -27,6 +28,7 @@ from jupyterhub_gpu.services.dashboard.app import GPUDashboard
 OUT = Path(__file__).resolve().parents[1] / "docs" / "config-reference.md"
 CLASSES: list[type[HasTraits]] = [
     GPUDockerSpawner,
+    GPUCluster,
     GPULDAPAuthenticator,
     AgentClient,
     GPUIdleCuller,
@@ -50,7 +52,11 @@ def section(cls: type[HasTraits]) -> str:
     lines = [f"## {cls.__name__}", "", inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0], ""]
     own = {k: t for k, t in cls.class_traits(config=True).items() if ours(cls, k)}
     for name, trait in sorted(own.items()):
-        default = trait.default_value_repr()
+        value = trait.default_value
+        named = callable(value) and hasattr(value, "__qualname__")  # not its address
+        default = (
+            f"{value.__module__}.{value.__qualname__}" if named else trait.default_value_repr()
+        )
         lines += [
             f"### `c.{cls.__name__}.{name}`",
             "",

@@ -111,23 +111,23 @@ def make_hub(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator:
         if agents:
             node_cfg = [e.node_config(agent_url=agents[e.name].url) for e in nodes]
             token = next(iter(agents.values())).token
-            extra = f"c.GPUDockerSpawner.agent_token = {token!r}\n" + extra
+            extra = f"c.GPUCluster.agent_token = {token!r}\n" + extra
         else:
             node_cfg = [e.node_config() for e in nodes]
         hub = Hub(work)
         hub.extra_config = (
             f"""
 c.JupyterHub.spawner_class = "gpudocker"
-c.GPUDockerSpawner.nodes = {node_cfg!r}
-c.GPUDockerSpawner.probe_mode = "declared"
-c.GPUDockerSpawner.inventory_file = {str(inv)!r}
+c.GPUCluster.nodes = {node_cfg!r}
+c.GPUCluster.probe_mode = "declared"
+c.GPUCluster.inventory_file = {str(inv)!r}
 c.GPUDockerSpawner.image = {TEST_IMAGE!r}
-c.GPUDockerSpawner.catalog_file = {str(CATALOG)!r}
+c.GPUCluster.catalog_file = {str(CATALOG)!r}
 c.GPUDockerSpawner.resource_defaults = {{
     "max_gpus": 8, "max_cpu": 2, "max_mem_gib": 4, "default_cpu": 1, "default_mem_gib": 1,
 }}
 c.GPUDockerSpawner.home_template = "{homes}/{{username}}"
-c.GPUDockerSpawner.hub_id = {hub.hub_id!r}
+c.GPUCluster.hub_id = {hub.hub_id!r}
 c.GPUDockerSpawner.prefix = "jhgpu-" + {hub.hub_id!r}
 """
             + extra

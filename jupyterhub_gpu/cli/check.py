@@ -38,7 +38,7 @@ HUB_INSTALL = "pip install 'jupyterhub-gpu[hub]'"
 #: defaults that put a database in the hub's working directory
 RELATIVE_DEFAULTS = {
     "JupyterHub.db_url": "sqlite:///jupyterhub.sqlite",
-    "GPUDockerSpawner.accounting_url": "sqlite:///jupyterhub-gpu-accounting.sqlite",
+    "GPUCluster.accounting_url": "sqlite:///jupyterhub-gpu-accounting.sqlite",
 }
 
 
@@ -128,7 +128,7 @@ def _named_files(site: Site, config: Any, s: Mapping[str, Any]) -> Iterator[tupl
         yield Path(hub["ssl_key"]), "JupyterHub.ssl_key", True
     for key in ("nodes_file", "catalog_file", "inventory_file"):
         if s.get(key):
-            yield Path(s[key]), f"GPUDockerSpawner.{key}", False
+            yield Path(s[key]), f"GPUCluster.{key}", False
     agents = _section(config, "AgentClient")
     if agents.get("ca_cert"):
         yield Path(agents["ca_cert"]), "AgentClient.ca_cert, the agents' CA", False
@@ -146,7 +146,7 @@ def _named_files(site: Site, config: Any, s: Mapping[str, Any]) -> Iterator[tupl
 def _nodes(s: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
     for node in s.get("nodes") or []:
         if isinstance(node, Mapping):
-            yield "GPUDockerSpawner.nodes", node
+            yield "GPUCluster.nodes", node
     path = s.get("nodes_file")
     if path and Path(path).is_file():
         from jupyterhub_gpu.edges.adminfiles import load_nodes_file
@@ -271,7 +271,7 @@ def check(site: Site, config_path: Path) -> list[str]:
     except ImportError:
         return [*problems, f"{config_path}: the hub is not installed here ({HUB_INSTALL})."]
     config, said = _load_config(config_path, reported)
-    s = _section(config, "Spawner", "DockerSpawner", "GPUDockerSpawner")
+    s = _section(config, "Spawner", "DockerSpawner", "GPUDockerSpawner", "GPUCluster")
     bad_nodes = nodes_file_problem(s)
     if bad_nodes:  # one line for it: not the hub's error too, nor what follows from it
         said = [p for p in said if not _about_nodes(p, str(s["nodes_file"]))]
@@ -343,12 +343,12 @@ def _load_config(config_path: Path, reported: set[Path]) -> tuple[Any, list[str]
 
 
 def _empty_nodes_problems(site: Site, s: Mapping[str, Any]) -> list[str]:
-    """Neither GPUDockerSpawner.nodes nor the nodes file lists a node."""
+    """Neither GPUCluster.nodes nor the nodes file lists a node."""
     nodes_file = Path(s.get("nodes_file") or "")
     if "nodes" in s and not any(True for _ in _nodes(s)) and nodes_file.is_file():
         return [
-            f"{nodes_file} (GPUDockerSpawner.nodes_file) lists no node and "
-            "GPUDockerSpawner.nodes is empty: add each GPU node (jupyterhub-gpu site "
+            f"{nodes_file} (GPUCluster.nodes_file) lists no node and "
+            "GPUCluster.nodes is empty: add each GPU node (jupyterhub-gpu site "
             f"add-node NAME --address ADDR --etc {site.etc})."
         ]
     return []
@@ -367,8 +367,8 @@ def _database_problems(
     for url, what in (
         (hub.get("db_url", RELATIVE_DEFAULTS["JupyterHub.db_url"]), "JupyterHub.db_url"),
         (
-            s.get("accounting_url", RELATIVE_DEFAULTS["GPUDockerSpawner.accounting_url"]),
-            "GPUDockerSpawner.accounting_url",
+            s.get("accounting_url", RELATIVE_DEFAULTS["GPUCluster.accounting_url"]),
+            "GPUCluster.accounting_url",
         ),
     ):
         db = _sqlite_path(str(url))
@@ -389,7 +389,7 @@ def _spawner_folder_problems(s: Mapping[str, Any], reported: set[Path]) -> list[
     for key in ("cull_notes_file", "cull_deadlines_file", "cull_warnings_file", "drains_file"):
         if s.get(key) and Path(s[key]).parent not in reported:  # each folder once
             reported.add(Path(s[key]).parent)
-            problems += folder_problems(Path(s[key]), f"GPUDockerSpawner.{key}")
+            problems += folder_problems(Path(s[key]), f"GPUCluster.{key}")
     return problems
 
 

@@ -65,6 +65,8 @@ from jupyterhub_gpu.wire.nodes_file import NodeSpec, default_node, parse_nodes
 
 GROUPS = ("user-network", "firewall", "gpu", "agent", "home", "catalog", "mps", "certificates")
 SPAWNERS = ("GPUDockerSpawner", "DockerSpawner", "Spawner")
+#: where a cluster-wide key is read: c.GPUCluster, else (deprecated) the spawner's
+SITE = ("GPUCluster", "GPUDockerSpawner")
 
 
 def load_config(path: str) -> Config:
@@ -128,13 +130,13 @@ def hub_private_ports(config: Config, hub_host: str | None) -> tuple[tuple[str, 
 def node_specs(config: Config) -> list[NodeSpec]:
     # the spawner's default node only when the site sets no nodes at all (nodes = [] with a
     # nodes file is a site's usual layout: no phantom local node then)
-    nodes = list(setting(config, SPAWNERS[:1], "nodes", [default_node()]))
-    path = str(setting(config, SPAWNERS[:1], "nodes_file", "") or "")
+    nodes = list(setting(config, SITE, "nodes", [default_node()]))
+    path = str(setting(config, SITE, "nodes_file", "") or "")
     return parse_nodes(nodes + load_nodes_file(path))
 
 
 def settings_from(config: Config, args: argparse.Namespace) -> CheckSettings:
-    g = SPAWNERS[:1]
+    g = SITE  # the spawner's own keys (home_template, gpu_device_driver) are not there
     catalog_path = str(setting(config, g, "catalog_file", "") or default_catalog_path())
     template = str(setting(config, g, "home_template", "") or "")
     hub_api = hub_api_address(config)

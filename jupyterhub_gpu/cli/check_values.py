@@ -28,6 +28,9 @@ from urllib.parse import urlsplit
 #: our classes whose sections a site's configuration may set (besides JupyterHub's)
 OUR_CLASSES = (
     "jupyterhub_gpu.hub.spawner:GPUDockerSpawner",
+    "jupyterhub_gpu.hub.cluster_settings:GPUCluster",
+    "jupyterhub_gpu.hub.jobs:GPUJobs",
+    "jupyterhub_gpu.hub.prepull:PrePuller",
     "jupyterhub_gpu.hub.auth.ldap:GPULDAPAuthenticator",
     "jupyterhub_gpu.edges.agents:AgentClient",
     "jupyterhub_gpu.services.culler.app:GPUIdleCuller",

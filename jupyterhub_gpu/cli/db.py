@@ -4,7 +4,7 @@
     jupyterhub-gpu db upgrade [--db URL] [--etc ETC]   migrate it to the newest
 
 The database is ``--db``, else ``$JUPYTERHUB_GPU_ACCOUNTING_URL``, else the site's
-``GPUDockerSpawner.accounting_url`` (``ETC/jupyterhub_config.py``, loaded as the hub
+``GPUCluster.accounting_url`` (``ETC/jupyterhub_config.py``, loaded as the hub
 loads it), else the hub's default. The hub upgrades it at its start too; after an upgrade
 of the package, ``db upgrade`` before the hub's restart says what changed, and ``db
 current`` checks it (exit status 1 when it is not at the newest revision). The version
@@ -47,7 +47,7 @@ def site_url(etc: Path) -> str:
 
 
 def _accounting_url(config: Any) -> str:
-    for section in ("GPUDockerSpawner", "DockerSpawner", "Spawner"):
+    for section in ("GPUCluster", "GPUDockerSpawner", "DockerSpawner", "Spawner"):
         if section in config and config[section].get("accounting_url"):
             return str(config[section]["accounting_url"])
     return ""

@@ -316,7 +316,7 @@ def main(argv: list[str]) -> int:
         metavar="ADDR[:PORT]",
         help="what user servers may reach through the node firewall (the hub's API first)",
     )
-    i.add_argument("--bridge", default="jhgpu-users", help="GPUDockerSpawner.user_bridge")
+    i.add_argument("--bridge", default="jhgpu-users", help="GPUCluster.user_bridge")
     i.add_argument("--agent-port", type=int, default=AGENT_PORT)
     i.add_argument(
         "--agent-plain-http", action="store_true", help="the agent without TLS (not advised)"

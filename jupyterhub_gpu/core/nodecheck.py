@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from jupyterhub_gpu.core.catalog.compat import image_runs_on
 from jupyterhub_gpu.core.catalog.entries import CatalogEntry
-from jupyterhub_gpu.core.checklist import Check
+from jupyterhub_gpu.core.checklist import CHECKS, Check
 from jupyterhub_gpu.core.inventory import NodeInventory
 from jupyterhub_gpu.core.usernet import network_options, network_problem
 from jupyterhub_gpu.core.words import duration
@@ -534,7 +534,7 @@ class AgentFacts:
 #: fixes of the agent's checks (agent_checks)
 _AGENT_FIX = {
     "token": (
-        "set c.GPUDockerSpawner.agent_token (or $JUPYTERHUB_GPU_AGENT_TOKEN) to the "
+        "set c.GPUCluster.agent_token (or $JUPYTERHUB_GPU_AGENT_TOKEN) to the "
         "site secret (docs/agent.md)"
     ),
     "no-answer": (
@@ -798,16 +798,17 @@ def render_text(reports: Sequence[NodeReport], color: bool = False) -> str:
 
 # ---------------------------------------------------------------- 7. the hub's own checks
 #: the check groups the hub runs on each node it sees (the engine is always checked):
-#: a few seconds each, and they decide whether users' servers may go there
-HUB_CHECKS = frozenset({"user-network", "firewall"})
+#: a few seconds each, and they decide whether users' servers may go there (the
+#: registry's ``hub`` entries: user-network, firewall)
+HUB_CHECKS = frozenset(k.layer for k in CHECKS if k.hub)
 #: failing, these keep the hub from placing servers on the node until a check passes: a
 #: user's container reaches the node, the hub or another container (firewall), the probe
 #: ran as root (firewall.probe), the user network lets containers talk (user-network)
-BLOCKING = frozenset({"firewall", "firewall.probe", "user-network"})
+BLOCKING = frozenset(k.name for k in CHECKS if k.blocking)
 #: seconds before a check that could not judge (engine down, no probe image) runs again
 RETRY_S = 30.0
 PASSED, FAILED, UNCHECKED = "passed", "failed", "unchecked"
-_WORDS = {"user-network": "user network", "firewall.probe": "firewall probe"}
+_WORDS = {k.name: k.words for k in CHECKS if k.words}
 
 
 def hub_api_target(url: str) -> tuple[str, int] | None:

@@ -1,6 +1,6 @@
 """Per-node agent tokens, derived from one site secret.
 
-The hub holds one site secret (``c.GPUDockerSpawner.agent_token``, default
+The hub holds one site secret (``c.GPUCluster.agent_token``, default
 ``$JUPYTERHUB_GPU_SITE_SECRET``; the culler's ``agent_token`` the same); each node's agent
 holds only its own token (``$JUPYTERHUB_GPU_AGENT_TOKEN`` or ``--token-file`` on the node)::
 

@@ -1,9 +1,9 @@
 """The user bridge network of a node: single-user servers never share a network namespace
 with the node or with each other.
 
-Each node gets one Docker bridge network for user servers (``GPUDockerSpawner.user_network``)
+Each node gets one Docker bridge network for user servers (``GPUCluster.user_network``)
 with inter-container traffic off, IPv6 off, and a fixed bridge interface name
-(``GPUDockerSpawner.user_bridge``), so the node firewall (``scripts/node-firewall.sh``) can
+(``GPUCluster.user_bridge``), so the node firewall (``scripts/node-firewall.sh``) can
 name it. A server's port is published on the node's address to a port the engine picks;
 the hub reads it back. This module holds the pure rules;
 :class:`~jupyterhub_gpu.hub.cluster.Cluster`
@@ -54,7 +54,7 @@ def network_problem(info: Mapping[str, Any], name: str, bridge: str) -> str | No
     if options.get(BRIDGE_NAME) != bridge:
         return (
             f"network {name!r} is on bridge {options.get(BRIDGE_NAME)!r}, but the node firewall "
-            f"guards {bridge!r} (GPUDockerSpawner.user_bridge); remove the network or fix the "
+            f"guards {bridge!r} (GPUCluster.user_bridge); remove the network or fix the "
             "setting"
         )
     if info.get("EnableIPv6"):

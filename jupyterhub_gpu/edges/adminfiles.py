@@ -50,7 +50,7 @@ def load_nodes_file(path: str) -> list[dict[str, Any]]:
         return []
     if not Path(path).exists():
         raise ConfigError(
-            f"The nodes file {path!r} (GPUDockerSpawner.nodes_file) does not exist: check the "
+            f"The nodes file {path!r} (GPUCluster.nodes_file) does not exist: check the "
             "path, or create it with a 'nodes:' list (docs/nodes.md)."
         )
     return decode_nodes_file(read_yaml(path, "nodes file"), path)

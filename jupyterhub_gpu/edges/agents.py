@@ -213,7 +213,7 @@ class AgentClient(LoggingConfigurable):
         if not endpoint.token:
             return self._unreachable(
                 endpoint,
-                "no agent token: set c.GPUDockerSpawner.agent_token (or "
+                "no agent token: set c.GPUCluster.agent_token (or "
                 "$JUPYTERHUB_GPU_AGENT_TOKEN) to a site secret of at least 16 characters",
             )
         body = _CappedBody(self.max_body_size)

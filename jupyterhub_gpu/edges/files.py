@@ -128,7 +128,7 @@ def load_drains(path: str | os.PathLike[str]) -> dict[str, str]:
     except OSError as e:
         raise ConfigError(
             f"The drains file {str(file)!r} cannot be read ({e.strerror}); give the hub's "
-            "user read and write access to it, or set GPUDockerSpawner.drains_file."
+            "user read and write access to it, or set GPUCluster.drains_file."
         ) from None
     return decode_drains(data, f"The drains file {str(file)!r}")
 

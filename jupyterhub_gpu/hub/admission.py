@@ -40,7 +40,8 @@ from jupyterhub_gpu.core.scheduling.admission import Admit, Queue, QueueView, ad
 from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.core.waiting import joined_line, news_html
 from jupyterhub_gpu.core.words import duration
-from jupyterhub_gpu.hub.cluster import NODE_ERRORS
+from jupyterhub_gpu.edges.node_errors import node_calls
+from jupyterhub_gpu.errors import NodeError
 from jupyterhub_gpu.hub.queue import MustQueue, QueueFull, QueueRefused, QueueTimeout, SpawnQueue
 from jupyterhub_gpu.hub.refusal import spawn_refusal
 
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
     from jupyterhub_gpu.core.form import ResourcePolicy
     from jupyterhub_gpu.core.identity import Identity
     from jupyterhub_gpu.hub.cluster import Cluster
-    from jupyterhub_gpu.hub.ledger import GPULedger
+    from jupyterhub_gpu.hub.cluster_settings import GPUCluster
 else:  # JupyterHub refuses a Spawner subclass without its own start, stop and poll
     from traitlets.config import LoggingConfigurable as _SpawnerBase
 
@@ -83,7 +84,9 @@ class QueueingSpawnerMixin(_SpawnerBase):
     are read as ``c.GPUDockerSpawner.*``), a ``Spawner`` to the type checker."""
 
     if TYPE_CHECKING:  # what the spawner provides (spawner.py)
+        node_name: str
         gpu_uuids: list[str]
+        site: GPUCluster
         allocation_id: str
         _events: list[dict[str, Any]]
         _ended_note: str
@@ -92,8 +95,6 @@ class QueueingSpawnerMixin(_SpawnerBase):
         def cluster(self) -> Cluster: ...
         @property
         def queue(self) -> SpawnQueue: ...
-        @property
-        def ledger(self) -> GPULedger: ...
         @property
         def holder(self) -> str: ...
         @property
@@ -143,9 +144,9 @@ class QueueingSpawnerMixin(_SpawnerBase):
         and apply its answer: reserve, queue (:class:`MustQueue`) or refuse. No await in
         between: concurrent spawns can't collide, nor can two spawns of one user both pass
         their ``max_gpus_per_user``."""
-        held = holdings_of(self.ledger.charged(), self.user.name, exclude=self.holder)
+        held = holdings_of(self.cluster.ledger.charged(), self.user.name, exclude=self.holder)
         cap = quota_refusal(held, request.gpu_count, quota or UserQuota(None))
-        snapshot = self.ledger.overlay(snapshot)
+        snapshot = self.cluster.ledger.overlay(snapshot)
         may_wait = self._max_wait(group) > 0  # 0: this group never waits (refused at once)
         if request.gpu_count:
             item = QueuedRequest(self.holder, self.user.name, group, request, time.time())
@@ -153,7 +154,7 @@ class QueueingSpawnerMixin(_SpawnerBase):
             servers: dict[str, int] = {}
         else:
             view = QueueView(may_wait=may_wait)
-            servers = {n.name: self.ledger.servers_on(n.name) for n in snapshot.nodes}
+            servers = {n.name: self.cluster.ledger.servers_on(n.name) for n in snapshot.nodes}
         verdict = admit(snapshot, request, view, user_cap_refusal=cap, servers_on=servers)
         if isinstance(verdict, Admit):
             return self._reserve(verdict.placement)
@@ -183,7 +184,7 @@ class QueueingSpawnerMixin(_SpawnerBase):
         taken GPUs meanwhile): over it, the spawn keeps waiting."""
 
         def take(decision: Placement) -> bool:
-            held = holdings_of(self.ledger.charged(), self.user.name, exclude=self.holder)
+            held = holdings_of(self.cluster.ledger.charged(), self.user.name, exclude=self.holder)
             if quota_refusal(held, request.gpu_count, quota):
                 return False
             return self._take(decision)
@@ -221,7 +222,7 @@ class QueueingSpawnerMixin(_SpawnerBase):
         awaits what the hook returns): a wait in the GPU queue must not count, nor an image
         pull that makes progress, so the bound grows by the wait of the group the spawn is
         charged to (:meth:`_spawn_wait`) and by the pull's own bound
-        (:meth:`_pull_allowance`); ``_create`` keeps the configured one for the start."""
+        (``pull_timeout``); ``_create`` keeps the configured one for the start."""
         return self._extend_start_timeout()
 
     async def _extend_start_timeout(self) -> None:
@@ -229,15 +230,10 @@ class QueueingSpawnerMixin(_SpawnerBase):
         if self._start_budget is None:
             self._start_budget = float(hub.start_timeout)
         wait = await self._spawn_wait()
-        hub.start_timeout = int(self._start_budget + wait + self._pull_allowance())
+        hub.start_timeout = int(self._start_budget + wait + self.site.pull_timeout)
         result = super().run_pre_spawn_hook()
         if inspect.isawaitable(result):
             await result
-
-    def _pull_allowance(self) -> float:
-        """Seconds an image pull before the start may take (the spawner's
-        ``pull_timeout``), which ``start_timeout`` does not count either."""
-        return 0.0
 
     async def _spawn_wait(self) -> float:
         """How long this spawn may wait in the GPU queue: the ``max_queue_wait`` of the
@@ -312,11 +308,12 @@ class QueueingSpawnerMixin(_SpawnerBase):
         )
         allocation = self.allocation_id  # DockerSpawner.stop clears the state
         try:
-            await super().stop(now=True)
-        except NODE_ERRORS as e:
+            with node_calls(self.node_name):
+                await super().stop(now=True)
+        except NodeError as e:
             self.log.warning("%s not stopped, node unreachable: %s", self.holder, e)
             return False
-        self.ledger.end_allocation(allocation, EndReason.PREEMPTED)
+        self.cluster.ledger.end_allocation(allocation, EndReason.PREEMPTED)
         self._forget_placement()
         tz = self.queue.settings.timezone
         self._ended_note = conflict.stopped_note(self.name, time.time(), tz)  # for the form

@@ -20,14 +20,22 @@ slots and its memory are never the user's to fill.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from jupyterhub.spawner import SpawnException
+from jupyterhub.utils import fmt_ip_url
 from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.httputil import HTTPInputError, parse_response_start_line
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
 
 from jupyterhub_gpu.core.words import one_line
+from jupyterhub_gpu.errors import NodeError, NotOnNode
+from jupyterhub_gpu.hub.refusal import spawn_refusal
 
 # What a check of the container says: None while it runs, else its exit code.
 ExitCheck = Callable[[], Awaitable[int | None]]
@@ -148,3 +156,101 @@ def log_tail(output: bytes, secrets: Sequence[str], lines: int = 20, limit: int 
     text = output[-limit:].decode("utf-8", "replace")
     kept = text.splitlines()[-lines:]
     return "\n".join("  | " + one_line(line) for line in kept)
+
+
+def exited_refusal(code: int, node: str) -> SpawnException:
+    """What a user is told when their container exits while starting (``code``: its exit
+    code, -1 when the container is gone)."""
+    how = f"exit code {code}" if code >= 0 else "its container exited and is gone"
+    return spawn_refusal(
+        f"Your server stopped while starting ({how}): its image's start command "
+        f"failed on node {node}. Start again; if it happens again, choose "
+        "another image or tell an admin (the hub's log has the server's last lines "
+        "when the node kept them).",
+        reason="server_exited",
+        status_code=500,
+    )
+
+
+async def exit_code(call: Callable[..., Awaitable[Any]], container_id: str) -> int | None:
+    """None while the container runs (or its node can't say); else its exit code, -1 when
+    it is gone (``call``: a Docker call on its node that raises ours, ``Cluster.run``)."""
+    try:
+        info = await call("inspect_container", container_id)
+    except NotOnNode:
+        return -1
+    except NodeError:
+        return None
+    state = info.get("State") or {}
+    if state.get("Running") or state.get("Status") in ("created", "restarting"):
+        return None
+    return int(state.get("ExitCode", -1))
+
+
+def answer_window(
+    began: float, now: float, start_timeout: float, http_timeout: float, check_for: float
+) -> float:
+    """Seconds ``start`` checks a new server for its first answer itself: ``check_for``
+    (``answer_check_timeout``), at most ``http_timeout`` and what is left of
+    ``start_timeout`` (since ``began``) but a second."""
+    return min(check_for, float(http_timeout), began + float(start_timeout) - now - 1.0)
+
+
+async def answer_or_exit(
+    ip_port: tuple[str, int],
+    base_url: str,
+    window: float,
+    call: Callable[..., Awaitable[Any]],
+    container_id: str,
+) -> int | None:
+    """``start``'s own fast wait for a new server's first answer (so that JupyterHub's
+    first check succeeds at once): None once it answers or ``window`` ends, its container's
+    exit code if it exits meanwhile (``call``: a Docker call on its node)."""
+    url = f"http://{fmt_ip_url(ip_port[0])}:{ip_port[1]}{base_url}"
+    answer = await first_answer(url, window, lambda: exit_code(call, container_id))
+    return answer.exit_code
+
+
+async def exited(
+    call: Callable[..., Awaitable[Any]],
+    container_id: str,
+    code: int,
+    *,
+    secrets: Sequence[str],
+    log: logging.Logger,
+    holder: str,
+    node: str,
+) -> SpawnException:
+    """What a user is told when their container exits while starting (:func:`exited_refusal`);
+    its last lines (when the node still has them), bounded, ``secrets`` hidden, go to the
+    hub's log for the admin (:func:`log_tail`)."""
+    with contextlib.suppress(NodeError):
+        raw = await call("logs", container_id, tail=20)
+        log.warning(
+            "%s: server exited while starting on node %s; its last lines:\n%s",
+            holder,
+            node,
+            log_tail(bytes(raw or b""), secrets),
+        )
+    return exited_refusal(code, node)
+
+
+#: the environment variables whose values never reach the hub's log (an exited server's
+#: output that prints its environment)
+SECRET_ENV = re.compile(r"TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
+
+
+async def spawner_exited(spawner: Any, code: int) -> SpawnException:
+    """:func:`exited` for a GPUDockerSpawner whose container exited while starting: its
+    environment's secrets and its server token hidden from the log."""
+    env = spawner.get_env()
+    secrets = [str(v) for k, v in env.items() if SECRET_ENV.search(k)]
+    return await exited(
+        spawner._on_node,
+        spawner.container_id,
+        code,
+        secrets=[*secrets, str(spawner.api_token or "")],
+        log=spawner.log,
+        holder=spawner.holder,
+        node=spawner.node_name,
+    )

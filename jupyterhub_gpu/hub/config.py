@@ -37,6 +37,7 @@ from jupyterhub_gpu.core.sharing.mps import DEFAULT_PIPE_DIRECTORY, DEFAULT_SHM_
 from jupyterhub_gpu.core.workload import FORBIDDEN_HOST_KEYS, OWNED_CREATE_KEYS, OWNED_HOST_KEYS
 from jupyterhub_gpu.edges.adminfiles import load_catalog, load_inventory_file, load_nodes_file
 from jupyterhub_gpu.errors import ConfigError
+from jupyterhub_gpu.hub.cluster_settings import deprecation, moved_keys
 from jupyterhub_gpu.wire.catalog_file import default_catalog_path
 from jupyterhub_gpu.wire.nodes_file import default_node, parse_nodes
 
@@ -55,6 +56,7 @@ CHECKED_SECTIONS: dict[str, str] = {
     "GPUAgent": "jupyterhub_gpu.services.agent.app:GPUAgent",
     "SavedImages": "jupyterhub_gpu.hub.saved_images:SavedImages",
     "GPUSharing": "jupyterhub_gpu.hub.sharing:GPUSharing",
+    "GPUCluster": "jupyterhub_gpu.hub.cluster_settings:GPUCluster",
     "GPUJobs": "jupyterhub_gpu.hub.jobs:GPUJobs",
 }
 
@@ -69,7 +71,7 @@ OVERRIDDEN_TRAITS: dict[str, str] = {
     "mem_limit": "set per server from the user's choice, bounded by resource_defaults/"
     "group_bounds max_mem_gib",
     "host_ip": "servers are published on each node's publish address (nodes[].publish_ip)",
-    "network_name": "servers join GPUDockerSpawner.user_network on every node",
+    "network_name": "servers join GPUCluster.user_network on every node",
     "use_internal_ip": "the hub reaches servers at the port published on the node",
     # create_object submits core/workload.py's description: DockerSpawner's own mounts
     # and links are not part of it (homes: home_template; datasets: group_mounts)
@@ -89,8 +91,10 @@ _SPAWNER_SECTIONS = ("Spawner", "DockerSpawner", "GPUDockerSpawner")
 
 
 def _section(config: Any, name: str) -> dict[str, Any]:
+    """The spawner's settings with the cluster's (``c.GPUCluster``, where the keys that
+    moved there are read; the old spawner keys still count) over them."""
     merged: dict[str, Any] = {}
-    for cls in ("Spawner", "DockerSpawner", name):  # more specific sections win
+    for cls in ("Spawner", "DockerSpawner", name, "GPUCluster"):  # more specific ones win
         if cls in config:
             merged.update(dict(config[cls]))
     return merged
@@ -182,7 +186,7 @@ QUEUE_WAIT = 3600.0  # GPUDockerSpawner.max_queue_wait's default
 def _move_spawn_limit(config: Any, section: str, logger: logging.Logger) -> None:
     """With the GPU queue on, JupyterHub's ``concurrent_spawn_limit`` would count spawns
     that merely wait for GPUs (and refuse others while GPUs are busy): the limit moves to
-    ``GPUDockerSpawner.concurrent_start_limit``, which counts servers being created. The
+    ``GPUCluster.concurrent_start_limit``, which counts servers being created. The
     queue is on when ``max_queue_wait`` or any group's (``queue_policy``) is above 0."""
     hub, s = config.get("JupyterHub", {}), _section(config, section)
     _, policies = queue_settings(s.get("queue_policy"), f"{section}.queue_policy")
@@ -194,12 +198,11 @@ def _move_spawn_limit(config: Any, section: str, logger: logging.Logger) -> None
         return
     config.JupyterHub.concurrent_spawn_limit = 0
     if "concurrent_start_limit" not in s:
-        config[section].concurrent_start_limit = limit
+        config.GPUCluster.concurrent_start_limit = limit
     logger.info(
         "GPU queue on: JupyterHub's concurrent_spawn_limit (%d) now bounds servers being "
-        "created (%s.concurrent_start_limit), not spawns waiting for GPUs",
+        "created (GPUCluster.concurrent_start_limit), not spawns waiting for GPUs",
         limit,
-        section,
     )
 
 
@@ -218,6 +221,8 @@ def check_config(
             "(set it to change this; 0 is unlimited)",
             DEFAULT_NAMED_SERVER_LIMIT,
         )
+    for key in sorted(moved_keys(config)):  # the hub warns too, once, when it reads them
+        (logger or log).warning("%s", deprecation(key))
     _move_spawn_limit(config, section, logger or log)
     for warning in override_warnings(config):
         (logger or log).warning("%s", warning)

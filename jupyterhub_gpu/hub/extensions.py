@@ -180,7 +180,7 @@ def configure_dashboard(
 
     ``show_names``: whether users who are not admins see other users' names (the privacy
     setting, docs/dashboard.md). ``config_file``: more ``c.GPUDashboard.*`` settings.
-    ``accounting_url``: the usage database (default: ``GPUDockerSpawner.accounting_url``
+    ``accounting_url``: the usage database (default: ``GPUCluster.accounting_url``
     when set, else its default); passed in the service's environment, never its command
     line. ``snapshot_max_age``: seconds a reading of the nodes is reused by the API.
     """
@@ -204,8 +204,8 @@ def configure_dashboard(
         custom_scopes=CUSTOM_SCOPES,
     )
     hub = c.JupyterHub
-    if accounting_url is None and "accounting_url" in c.GPUDockerSpawner:
-        accounting_url = str(c.GPUDockerSpawner.accounting_url)
+    if accounting_url is None:
+        accounting_url = _site_accounting_url(c)
     service = _dashboard_service(name, url, show_names, config_file, accounting_url)
     hub.services = _dashboards_read_jobs(
         [*_value(hub, "services", []), {**service, "display": not nav_link}],
@@ -221,6 +221,15 @@ def configure_dashboard(
     _share_page(c)
 
 
+def _site_accounting_url(c: Config) -> str | None:
+    """``c.GPUCluster.accounting_url`` when set (or the old ``c.GPUDockerSpawner`` key),
+    else None (the service's own default)."""
+    for section in ("GPUCluster", "GPUDockerSpawner"):
+        if "accounting_url" in c[section]:
+            return str(c[section].accounting_url)
+    return None
+
+
 def configure_usage(
     c: Config,
     *,
@@ -233,12 +242,12 @@ def configure_usage(
     ``/services/<name>/`` (admins may pick a user) and the usage API under it, run by the
     hub, every user's access to it, and the navigation bar's "My usage" link.
 
-    ``accounting_url``: the database (default: ``GPUDockerSpawner.accounting_url`` when
+    ``accounting_url``: the database (default: ``GPUCluster.accounting_url`` when
     set, else its default); passed in the service's environment, never its command line.
     """
     hub = c.JupyterHub
-    if accounting_url is None and "accounting_url" in c.GPUDockerSpawner:
-        accounting_url = str(c.GPUDockerSpawner.accounting_url)
+    if accounting_url is None:
+        accounting_url = _site_accounting_url(c)
     environment = {}
     if accounting_url is not None:
         environment["JUPYTERHUB_GPU_ACCOUNTING_URL"] = accounting_url
@@ -273,7 +282,7 @@ def configure_culler(
 
     ``config_file``: more ``c.GPUIdleCuller.*`` settings (timeouts, group overrides).
     ``notes_file``, ``deadlines_file``, ``share_notices_file`` and ``warnings_file``: the
-    files the culler writes and the hub reads (default: the spawner's ``cull_notes_file``,
+    files the culler writes and the hub reads (default: ``c.GPUCluster``'s ``cull_notes_file``,
     ``cull_deadlines_file``, ``share_notices_file`` and ``cull_warnings_file`` when set);
     they are set on both sides here. The notices above every hub page (the culler's
     warnings with "I'm still here", why a server was culled) and their API are added.
@@ -293,29 +302,38 @@ def configure_culler(
         custom_scopes=AGENTS_SCOPES,
     )
     _add_notices(c)
-    spawner = c.GPUDockerSpawner
-    if notes_file is None and "cull_notes_file" in spawner:
-        notes_file = str(spawner.cull_notes_file)
-    if deadlines_file is None and "cull_deadlines_file" in spawner:
-        deadlines_file = str(spawner.cull_deadlines_file)
+    site = c.GPUCluster  # where the hub reads the files (an old c.GPUDockerSpawner key too)
+    old = {k: v for k, v in dict(c.GPUDockerSpawner).items() if k not in site}
+    if notes_file is None and "cull_notes_file" in site:
+        notes_file = str(site.cull_notes_file)
+    elif notes_file is None and "cull_notes_file" in old:
+        notes_file = str(old["cull_notes_file"])
+    if deadlines_file is None and "cull_deadlines_file" in site:
+        deadlines_file = str(site.cull_deadlines_file)
+    elif deadlines_file is None and "cull_deadlines_file" in old:
+        deadlines_file = str(old["cull_deadlines_file"])
     command = [sys.executable, "-m", "jupyterhub_gpu.services.culler"]
     if config_file:
         command.append(f"--config={config_file}")
     if notes_file is not None:
-        spawner.cull_notes_file = notes_file
+        site.cull_notes_file = notes_file
         command.append(f"--GPUIdleCuller.notes_file={notes_file}")
     if deadlines_file is not None:
-        spawner.cull_deadlines_file = deadlines_file
+        site.cull_deadlines_file = deadlines_file
         command.append(f"--GPUIdleCuller.deadlines_file={deadlines_file}")
-    if share_notices_file is None and "share_notices_file" in spawner:
-        share_notices_file = str(spawner.share_notices_file)
+    if share_notices_file is None and "share_notices_file" in site:
+        share_notices_file = str(site.share_notices_file)
+    elif share_notices_file is None and "share_notices_file" in old:
+        share_notices_file = str(old["share_notices_file"])
     if share_notices_file is not None:
-        spawner.share_notices_file = share_notices_file
+        site.share_notices_file = share_notices_file
         command.append(f"--GPUIdleCuller.share_notices_file={share_notices_file}")
-    if warnings_file is None and "cull_warnings_file" in spawner:
-        warnings_file = str(spawner.cull_warnings_file)
+    if warnings_file is None and "cull_warnings_file" in site:
+        warnings_file = str(site.cull_warnings_file)
+    elif warnings_file is None and "cull_warnings_file" in old:
+        warnings_file = str(old["cull_warnings_file"])
     if warnings_file is not None:
-        spawner.cull_warnings_file = warnings_file
+        site.cull_warnings_file = warnings_file
         command.append(f"--GPUIdleCuller.warnings_file={warnings_file}")
     ca_cert = c.AgentClient.ca_cert if "ca_cert" in c.AgentClient else ""
     if ca_cert:  # the agents' CA: the culler reads them over HTTPS as the hub does

@@ -260,7 +260,7 @@ class JobRunner:
     ) -> None:
         if not cluster.settings.accounting_url:
             raise ConfigError(
-                "Jobs need the accounting database (GPUDockerSpawner.accounting_url): they "
+                "Jobs need the accounting database (GPUCluster.accounting_url): they "
                 "are kept there across hub restarts."
             )
         self.cluster = cluster
@@ -308,7 +308,8 @@ class JobRunner:
 
     async def _loop(self) -> None:
         with contextlib.suppress(Exception):
-            await self.cluster.ensure_reconciled()
+            await self.cluster.reconciler.ensure_reconciled()
+            self.cluster.start_reconciling()  # and the node checks
         while True:
             try:
                 await self.round()
@@ -749,7 +750,8 @@ class JobRunner:
 # ---------------------------------------------------------------------- from a spawner
 def runner_for(spawner: Any) -> JobRunner:
     """The runtime's job runner, made (and started) the first time from a
-    :class:`~.spawner.GPUDockerSpawner` (the cluster-wide settings are its traits; the
+    :class:`~.spawner.GPUDockerSpawner` (the cluster-wide settings are ``c.GPUCluster``'s,
+    as the spawner reads them: ``spawner.site``; the resource policy is the spawner's; the
     runtime's cluster is built by it when it is not yet)."""
     runtime = spawner.runtime
     cluster = spawner.cluster  # builds the runtime's cluster and queue the first time
@@ -759,18 +761,19 @@ def runner_for(spawner: Any) -> JobRunner:
     from jupyterhub_gpu.hub.sharing import GPUSharing
 
     jobs_config = GPUJobs(config=spawner.config)
+    site = spawner.site  # c.GPUCluster (old c.GPUDockerSpawner keys included)
     runner = JobRunner(
         cluster,
         spawner.queue,
         jobs_config.settings(),
         spawner.log,
-        network=spawner.user_network,
-        bridge=spawner.user_bridge,
-        device_driver=spawner.gpu_device_driver,
+        network=site.user_network,
+        bridge=site.user_bridge,
+        device_driver=site.gpu_device_driver,
         policy=spawner.policy,
         mps=GPUSharing(config=spawner.config, parent=spawner).mps,
         interval=jobs_config.interval,
-        pull_timeout=spawner.pull_timeout,
+        pull_timeout=site.pull_timeout,
     )
     runtime.jobs = runner
     runner.start(getattr(runtime, "found_jobs", None))
@@ -795,6 +798,8 @@ async def build_jobs(spawner: Any, runner: JobRunner, request: JobRequest) -> li
     from jupyterhub_gpu.core.mounts import dataset_binds, parse_group_mounts
     from jupyterhub_gpu.core.scheduling.quota import never_fits
     from jupyterhub_gpu.edges.home_dirs import ensure_home
+    from jupyterhub_gpu.hub.image_checks import user_catalog
+    from jupyterhub_gpu.hub.spawner import home_layout
 
     ident = await spawner.identity()
     path = spawner.home_host_path(ident)
@@ -802,10 +807,11 @@ async def build_jobs(spawner: Any, runner: JobRunner, request: JobRequest) -> li
         raise InvalidRequest(
             "Jobs need a home on the shared filesystem, and this hub gives none; ask an admin."
         )
-    home = (str(path), spawner._container_home())
+    home = (str(path), home_layout(spawner).in_container(spawner.user.name))
     snapshot = await runner.cluster.snapshot()
     bounds = resolve_bounds(spawner.policy, ident.groups)
-    catalog, _ = await spawner._user_catalog(ident, request.options.get("image"))
+    saves = spawner.saved_images()
+    catalog, _ = await user_catalog(spawner.catalog, saves, ident, request.options.get("image"))
     options = validate_options(
         dict(request.options),
         catalog=catalog,
@@ -881,9 +887,10 @@ def protect_at_creation(runtime: Any, log: logging.Logger) -> Callable[[Cluster]
 
 
 async def start_at_hub_start(log: logging.Logger) -> None:
-    """Once the hub runs, start the job runner from the first user's spawner (the
-    cluster-wide settings are the spawner's traits): a hub restarted with jobs but no
-    server must watch them without waiting for a request. No user: no job either."""
+    """Once the hub runs, start the job runner from the first user's spawner (it reads
+    ``c.GPUCluster`` and has the resource policy: :func:`runner_for`): a hub restarted
+    with jobs but no server must watch them without waiting for a request. No user: no
+    job either."""
     from jupyterhub import orm
     from jupyterhub.app import JupyterHub
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from jupyterhub_gpu.core.accounting.records import (
     AllocationEvent,
@@ -20,37 +20,15 @@ from jupyterhub_gpu.core.accounting.records import (
     EndReason,
     EventKind,
 )
+from jupyterhub_gpu.core.holds import Hold, NodeHolds, latest
 from jupyterhub_gpu.core.placement.journal import Allocations
+from jupyterhub_gpu.core.placement.request import Placement
 from jupyterhub_gpu.core.scheduling.admission import overlay
+from jupyterhub_gpu.core.sharing import Share
 from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
 
 log = logging.getLogger(__name__)
 Listener = Callable[[AllocationEvent], None]
-
-
-@dataclass(frozen=True)
-class Hold:
-    """A GPU (or a server's place on a node) held for one server.
-
-    ``orphaned``: the hub let go of the server while its container may still run (a stop
-    that could not reach the node, or a spawn interrupted by a crash). The hold stays, so
-    nobody else gets the GPU, but it is charged to nobody and belongs to no live server;
-    reconciliation frees it once the container is gone. Orphans are told apart by their
-    allocation id (:attr:`key`), so a user's new server of the same name never mixes
-    with the old one's leftovers.
-    """
-
-    holder: str  # "<username>/<servername>"
-    node: str
-    since: float = field(default_factory=time.monotonic)
-    allocation: str = ""  # the server's allocation id (allocation.py); "" before ids
-    orphaned: bool = False
-    share: tuple[int, int] | None = None  # (K, N): K of the GPU's N shares; None: whole
-
-    @property
-    def key(self) -> str:
-        """What tells this orphan apart: its allocation id (the holder before ids)."""
-        return self.allocation or self.holder
 
 
 class GPULedger:
@@ -167,9 +145,34 @@ class GPULedger:
         out += [(u, h) for u, hs in self._shared.items() for h in hs.values()]
         return out
 
+    def rejoin_server(
+        self, holder: str, record: AllocationRecord, share: Share | None
+    ) -> list[str]:
+        """A server the hub's database says runs (after a restart): its GPUs (a share as a
+        share), its place on the node and its open allocation held again; returns the
+        GPUs others hold."""
+        node, uuids, allocation = record.node, list(record.gpu_uuids), record.id
+        if share is None or len(uuids) != 1:
+            conflicts = self.adopt(holder, node, uuids, allocation)
+        else:
+            held = (share.count, share.of)
+            ok = self.adopt_share(holder, node, uuids[0], held, allocation)
+            conflicts = [] if ok else uuids
+        self.place_server(holder, node, allocation)
+        self.rejoin_allocation(record)
+        return conflicts
+
     def held_by(self, holder: str) -> list[str]:
         """The GPUs ``holder``'s live server holds, whole or a share (its orphans aside)."""
         return sorted(u for u, h in self._all() if h.holder == holder and not h.orphaned)
+
+    def on_node(self, node: str) -> NodeHolds:
+        """``node``'s holds as plain data (what reconciliation decides over)."""
+        return NodeHolds(
+            gpus=tuple((u, h) for u, h in self._all() if h.node == node),
+            servers=tuple(h for h in self._servers.values() if h.node == node),
+            orphans=tuple(h for h in self._orphans.values() if h.node == node),
+        )
 
     def holders_on(
         self, node: str, older_than: float = 0.0, taken_before: float | None = None
@@ -177,29 +180,13 @@ class GPULedger:
         """Holders of live GPU holds or servers on ``node`` whose holds are at least
         ``older_than`` s old (and, if given, were taken or last confirmed before
         ``taken_before``, a monotonic time). Orphans: :meth:`orphans_on`."""
-        latest = self._latest(older_than, taken_before)
-        gpus = {
-            h.holder
-            for _, h in self._all()
-            if h.node == node and h.since <= latest and not h.orphaned
-        }
-        servers = {
-            holder for holder, h in self._servers.items() if h.node == node and h.since <= latest
-        }
-        return gpus | servers
+        return self.on_node(node).holders(latest(time.monotonic(), older_than, taken_before))
 
     def orphans_on(
         self, node: str, older_than: float = 0.0, taken_before: float | None = None
     ) -> dict[str, Hold]:
         """Orphans on ``node`` (key -> one of its holds) as old as :meth:`holders_on` asks."""
-        latest = self._latest(older_than, taken_before)
-        held = [*(h for _, h in self._all()), *self._orphans.values()]
-        return {h.key: h for h in held if h.orphaned and h.node == node and h.since <= latest}
-
-    @staticmethod
-    def _latest(older_than: float, taken_before: float | None) -> float:
-        now = time.monotonic()
-        return now - older_than if taken_before is None else min(now - older_than, taken_before)
+        return self.on_node(node).orphans_by_key(latest(time.monotonic(), older_than, taken_before))
 
     def reserve(self, holder: str, node: str, uuids: Iterable[str], allocation: str = "") -> None:
         """Take ``uuids`` for ``holder`` or raise ``KeyError`` naming a taken one; all or none.
@@ -214,6 +201,17 @@ class GPULedger:
         for uuid in wanted:
             self._holds[uuid] = Hold(holder, node, allocation=allocation)
             self._touch(uuid)
+
+    def reserve_placement(self, holder: str, decision: Placement, allocation: str) -> None:
+        """Take what admission placed for ``holder`` (its GPUs whole, or its share of one)
+        and its place on the node; ``KeyError`` when another spawn took them first."""
+        share = decision.share
+        if share is None:
+            self.reserve(holder, decision.node, decision.gpu_uuids, allocation)
+        else:
+            (uuid,) = decision.gpu_uuids
+            self.reserve_share(holder, decision.node, uuid, (share.count, share.of), allocation)
+        self.place_server(holder, decision.node, allocation)
 
     def reserve_share(
         self, holder: str, node: str, uuid: str, share: tuple[int, int], allocation: str = ""
@@ -289,13 +287,16 @@ class GPULedger:
         self._touch(uuid)
         return True
 
-    def held_on(self, holder: str, node: str, taken_before: float) -> list[str]:
-        """GPUs ``holder``'s live server holds on ``node``, taken before ``taken_before``."""
-        return sorted(
-            u
-            for u, h in self._all()
-            if h.holder == holder and h.node == node and h.since <= taken_before and not h.orphaned
-        )
+    def release_placement(
+        self, holder: str, uuids: Iterable[str], allocation: str, ended: EndReason | None
+    ) -> list[str]:
+        """A server's GPUs and place on its node freed (its allocation ended for ``ended``
+        first, if given); returns the GPUs freed."""
+        if ended is not None:
+            self.end_allocation(allocation, ended)
+        freed = self.release(holder, uuids)
+        self.release_server(holder)
+        return freed
 
     def release(self, holder: str, uuids: Iterable[str] | None = None) -> list[str]:
         """Free what ``holder``'s live server holds (only those ``uuids`` if given); returns

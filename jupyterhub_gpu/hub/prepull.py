@@ -51,9 +51,10 @@ from jupyterhub_gpu.core.prepull import (
 from jupyterhub_gpu.core.progress import DISK_FULL
 from jupyterhub_gpu.core.saving.identity import NodeImage, SavedRegistry, is_saved
 from jupyterhub_gpu.edges.adminfiles import load_catalog
-from jupyterhub_gpu.errors import ConfigError, ImageUnavailable, PullYielded
-from jupyterhub_gpu.hub.cluster import NODE_ERRORS, Cluster
+from jupyterhub_gpu.errors import ConfigError, ImageUnavailable, NodeError, PullYielded
+from jupyterhub_gpu.hub.cluster import Cluster
 from jupyterhub_gpu.hub.pull import STALL_TIMEOUT, pull, pulls_on
+from jupyterhub_gpu.hub.saves import MyImages
 
 
 class PrePuller(LoggingConfigurable):
@@ -107,7 +108,7 @@ class PrePuller(LoggingConfigurable):
         config=True,
         help="""Seconds a pre-puller's pull may go without progress (no new byte downloaded
         or unpacked) before it is abandoned, its connection to the engine closed; the image
-        is tried again at a later round. As GPUDockerSpawner.pull_stall_timeout, for the
+        is tried again at a later round. As GPUCluster.pull_stall_timeout, for the
         pre-puller's own pulls.""",
     )
     most_used_days = Float(
@@ -367,7 +368,7 @@ class PrePullRunner:
             images, containers = await self.cluster.run(
                 node, lambda: list_node(self.cluster.client(node)), 30.0
             )
-        except NODE_ERRORS as e:
+        except NodeError as e:
             self.nodes.setdefault(node, NodeStatus()).last_error = f"listing images failed: {e}"
             return None
         now = time.time()
@@ -408,7 +409,7 @@ class PrePullRunner:
         try:
             await self._remove(node, node_plan, status)
             await self._pulls(node, node_plan, status)
-        except NODE_ERRORS as e:
+        except NodeError as e:
             status.last_error = f"node unreachable: {e}"
             self.log.warning("Pre-puller: node %s: %s", node, e)
         except Exception as e:  # the next round tries again
@@ -508,24 +509,17 @@ def catalog_reader(path: str, log: logging.Logger) -> Callable[[], Catalog]:
     return read
 
 
-_RUNNER: PrePullRunner | None = None
-
-
 def prepuller(
     cluster: Cluster,
     config: Any,
     log: logging.Logger,
     catalog: Callable[[], Catalog],
+    saves: MyImages,
 ) -> PrePullRunner:
-    """The hub's one :class:`PrePullRunner` (made from ``config``, ``c.PrePuller.*``), with
-    the spawner's pull credentials, the saved images' registry (whose images it never
-    touches) and the accounting database's spawn counts."""
-    global _RUNNER
-    if _RUNNER is not None and _RUNNER.cluster is cluster:
-        return _RUNNER
-    from jupyterhub_gpu.hub.saves import my_images
-
-    saves = my_images(cluster, config, log)
+    """A :class:`PrePullRunner` made from ``config`` (``c.PrePuller.*``), with the saved
+    images' pull credentials and registry (whose images it never touches) and the
+    accounting database's spawn counts; the hub's one is its runtime's
+    (:meth:`jupyterhub_gpu.hub.runtime.HubRuntime.prepuller`)."""
 
     async def registry() -> SavedRegistry | None:
         return await saves.registry() if saves.settings.enabled else None
@@ -537,7 +531,7 @@ def prepuller(
         async def spawn_counts(since: datetime) -> Mapping[str, int]:
             return await asyncio.wrap_future(recorder.call(lambda s: s.image_counts(since)))
 
-    _RUNNER = PrePullRunner(
+    return PrePullRunner(
         cluster,
         PrePuller(config=config, log=log),
         catalog,
@@ -546,12 +540,6 @@ def prepuller(
         spawn_counts=spawn_counts,
         saved_registry=registry,
     )
-    return _RUNNER
-
-
-def running_prepuller() -> PrePullRunner | None:
-    """The hub's pre-puller if one was made (the API and the dashboard read its state)."""
-    return _RUNNER
 
 
 __all__ = [
@@ -562,5 +550,4 @@ __all__ = [
     "list_node",
     "prepuller",
     "remove_image",
-    "running_prepuller",
 ]

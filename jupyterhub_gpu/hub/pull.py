@@ -41,10 +41,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import requests
-from docker.errors import APIError
 
 from jupyterhub_gpu.core.progress import PullProgress, pull_error, pull_failure
-from jupyterhub_gpu.errors import ImageUnavailable, PullYielded, _StreamError
+from jupyterhub_gpu.errors import ImageUnavailable, NodeRefused, PullYielded, _StreamError
 from jupyterhub_gpu.hub.cluster import Cluster
 
 STEP = 5  # percent between two progress messages
@@ -217,8 +216,8 @@ async def _pull(
         )
         log.warning("Pull failed (over its time): %s", message)
         raise ImageUnavailable(message, cause="timeout") from None
-    except (APIError, _StreamError) as e:
-        why = e.explanation if isinstance(e, APIError) and e.explanation else str(e)
+    except (NodeRefused, _StreamError) as e:
+        why = e.explanation if isinstance(e, NodeRefused) else str(e)
         cause, message = pull_failure(image, node, str(why))
         log.warning("Pull failed (%s): %s", cause, message)
         raise ImageUnavailable(message, cause=cause) from None

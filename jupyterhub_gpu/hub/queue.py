@@ -126,7 +126,7 @@ class SpawnQueue:
         self.policies = policies if policies is not None else Policies()
         self.interval = interval
         self.max_per_user = max_per_user
-        self.deadlines_file = ""  # the culler's (GPUDockerSpawner.cull_deadlines_file)
+        self.deadlines_file = ""  # the culler's (GPUCluster.cull_deadlines_file)
         self.usage_every = 300.0  # seconds between reads of past use from the accounting store
         self.reservations: tuple[Reservation, ...] = ()  # from the store, see _read_store
         self._usage: UsageTotals | None = None

@@ -214,7 +214,7 @@ class MyImages:
         recorder = self.cluster.recorder
         if recorder is None:
             raise SavingOff(
-                "Saved images need the accounting database (GPUDockerSpawner.accounting_url); "
+                "Saved images need the accounting database (GPUCluster.accounting_url); "
                 "tell your admin."
             )
         try:
@@ -547,12 +547,7 @@ def _check_record(mine: list[SavedImage], image: SavedImage, limits: Limits) -> 
     check_added_size(mine, image.owner, image.size_bytes, limits)
 
 
-_SERVICE: MyImages | None = None
-
-
 def my_images(cluster: Cluster, config: Any, log: logging.Logger) -> MyImages:
-    """The hub's one :class:`MyImages`, made from ``config`` (``c.SavedImages.*``)."""
-    global _SERVICE
-    if _SERVICE is None or _SERVICE.cluster is not cluster:
-        _SERVICE = MyImages(cluster, SavedImages(config=config, log=log), log)
-    return _SERVICE
+    """A :class:`MyImages` made from ``config`` (``c.SavedImages.*``); the hub's one is
+    its runtime's (:meth:`jupyterhub_gpu.hub.runtime.HubRuntime.saved_images`)."""
+    return MyImages(cluster, SavedImages(config=config, log=log), log)

@@ -69,16 +69,16 @@ ldap.manage_groups = True  # LDAP groups show up as JupyterHub groups
 c.Authenticator.allow_all = False
 
 c.JupyterHub.spawner_class = "gpudocker"
-c.GPUDockerSpawner.nodes = [
+c.GPUCluster.nodes = [
     {
         "name": "node-a",
         "docker_url": f"unix://{STATE / 'engines/node-a/docker.sock'}",
         "address": NODE_A,
     }
 ]
-c.GPUDockerSpawner.probe_mode = "declared"
-c.GPUDockerSpawner.inventory_file = str(HERE / "inventory.yaml")
-c.GPUDockerSpawner.catalog_file = str(HERE / "catalog.yaml")
+c.GPUCluster.probe_mode = "declared"
+c.GPUCluster.inventory_file = str(HERE / "inventory.yaml")
+c.GPUCluster.catalog_file = str(HERE / "catalog.yaml")
 c.GPUDockerSpawner.resource_defaults = {
     "max_gpus": 2,
     "max_gpus_per_user": 2,  # over all of a user's servers (named ones included)
@@ -91,10 +91,10 @@ c.GPUDockerSpawner.resource_defaults = {
 # .demo/homes/<user> (created by the hub, owned by the user, mode 0700)
 c.GPUDockerSpawner.require_identity = True
 c.GPUDockerSpawner.home_template = str(DEMO / "homes" / "{username}")
-c.GPUDockerSpawner.hub_id = "demo"
+c.GPUCluster.hub_id = "demo"
 # every allocation and its usage: `jupyterhub-gpu report --db sqlite:///.demo/jupyterhub-gpu-accounting.sqlite`
 ACCOUNTING_URL = f"sqlite:///{DEMO / 'jupyterhub-gpu-accounting.sqlite'}"
-c.GPUDockerSpawner.accounting_url = ACCOUNTING_URL
+c.GPUCluster.accounting_url = ACCOUNTING_URL
 c.GPUDockerSpawner.prefix = "jhgpu-demo"
 c.JupyterHub.allow_named_servers = True
 c.JupyterHub.named_server_limit_per_user = 3
@@ -158,9 +158,9 @@ c.JupyterHub.load_roles = [
     },
 ]
 # users read why the culler stopped their server in the spawn form
-c.GPUDockerSpawner.cull_notes_file = str(DEMO / "cull-notes.json")
+c.GPUCluster.cull_notes_file = str(DEMO / "cull-notes.json")
 # the queue's estimates and the dashboard's "culled at the earliest" come from it
-c.GPUDockerSpawner.cull_deadlines_file = str(DEMO / "cull-deadlines.json")
+c.GPUCluster.cull_deadlines_file = str(DEMO / "cull-deadlines.json")
 c.Spawner.default_url = "/lab"
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120

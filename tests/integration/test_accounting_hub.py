@@ -65,7 +65,7 @@ def hub(
     cluster: dict,  # noqa: F811
     db_url: str,
 ) -> Hub:
-    extra = DEBUG_LOG + (f"c.GPUDockerSpawner.accounting_url = {db_url!r}\n" if db_url else "")
+    extra = DEBUG_LOG + (f"c.GPUCluster.accounting_url = {db_url!r}\n" if db_url else "")
     return start_hub(make_hub, engines, cluster, extra)
 
 
@@ -215,7 +215,7 @@ def test_a_server_that_never_answers_ends_failed(
         '[ "$JUPYTERHUB_USER" = hal ] && sleep 1 && exit 8; exec sleep 3600\']\n'
         "c.Spawner.http_timeout = 5\n"
     )
-    accounting = f"c.GPUDockerSpawner.accounting_url = {db_url!r}\n" if db_url else ""
+    accounting = f"c.GPUCluster.accounting_url = {db_url!r}\n" if db_url else ""
     hub = start_hub(make_hub, engines, cluster, DEBUG_LOG + accounting + silent)
     store = AccountingStore(
         db_url or f"sqlite:///{hub.workdir / 'jupyterhub-gpu-accounting.sqlite'}"

@@ -202,7 +202,7 @@ async def test_ca_cert_in_the_hubs_config_reaches_the_cluster(
         nodes=nodes, agent_token=site_secret, agent_config=config, reconcile_interval=0
     )
     cluster = Cluster(settings, logging.getLogger("hub"))
-    cluster._reconciled = True
+    cluster.reconciler.reconciled = True
 
     async def engine_ok(node: str) -> bool:
         return True

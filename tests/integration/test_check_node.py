@@ -190,9 +190,9 @@ def write_config(node: Engine, tmp_path: Path, site_secret: str, hub_api: int, a
         path.write_text(
             f"""
 c.JupyterHub.hub_connect_url = "http://{SITE_ADDRESS}:{hub_api}"
-c.GPUDockerSpawner.nodes = [{entry!r}]
-c.GPUDockerSpawner.agent_token = {secret!r}
-c.GPUDockerSpawner.catalog_file = {str(cat)!r}
+c.GPUCluster.nodes = [{entry!r}]
+c.GPUCluster.agent_token = {secret!r}
+c.GPUCluster.catalog_file = {str(cat)!r}
 c.GPUDockerSpawner.home_template = "{homes}/{{username}}"
 c.GPUDockerSpawner.image = {TEST_IMAGE!r}
 """
@@ -246,9 +246,7 @@ def test_icc_on_fails_the_network_and_the_firewall(
     """A second user network that lets containers talk (and that the firewall does not
     guard): its check says so and how to fix it; the probe reaches its peer."""
     name, bridge = "jhgpu-check-icc", "jhgpu-chk-icc"
-    extra = (
-        f'c.GPUDockerSpawner.user_network = "{name}"\nc.GPUDockerSpawner.user_bridge = "{bridge}"\n'
-    )
+    extra = f'c.GPUCluster.user_network = "{name}"\nc.GPUCluster.user_bridge = "{bridge}"\n'
     with node.client() as client:
         client.networks.create(
             name,
@@ -280,9 +278,7 @@ def test_an_ipv6_user_network_fails_with_the_fix(
     tries the bridge's IPv6 gateway. Control: the hub's own options make a network
     without IPv6 on this engine, which passes."""
     name, bridge = "jhgpu-check-v6", "jhgpu-chk-v6"
-    extra = (
-        f'c.GPUDockerSpawner.user_network = "{name}"\nc.GPUDockerSpawner.user_bridge = "{bridge}"\n'
-    )
+    extra = f'c.GPUCluster.user_network = "{name}"\nc.GPUCluster.user_bridge = "{bridge}"\n'
     pool = docker.types.IPAMPool(subnet="fd00:7a6b::/64", gateway="fd00:7a6b::1")
     with node.client() as client:
         try:

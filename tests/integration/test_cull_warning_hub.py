@@ -78,8 +78,8 @@ def test_warned_kept_once_then_culled_and_told_why(
         f"c.GPUIdleCuller.warnings_file = {str(warnings_file)!r}",
     )
     extra += (
-        f"c.GPUDockerSpawner.cull_notes_file = {str(culler_dir / 'notes.json')!r}\n"
-        f"c.GPUDockerSpawner.cull_warnings_file = {str(warnings_file)!r}\n"
+        f"c.GPUCluster.cull_notes_file = {str(culler_dir / 'notes.json')!r}\n"
+        f"c.GPUCluster.cull_warnings_file = {str(warnings_file)!r}\n"
         "c.JupyterHub.redirect_to_server = False  # the home page: no visit to the server\n"
         'c.GPUDockerSpawner.resource_defaults = {"max_gpus": 2, "max_gpus_per_user": 3}\n'
     )

@@ -427,7 +427,7 @@ def test_spawn_form_tells_the_user_why_the_server_stopped(
     node = engines[0]
     culler_dir = tmp_path / "culler"
     extra = culler_extra(culler_dir, {}, entry="script")
-    extra += f"c.GPUDockerSpawner.cull_notes_file = {str(culler_dir / 'notes.json')!r}\n"
+    extra += f"c.GPUCluster.cull_notes_file = {str(culler_dir / 'notes.json')!r}\n"
     hub = make_hub([node], [gpu_inventory(node.name, "cccccccc", [RTX])], extra)
     ready = spawn_all(hub, {"zoe": {**OPTIONS, "image": "demo-cpu", "gpu_count": 0}})
     wait_until(

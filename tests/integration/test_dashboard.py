@@ -90,7 +90,7 @@ def dashboard_extra(work: Path) -> str:
         SLOW_STARTS
         + TOKEN_ROLE_CONFIG
         + f"""
-c.GPUDockerSpawner.catalog_file = {str(work / "catalog.yaml")!r}
+c.GPUCluster.catalog_file = {str(work / "catalog.yaml")!r}
 c.Authenticator.admin_users = {{"root"}}
 c.JupyterHub.allow_named_servers = True
 from jupyterhub_gpu.hub.extensions import configure_dashboard as configure

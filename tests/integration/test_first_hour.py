@@ -137,9 +137,9 @@ def test_a_students_first_hour(
     mounts = {"gpu-users": [{"source": str(wheels), "target": "/srv/wheels"}]}
     extra += f"""
 c.GPUDockerSpawner.max_queue_wait = 300  # the queue is on (culler_extra turns it off)
-c.GPUDockerSpawner.cull_notes_file = {str(culler_dir / "notes.json")!r}
-c.GPUDockerSpawner.cull_warnings_file = {str(warnings_file)!r}
-c.GPUDockerSpawner.cull_deadlines_file = {str(deadlines)!r}
+c.GPUCluster.cull_notes_file = {str(culler_dir / "notes.json")!r}
+c.GPUCluster.cull_warnings_file = {str(warnings_file)!r}
+c.GPUCluster.cull_deadlines_file = {str(deadlines)!r}
 c.GPUDockerSpawner.group_mounts = {mounts!r}
 c.GPUDockerSpawner.resource_defaults = {{"max_gpus": 1, "max_cpu": 1, "max_mem_gib": 2,
     "default_cpu": 0.5, "default_mem_gib": 1}}

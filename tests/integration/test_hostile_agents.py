@@ -257,7 +257,7 @@ def make_cluster(agents: FakeAgents, config: Config, log: logging.Logger) -> Clu
         nodes=nodes, agent_token=SECRET, agent_config=config, reconcile_interval=0
     )
     cluster = Cluster(settings, log)
-    cluster._reconciled = True  # no engines here: the agents are what is tested
+    cluster.reconciler.reconciled = True  # no engines here: the agents are what is tested
 
     async def engine_ok(node: str) -> bool:
         return True

@@ -57,7 +57,7 @@ pytestmark = pytest.mark.integration
 RECONCILE_S = 1.0
 CONFIG = (
     DEBUG_LOG
-    + f"c.GPUDockerSpawner.reconcile_interval = {RECONCILE_S}\n"
+    + f"c.GPUCluster.reconcile_interval = {RECONCILE_S}\n"
     + 'c.JupyterHub.tornado_settings = {"slow_spawn_timeout": 0, "slow_stop_timeout": 0}\n'
 )
 POINTS = ("posted", "created", "running", "ready", "stopping")

@@ -54,8 +54,8 @@ http.server.ThreadingHTTPServer((url.hostname, url.port), Ok).serve_forever()
 """
 EXTRA = f"""
 c.JupyterHub.log_level = "DEBUG"  # "Node node-c checked: failed", once per check
-c.GPUDockerSpawner.check_nodes = True
-c.GPUDockerSpawner.node_check_interval = {CHECK_S}
+c.GPUCluster.check_nodes = True
+c.GPUCluster.node_check_interval = {CHECK_S}
 c.GPUDockerSpawner.max_queue_wait = 300
 c.GPUDockerSpawner.cmd = ['python3', '-c', {STUB_SERVER!r}]
 from jupyterhub_gpu.hub.extensions import configure_dashboard

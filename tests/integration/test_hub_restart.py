@@ -1,6 +1,6 @@
 """What a hub restart (an upgrade, a crash) does, for real: users' servers keep running
 and stay reachable through the proxy (``cleanup_servers = False``: docs/upgrade.md), and an
-admin's node drain is still in force afterwards (``GPUDockerSpawner.drains_file``)."""
+admin's node drain is still in force afterwards (``GPUCluster.drains_file``)."""
 
 from __future__ import annotations
 
@@ -91,9 +91,7 @@ def test_the_hub_keeps_its_drains_in_its_drains_file(
     inventory = [gpu_inventory(node_a.name, "cccccccc", [RTX])]
     drains = tmp_path / "state" / "drains.json"
     drains.parent.mkdir()
-    hub = make_hub(
-        [node_a], inventory, EXTRA + f"c.GPUDockerSpawner.drains_file = {str(drains)!r}\n"
-    )
+    hub = make_hub([node_a], inventory, EXTRA + f"c.GPUCluster.drains_file = {str(drains)!r}\n")
     hub.create_user("carol")
     assert hub.spawn("carol", {**OPTIONS, "gpu_count": 0}).status_code in (201, 202)
     hub.wait_ready("carol", timeout=240)  # the hub has read its nodes

@@ -72,7 +72,7 @@ def test_of_two_equal_nodes_the_server_goes_to_the_one_holding_its_image(
     nodes = [e for e in engines if e.name in ("node-a", "node-b")]
     catalog = catalog_with(tmp_path / "catalog.yaml", only_on_b)
     hub = make_hub(
-        nodes, INVENTORY, FAST + STUB + f"c.GPUDockerSpawner.catalog_file = {str(catalog)!r}\n"
+        nodes, INVENTORY, FAST + STUB + f"c.GPUCluster.catalog_file = {str(catalog)!r}\n"
     )
     gpu = spawn_ready(hub, "loc-gpu", {"image": "only-b-gpu", "gpu_count": 1, **LIGHT})
     assert gpu["node"] == "node-b", gpu  # without locality: node-a (first by name)

@@ -58,7 +58,7 @@ MODEL_OF = {g["uuid"]: g["model"] for n in INVENTORY for g in n["gpus"]}
 A0, A1, A2 = UUIDS["node-a"]
 
 RECONCILE_S = 2.0
-FAST = f"c.GPUDockerSpawner.reconcile_interval = {RECONCILE_S}\nc.Spawner.poll_interval = 2\n"
+FAST = f"c.GPUCluster.reconcile_interval = {RECONCILE_S}\nc.Spawner.poll_interval = 2\n"
 # these tests check immediate refusals of a full cluster: no queue (test_queue.py's part)
 FAST += "c.GPUDockerSpawner.max_queue_wait = 0\n"
 # the hub reuses an agent's reading for up to 2.5 s (ClusterSettings.health_ttl / 2)
@@ -572,7 +572,7 @@ def test_nodes_file_add_drain_remove(make_hub, engines, by_name, cluster, tmp_pa
         make_hub,
         [by_name["node-a"]],
         cluster,
-        f"c.GPUDockerSpawner.nodes_file = {str(nodes_file)!r}\n" + DEBUG_LOG,
+        f"c.GPUCluster.nodes_file = {str(nodes_file)!r}\n" + DEBUG_LOG,
         extra_engines=[node_c],
     )
     big = {**CUDA11, "min_gpu_memory_gib": 40}

@@ -353,7 +353,7 @@ def test_other_spellings_are_refused_and_deletes_leave_no_images_on_the_node(
     hub = make_hub(
         [node_a], [gpu_inventory(node_a.name, "a1a1a1a1", [RTX])],
         extra_config(registry, index, max_images=3)
-        + f"c.GPUDockerSpawner.catalog_file = {str(catalog)!r}\n"
+        + f"c.GPUCluster.catalog_file = {str(catalog)!r}\n"
         + "c.SavedImages.node_sweep_interval = 1\n",
     )  # fmt: skip
     for name in ("alice", "bob"):

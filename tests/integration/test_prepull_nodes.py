@@ -92,7 +92,7 @@ async def test_a_round_pulls_what_is_missing_and_removes_what_is_over_budget(
         reconcile_interval=0,
     )
     cluster = Cluster(settings, logging.getLogger("test-prepull"))
-    cluster._reconciled = True  # this cluster frees nothing of the shared engines
+    cluster.reconciler.reconciled = True  # this cluster frees nothing of the shared engines
     entry = CatalogEntry("prepulltest", "Pre-pull test", "python", "3.11", None, wanted)
     try:
         with node_b.client() as client:

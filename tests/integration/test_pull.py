@@ -57,7 +57,7 @@ def hub_extra(tmp_path: Path, registry: Registry) -> str:
     progress stream is read while the spawn runs."""
     path = catalog(tmp_path / "catalog.yaml", registry)
     return (
-        f"c.GPUDockerSpawner.catalog_file = {str(path)!r}\n"
+        f"c.GPUCluster.catalog_file = {str(path)!r}\n"
         'c.JupyterHub.tornado_settings = {"slow_spawn_timeout": 0}\n'
     )
 

@@ -97,7 +97,7 @@ async def test_a_full_disk_and_a_registry_down_are_sentences_and_leave_nothing_p
         reconcile_interval=0,
     )
     cluster = Cluster(settings, logging.getLogger("test-pull-faults"))
-    cluster._reconciled = True  # nothing of ours runs there: no reconciliation needed
+    cluster.reconciler.reconciled = True  # nothing of ours runs there: no reconciliation needed
     log = logging.getLogger("test-pull-faults")
     with serve(registry), caplog.at_level(logging.WARNING):
         big, small = (registry.image(f"jhgpu-faults/{n}", "1") for n in ("big", "small"))

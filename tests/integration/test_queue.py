@@ -63,7 +63,7 @@ def hub(
     deadlines: Path,
 ) -> Hub:
     extra = QUEUE.format(wait=300)
-    extra += f"c.GPUDockerSpawner.cull_deadlines_file = {str(deadlines)!r}\n"
+    extra += f"c.GPUCluster.cull_deadlines_file = {str(deadlines)!r}\n"
     return start_hub(make_hub, engines, cluster, extra)
 
 
@@ -252,7 +252,7 @@ def test_freed_gpus_go_by_fair_share_and_group_quotas_wait_or_refuse(
     )  # fmt: skip
     assert store.close("past-heavy", yesterday + timedelta(hours=5), EndReason.STOPPED)
     extra = QUEUE.format(wait=300) + (
-        f"c.GPUDockerSpawner.accounting_url = {url!r}\n"
+        f"c.GPUCluster.accounting_url = {url!r}\n"
         'c.GPUDockerSpawner.queue_policy = {"groups": {"heavy": {"max_gpus": 2}, "light": {}}}\n'
         "c.JupyterHub.load_roles = c.JupyterHub.load_roles + [\n"
         '    {"name": "group-maker", "scopes": ["admin:groups"], "services": ["tester"]}]\n'

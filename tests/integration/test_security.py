@@ -51,7 +51,7 @@ def hub(make_hub: Callable[..., Hub], engine: Engine, tmp_path: Path) -> Hub:
     extra = f"""
 c.JupyterHub.authenticator_class = "shared-password"
 c.SharedPasswordAuthenticator.user_password = {PASSWORD!r}
-c.GPUDockerSpawner.catalog_file = {str(path)!r}
+c.GPUCluster.catalog_file = {str(path)!r}
 c.GPUDockerSpawner.pull_policy = "never"
 {TOKEN_ROLE_CONFIG}"""
     return make_hub([engine], [gpu_inventory(engine.name, "5ec05ec0", [RTX, RTX])], extra)

@@ -136,7 +136,7 @@ def test_an_images_own_env_never_widens_its_gpus(make_hub, engine, tmp_path: Pat
         entry["image"] = greedy
     path = tmp_path / "catalog.yaml"
     path.write_text(yaml.safe_dump(catalog))
-    hub = two_gpu_hub(make_hub, engine, f"c.GPUDockerSpawner.catalog_file = {str(path)!r}\n")
+    hub = two_gpu_hub(make_hub, engine, f"c.GPUCluster.catalog_file = {str(path)!r}\n")
     gpu = spawn_ready(hub, "alice", {"image": "demo-cuda11", "gpu_count": 1})
     cpu = spawn_ready(hub, "bob", {"image": "demo-cpu", "gpu_count": 0})
     for user, visible in (("alice", gpu["gpu_uuids"][0]), ("bob", "void")):
@@ -217,7 +217,7 @@ def test_hub_refuses_to_start_on_a_bad_catalog(tmp_path: Path) -> None:
     hub = Hub(tmp_path / "hub")
     hub.extra_config = f"""
 c.JupyterHub.spawner_class = "gpudocker"
-c.GPUDockerSpawner.catalog_file = {str(bad)!r}
+c.GPUCluster.catalog_file = {str(bad)!r}
 from jupyterhub_gpu.hub.config import check_config
 check_config(c)
 """
@@ -304,7 +304,7 @@ def test_an_engine_error_is_told_as_such_and_holds_nothing(
             }
         )
     )
-    extra = f"c.GPUDockerSpawner.catalog_file = {str(catalog)!r}\n"
+    extra = f"c.GPUCluster.catalog_file = {str(catalog)!r}\n"
     hub = make_hub([engine], [gpu_inventory(engine.name, "dddddddd", [RTX])], extra)
     hub.create_user("oscar")
     r = hub.spawn("oscar", {"image": "bare", "gpu_count": 1})
@@ -399,7 +399,7 @@ def test_an_images_labels_neither_stop_the_hub_nor_reach_its_containers(
     catalog["images"].append({**entry, "image": hostile})
     path = tmp_path / "catalog.yaml"
     path.write_text(yaml.safe_dump(catalog))
-    extra = f"c.GPUDockerSpawner.catalog_file = {str(path)!r}\n"
+    extra = f"c.GPUCluster.catalog_file = {str(path)!r}\n"
     extra += "c.GPUDockerSpawner.max_queue_wait = 0\n"
     hub = two_gpu_hub(make_hub, engine, extra)
     taken = "GPU-aaaaaaaa0000-0000-4000-8000-000000000000"

@@ -57,7 +57,7 @@ def vscode_extra(work: Path) -> str:
     work.mkdir(parents=True, exist_ok=True)
     (work / "catalog.yaml").write_text(yaml.safe_dump(catalog))
     return f"""
-c.GPUDockerSpawner.catalog_file = {str(work / "catalog.yaml")!r}
+c.GPUCluster.catalog_file = {str(work / "catalog.yaml")!r}
 c.GPUDockerSpawner.default_uid = {UID}
 c.GPUDockerSpawner.default_gid = {GID}
 c.Spawner.default_url = "/lab"

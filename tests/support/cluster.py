@@ -23,7 +23,7 @@ TLS_NODE = "node-c"  # its engine also listens on tcp://<address>:2376 with TLS 
 TEST_IMAGE = "jupyterhub-gpu/singleuser-test:6.1.1"
 #: this machine (the hub's) as the nodes see it: on lo, routed from every node namespace
 SITE_ADDRESS = "10.250.0.1"
-USER_NETWORK = "jupyterhub-gpu-users"  # GPUDockerSpawner.user_network's default
+USER_NETWORK = "jupyterhub-gpu-users"  # GPUCluster.user_network's default
 TLS_DIR = STATE / "tls"
 
 
@@ -59,7 +59,7 @@ class Engine:
         return f"tcp://{self.address}:2376"
 
     def node_config(self, **extra: object) -> dict[str, object]:
-        """This node as an entry of ``GPUDockerSpawner.nodes``: the TLS node over TLS, the
+        """This node as an entry of ``GPUCluster.nodes``: the TLS node over TLS, the
         others over their unix sockets, as a site would (never plain TCP)."""
         if self.tls:
             entry: dict[str, object] = {"docker_url": self.tcp, "tls": self.tls}

@@ -133,7 +133,7 @@ c.Spawner.debug = False
 # the hub's node checks (a probe container per node, docs/nodes.md) are off in test hubs,
 # so that the many hubs the suite starts do not each probe every node; the tests of the
 # checks turn them on (tests/integration/test_hub_node_check.py)
-c.GPUDockerSpawner.check_nodes = False
+c.GPUCluster.check_nodes = False
 """
             + self.extra_config
         )

@@ -271,7 +271,7 @@ def test_a_restarted_hub_continues_an_allocations_usage(tmp_path: Path) -> None:
     nodes = [{"name": "n1", "docker_url": "unix:///nowhere.sock", "address": "127.0.0.1"}]
     cluster = Cluster(ClusterSettings(nodes=nodes, accounting_url=url), logging.getLogger("t"))
     cluster.ledger.rejoin_allocation(rec)
-    asyncio.run(cluster.sample_usage(_snapshot()))  # GPU-0 reads 0 % now
+    asyncio.run(cluster.accounting.sample_usage(_snapshot()))  # GPU-0 reads 0 % now
     assert cluster.recorder is not None
     cluster.recorder.flush().result()
     after = store.usage("a1")

@@ -75,7 +75,7 @@ def test_without_a_usable_secret_nothing_is_sent() -> None:
     endpoint = AgentEndpoint.for_node("gpu-b", "http://127.0.0.1:9", "")
     reading = asyncio.run(client.read(endpoint))
     assert isinstance(reading, Unreachable)
-    assert "no agent token: set c.GPUDockerSpawner.agent_token" in reading.error
+    assert "no agent token: set c.GPUCluster.agent_token" in reading.error
 
 
 def test_print_token(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -27,6 +27,7 @@ from jupyterhub_gpu.core.allocation import (
 from jupyterhub_gpu.core.placement import PlacementRequest
 from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings
 from jupyterhub_gpu.hub.ledger import GPULedger
+from jupyterhub_gpu.hub.runtime import seal_key_of
 from jupyterhub_gpu.hub.spawner import GPUDockerSpawner
 from tests.support.runtime import use_cluster
 from tests.unit.test_quota import _snapshot
@@ -356,5 +357,6 @@ def test_the_spawner_makes_keeps_and_seals_its_allocation(
 
 def test_the_key_comes_from_the_hubs_cookie_secret() -> None:
     user = SimpleNamespace(name="alice", settings={"cookie_secret": b"0123456789abcdef" * 4})
-    assert GPUDockerSpawner(user=user)._seal_key() == KEY
-    assert GPUDockerSpawner(user=SimpleNamespace(name="a", settings={}))._seal_key() is None
+    log = logging.getLogger("test")
+    assert seal_key_of(user.settings, log) == KEY
+    assert seal_key_of(SimpleNamespace(name="a", settings={}).settings, log) is None

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from jupyterhub_gpu.core.allocation import LabelledContainer
 from jupyterhub_gpu.core.placement import PlacementRequest, place
 from jupyterhub_gpu.core.placement.index import index_for
 from jupyterhub_gpu.hub import cluster as cluster_module
-from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings, LabelledContainer
+from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings
 
 pytestmark = pytest.mark.unit
 
@@ -36,7 +37,7 @@ def make_cluster(tmp_path: Path) -> tuple[Cluster, Path]:
     ]
     settings = ClusterSettings(nodes=nodes, probe_mode="declared", inventory_file=str(inventory))
     cluster = Cluster(settings, logging.getLogger("test"))
-    cluster._reconciled = True  # no engines here: nothing to reconcile
+    cluster.reconciler.reconciled = True  # no engines here: nothing to reconcile
 
     async def engine_ok(node: str) -> bool:
         return True
@@ -125,7 +126,7 @@ def test_reconciliation_frees_gpus_a_running_container_does_not_list(tmp_path: P
         LabelledContainer("gpu-a", "c2" * 32, "bob/", ("GPU-c",), True),
         LabelledContainer("gpu-a", "c3" * 32, "carol/", (), True),
     ]
-    cluster._apply("gpu-a", found, began, pending={"bob/"})
+    cluster.reconciler.apply("gpu-a", found, began, pending={"bob/"})
     assert ledger.held_by("alice/") == ["GPU-a"]
     assert ledger.held_by("bob/") == ["GPU-c", "GPU-d"]  # spawning: untouched
     assert ledger.held_by("carol/") == ["GPU-e"]  # newer than the listing

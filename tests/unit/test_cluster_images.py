@@ -63,7 +63,7 @@ def make_cluster(
     )
     settings = ClusterSettings(nodes=nodes, probe_mode="declared", inventory_file=str(DATA), **kw)
     cluster = Cluster(settings, logging.getLogger("test"))
-    cluster._reconciled = True  # no containers here
+    cluster.reconciler.reconciled = True  # no containers here
 
     async def engine_ok(node: str) -> bool:
         return True

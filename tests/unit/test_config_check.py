@@ -37,10 +37,10 @@ CATALOG = REPO / "scripts" / "demo" / "catalog.yaml"
 
 def good() -> Config:
     c = Config()
-    c.GPUDockerSpawner.nodes = [{"name": "n1", "docker_url": "unix:///s", "address": "127.0.0.1"}]
-    c.GPUDockerSpawner.probe_mode = "declared"
-    c.GPUDockerSpawner.inventory_file = str(REPO / "tests" / "data" / "cluster-hetero.yaml")
-    c.GPUDockerSpawner.catalog_file = str(CATALOG)
+    c.GPUCluster.nodes = [{"name": "n1", "docker_url": "unix:///s", "address": "127.0.0.1"}]
+    c.GPUCluster.probe_mode = "declared"
+    c.GPUCluster.inventory_file = str(REPO / "tests" / "data" / "cluster-hetero.yaml")
+    c.GPUCluster.catalog_file = str(CATALOG)
     c.GPUDockerSpawner.home_template = "/mnt/cephfs/home/{username}"
     return c
 
@@ -77,19 +77,19 @@ def test_demo_runs_node_a_agent_and_the_culler_as_services(
     assert f"--GPUSSHGateway.host_key_file={tmp_path / 'ssh_host_ed25519_key'}" in ssh_cmd
     dashboard = services["gpu-dashboard"]  # reads the demo's accounting file, not a default
     assert dashboard["environment"]["JUPYTERHUB_GPU_ACCOUNTING_URL"] == (
-        c.GPUDockerSpawner.accounting_url
+        c.GPUCluster.accounting_url
     )
     # the usage API reads the database the hub writes, and users may reach it
     usage = services["gpu-accounting"]
     assert usage["command"][1:] == ["-m", "jupyterhub_gpu.services.usage"]
     assert usage["environment"]["JUPYTERHUB_GPU_ACCOUNTING_URL"] == (
-        c.GPUDockerSpawner.accounting_url
+        c.GPUCluster.accounting_url
     )  # in its environment, never on its command line
     # the services that render the hub's page get its bar's links ("My usage" among them)
     page = json.loads(usage["environment"]["JUPYTERHUB_GPU_PAGE"])
     assert page["template_vars"]["jhgpu_usage"] == "gpu-accounting"
     assert page == json.loads(services["gpu-dashboard"]["environment"]["JUPYTERHUB_GPU_PAGE"])
-    assert str(tmp_path) in c.GPUDockerSpawner.accounting_url
+    assert str(tmp_path) in c.GPUCluster.accounting_url
     (user_role,) = [r for r in c.JupyterHub.load_roles if r["name"] == "user"]
     assert "access:services!service=gpu-accounting" in user_role["scopes"]
     token = (tmp_path / "agent_token").read_text().strip()
@@ -105,7 +105,7 @@ def test_demo_runs_node_a_agent_and_the_culler_as_services(
     nodes = yaml.safe_load(Path(agent.inventory).read_text())["nodes"]
     assert agent.probe == "declared" and agent.node == "node-a"
     assert agent.node in {n["name"] for n in nodes}
-    (node_a,) = c.GPUDockerSpawner.nodes
+    (node_a,) = c.GPUCluster.nodes
     assert node_a["name"] == agent.node and agent.ip == node_a["address"] == "10.250.1.2"
     # the agent holds its node's own token, never the site secret
     agent_token = services["gpu-agent-node-a"]["environment"]["JUPYTERHUB_GPU_AGENT_TOKEN"]
@@ -121,7 +121,7 @@ def test_demo_runs_node_a_agent_and_the_culler_as_services(
     assert culler.agent_urls == {agent.node: f"http://{agent.ip}:{agent.port}"}
     assert culler.agent_token == token  # the site secret: it derives each agent's token
     assert culler.timeout == culler.gpu_timeout == 120
-    assert culler.notes_file == c.GPUDockerSpawner.cull_notes_file
+    assert culler.notes_file == c.GPUCluster.cull_notes_file
     (role,) = [r for r in c.JupyterHub.load_roles if r["name"] == "gpu-culler"]
     assert role["services"] == ["gpu-culler"]
     assert {"list:users", "admin:server_state", "delete:servers"} <= set(role["scopes"])
@@ -140,13 +140,11 @@ def _bad_catalog(tmp_path: Path) -> str:
     "mutate, fragment",
     [
         (
-            lambda c, t: setattr(c.GPUDockerSpawner, "catalog_file", _bad_catalog(t)),
+            lambda c, t: setattr(c.GPUCluster, "catalog_file", _bad_catalog(t)),
             "images[1] (demo-cuda11).cuda_version",
         ),
         (
-            lambda c, t: setattr(
-                c.GPUDockerSpawner, "nodes", [{"name": "x", "docker_url": "http://h"}]
-            ),
+            lambda c, t: setattr(c.GPUCluster, "nodes", [{"name": "x", "docker_url": "http://h"}]),
             "nodes[0] (x).docker_url",
         ),
         (
@@ -158,7 +156,7 @@ def _bad_catalog(tmp_path: Path) -> str:
             "absolute folder",
         ),
         (
-            lambda c, t: setattr(c.GPUDockerSpawner, "inventory_file", str(t / "missing.yaml")),
+            lambda c, t: setattr(c.GPUCluster, "inventory_file", str(t / "missing.yaml")),
             "cannot read",
         ),
         (lambda c, t: setattr(c.DockerSpawner, "default_uid", 0), "never run as root"),
@@ -470,7 +468,11 @@ def test_the_spawn_limit_moves_off_queued_spawns(
         c[section][key] = value
     check_config(c)
     assert c.JupyterHub.get("concurrent_spawn_limit") == hub_limit
-    assert c.GPUDockerSpawner.get("concurrent_start_limit") == start_limit
+    # where the hub reads it: c.GPUCluster (a key set the old way still counts)
+    limit = c.GPUCluster.get(
+        "concurrent_start_limit", c.GPUDockerSpawner.get("concurrent_start_limit")
+    )
+    assert limit == start_limit
 
 
 def test_a_bad_queue_policy_stops_the_hub_at_start() -> None:
@@ -480,3 +482,29 @@ def test_a_bad_queue_policy_stops_the_hub_at_start() -> None:
         check_config(c)
     c.GPUDockerSpawner.queue_policy = {"groups": {"ml-lab": {"max_gpus": 2}}}
     check_config(c)
+
+
+def test_a_moved_key_set_the_old_way_still_works_and_is_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """c.GPUDockerSpawner.<key> of a key that moved to c.GPUCluster keeps working for one
+    release; check_config and the hub say which key to set instead; c.GPUCluster wins."""
+    from jupyterhub_gpu.hub.cluster_settings import gpu_cluster
+
+    c = good()
+    c.GPUDockerSpawner.hub_id = "old-way"
+    c.GPUDockerSpawner.drains_file = "/var/lib/jupyterhub-gpu/old.json"
+    c.GPUCluster.drains_file = "/var/lib/jupyterhub-gpu/new.json"
+    with caplog.at_level(logging.WARNING, logger="JupyterHub"):
+        check_config(c)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "c.GPUDockerSpawner.hub_id is deprecated: set c.GPUCluster.hub_id instead (the old "
+        "key still works in this release)"
+    ]
+    warned: set[str] = set()
+    site = gpu_cluster(c, logging.getLogger("JupyterHub"), warned=warned)
+    assert site.hub_id == "old-way" and site.drains_file.endswith("new.json")
+    assert warned == {"hub_id"}
+    with pytest.raises(ConfigError, match=r"GPUCluster\.node_check_interval"):
+        gpu_cluster(c, logging.getLogger("test"), {"node_check_interval": 0})

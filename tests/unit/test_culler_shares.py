@@ -15,7 +15,7 @@ import pytest
 
 from jupyterhub_gpu.core.culling.idleness import Signal
 from jupyterhub_gpu.edges.files import load_share_notices
-from jupyterhub_gpu.services.culler import app as culler_app
+from jupyterhub_gpu.services.culler import state as culler_state
 from jupyterhub_gpu.services.culler.app import GPUIdleCuller
 from tests.unit.test_culler_service import T0, World, iso, make_culler, poll, server
 
@@ -348,7 +348,7 @@ async def test_an_unreadable_or_huge_state_file_is_one_warning_and_a_fresh_start
     monkeypatch: pytest.MonkeyPatch,
     content: bytes,
 ) -> None:
-    monkeypatch.setattr(culler_app, "MAX_STATE_FILE", 1024)
+    monkeypatch.setattr(culler_state, "MAX_STATE_FILE", 1024)
     (tmp_path / "state.json").write_bytes(content)
     shared.users = [shared.user("bob", share_server("bob", B))]
     culler = make_culler(shared, tmp_path, share_memory_action="stop", share_memory_grace=0.0)

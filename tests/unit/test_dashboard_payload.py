@@ -312,7 +312,7 @@ def site_config() -> Config:
         {"name": "gpu-culler", "scopes": ["list:users"], "services": ["gpu-culler"]},
         {"name": "user", "scopes": ["self", "access:services!service=gpu-accounting"]},
     ]
-    c.GPUDockerSpawner.accounting_url = "postgresql+psycopg://jhgpu:secret@db/jhgpu"
+    c.GPUCluster.accounting_url = "postgresql+psycopg://jhgpu:secret@db/jhgpu"
     return c
 
 
@@ -375,7 +375,7 @@ def test_configure_on_a_bare_config_makes_the_user_role() -> None:
     assert roles["user"]["scopes"] == ["self", "access:services!service=gpus"]
     assert roles["gpus"]["services"] == ["gpus"]
     assert "jhgpu_dashboard" not in app.template_vars
-    c.GPUDockerSpawner.accounting_url = ""  # a hub that records nothing: no charts either
+    c.GPUCluster.accounting_url = ""  # a hub that records nothing: no charts either
     configure(c, name="gpus2")
     env = JupyterHub(config=c).services[-1]["environment"]
     assert env["JUPYTERHUB_GPU_ACCOUNTING_URL"] == ""

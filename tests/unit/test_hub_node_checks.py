@@ -28,7 +28,7 @@ from jupyterhub_gpu.core.inventory import NodeInventory, NodeState
 from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.edges.nodecheck import CheckSettings, remove_leftovers
 from jupyterhub_gpu.errors import BadPayload, ConfigError
-from jupyterhub_gpu.hub import cluster as cluster_module
+from jupyterhub_gpu.hub import node_checks as checks_module
 from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings
 from jupyterhub_gpu.hub.spawner import GPUDockerSpawner
 from jupyterhub_gpu.wire.cluster import build_payload, decode_payload, payload_json
@@ -196,7 +196,7 @@ def make_cluster(
     nodes_file = tmp_path / "nodes.yaml"
     nodes_file.write_text(yaml.safe_dump({"nodes": nodes[2:]}))
     checks = Checks()
-    monkeypatch.setattr(cluster_module, "check_node", checks)
+    monkeypatch.setattr(checks_module, "check_node", checks)
     settings = ClusterSettings(
         nodes=nodes[:2],
         nodes_file=str(nodes_file),
@@ -207,7 +207,7 @@ def make_cluster(
         reconcile_interval=0,
     )
     cluster = Cluster(settings, logging.getLogger("test.checks"))
-    cluster._reconciled = True  # no engines here
+    cluster.reconciler.reconciled = True  # no engines here
 
     async def engine_ok(node: str) -> bool:
         return True
@@ -226,8 +226,8 @@ def make_cluster(
 
 async def checked(cluster: Cluster) -> None:
     """Start the due checks and wait for them."""
-    cluster._start_due_checks()
-    await asyncio.gather(*list(cluster._checking.values()))
+    cluster.checks.start_due()
+    await asyncio.gather(*list(cluster.checks.checking.values()))
 
 
 def schedulable(snapshot: ClusterSnapshot) -> dict[str, bool]:
@@ -255,10 +255,10 @@ def test_a_node_failing_its_firewall_check_takes_no_servers_until_one_passes(
         failures = cluster.check_failures()
         assert list(failures) == [NODE] and "jupyterhub-gpu firewall" in failures[NODE]
         # checked again (its entry unchanged, its time not come): nothing new in the log
-        cluster._checked[NODE] = (0.0, cluster.spec(NODE), 0.0)
+        cluster.checks.checked[NODE] = (0.0, cluster.spec(NODE), 0.0)
         await checked(cluster)
         checks.lines[NODE] = PASSING
-        cluster._checked[NODE] = (0.0, cluster.spec(NODE), 0.0)
+        cluster.checks.checked[NODE] = (0.0, cluster.spec(NODE), 0.0)
         await checked(cluster)
         assert schedulable(await cluster.snapshot())[NODE] is True
         assert cluster.check_failures() == {}
@@ -282,12 +282,12 @@ def test_a_spawn_never_waits_for_a_check(tmp_path: Path, monkeypatch: pytest.Mon
     checks.hold.clear()
 
     async def scenario() -> None:
-        cluster._start_due_checks()
+        cluster.checks.start_due()
         snapshot = await asyncio.wait_for(cluster.snapshot(), 2)
         assert all(schedulable(snapshot).values())
-        cluster._start_due_checks()  # still running: not started twice
+        cluster.checks.start_due()  # still running: not started twice
         checks.hold.set()
-        await asyncio.gather(*list(cluster._checking.values()))
+        await asyncio.gather(*list(cluster.checks.checking.values()))
 
     asyncio.run(scenario())
     assert len(checks.calls) == 3
@@ -327,7 +327,11 @@ def test_the_interval_and_a_node_that_answers_again(
         assert len(checks.calls) == 6
         cluster.settings.node_check_interval = 300.0
         for name in ("gpu-a", "gpu-b", NODE):
-            cluster._checked[name] = (cluster._checked[name][0], cluster.spec(name), 300.0)
+            cluster.checks.checked[name] = (
+                cluster.checks.checked[name][0],
+                cluster.spec(name),
+                300.0,
+            )
         cluster._mark_down(NODE, ConnectionError("gone"))
         await checked(cluster)  # down: not checked while it does not answer
         assert len(checks.calls) == 6
@@ -346,7 +350,7 @@ def test_a_check_that_raises_judges_nothing(
     def broken(spec: NodeSpec, settings: CheckSettings, run: str) -> nc.NodeReport:
         raise OSError("no such socket")
 
-    monkeypatch.setattr(cluster_module, "check_node", broken)
+    monkeypatch.setattr(checks_module, "check_node", broken)
     asyncio.run(checked(cluster))
     verdict = cluster.verdict(NODE)
     assert verdict is not None and verdict.state == nc.UNCHECKED
@@ -362,7 +366,7 @@ def test_checks_off_start_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         await cluster.snapshot()
 
     asyncio.run(scenario())
-    assert cluster._check_task is None and checks.calls == []
+    assert cluster.checks.task is None and checks.calls == []
 
 
 # ---------------------------------------------------------------- the dashboard

@@ -647,3 +647,40 @@ def test_test_modules_have_unique_basenames() -> None:
             clashes.append(f"{seen[path.name].relative_to(tests)} and {path.relative_to(tests)}")
         seen.setdefault(path.name, path)
     assert not clashes, clashes
+
+
+# -- no god objects: every class of the package stays small enough to hold in one head ------
+MAX_CLASS_LINES = 700
+MAX_CLASS_METHODS = 40
+
+
+def oversized_classes(root: Path) -> list[str]:
+    """Each class under ``root`` over :data:`MAX_CLASS_LINES` lines (its ``class`` line to
+    its last) or :data:`MAX_CLASS_METHODS` methods (functions defined in its body), with
+    its numbers."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            lines = (node.end_lineno or node.lineno) - node.lineno + 1
+            methods = sum(isinstance(b, ast.FunctionDef | ast.AsyncFunctionDef) for b in node.body)
+            if lines > MAX_CLASS_LINES or methods > MAX_CLASS_METHODS:
+                where = path.relative_to(root)
+                found.append(f"{where}: class {node.name}: {lines} lines, {methods} methods")
+    return found
+
+
+def test_no_class_is_over_700_lines_or_40_methods() -> None:
+    assert oversized_classes(PACKAGE) == []
+
+
+def test_an_oversized_class_is_named_with_its_numbers(tmp_path: Path) -> None:
+    methods = "".join(f"    def m{i}(self) -> None:\n        pass\n" for i in range(41))
+    (tmp_path / "big.py").write_text(f"class Big:\n{methods}\nclass Small:\n    x = 1\n")
+    long_body = "".join(f"    x{i} = {i}\n" for i in range(700))
+    (tmp_path / "long.py").write_text(f"class Long:\n{long_body}")
+    assert oversized_classes(tmp_path) == [
+        "big.py: class Big: 83 lines, 41 methods",
+        "long.py: class Long: 701 lines, 0 methods",
+    ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from types import SimpleNamespace
 
 import pytest
@@ -15,7 +16,7 @@ from jupyterhub_gpu.core.names import (
     check_name_lengths,
     names_fit,
 )
-from jupyterhub_gpu.hub.spawner import GPUDockerSpawner
+from jupyterhub_gpu.hub.spawner import GPUDockerSpawner, derived_names
 
 pytestmark = pytest.mark.unit
 
@@ -26,14 +27,16 @@ def _spawner(user: str, server: str = "", **config: object) -> GPUDockerSpawner:
 
 
 def _check(spawner: GPUDockerSpawner) -> None:
-    check_name_lengths(spawner._derived_names, spawner.user.name, spawner.name, spawner.escape)
+    check_name_lengths(
+        partial(derived_names, spawner), spawner.user.name, spawner.name, spawner.escape
+    )
 
 
 @pytest.mark.parametrize("user", ["alice", "Alice", "al.ice@example.org", "a" * 200, "ü" * 20])
 @pytest.mark.parametrize("server", ["", "gpu2"])
 def test_the_derived_container_name_is_dockerspawners(user: str, server: str) -> None:
     spawner = _spawner(user, server)
-    (kind, name), *_ = spawner._derived_names(user, server)
+    (kind, name), *_ = derived_names(spawner, user, server)
     assert kind == CONTAINER_NAME and name == spawner.container_name
 
 
@@ -104,8 +107,8 @@ def test_names_too_long_are_refused_with_the_numbers(
 def test_the_limit_given_is_exact() -> None:
     """The most the message offers fits; one more does not."""
     spawner = _spawner("x", "", home_template="/mnt/cephfs/home-{username}", prefix="j")
-    assert names_fit(spawner._derived_names, "u" * 250, "")
-    assert not names_fit(spawner._derived_names, "u" * 251, "")
+    assert names_fit(partial(derived_names, spawner), "u" * 250, "")
+    assert not names_fit(partial(derived_names, spawner), "u" * 251, "")
 
 
 def test_a_template_too_long_for_any_name_is_the_admins() -> None:

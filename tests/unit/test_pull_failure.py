@@ -19,6 +19,7 @@ from jupyterhub_gpu.core.progress import (
     pull_failure,
     registry_of,
 )
+from jupyterhub_gpu.edges.node_errors import node_calls
 from jupyterhub_gpu.errors import ImageUnavailable
 from jupyterhub_gpu.hub.pull import pull
 
@@ -136,7 +137,8 @@ class Node:
         self, node: str, fn: Callable[[], Any], timeout: float | None = None, *,
         executor: Any = None,
     ) -> Any:  # fmt: skip
-        return await asyncio.get_running_loop().run_in_executor(executor, fn)
+        with node_calls(node):  # as Cluster.run: the library's errors become ours
+            return await asyncio.get_running_loop().run_in_executor(executor, fn)
 
 
 @pytest.mark.parametrize("in_stream", [False, True], ids=["answer", "stream"])

@@ -56,7 +56,8 @@ def test_long_messages_are_cut(tmp_path: Path) -> None:
 
 
 def _spawner(active: bool, path: Path | str) -> Any:
-    return SimpleNamespace(active=active, share_notices_file=str(path))
+    site = SimpleNamespace(share_notices_file=str(path))  # its c.GPUCluster
+    return SimpleNamespace(active=active, site=site)
 
 
 def test_a_user_reads_only_her_active_servers_notices(tmp_path: Path) -> None:
@@ -85,7 +86,7 @@ def test_configure_culler_sets_the_share_notices_file_on_both_sides() -> None:
     from jupyterhub_gpu.hub.extensions import configure_culler
 
     c = Config()
-    c.GPUDockerSpawner.share_notices_file = "/var/lib/jupyterhub-gpu/share-notices.json"
+    c.GPUCluster.share_notices_file = "/var/lib/jupyterhub-gpu/share-notices.json"
     configure_culler(c, site_secret="s" * 32)
     (command,) = [s["command"] for s in c.JupyterHub.services]
     assert (

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import socket
@@ -80,9 +81,7 @@ def test_site_init_lays_out_a_coherent_site(paths: Site) -> None:
     # every path absolute, state under --state: nothing relative to the working directory
     assert f"STATE = Path('{paths.state}')".replace("'", '"') in text
     assert "c.JupyterHub.db_url = f\"sqlite:///{STATE / 'jupyterhub.sqlite'}\"" in text
-    assert (
-        "c.GPUDockerSpawner.accounting_url = f\"sqlite:///{STATE / 'accounting.sqlite'}\"" in text
-    )
+    assert "c.GPUCluster.accounting_url = f\"sqlite:///{STATE / 'accounting.sqlite'}\"" in text
     assert 'c.JupyterHub.cookie_secret_file = str(ETC / "secrets" / "cookie-secret")' in text
     assert "@" not in text.replace("@ETC@", "")  # no placeholder left
     nodes = yaml.safe_load(paths.nodes_file.read_text())["nodes"]
@@ -540,12 +539,10 @@ def test_check_config_names_a_secret_readable_by_others_or_unreadable(ready: Sit
 
 def test_check_config_names_a_mistyped_key(ready: Site) -> None:
     text = ready.config.read_text()
-    ready.config.write_text(
-        text.replace("c.GPUDockerSpawner.nodes_file", "c.GPUDockerSpawner.nodesfile")
-    )
+    ready.config.write_text(text.replace("c.GPUCluster.nodes_file", "c.GPUCluster.nodesfile"))
     (found,) = problems(ready)
-    assert found.startswith(f"{ready.config}: c.GPUDockerSpawner.nodesfile is not a setting")
-    assert "did you mean GPUDockerSpawner.nodes_file?" in found
+    assert found.startswith(f"{ready.config}: c.GPUCluster.nodesfile is not a setting")
+    assert "did you mean GPUCluster.nodes_file?" in found
     ready.config.write_text(
         text.replace("c.JupyterHub.hub_connect_ip", "c.JupyterHub.hub_conect_ip")
     )
@@ -685,8 +682,7 @@ def test_check_config_names_a_missing_nodes_file_an_empty_one_and_relative_paths
     ready.nodes_file.unlink()
     found = problems(ready)
     assert any(
-        p.startswith(f"{ready.nodes_file} (GPUDockerSpawner.nodes_file) does not exist")
-        for p in found
+        p.startswith(f"{ready.nodes_file} (GPUCluster.nodes_file) does not exist") for p in found
     ), found
     ready.nodes_file.write_text("nodes: []\n")
     # the site's join service adds them (`node join`): no node yet is a site to come
@@ -699,12 +695,12 @@ def test_check_config_names_a_missing_nodes_file_an_empty_one_and_relative_paths
     text = ready.config.read_text()
     ready.config.write_text(
         text.replace(
-            "c.GPUDockerSpawner.accounting_url = f\"sqlite:///{STATE / 'accounting.sqlite'}\"",
-            'c.GPUDockerSpawner.accounting_url = "sqlite:///accounting.sqlite"',
+            "c.GPUCluster.accounting_url = f\"sqlite:///{STATE / 'accounting.sqlite'}\"",
+            'c.GPUCluster.accounting_url = "sqlite:///accounting.sqlite"',
         )
     )
     assert problems(ready) == [
-        f"{ready.config}: GPUDockerSpawner.accounting_url 'sqlite:///accounting.sqlite' is "
+        f"{ready.config}: GPUCluster.accounting_url 'sqlite:///accounting.sqlite' is "
         "relative to the hub's working directory: name an absolute path (e.g. "
         f"sqlite:///{ready.state}/accounting.sqlite)."
     ]
@@ -833,8 +829,8 @@ def test_the_nodes_file_alone_lists_the_nodes(tmp_path: Path) -> None:
     from traitlets.config import Config
 
     from jupyterhub_gpu.errors import ConfigError
+    from jupyterhub_gpu.hub.cluster_settings import gpu_cluster
     from jupyterhub_gpu.hub.config import check_config
-    from jupyterhub_gpu.hub.spawner import GPUDockerSpawner
 
     nodes = tmp_path / "nodes.yaml"
     nodes.write_text("nodes: []\n")
@@ -849,7 +845,7 @@ def test_the_nodes_file_alone_lists_the_nodes(tmp_path: Path) -> None:
     entry = {"name": "gpu-a", "docker_url": "unix:///run/a.sock", "address": "10.0.0.12"}
     nodes.write_text(yaml.safe_dump({"nodes": [entry, {**entry, "name": "local"}]}))
     check_config(c)  # no second "local" from the default
-    assert GPUDockerSpawner(config=c).nodes == []
+    assert gpu_cluster(c, logging.getLogger("test")).nodes == []  # as the hub reads it
 
 
 def test_check_config_names_a_proxy_that_is_not_installed(ready: Site) -> None:

@@ -30,6 +30,7 @@ from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.hub.cluster import Cluster, ClusterSettings
 from jupyterhub_gpu.hub.queue import MustQueue, QueueTimeout, SpawnQueue
 from jupyterhub_gpu.hub.runtime import runtime_of
+from jupyterhub_gpu.hub.spawn_form import spawn_form
 from jupyterhub_gpu.hub.spawner import GPUDockerSpawner
 from tests.support.runtime import queue_of, use_cluster
 
@@ -364,7 +365,7 @@ def test_a_preempted_server_s_reason_is_in_the_next_form(
     assert "its GPU is reserved for group course until " in state["ended_note"]
     again = spawner(monkeypatch, server="big")
     again.load_state(state)
-    html = asyncio.run(again._render_options_form())
+    html = asyncio.run(spawn_form(again))
     notice = re.search(r'<span id="jhgpu-notice-text">(.*?)</span>', html, re.S)
     assert notice is not None and unescape(notice[1]).strip() == state["ended_note"]
     reserved = re.findall(r"<li>(.*?)</li>", html.split('id="jhgpu-reserved"')[1].split("</ul>")[0])
@@ -420,7 +421,7 @@ def test_a_user_of_the_reserving_group_sees_no_notice_and_no_select(
     queue().reservations = (
         Reservation("r", "course", now - 60, now + 3600, gpu_uuids=frozenset({"GPU-0"})),
     )
-    html = asyncio.run(spawner(monkeypatch, groups=("course", "users"))._render_options_form())
+    html = asyncio.run(spawn_form(spawner(monkeypatch, groups=("course", "users"))))
     assert "jhgpu-reserved" not in html and "charge_group" not in html
     assert 'id="jhgpu-notice"' not in html
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from jupyterhub_gpu.hub import spawner as spawner_module
 from jupyterhub_gpu.hub.spawner import GPUDockerSpawner
 
 pytestmark = pytest.mark.unit
@@ -29,10 +30,19 @@ class Node:
         self.checks.append((image, pulled))
 
 
-async def test_the_image_is_inspected_and_checked_once_per_start() -> None:
+async def test_the_image_is_inspected_and_checked_once_per_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     node = Node()
     spawner: Any = GPUDockerSpawner(user=SimpleNamespace(name="alice", id=1))
-    spawner.docker, spawner._check_saved = node.docker, node.check_saved
+    spawner._on_node, spawner.saved_images = node.docker, lambda: None
+
+    async def check(
+        saves: Any, image: str, info: dict[str, Any], *args: Any, untag: Any = None
+    ) -> None:  # image_checks.check_image, as the node's stand-in sees it
+        await node.check_saved(image, info, untag is not None)
+
+    monkeypatch.setattr(spawner_module, "check_image", check)
     spawner.get_args = lambda: ["--debug"]  # the hub's arguments: not the point here
     spawner.image = "reg/torch:1"
     await spawner.pull_image("reg/torch:1")  # _create's

@@ -190,7 +190,7 @@ def test_the_spawner_submits_exactly_the_description(monkeypatch: pytest.MonkeyP
         return getattr(client, method)(*args, **kw)
 
     s.node_name = "node-a"
-    s.docker = docker  # type: ignore[method-assign]
+    s._on_node = docker  # type: ignore[method-assign]
     cluster = SimpleNamespace(ensure_user_network=ensure_user_network, client=lambda node: client)
     monkeypatch.setattr(GPUDockerSpawner, "cluster", property(lambda self: cluster))
     s._node = lambda name: SimpleNamespace(publish_ip="10.250.1.2")  # type: ignore[method-assign]
@@ -205,4 +205,4 @@ def test_the_spawner_submits_exactly_the_description(monkeypatch: pytest.MonkeyP
     assert host == {"from-create_host_config": expected.host}
     assert "privileged" not in expected.host and expected.host["dns"] == ["10.0.0.53"]
     assert created["environment"]["NVIDIA_VISIBLE_DEVICES"] == "GPU-1111"
-    assert networks == [s.user_network]
+    assert networks == [s.site.user_network]

@@ -4,8 +4,8 @@
 #
 #   jupyterhub-gpu firewall [--bridge IFACE] [--allow ADDR[/PREFIX][:PORT[-PORT]]]...
 #                           [--dns ADDR]... [--no-host-dns] [--dry-run | --remove]
-# User servers run on a Docker bridge network (GPUDockerSpawner.user_network, bridge
-# interface GPUDockerSpawner.user_bridge, default jhgpu-users) with inter-container
+# User servers run on a Docker bridge network (GPUCluster.user_network, bridge
+# interface GPUCluster.user_bridge, default jhgpu-users) with inter-container
 # traffic off. Docker itself does not stop a container from reaching the node it runs on
 # (the bridge gateway is the node) nor the site's private network. This script does:
 #

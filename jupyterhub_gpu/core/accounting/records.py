@@ -55,7 +55,7 @@ class AllocationRecord:
     cpus: float | None = None
     mem_gib: float | None = None
     started_at: datetime = field(default_factory=utcnow)
-    hub: str = ""  # the hub that made it (GPUDockerSpawner.hub_id): hubs may share a database
+    hub: str = ""  # the hub that made it (GPUCluster.hub_id): hubs may share a database
     gpu_fraction: float = 1.0  # the part of each GPU held: a share's K/N (issue 26), else 1
     kind: str = "server"  # or "job" (issue 32)
 

@@ -18,7 +18,7 @@ class AllocationRow(Base):
     __tablename__ = "jhgpu_allocations"
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    hub: Mapped[str] = mapped_column(String(255), default="")  # GPUDockerSpawner.hub_id
+    hub: Mapped[str] = mapped_column(String(255), default="")  # GPUCluster.hub_id
     user: Mapped[str] = mapped_column(String(255))
     server: Mapped[str] = mapped_column(String(255), default="")
     group: Mapped[str] = mapped_column("charge_group", String(255), default="")

@@ -149,7 +149,7 @@ class AccountingStore:
         if not self.has_schema():
             raise AccountingUnavailable(
                 f"{safe_url(self.url)} has no accounting tables (jhgpu_allocations): is it "
-                "the hub's GPUDockerSpawner.accounting_url? The hub creates them."
+                "the hub's GPUCluster.accounting_url? The hub creates them."
             )
 
     # ------------------------------------------------------------------ writes

@@ -7,7 +7,7 @@
 - ``POST /hub/api/gpu/nodes/{node}/drain`` ``{"note": "...", "by": "admin name"}`` and
   ``DELETE`` of the same path (scope ``custom:gpu-cluster:admin``): an admin's drain of a
   node (no new servers there; running ones untouched), kept in ``Cluster.admin_drains``
-  and in ``GPUDockerSpawner.drains_file``, so that a restart keeps it.
+  and in ``GPUCluster.drains_file``, so that a restart keeps it.
 
 Registered with ``c.JupyterHub.extra_handlers`` (JupyterHub adds the hub prefix). The
 custom scopes must exist before ``needs_scope`` is applied to the handlers (at import), so
@@ -234,15 +234,12 @@ def _not_kept(cluster: Cluster, error: OSError) -> str:
     )
     return (
         "The hub could not save the change in its drains file (see the hub's log); nothing "
-        "changed. An admin must make GPUDockerSpawner.drains_file writable by the hub."
+        "changed. An admin must make GPUCluster.drains_file writable by the hub."
     )
 
 
-def _prepull() -> list[dict[str, Any]]:
+def _prepull(runner: Any) -> list[dict[str, Any]]:
     """The pre-puller's nodes for the payload (none while it is off or not started)."""
-    from jupyterhub_gpu.hub.prepull import running_prepuller
-
-    runner = running_prepuller()
     if runner is None or not runner.settings.enabled:
         return []
     return prepull_entries(runner.state())
@@ -297,7 +294,7 @@ class ClusterAPIHandler(_GPUAPIHandler):
                 queue=waiting,
                 reservations=[reservation_entry(r) for r in queue.reservations] if queue else [],
                 check_failures=cluster.check_failures(),
-                prepull=_prepull(),
+                prepull=_prepull(runtime.prepuller),
                 shares=share_holds(cluster.ledger, servers),
                 **common,
             )

@@ -3,16 +3,16 @@
     POST /hub/api/gpu/users/{user}/keep                  (the default server)
     POST /hub/api/gpu/users/{user}/servers/{name}/keep   (a named server)
 
-A server the culler warned (``GPUDockerSpawner.cull_warnings_file``, written by the culler
+A server the culler warned (``GPUCluster.cull_warnings_file``, written by the culler
 each round, core/culling/warning.py) shows on every hub page: "Your server will be stopped
 at 14:05 (local time) because it has been idle for 50 min." with "I'm still here", which
 posts here. That records the moment in the server's spawner state
 (:data:`~jupyterhub_gpu.core.culling.warning.POSTPONED_KEY`), which the culler reads as hub
 activity then: the cull moves a whole timeout later, once per server start (a second
 press is refused with a sentence). Scope: ``servers`` on that server (a user's own, as
-starting and stopping it). After a cull, the server's note (``cull_notes_file``) says why
-and when, on the home page and on a bookmarked ``/user/...`` URL of it (JupyterHub's
-not_running page), until the server starts again.
+starting and stopping it). After a cull, the server's note
+(``GPUCluster.cull_notes_file``) says why and when, on the home page and on a bookmarked
+``/user/...`` URL of it (JupyterHub's not_running page), until the server starts again.
 """
 
 from __future__ import annotations
@@ -35,6 +35,12 @@ from jupyterhub_gpu.wire.cull_notes import notes_for
 NOTE_SHOWN_FOR = timedelta(days=7)
 
 
+def _site_file(spawner: Any, key: str) -> str:
+    """``c.GPUCluster.<key>`` as ``spawner`` (a GPUDockerSpawner) reads it; '' for another
+    spawner."""
+    return str(getattr(getattr(spawner, "site", None), key, "") or "")
+
+
 def _naive_utc(t: datetime | None) -> datetime | None:
     return None if t is None else t.replace(tzinfo=timezone.utc)
 
@@ -42,7 +48,7 @@ def _naive_utc(t: datetime | None) -> datetime | None:
 def _warning_of(spawner: Any, holder: str, now: datetime) -> CullWarning | None:
     """The culler's current warning of this active server, unless its user already
     pressed "I'm still here" after it was issued."""
-    path = str(getattr(spawner, "cull_warnings_file", "") or "")
+    path = _site_file(spawner, "cull_warnings_file")
     if not path or not spawner.active:
         return None
     warning = load_cull_warnings(path, now).get(holder)
@@ -78,7 +84,7 @@ def cull_notices(user: Any, now: datetime) -> list[dict[str, Any]]:
                 }
             )
             continue
-        path = str(getattr(spawner, "cull_notes_file", "") or "")
+        path = _site_file(spawner, "cull_notes_file")
         if spawner.active or orm.pending or not path:
             continue
         if path not in notes_files:
@@ -117,7 +123,7 @@ class KeepServerAPIHandler(APIHandler):
             raise web.HTTPError(409, "That server is not running: there is nothing to keep.")
         now = datetime.now(timezone.utc)
         holder = f"{user.name}/{server_name}"
-        path = str(getattr(spawner, "cull_warnings_file", "") or "")
+        path = _site_file(spawner, "cull_warnings_file")
         warning = load_cull_warnings(path, now).get(holder) if path else None
         if warning is None:
             raise web.HTTPError(409, "Your server is not about to be stopped: nothing to do.")

@@ -28,8 +28,8 @@ from tornado import web
 from jupyterhub_gpu.core.identity import Identity
 from jupyterhub_gpu.core.saving.entries import base_of, saved_entries, visible, with_saved
 from jupyterhub_gpu.errors import UserFacingError
-from jupyterhub_gpu.hub.saves import MyImages, ServerFacts, image_json, my_images
-from jupyterhub_gpu.hub.spawner import GPUDockerSpawner
+from jupyterhub_gpu.hub.runtime import runtime_of
+from jupyterhub_gpu.hub.saves import MyImages, ServerFacts, image_json
 
 NAME = r"[a-z0-9][a-z0-9._-]{0,63}"
 MAX_CONDA_ENVS = 20
@@ -44,20 +44,23 @@ def base_name(catalog: Any, slug: str) -> str:
 
 
 class _Base(APIHandler):
-    async def _context(self, user_name: str) -> tuple[Any, GPUDockerSpawner, MyImages, Identity]:
-        """The user, their default spawner (it holds the hub's settings and reads the
-        user's identity), the saved-images service and the user's identity."""
+    async def _context(self, user_name: str) -> tuple[Any, Any, MyImages, Identity]:
+        """The user, their default spawner (it reads the user's identity and home), the
+        hub's saved-images service (its runtime's: :func:`runtime_of`) and the user's
+        identity."""
         user = self.find_user(user_name)
         if user is None:
             raise web.HTTPError(404, f"No user {user_name!r}.")
         spawner = user.spawner
-        if not isinstance(spawner, GPUDockerSpawner):
+        if not (hasattr(spawner, "identity") and hasattr(spawner, "home_host_path")):
             raise web.HTTPError(503, "Saved images need GPUDockerSpawner as the hub's spawner.")
         try:
             ident = await spawner.identity()
         except UserFacingError as e:
             raise web.HTTPError(e.status_code, str(e)) from None
-        return user, spawner, my_images(spawner.cluster, spawner.config, self.log), ident
+        runtime = runtime_of(self.settings)
+        runtime.start_from(self.settings, self.log)
+        return user, spawner, runtime.saved_images(self.log), ident
 
     def _json_object(self) -> dict[str, Any]:
         body = self.get_json_body()
@@ -94,7 +97,7 @@ class ImagesAPIHandler(_Base):
             raise self._fail(e) from None
         limits = service.settings
         job = service.job(user.name)
-        home = spawner._home_path(ident)
+        home = spawner.home_host_path(ident)
         envs: tuple[str, ...] = ()
         if home is not None and service.settings.enabled:
             envs = await service.conda_envs(user.name, home)  # cached, bounded, off the loop
@@ -173,7 +176,7 @@ class ImagesAPIHandler(_Base):
                 node=running.node_name,
                 image=await self._running_image(running),
                 base_slug=base.slug,
-                home=running._home_path(ident),
+                home=running.home_host_path(ident),
                 parent_bytes=parent.size_bytes if parent else 0,
                 conda_envs=tuple(envs),
             )

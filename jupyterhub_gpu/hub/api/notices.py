@@ -5,7 +5,7 @@
 Three kinds. The culler's warnings before a cull and notes after one
 (:func:`~jupyterhub_gpu.hub.api.cull.cull_notices`, with "I'm still here"). A GPU share
 whose own processes hold more memory than its share, as the culler's share notices file
-says (``GPUDockerSpawner.share_notices_file``, issue #26:
+says (``GPUCluster.share_notices_file``, issue #26:
 "Your default server (GPU-3b1a9f6e) holds 8000 MiB of GPU memory, more than its
 share's 6144 MiB: ..."). And a reservation of another group that will take a running server's GPUs
 within ``queue_policy``'s ``reservation_notice_hours`` ("Your server 'big' is on GPUs
@@ -61,12 +61,14 @@ def server_notices(
 
 
 def share_notices(user: Any, now: datetime) -> list[dict[str, Any]]:
-    """The notices of ``user``'s active share servers over their memory (each spawner's
-    ``share_notices_file``, read once per file; a missing or stale file says nothing)."""
+    """The notices of ``user``'s active share servers over their memory
+    (``GPUCluster.share_notices_file``, read once per file; a missing or stale file says
+    nothing)."""
     found: list[dict[str, Any]] = []
     files: dict[str, dict[str, ShareNotice]] = {}
     for name, spawner in sorted(user.spawners.items()):
-        path = str(getattr(spawner, "share_notices_file", "") or "")
+        site = getattr(spawner, "site", None)  # c.GPUCluster, as the spawner reads it
+        path = str(getattr(site, "share_notices_file", "") or "")
         if not spawner.active or not path:
             continue
         if path not in files:

@@ -19,7 +19,7 @@ from jupyterhub.scopes import needs_scope
 from tornado import web
 
 from jupyterhub_gpu.hub.api.cluster import ADMIN_SCOPE, READ_SCOPE
-from jupyterhub_gpu.hub.prepull import running_prepuller
+from jupyterhub_gpu.hub.runtime import runtime_of
 
 NOT_RUNNING = (
     "The pre-puller has not started yet: it starts with the hub's first spawn form, server "
@@ -32,7 +32,7 @@ class PrePullAPIHandler(APIHandler):
 
     @needs_scope(READ_SCOPE)
     async def get(self) -> None:
-        runner = running_prepuller()
+        runner = runtime_of(self.settings).prepuller
         if runner is None:
             self.write(json.dumps({"enabled": False, "message": NOT_RUNNING, "nodes": {}}))
             return
@@ -40,7 +40,7 @@ class PrePullAPIHandler(APIHandler):
 
     @needs_scope(ADMIN_SCOPE)
     async def post(self) -> None:
-        runner = running_prepuller()
+        runner = runtime_of(self.settings).prepuller
         if runner is None:
             raise web.HTTPError(503, NOT_RUNNING)
         if not runner.settings.enabled:

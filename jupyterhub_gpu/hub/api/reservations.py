@@ -119,7 +119,7 @@ class _Base(APIHandler):
             raise web.HTTPError(
                 503,
                 "Reservations need the hub's GPU cluster and its accounting database "
-                "(GPUDockerSpawner.accounting_url); start a server once, or set it.",
+                "(GPUCluster.accounting_url); start a server once, or set it.",
             )
         return cluster, queue
 

@@ -161,7 +161,7 @@ class GPUAgent(Application):
         "",
         config=True,
         help="""For ``--print-token`` only: a file with the hub's site secret (the hub's
-        ``GPUDockerSpawner.agent_token``). The agent itself never needs it.""",
+        ``GPUCluster.agent_token``). The agent itself never needs it.""",
     )
     config_file = Unicode("", config=True, help="A Python config file (c.GPUAgent.port = ...).")
 

@@ -25,13 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import os
 import ssl
 from collections.abc import Mapping
 from dataclasses import fields, replace
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -54,9 +52,6 @@ from jupyterhub_gpu.core.attribution.memory import (
     ACTIONS,
     MemoryPolicy,
     MemoryState,
-    episodes_from_json,
-    episodes_to_json,
-    recent_episodes,
 )
 from jupyterhub_gpu.core.culling.access import server_access
 from jupyterhub_gpu.core.culling.idleness import (
@@ -87,10 +82,10 @@ from jupyterhub_gpu.edges.files import (
     save_deadlines,
     save_notes,
     save_share_notices,
-    write_json_atomic,
 )
 from jupyterhub_gpu.errors import ConfigError, ProbeError
 from jupyterhub_gpu.services.base import HubService
+from jupyterhub_gpu.services.culler import state as culler_state
 from jupyterhub_gpu.services.culler.client import (
     HubAPI,
     describe_failure,
@@ -107,7 +102,6 @@ from jupyterhub_gpu.wire.cull_notes import CullNote, add_note, drop_note
 from jupyterhub_gpu.wire.share_notices import ShareNotice
 
 _D = Policy()
-MAX_STATE_FILE = 64 << 20  # bytes of the state file read at most
 NO_TOKEN = "kernels not read: no server_token in its spawner state"
 
 
@@ -211,7 +205,7 @@ class GPUIdleCuller(HubService):
         named in one place. GPUs of a node without an agent are never culled.""",
     ).tag(config=True)
     agent_token = Unicode(
-        help="""The node agents' site secret, the hub's ``GPUDockerSpawner.agent_token``
+        help="""The node agents' site secret, the hub's ``GPUCluster.agent_token``
         (default: $JUPYTERHUB_GPU_SITE_SECRET, or the older $JUPYTERHUB_GPU_AGENT_TOKEN),
         at least 16 characters. It is never sent:
         each agent gets its own node's token, derived from it
@@ -243,7 +237,7 @@ class GPUIdleCuller(HubService):
         "",
         help="""JSON file the culler rewrites each round: for every server it keeps, the
         earliest time it would stop it ({"alice/": {"at": ISO time, "why": "idle" or
-        "max_age"}}). The hub reads it (GPUDockerSpawner.cull_deadlines_file) for the
+        "max_age"}}). The hub reads it (GPUCluster.cull_deadlines_file) for the
         queue's estimates and the dashboard's "culled at the earliest". '' = off.""",
     ).tag(config=True)
     warn_before = Float(
@@ -260,7 +254,7 @@ class GPUIdleCuller(HubService):
         "",
         help="""JSON file the culler rewrites each round with the servers it warned
         (wire/cull_warnings.py); the hub shows them to their users
-        (GPUDockerSpawner.cull_warnings_file; configure_culler sets both). '' = not
+        (GPUCluster.cull_warnings_file; configure_culler sets both). '' = not
         written (the warning still delays the cull, and is logged).""",
     ).tag(config=True)
     share_memory_action = Enum(
@@ -282,7 +276,7 @@ class GPUIdleCuller(HubService):
         "",
         help="""JSON file the culler rewrites each round with the shares over their memory
         and what their users are told (wire/share_notices.py); the hub shows them
-        (GPUDockerSpawner.share_notices_file). '' = off (the log only).""",
+        (GPUCluster.share_notices_file). '' = off (the log only).""",
     ).tag(config=True)
     state_file = Unicode(
         "jupyterhub-gpu-culler-state.json",
@@ -776,70 +770,12 @@ class GPUIdleCuller(HubService):
             self.log.warning("Could not write cull notes to %s: %s", self.notes_file, e)
 
     def save_state(self) -> None:
-        """Persist GPU histories and holders so a restart keeps its patience."""
-        if not self.state_file:
-            return
-        data = {
-            "version": 1,
-            "holders": self._holders,
-            "trackers": {u: t.to_dict() for u, t in self._trackers.items()},
-            "share_episodes": episodes_to_json(self._shares.episodes()),
-        }
-        try:
-            write_json_atomic(self.state_file, data)
-        except OSError as e:
-            self.log.warning("Could not save culler state to %s: %s", self.state_file, e)
+        """Persist GPU histories and holders so a restart keeps its patience (.state)."""
+        culler_state.save_state(self)
 
     def load_state(self, now: datetime | None = None) -> None:
-        """Restore :meth:`save_state`'s file; a missing file starts afresh, and so (with
-        one warning) does a bad one, or larger than :data:`MAX_STATE_FILE`. A bad
-        ``share_episodes`` section alone only starts the shares' graces afresh."""
-        if not self.state_file or not Path(self.state_file).exists():
-            return
-        path = Path(self.state_file)
-        try:
-            size = path.stat().st_size
-            if size > MAX_STATE_FILE:
-                raise ValueError(f"{size} bytes, more than the {MAX_STATE_FILE} read")
-            with path.open("rb") as f:
-                data = json.loads(f.read(MAX_STATE_FILE).decode("utf-8"))
-            holders = {str(k): str(v) for k, v in data["holders"].items()}
-            for uuid, saved in data["trackers"].items():
-                self._tracker(uuid).restore(saved)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            self.log.warning(
-                "Ignoring unreadable culler state %s (%s): starting afresh; it is rewritten "
-                "after the next round",
-                self.state_file,
-                e,
-            )
-            self._trackers.clear()
-            return
-        self._holders = holders
-        self.log.info(
-            "Restored the history of %d GPU(s) from %s", len(self._trackers), self.state_file
-        )
-        self._restore_episodes(data.get("share_episodes", {}), now or utcnow())
-
-    def _restore_episodes(self, data: Any, now: datetime) -> None:
-        """The shares' saved episodes over their memory that go on: those judged over at
-        most ``interval + gpu_stale_after`` s before ``now`` (a short restart)."""
-        try:
-            saved = episodes_from_json(data, now)
-        except ValueError as e:
-            why = f"{e}: their grace starts afresh"
-            self.log.warning(
-                "Ignoring the shares' episodes over memory in %s (%s)", self.state_file, why
-            )
-            return
-        episodes = recent_episodes(saved, now, self.interval + self.gpu_stale_after)
-        self._shares.restore(episodes)
-        if saved:
-            self.log.info(
-                "Restored %d share(s) over their memory; %d older ones start afresh",
-                len(episodes),
-                len(saved) - len(episodes),
-            )
+        """Restore :meth:`save_state`'s file (a bad one: one warning, a fresh start)."""
+        culler_state.load_state(self, now or utcnow())
 
     # -- running ---------------------------------------------------------------------
 

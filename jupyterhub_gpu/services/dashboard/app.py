@@ -84,7 +84,7 @@ class GPUDashboard(HubService):
         config=True
     )
     accounting_url = Unicode(
-        help="""The accounting database (the hub's ``GPUDockerSpawner.accounting_url``),
+        help="""The accounting database (the hub's ``GPUCluster.accounting_url``),
         read only; default $JUPYTERHUB_GPU_ACCOUNTING_URL, else the hub's default
         ``sqlite:///jupyterhub-gpu-accounting.sqlite``. '' = no usage charts.""",
     ).tag(config=True)

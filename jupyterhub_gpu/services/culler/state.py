@@ -1,0 +1,92 @@
+"""The culler's state file (``GPUIdleCuller.state_file``): its GPU histories, their
+holders and the shares' episodes over their memory, kept across a restart so that it
+keeps its patience. Written atomically; read bounded (:data:`MAX_STATE_FILE`), and a bad
+file is one warning and a fresh start."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from jupyterhub_gpu.core.attribution.memory import (
+    episodes_from_json,
+    episodes_to_json,
+    recent_episodes,
+)
+from jupyterhub_gpu.edges.files import write_json_atomic
+
+MAX_STATE_FILE = 64 << 20  # bytes of the state file read at most
+
+
+def save_state(culler: Any) -> None:
+    """Persist ``culler``'s (a GPUIdleCuller) GPU histories, holders and share episodes."""
+    if not culler.state_file:
+        return
+    data = {
+        "version": 1,
+        "holders": culler._holders,
+        "trackers": {u: t.to_dict() for u, t in culler._trackers.items()},
+        "share_episodes": episodes_to_json(culler._shares.episodes()),
+    }
+    try:
+        write_json_atomic(culler.state_file, data)
+    except OSError as e:
+        culler.log.warning("Could not save culler state to %s: %s", culler.state_file, e)
+
+
+def load_state(culler: Any, now: datetime) -> None:
+    """Restore :func:`save_state`'s file into ``culler``; a missing file starts afresh, and
+    so (with one warning) does a bad one, or larger than :data:`MAX_STATE_FILE`. A bad
+    ``share_episodes`` section alone only starts the shares' graces afresh."""
+    if not culler.state_file or not Path(culler.state_file).exists():
+        return
+    path = Path(culler.state_file)
+    try:
+        size = path.stat().st_size
+        if size > MAX_STATE_FILE:
+            raise ValueError(f"{size} bytes, more than the {MAX_STATE_FILE} read")
+        with path.open("rb") as f:
+            data = json.loads(f.read(MAX_STATE_FILE).decode("utf-8"))
+        holders = {str(k): str(v) for k, v in data["holders"].items()}
+        for uuid, saved in data["trackers"].items():
+            culler._tracker(uuid).restore(saved)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        culler.log.warning(
+            "Ignoring unreadable culler state %s (%s): starting afresh; it is rewritten "
+            "after the next round",
+            culler.state_file,
+            e,
+        )
+        culler._trackers.clear()
+        return
+    culler._holders = holders
+    culler.log.info(
+        "Restored the history of %d GPU(s) from %s", len(culler._trackers), culler.state_file
+    )
+    _restore_episodes(culler, data.get("share_episodes", {}), now)
+
+
+def _restore_episodes(culler: Any, data: Any, now: datetime) -> None:
+    """The shares' saved episodes over their memory that go on: those judged over at most
+    ``interval + gpu_stale_after`` s before ``now`` (a short restart)."""
+    try:
+        saved = episodes_from_json(data, now)
+    except ValueError as e:
+        why = f"{e}: their grace starts afresh"
+        culler.log.warning(
+            "Ignoring the shares' episodes over memory in %s (%s)", culler.state_file, why
+        )
+        return
+    episodes = recent_episodes(saved, now, culler.interval + culler.gpu_stale_after)
+    culler._shares.restore(episodes)
+    if saved:
+        culler.log.info(
+            "Restored %d share(s) over their memory; %d older ones start afresh",
+            len(episodes),
+            len(saved) - len(episodes),
+        )
+
+
+__all__ = ["MAX_STATE_FILE", "load_state", "save_state"]
