@@ -94,28 +94,32 @@ def public_key_pin(cert_pem: bytes) -> str:
 
 def ensure_join_cert(site: Site, address: str) -> bytes:
     """The join service's server certificate for ``address`` (made once from the site's
-    CA, again if the address changed); its PEM."""
+    CA, again if the address changed); its PEM. ``node token`` (which pins its key) and
+    the join service (which serves it) may both come first: a lock makes one of them issue
+    it and the other read that one."""
     cert_path, key_path = join_cert(site)
-    if cert_path.exists() and key_path.exists():
-        pem = cert_path.read_bytes()
-        names = x509.load_pem_x509_certificate(pem).extensions.get_extension_for_class(
-            x509.SubjectAlternativeName
-        )
-        if any(str(v) == address for v in names.value.get_values_for_type(x509.IPAddress)) or (
-            address in names.value.get_values_for_type(x509.DNSName)
-        ):
-            return pem
-    try:
-        ca = site.ca_cert.read_bytes(), site.ca_key.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(
-            f"{site.ca_cert} does not exist: make the site's CA first (jupyterhub-gpu certs "
-            f"ca --etc {site.etc})"
-        ) from None
-    cert, key = issue(*ca, "jupyterhub-gpu join service", server_names=[address])
     private_dir(site.tls)
-    write_all({cert_path: (cert, 0o644), key_path: (key, SECRET_MODE)})
-    return cert
+    with open(site.tls / ".join-cert.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if cert_path.exists() and key_path.exists():
+            pem = cert_path.read_bytes()
+            names = x509.load_pem_x509_certificate(pem).extensions.get_extension_for_class(
+                x509.SubjectAlternativeName
+            ).value
+            if any(str(v) == address for v in names.get_values_for_type(x509.IPAddress)) or (
+                address in names.get_values_for_type(x509.DNSName)
+            ):
+                return pem
+        try:
+            ca = site.ca_cert.read_bytes(), site.ca_key.read_bytes()
+        except FileNotFoundError:
+            raise ConfigError(
+                f"{site.ca_cert} does not exist: make the site's CA first (jupyterhub-gpu "
+                f"certs ca --etc {site.etc})"
+            ) from None
+        cert, key = issue(*ca, "jupyterhub-gpu join service", server_names=[address])
+        write_all({cert_path: (cert, 0o644), key_path: (key, SECRET_MODE)})
+        return cert
 
 
 # -- tokens -----------------------------------------------------------------------------

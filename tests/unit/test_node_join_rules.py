@@ -169,3 +169,31 @@ def test_missing_prerequisites_are_named_with_their_fix(
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(json.dumps({"nodes": []}))
     assert len(missing(argparse.Namespace(inventory=str(inventory)), str(tmp_path))) == 2
+
+
+def _issue_after(site_dirs: tuple[str, str], start_at: float) -> bytes:
+    import time
+
+    from jupyterhub_gpu.cli.join_service import ensure_join_cert
+
+    time.sleep(max(0.0, start_at - time.time()))  # both processes go at the same moment
+    return ensure_join_cert(Site(etc=Path(site_dirs[0]), state=Path(site_dirs[1])), "10.0.0.1")
+
+
+def test_node_token_and_the_join_service_agree_on_the_certificate_they_race_for(
+    hub: Site,
+) -> None:
+    """`node token` pins the join service's key while the hub may be starting that service:
+    whichever comes first issues the certificate, the other reads it (a fresh-clone CI run
+    had them issue one each: the install line's pin did not match what was served)."""
+    import multiprocessing
+    import time
+
+    dirs = (str(hub.etc), str(hub.state))
+    for _ in range(5):
+        for path in (hub.tls / "join-cert.pem", hub.tls / "join-key.pem"):
+            path.unlink(missing_ok=True)
+        at = time.time() + 0.5
+        with multiprocessing.get_context("fork").Pool(4) as pool:
+            pems = pool.starmap(_issue_after, [(dirs, at)] * 4)
+        assert len(set(pems)) == 1, "two certificates were issued"
