@@ -69,7 +69,13 @@ def read_password(path: str) -> str:
         raise ConfigError(f"{where} is not UTF-8 text") from None
     if not password:
         raise ConfigError(f"{where} is empty: write the password on its first line")
+    if not password.isascii():
+        raise ConfigError(f"{where}: the password is not ASCII, which SMTP's login can't send")
     return password
+
+
+class _LoginFailed(Exception):
+    """The login step failed (the server refused it, or hung up on it): never leaves here."""
 
 
 def _connect(s: SmtpSettings) -> smtplib.SMTP:
@@ -83,7 +89,11 @@ def _connect(s: SmtpSettings) -> smtplib.SMTP:
         if s.security == "starttls":
             smtp.starttls(context=context)
         if s.username:
-            smtp.login(s.username, read_password(s.password_file))
+            password = read_password(s.password_file)
+            try:
+                smtp.login(s.username, password)
+            except (smtplib.SMTPAuthenticationError, smtplib.SMTPServerDisconnected):
+                raise _LoginFailed() from None
     except BaseException:
         smtp.close()
         raise
@@ -95,10 +105,10 @@ def _why(e: BaseException, s: SmtpSettings) -> str:
     settings = "GPUIdleCuller.mail_smtp_host and mail_smtp_port"
     if isinstance(e, ConfigError):
         return str(e)
-    if isinstance(e, smtplib.SMTPAuthenticationError):
+    if isinstance(e, _LoginFailed):
         return (
-            f"the SMTP server {s.where} refused the login of {s.username!r} "
-            f"({e.smtp_code}): check mail_username and mail_password_file"
+            f"the SMTP server {s.where} refused the login of {s.username!r}: check "
+            "mail_username and mail_password_file"
         )
     if isinstance(e, smtplib.SMTPNotSupportedError):
         return (
@@ -133,7 +143,7 @@ def send_mails(settings: SmtpSettings, mails: Sequence[OutgoingMail]) -> MailRep
     sent, refused = 0, []
     try:
         smtp = _connect(settings)
-    except (OSError, smtplib.SMTPException, ConfigError) as e:
+    except (OSError, smtplib.SMTPException, ConfigError, _LoginFailed) as e:
         return MailReport(failure=_why(e, settings))
     try:
         for mail in mails:
