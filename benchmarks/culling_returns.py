@@ -192,6 +192,30 @@ class Ours:
         return judge(obs, self.policy, datetime.fromtimestamp(t, utc)).cull
 
 
+class KernelWork(Ours):
+    """Suspend at the first idle gap when the GPU's work was the kernels' (its last busy
+    reading no later than the kernels' last message, plus one ``gpu_window``: a cell's
+    work), else with the memory-held waits of ``held`` (a process outside the kernels, a
+    serving loop in a terminal, may resume by itself: freezing it would interrupt it).
+    A rule for the product's suspend to consider (issue 35, item 4), not the product's."""
+
+    def __init__(self, name: str, gap: Policy, held: Policy, started: float) -> None:
+        super().__init__(name, held, started)
+        self.gap = gap
+
+    def cull(self, t: float, hub_last: float, kernel_busy: bool, kernel_last: float | None) -> bool:
+        busy = self.tracker.last_busy_at
+        cells = busy is None or (
+            kernel_last is not None and busy.timestamp() <= kernel_last + self.gap.gpu_window
+        )
+        held = self.policy
+        self.policy = self.gap if cells else held
+        try:
+            return super().cull(t, hub_last, kernel_busy, kernel_last)
+        finally:
+            self.policy = held
+
+
 class Stock:
     """jupyterhub-idle-culler: the hub's last_activity older than the timeout."""
 
@@ -450,6 +474,7 @@ def makers(timeout_min: float) -> dict[str, tuple[Maker, bool]]:
         "stock": (lambda tl: lambda since: Stock(s), False),
         "gpu_threshold": (lambda tl: lambda since: GpuThreshold(s, since), False),
         "suspend": (lambda tl: lambda since: Ours(tl.name, gap, since), True),
+        "suspend_kernel": (lambda tl: lambda since: KernelWork(tl.name, gap, policy, since), True),
     }
 
 
