@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jupyterhub_gpu.errors import ConfigError
+from jupyterhub_gpu.errors import ConfigError, _MailLoginFailed
 from jupyterhub_gpu.wire.cull_mail import OutgoingMail
 
 #: Security modes: STARTTLS on the submission port, TLS from the start, or none.
@@ -74,10 +74,6 @@ def read_password(path: str) -> str:
     return password
 
 
-class _LoginFailed(Exception):
-    """The login step failed (the server refused it, or hung up on it): never leaves here."""
-
-
 def _connect(s: SmtpSettings) -> smtplib.SMTP:
     context = ssl.create_default_context(cafile=s.ca_cert or None)
     smtp: smtplib.SMTP
@@ -93,7 +89,7 @@ def _connect(s: SmtpSettings) -> smtplib.SMTP:
             try:
                 smtp.login(s.username, password)
             except (smtplib.SMTPAuthenticationError, smtplib.SMTPServerDisconnected):
-                raise _LoginFailed() from None
+                raise _MailLoginFailed() from None
     except BaseException:
         smtp.close()
         raise
@@ -105,7 +101,7 @@ def _why(e: BaseException, s: SmtpSettings) -> str:
     settings = "GPUIdleCuller.mail_smtp_host and mail_smtp_port"
     if isinstance(e, ConfigError):
         return str(e)
-    if isinstance(e, _LoginFailed):
+    if isinstance(e, _MailLoginFailed):
         return (
             f"the SMTP server {s.where} refused the login of {s.username!r}: check "
             "mail_username and mail_password_file"
@@ -143,7 +139,7 @@ def send_mails(settings: SmtpSettings, mails: Sequence[OutgoingMail]) -> MailRep
     sent, refused = 0, []
     try:
         smtp = _connect(settings)
-    except (OSError, smtplib.SMTPException, ConfigError, _LoginFailed) as e:
+    except (OSError, smtplib.SMTPException, ConfigError, _MailLoginFailed) as e:
         return MailReport(failure=_why(e, settings))
     try:
         for mail in mails:
