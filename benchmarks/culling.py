@@ -96,7 +96,16 @@ from jupyterhub_gpu.core.culling.tracker import GpuTracker
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import notebook_model
-from culling_returns import SPAWN_S, Samples, Timeline, Work, print_case, run_case
+from culling_returns import (
+    SPAWN_S,
+    Samples,
+    SuspendCosts,
+    Timeline,
+    Work,
+    print_case,
+    run_case,
+    run_grid,
+)
 
 DEFAULT_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 TRACE_DIR = "alibaba-genai-v2026"
@@ -114,6 +123,9 @@ LEAD_MIN = (1.0, 10.0)
 STAY_MEAN_MIN, STAY_MAX_MIN = 10.0, 60.0
 SPAWN_VISIT_MIN = (5.0, 20.0)
 # (gpu_held_idle, gpu_loaded_idle) in hours, besides the shipped defaults
+# the --grid of --returns (issue 35, item 4): gpu_held_idle and gpu_loaded_idle, hours
+GRID_HELD_H = (1.0, 2.0, 3.0, 5.0, 8.0, 16.0)
+GRID_LOADED_H = (0.5, 1.0, 2.0)
 SENSITIVITY_H = ((2.0, 1.0), (3.0, 1.0), (4.0, 1.0), (6.0, 1.0), (5.0, 0.5), (5.0, 2.0), (2.0, 0.0))
 
 ACTIVITY_MODEL = (
@@ -568,6 +580,43 @@ def main(argv: list[str] | None = None) -> int:
         "--notebook-sessions", type=int, default=400, help="sessions of the notebook model"
     )
     ap.add_argument(
+        "--suspend-failure-rate",
+        type=float,
+        default=0.0,
+        help="--returns: the share of restores that fail (a forced restart each; default 0)",
+    )
+    ap.add_argument(
+        "--suspend-gib",
+        type=float,
+        default=SuspendCosts.gib,
+        help="--returns: GiB written per suspended server (default %(default)s: the model's\n"
+        "GPU memory; 28.4 s to checkpoint and 17.5 s to restore per GiB, as measured)",
+    )
+    ap.add_argument(
+        "--timeouts",
+        type=_floats,
+        default=TIMEOUTS_MIN,
+        help="--returns: the timeouts in minutes, comma-separated (default 10,30,60)",
+    )
+    ap.add_argument(
+        "--grid",
+        action="store_true",
+        help="--returns: also ours (stop) at every timeout x --held-hours x --loaded-hours\n"
+        "(the tuning of issue 35's item 4; minutes on 2 cores)",
+    )
+    ap.add_argument(
+        "--held-hours",
+        type=_floats,
+        default=GRID_HELD_H,
+        help="--grid: gpu_held_idle values in hours (default %(default)s)",
+    )
+    ap.add_argument(
+        "--loaded-hours",
+        type=_floats,
+        default=GRID_LOADED_H,
+        help="--grid: gpu_loaded_idle values in hours (default %(default)s)",
+    )
+    ap.add_argument(
         "--smoke",
         action="store_true",
         help="smallest meaningful run (seconds; the same keys): --sessions 12, or with\n"
@@ -604,29 +653,57 @@ def inference_timelines(folder: Path, seed: int, limit: int | None) -> list[Time
     return out
 
 
+def _floats(text: str) -> tuple[float, ...]:
+    return tuple(float(x) for x in text.split(",") if x.strip())
+
+
 def run_returns(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     n_notebook = 12 if args.smoke else args.notebook_sessions
-    timeouts = (30,) if args.smoke else TIMEOUTS_MIN
-    notebook = run_case(notebook_model.sessions(n_notebook, args.seed), timeouts)
-    inference = run_case(
-        inference_timelines(args.traces, args.seed, 8 if args.smoke else None), timeouts
+    timeouts = (30,) if args.smoke else args.timeouts
+    costs = SuspendCosts(
+        gib=args.suspend_gib, failure_rate=args.suspend_failure_rate, seed=args.seed
     )
-    out = {
+    timelines = {
+        "notebook": notebook_model.sessions(n_notebook, args.seed),
+        "inference": inference_timelines(args.traces, args.seed, 8 if args.smoke else None),
+    }
+    cases = {name: run_case(tls, timeouts, costs) for name, tls in timelines.items()}
+    out: dict[str, Any] = {
         "mode": "returns" + (" (smoke)" if args.smoke else ""),
         "seed": args.seed,
         "tick_s": TICK_S,
         "spawn_s_per_restart": SPAWN_S,
+        "suspend": {
+            "checkpoint_s": round(costs.checkpoint_s, 1),
+            "restore_s": round(costs.restore_s, 1),
+            "gib": costs.gib,
+            "failure_rate": costs.failure_rate,
+        },
         "notebook_model": notebook_model.MODEL,
         "inference_activity_model": ACTIVITY_MODEL,
-        "cases": {"notebook": notebook, "inference": inference},
-        "runtime_s": round(time.perf_counter() - t0, 1),
+        "cases": cases,
     }
+    if args.grid:
+        held = (5.0,) if args.smoke else args.held_hours
+        loaded = (1.0,) if args.smoke else args.loaded_hours
+        out["grid"] = {
+            name: run_grid(tls, timeouts, held, loaded) for name, tls in timelines.items()
+        }
+    out["runtime_s"] = round(time.perf_counter() - t0, 1)
     if args.json:
         print(json.dumps(out, indent=1))
     else:
-        print_case("notebook sessions (model)", notebook)
-        print_case("inference containers (Alibaba GenAI v2026)", inference)
+        print_case("notebook sessions (model)", cases["notebook"])
+        print_case("inference containers (Alibaba GenAI v2026)", cases["inference"])
+        for name, grid in out.get("grid", {}).items():
+            print(f"\ngrid, {name}: timeout min/gpu_held_idle h/gpu_loaded_idle h")
+            for key, c in grid.items():
+                print(
+                    f"{key:>14} interrupted {c['interrupted_gpu_minutes']:>9} forced "
+                    f"{c['forced_restarts']:>6} freed {c['freed_gpu_hours']:>9} "
+                    f"(before a return {c['freed_before_return_gpu_hours']})"
+                )
         print(f"({out['runtime_s']} s)")
     return 0
 

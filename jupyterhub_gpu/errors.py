@@ -32,6 +32,7 @@ turned into another error). A builtin base in brackets is kept for code that cat
     ├── QueueRefused                  user: the request can never start (HTTP 503)
     ├── _BadNumber [ValueError]       nobody: a bad agent number; becomes ProbeError
     ├── _StreamError                  nobody: a pull stream error; becomes ImageUnavailable
+    ├── _MailLoginFailed              nobody: the SMTP login refused; a culler log line
     ├── PullYielded                   nobody: a pre-pull stopped for a spawn's pull; retried
     ├── ExecFailed                    admin: the SSH gateway's docker exec failed (log)
     ├── KeysRefused                   admin: a user's authorized_keys can't be trusted (log)
@@ -201,6 +202,11 @@ class _BadNumber(GPUHubError, ValueError):
 
 class _StreamError(GPUHubError):
     """An error reported inside a ``docker pull`` event stream."""
+
+
+class _MailLoginFailed(GPUHubError):
+    """The SMTP server refused the culler's login, or hung up on it (edges/mail.py turns
+    it into one log line naming the user, never the password)."""
 
 
 class PullYielded(GPUHubError):

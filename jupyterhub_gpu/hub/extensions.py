@@ -290,7 +290,10 @@ def configure_culler(
     ``["--log-level=DEBUG"]``). The agents' CA, ``c.AgentClient.ca_cert`` when set
     before this call, is passed on as ``GPUIdleCuller.agent_ca_cert``. ``site_secret``:
     the agents' site secret (default: the hub's ``$JUPYTERHUB_GPU_SITE_SECRET``); it
-    reaches the culler in its environment, never on its command line.
+    reaches the culler in its environment, never on its command line. For the warning
+    mails (off unless ``GPUIdleCuller.mail_warnings``), the culler's environment also
+    gets the hub's public URL (``JupyterHub.public_url``) and the queue's time zone
+    (``queue_policy``'s ``timezone``) when they are set before this call.
     """
     from jupyterhub_gpu.core.tokens import SITE_SECRET_ENV, site_secret_from
     from jupyterhub_gpu.hub.api.cluster import AGENTS_SCOPE, AGENTS_SCOPES, AgentsAPIHandler
@@ -341,7 +344,8 @@ def configure_culler(
     command += list(args)
     secret = site_secret if site_secret is not None else site_secret_from(os.environ)
     hub = c.JupyterHub
-    service = {"name": name, "command": command, "environment": {SITE_SECRET_ENV: secret}}
+    environment = {SITE_SECRET_ENV: secret, **_culler_mail_environment(c)}
+    service = {"name": name, "command": command, "environment": environment}
     hub.services = [*_value(hub, "services", []), service]
     role = {
         "name": name,
@@ -356,6 +360,24 @@ def configure_culler(
         "services": [name],
     }
     hub.load_roles = [*_value(hub, "load_roles", []), role]
+
+
+def _culler_mail_environment(c: Config) -> dict[str, str]:
+    """What the culler's warning mails take from the hub's settings, as environment
+    defaults its config file may override: the hub's public URL (the mail's link) and the
+    queue's time zone (the mail's clock time)."""
+    from jupyterhub_gpu.core.culling.mail import PUBLIC_HUB_URL_ENV, TIMEZONE_ENV
+
+    env = {}
+    public = str(c.JupyterHub.public_url) if "public_url" in c.JupyterHub else ""
+    if public:
+        env[PUBLIC_HUB_URL_ENV] = public.rstrip("/") + "/hub/"
+    for section in ("GPUCluster", "GPUDockerSpawner"):
+        policy = c[section].get("queue_policy") if section in c else None
+        if isinstance(policy, dict) and isinstance(policy.get("timezone"), str):
+            env[TIMEZONE_ENV] = policy["timezone"].strip()
+            break
+    return env
 
 
 def configure_my_images(c: Config) -> None:

@@ -92,6 +92,7 @@ from jupyterhub_gpu.services.culler.client import (
     read_agent,
     read_kernels,
 )
+from jupyterhub_gpu.services.culler.mail import WarningMail
 from jupyterhub_gpu.services.culler.shares import (
     SEPARATOR,
     ShareWatch,
@@ -109,8 +110,9 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class GPUIdleCuller(HubService):
-    """Stop idle single-user servers, reading the hub, the kernels and the GPUs."""
+class GPUIdleCuller(HubService, WarningMail):
+    """Stop idle single-user servers, reading the hub, the kernels and the GPUs (and mail
+    their users the warnings before, where the site turns it on: :mod:`.mail`)."""
 
     name = "jupyterhub-gpu-culler"
     description = "GPU-aware idle culler for jupyterhub-gpu (a hub-managed service)."
@@ -327,6 +329,7 @@ class GPUIdleCuller(HubService):
         self._share_notices: dict[str, ShareNotice] = {}  # holder -> over its memory
         self._cull_warnings: dict[str, CullWarning] = {}  # "holder@started" -> warning
         self._warned_now: dict[str, CullWarning] = {}  # this round's, by holder
+        self._new_warnings: dict[str, CullWarning] = {}  # issued this round: mailed once
         self.rounds = 0  # cull rounds finished (one DEBUG line each: tests wait on it)
 
     # -- configuration ---------------------------------------------------------------
@@ -615,6 +618,7 @@ class GPUIdleCuller(HubService):
             self._cull_warnings.pop(key, None)
             return decision
         if key not in self._cull_warnings:
+            self._new_warnings[holder] = warning
             self.log.info(
                 "Warning %s: stopped at %s at the earliest if it stays idle",
                 holder.rstrip("/"),
@@ -687,6 +691,7 @@ class GPUIdleCuller(HubService):
         self._deadlines = {}
         self._share_notices = {}
         self._warned_now = {}
+        self._new_warnings = {}
         jobs = [
             self._handle(sem, user, name, server, at)
             for user in users
@@ -704,6 +709,7 @@ class GPUIdleCuller(HubService):
                 self._deadlines.pop(full if "/" in full else f"{full}/", None)
         self._write_deadlines()
         self._write_warnings(decisions)
+        await self.mail_round(users, decisions, self._new_warnings, at)
         self._end_share_round(decisions)
         self.save_state()
         self.rounds += 1
@@ -788,6 +794,7 @@ class GPUIdleCuller(HubService):
         if self.interval <= 0 or self.gpu_poll_interval <= 0:
             raise ConfigError("interval and gpu_poll_interval must be > 0")
         self.base_policy()
+        self.check_mail_config()
         if not self.agent_urls:
             self.log.info("The agents to poll are the hub's nodes (/hub/api/gpu/agents)")
         if self.dry_run:
