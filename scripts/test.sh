@@ -4,7 +4,8 @@
 # Usage: scripts/test.sh [pytest args]
 #
 # Without arguments the suite runs in two phases: every test but those marked ``alone``
-# in $JHGPU_TEST_WORKERS (default 2) pytest-xdist workers, each test file whole on one
+# in $JHGPU_TEST_WORKERS (default 3: most of a test's time is waiting for containers and
+# hubs, so three keep two cores busier than two do) pytest-xdist workers, each test file whole on one
 # worker (``--dist loadfile``: a module's shared agents, hubs and clusters stay in one
 # process; every hub has its own id, ports and containers); then the ``alone`` tests
 # (they stop an engine, remove a node's firewall, or check what a node holds as a whole)
@@ -44,7 +45,7 @@ if [[ $# -gt 0 ]]; then
   exec .venv/bin/pytest "$@"
 fi
 rc=0
-.venv/bin/pytest -n "${JHGPU_TEST_WORKERS:-2}" --dist loadfile -m "not alone" || rc=$?
+.venv/bin/pytest -n "${JHGPU_TEST_WORKERS:-3}" --dist loadfile -m "not alone" || rc=$?
 # exit status 5 is "no tests collected": not a failure of this phase
 alone_rc=0
 .venv/bin/pytest -m alone || alone_rc=$?

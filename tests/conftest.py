@@ -166,3 +166,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> objec
     rep = yield
     setattr(item, f"rep_{rep.when}", rep)
     return rep
+
+
+#: the lock the tests marked ``site_ports`` take for their whole run (set-up to teardown)
+SITE_PORTS_LOCK = Path("/tmp/jhgpu-site-ports.lock")
+
+
+@pytest.fixture(autouse=True)
+def _site_ports(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test marked ``site_ports`` runs a hub as an installed site does, on the site
+    address's fixed ports (8000, 8001, 8081, 9451): two such tests on two workers at once
+    would meet each other's hub (one CI run did). They take turns; others pass freely."""
+    if request.node.get_closest_marker("site_ports") is None:
+        yield
+        return
+    import fcntl
+
+    with open(SITE_PORTS_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield

@@ -356,7 +356,8 @@ def test_a_hostile_agent_makes_only_its_node_unreachable(
     # the hub's loop kept running: the ticker ticked all along, from before the read to
     # its end (a 50 MB JSON parsed on the loop, or read whole, stops it for seconds)
     gaps = [b - a for a, b in itertools.pairwise(ticks)]
-    assert max(gaps) < 0.5, f"the hub's loop stalled {max(gaps):.2f} s"
+    # 1 s: a busy 2-core machine running three test workers delays a tick by 0.6 s
+    assert max(gaps) < 1.0, f"the hub's loop stalled {max(gaps):.2f} s"
 
     if kind.startswith("50 MB"):  # cut off early, not read to the end
         assert agents.finished.wait(30), "the 50 MB answer was neither cut off nor sent"

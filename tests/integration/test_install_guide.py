@@ -63,7 +63,7 @@ from tests.support.bare_node import SITE_ADDRESS, STATE, BareNode
 from tests.support.pki import issue, make_ca
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.site_ports]
 REPO = guide.REPO
 HUB_IP = SITE_ADDRESS
 BARE = {"gpu-a": BareNode(1), "gpu-b": BareNode(2)}
@@ -472,6 +472,7 @@ def test_the_install_guide_from_the_wheel_to_alices_server(
     finally:
         if lab.hub_proc is not None:
             units.stop(lab.hub_proc)
+        units.stop_proxy(Path(lab.values["hub"]["STATE"]))  # as systemd's stop would
 
     counts = {
         where: sum(len(guide.commands(b)) for b in blocks[1:] if b.where == where)

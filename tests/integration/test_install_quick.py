@@ -53,7 +53,7 @@ from tests.support.bare_node import HOOK_DIR, SITE_ADDRESS, STATE, BareNode
 from tests.support.pki import issue, make_ca
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.site_ports]
 NODES = {"gpu-a": BareNode(4), "gpu-b": BareNode(5)}
 CPU_IMAGE = "jupyterhub-gpu/python-cpu:3.11-bookworm"
 IMAGE_SOURCE = STATE / "engines" / "node-a" / "docker.sock"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import sys
 import time
@@ -135,6 +136,20 @@ def stop_hub(root: Path) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
         pidfile.unlink()
+    _stop_proxy(root)
+
+
+def _stop_proxy(root: Path) -> None:
+    """The proxy the hub started: JupyterHub starts it in a session of its own (so that it
+    outlives a hub restart), out of the hub's process group; systemd's stop reaches it
+    through the unit's cgroup. Found by the site's pid file in the unit's working folder."""
+    unit = (root / "etc/systemd/system" / HUB).read_text()
+    found = re.search(r"^WorkingDirectory=(.+)$", unit, re.M)
+    if found is None:
+        return
+    state = Path(found.group(1).strip())
+    if state.is_relative_to(root):
+        units.stop_proxy(state)
 
 
 def main(argv: list[str]) -> int:

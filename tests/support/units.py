@@ -12,9 +12,12 @@ options (``ProtectSystem=`` ...), ``Restart=``. A stand-in for the drop-in of
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
+import signal
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,3 +146,22 @@ def without_venv(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")} | {
         "HOME": os.environ.get("HOME", "/root")
     }
+
+
+def stop_proxy(state: Path) -> None:
+    """The proxy an installed hub started (its pid file ``jupyterhub-proxy.pid`` in the
+    hub's state folder, as the site's configuration names it). JupyterHub starts it in a
+    session of its own so that it outlives a hub restart; systemd's stop reaches it
+    through the unit's cgroup, a test's stop of the hub does not: left, it holds the
+    site's ports (8000, 8001) for the next test."""
+    pidfile = state / "jupyterhub-proxy.pid"
+    with contextlib.suppress(ValueError, OSError):
+        pid = int(pidfile.read_text().strip())
+        if b"configurable-http-proxy" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(50):
+            if not Path(f"/proc/{pid}").exists():
+                return
+            time.sleep(0.1)
+        os.kill(pid, signal.SIGKILL)
