@@ -100,6 +100,18 @@ class HubAPI:
         except ValueError:
             raise ProbeError("the hub's agent list is not JSON") from None
 
+    async def suspend_server(self, user: str, server: str, timeout: float) -> httpx.Response:
+        """Ask the hub to suspend one server instead of stopping it (``POST
+        /hub/api/gpu/users/{user}[/servers/{name}]/suspend``, docs/culler.md); its answer
+        as it came (200 suspended; 409 or 503: not, and why), waited for ``timeout`` s (a
+        checkpoint takes seconds to minutes)."""
+        path = f"/gpu/users/{quote(user, safe='')}/suspend"
+        if server:
+            path = f"/gpu/users/{quote(user, safe='')}/servers/{quote(server, safe='')}/suspend"
+        return await self.client.post(
+            self.api_url + path, headers=_auth(self.token), timeout=timeout
+        )
+
     async def stop_server(self, user: str, server: str) -> int:
         """Stop one server; returns the status code (204 stopped, 202 stopping)."""
         path = f"/users/{quote(user, safe='')}/server"
@@ -110,6 +122,20 @@ class HubAPI:
         )
         resp.raise_for_status()
         return resp.status_code
+
+
+def hub_message(resp: httpx.Response) -> str:
+    """What the hub's error answer says (JupyterHub's ``{"status", "message"}``), on one
+    line, bounded; its status when it says nothing."""
+    message = ""
+    try:
+        body = resp.json()
+        if isinstance(body, Mapping) and isinstance(body.get("message"), str):
+            message = body["message"]
+    except ValueError:
+        pass
+    words = " ".join(message.split())[:300]
+    return f"HTTP {resp.status_code}: {words}" if words else f"HTTP {resp.status_code}"
 
 
 async def _get_json(
