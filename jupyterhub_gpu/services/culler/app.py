@@ -89,9 +89,9 @@ from jupyterhub_gpu.services.culler import state as culler_state
 from jupyterhub_gpu.services.culler.client import (
     HubAPI,
     describe_failure,
-    hub_message,
     read_agent,
     read_kernels,
+    suspend_or_stop,
 )
 from jupyterhub_gpu.services.culler.shares import (
     SEPARATOR,
@@ -189,14 +189,9 @@ class GPUIdleCuller(HubService):
     ).tag(config=True)
     suspend = Bool(
         False,
-        help="""Ask the hub to suspend an idle server (checkpoint it, free its GPUs, resume
-        it on its user's next start) instead of stopping it; when the hub will not or
-        cannot (``GPUCluster.suspend`` off, a node without checkpoints, a server too big,
-        a checkpoint that failed), it is stopped as before. ``configure_culler(c,
-        suspend=True)`` sets it with the hub's side (docs/culler.md).""",
-    ).tag(config=True)
-    suspend_timeout = Float(
-        600.0, help="Seconds the culler waits for the hub to suspend a server."
+        help="""Ask the hub to suspend an idle server (checkpointed, its GPUs freed, resumed
+        at its next start) instead of stopping it; stopped when the hub will not or cannot
+        (docs/culler.md). ``configure_culler(c, suspend=True)`` sets both sides.""",
     ).tag(config=True)
     group_overrides = Union(
         [Callable(), Dict()],
@@ -663,7 +658,7 @@ class GPUIdleCuller(HubService):
         self._write_notes([note])
         try:
             async with sem:
-                code = await self._suspend_or_stop(str(user["name"]), name, full)
+                code = await suspend_or_stop(self._hub(), str(user["name"]), name, self)
         except httpx.HTTPError as e:
             why = describe_failure(e, self.request_timeout)
             self.log.warning("Could not stop %s (%s); will retry next round", full, why)
@@ -672,20 +667,6 @@ class GPUIdleCuller(HubService):
         if code == 202:
             self.log.info("Server %s is slow to stop", full)
         return full, decision, note
-
-    async def _suspend_or_stop(self, user: str, name: str, full: str) -> int:
-        """Suspend the server (``suspend``), or stop it: when suspend is off, and when the
-        hub answers that it did not suspend it (it says why; the server still runs).
-        Returns the stop's status code (200 for a suspend)."""
-        hub = self._hub()
-        if self.suspend:
-            resp = await hub.suspend_server(user, name, self.suspend_timeout)
-            if resp.status_code == 200:
-                self.log.info("Suspended %s: %s", full, resp.text[:300])
-                return 200
-            why = hub_message(resp)
-            self.log.warning("Not suspended %s (%s): stopping it", full, why)
-        return await hub.stop_server(user, name)
 
     def _hub(self) -> HubAPI:
         return HubAPI(

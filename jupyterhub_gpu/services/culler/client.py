@@ -124,6 +124,26 @@ class HubAPI:
         return resp.status_code
 
 
+#: seconds the culler waits for the hub to suspend a server (a checkpoint takes seconds
+#: to minutes; the hub bounds it by GPUCluster.suspend_timeout)
+SUSPEND_WAIT = 600.0
+
+
+async def suspend_or_stop(hub: HubAPI, user: str, server: str, culler: Any) -> int:
+    """Suspend ``user``'s ``server`` (``culler.suspend``: the culler's setting, its log
+    on ``culler.log``), or stop it: when suspend is off, and when the hub answers that it
+    did not suspend it (it says why; the server still runs). The stop's status code, 200
+    for a suspend."""
+    full = f"{user}/{server}" if server else user
+    if culler.suspend:
+        resp = await hub.suspend_server(user, server, SUSPEND_WAIT)
+        if resp.status_code == 200:
+            culler.log.info("Suspended %s: %s", full, resp.text[:300])
+            return 200
+        culler.log.warning("Not suspended %s (%s): stopping it", full, hub_message(resp))
+    return await hub.stop_server(user, server)
+
+
 def hub_message(resp: httpx.Response) -> str:
     """What the hub's error answer says (JupyterHub's ``{"status", "message"}``), on one
     line, bounded; its status when it says nothing."""
