@@ -251,7 +251,7 @@ def test_a_suspended_server_resumes_with_its_kernel_and_its_gpu_is_free_meanwhil
     assert (hub.server("alice") or {}).get("ready")
     checkpoint_s, mib = answer.json()["seconds"], saved["size_bytes"] / 2**20
     print(
-        f"\nsuspend through the hub: {suspend_s:.1f} s (checkpoint {checkpoint_s} s, {mib:.0f} MiB);"
+        f"\nsuspend through the hub: {suspend_s:.1f} s (checkpoint {checkpoint_s} s, {mib:.0f} MiB)"
     )
     print(f"resume, start to ready: {resume_s:.1f} s")
 
