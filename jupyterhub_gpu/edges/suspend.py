@@ -140,7 +140,7 @@ def can_checkpoint(api: docker.APIClient) -> bool:
 def memory_in_use(api: docker.APIClient, container_id: str) -> int | None:
     """The container's anonymous memory in bytes (what a checkpoint holds), None when the
     engine does not say (cgroup v2's ``anon``, v1's ``rss``)."""
-    stats = api.stats(container_id, stream=False) or {}
+    stats = api.stats(container_id, stream=False, one_shot=True) or {}
     found = (stats.get("memory_stats") or {}).get("stats") or {}
     for key in ("anon", "total_rss", "rss"):
         value = found.get(key)
