@@ -212,6 +212,9 @@ def test_a_suspended_server_resumes_with_its_kernel_and_its_gpu_is_free_meanwhil
     db = tmp_path / "accounting.sqlite"
     hub = make_hub([node], inventory, extra_config(db))
     hub.create_user("alice")
+    not_running = suspend(hub, "alice")
+    assert not_running.status_code == 409, not_running.text
+    assert "Not suspended: it is not running" in not_running.json()["message"]
     spawn_and_wait(hub, "alice", OPTIONS)
     kernel = start_kernel(hub, "alice")
     assert run_cell(hub, "alice", kernel, "x = 42\nprint(x)") == "42"
