@@ -212,9 +212,6 @@ def test_a_suspended_server_resumes_with_its_kernel_and_its_gpu_is_free_meanwhil
     db = tmp_path / "accounting.sqlite"
     hub = make_hub([node], inventory, extra_config(db))
     hub.create_user("alice")
-    not_running = suspend(hub, "alice")
-    assert not_running.status_code == 409, not_running.text
-    assert "Not suspended: it is not running" in not_running.json()["message"]
     spawn_and_wait(hub, "alice", OPTIONS)
     kernel = start_kernel(hub, "alice")
     assert run_cell(hub, "alice", kernel, "x = 42\nprint(x)") == "42"
@@ -229,6 +226,9 @@ def test_a_suspended_server_resumes_with_its_kernel_and_its_gpu_is_free_meanwhil
     suspend_s = time.monotonic() - began
     assert answer.status_code == 200, f"{answer.text}\n{hub.log_tail()}"
     assert hub.server("alice") is None  # JupyterHub sees it stopped, its route removed
+    again = suspend(hub, "alice")  # what does not run is not suspended: one sentence
+    assert again.status_code == 409, again.text
+    assert "Not suspended: it is not running" in again.json()["message"]
     saved = state_of(hub, "alice")["suspended"]
     assert (saved["node"], saved["gpu_uuids"]) == (node.name, [gpu])
     assert saved["allocation"] == before["allocation"] and saved["size_bytes"] > 0
