@@ -138,15 +138,17 @@ def can_checkpoint(api: docker.APIClient) -> bool:
 
 
 def memory_in_use(api: docker.APIClient, container_id: str) -> int | None:
-    """The container's anonymous memory in bytes (what a checkpoint holds), None when the
-    engine does not say (cgroup v2's ``anon``, v1's ``rss``)."""
+    """The container's memory in bytes as ``docker stats`` shows it (its cgroup's usage
+    less the inactive page cache: about what a checkpoint of it writes), None when the
+    engine does not say."""
     stats = api.stats(container_id, stream=False, one_shot=True) or {}
-    found = (stats.get("memory_stats") or {}).get("stats") or {}
-    for key in ("anon", "total_rss", "rss"):
-        value = found.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            return value
-    return None
+    memory = stats.get("memory_stats") or {}
+    usage, found = memory.get("usage"), memory.get("stats") or {}
+    if not isinstance(usage, int) or isinstance(usage, bool) or usage < 0:
+        return None
+    cache = found.get("inactive_file", found.get("total_inactive_file", 0))
+    cache = cache if isinstance(cache, int) and not isinstance(cache, bool) else 0
+    return max(usage - cache, 0)
 
 
 def checkpoint_in_place(api: docker.APIClient, container_id: str, name: str) -> float:
