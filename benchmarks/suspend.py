@@ -57,13 +57,13 @@ if str(REPO) not in sys.path:
 
 import docker  # noqa: E402
 
+from jupyterhub_gpu.core.usernet import network_options  # noqa: E402
 from jupyterhub_gpu.edges.suspend import (  # noqa: E402
     checkpoint,
     checkpoint_in_place,
     restore,
     start_from_checkpoint,
 )
-from jupyterhub_gpu.core.usernet import network_options  # noqa: E402
 from jupyterhub_gpu.errors import SuspendFailed  # noqa: E402
 from tests.support.cluster import (  # noqa: E402
     STATE,
