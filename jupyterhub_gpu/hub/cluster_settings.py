@@ -338,7 +338,11 @@ class GPUCluster(LoggingConfigurable):
 
 
 #: the keys that moved from ``c.GPUDockerSpawner`` to ``c.GPUCluster`` in this release
-MOVED: frozenset[str] = frozenset(GPUCluster.class_traits(config=True))
+#: keys added to ``c.GPUCluster`` after the move: never the spawner's, not accepted there
+NEVER_THE_SPAWNERS = frozenset(
+    {"suspend", "suspend_max_gib", "suspend_keep_days", "suspend_timeout"}
+)
+MOVED: frozenset[str] = frozenset(GPUCluster.class_traits(config=True)) - NEVER_THE_SPAWNERS
 #: the sections a moved key may still be found in (the spawner's, the more specific last)
 OLD_SECTIONS = ("Spawner", "DockerSpawner", "GPUDockerSpawner")
 
@@ -366,7 +370,7 @@ def old_keys() -> dict[str, Any]:
             return Enum(t.values, t.default_value, config=True, help=help)
         return type(t)(config=True, help=help)
 
-    return {k: like(t) for k, t in sorted(moved.items())}
+    return {k: like(t) for k, t in sorted(moved.items()) if k in MOVED}
 
 
 def deprecation(key: str) -> str:

@@ -2,7 +2,7 @@
 
 :class:`SuspendingSpawnerMixin`, which ``GPUDockerSpawner`` extends first:
 
-- :meth:`~SuspendingSpawnerMixin.suspend` (the hub's suspend API, ``api/suspend.py``, which
+- :meth:`~SuspendingSpawnerMixin.suspend_server` (the hub's suspend API, ``api/suspend.py``, which
   the culler calls instead of stopping an idle server): when the hub may
   (:func:`~jupyterhub_gpu.core.suspend.suspend_refusal`: ``GPUCluster.suspend``, the
   node's engine offers checkpoints, the container's memory within
@@ -135,7 +135,7 @@ class SuspendingSpawnerMixin(_SpawnerBase):
         self.labelled_allocation = ""  # its container is gone; a suspended one stays known
 
     # ------------------------------------------------------------------ suspend
-    async def suspend(self) -> SuspendedServer:
+    async def suspend_server(self) -> SuspendedServer:
         """Checkpoint this running server's container on its node (it exits, keeping the
         checkpoint) and remember it; the caller then stops the server as JupyterHub does
         (:meth:`_stop_suspended` runs then). Raises

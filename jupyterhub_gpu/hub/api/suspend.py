@@ -50,11 +50,11 @@ class SuspendServerAPIHandler(APIHandler):
         holder = f"{user.name}/{server_name}"
         if spawner.pending or not spawner.ready:
             raise web.HTTPError(409, "Not suspended: it is not running (or starting or stopping).")
-        if not callable(getattr(spawner, "suspend", None)):
+        if not callable(getattr(spawner, "suspend_server", None)):
             raise web.HTTPError(409, "Not suspended: this hub's spawner cannot suspend servers.")
         spawner._stop_pending = True  # JupyterHub's pages and API see it stopping meanwhile
         try:
-            saved = await spawner.suspend()
+            saved = await spawner.suspend_server()
         except SuspendRefused as e:
             self.log.info("Not suspending %s: %s", holder, e)
             raise web.HTTPError(409, f"Not suspended: {e}.") from None
