@@ -229,8 +229,10 @@ class GPUCluster(LoggingConfigurable):
         a new server when it cannot, saying why. A node whose engine cannot checkpoint, a
         server over ``suspend_max_gib`` or a checkpoint that fails: the culler stops the
         server as before. A CUDA process cannot be checkpointed yet (NVIDIA's
-        cuda-checkpoint is not wired in): such a server is stopped. ``configure_culler``
-        turns the culler's side on with it.""",
+        cuda-checkpoint is not wired in): such a server is stopped. While it is on,
+        servers' containers are made without Docker's auto-remove (it would remove a
+        checkpointed container with its checkpoint): the hub removes them when they stop.
+        ``configure_culler`` turns the culler's side on with it.""",
     )
     suspend_max_gib = Float(
         32.0,

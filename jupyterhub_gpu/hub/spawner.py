@@ -554,7 +554,7 @@ class GPUDockerSpawner(
             share=self.share,
             port=self.port,
             publish_ip=str(self.host_ip),
-            remove_on_exit=self.remove,
+            remove_on_exit=self.remove and not self.site.suspend,  # hub/suspend.py: kept
             site_create=await site_extras(self.extra_create_kwargs),
             site_host=await site_extras(self.extra_host_config),
         )

@@ -54,7 +54,7 @@ from jupyterhub_gpu.edges.suspend import (
     remove_checkpoint,
     start_from_checkpoint,
 )
-from jupyterhub_gpu.errors import GPUHubError, NotOnNode, SuspendRefused
+from jupyterhub_gpu.errors import GPUHubError, NotOnNode, SuspendFailed, SuspendRefused
 from jupyterhub_gpu.hub.answer import spawner_answer
 from jupyterhub_gpu.wire.server_state import decode_suspension, encode_suspension
 
@@ -162,13 +162,17 @@ class SuspendingSpawnerMixin(_SpawnerBase):
         now = datetime.now(timezone.utc)
         name = checkpoint_name(now)
         self.suspending = True  # poll says "running" while it is frozen, stop keeps it
+        cluster.pending.add(self.holder)  # nor does reconciliation free it meanwhile
         try:
             with contextlib.closing(cluster.new_client(node, site.suspend_timeout)) as long:
                 seconds = await cluster.run(
                     node, lambda: checkpoint_in_place(long, container, name), site.suspend_timeout
                 )
-        except BaseException:
+        except BaseException as e:
             self.suspending = False
+            cluster.pending.discard(self.holder)
+            if isinstance(e, SuspendFailed) and not await self._still_runs():
+                raise SuspendFailed(f"{e} (the server stopped: its hub poll ends it)") from e
             raise
         self.suspended = SuspendedServer(
             node=node,
@@ -194,14 +198,44 @@ class SuspendingSpawnerMixin(_SpawnerBase):
         )
         return self.suspended
 
+    async def _still_runs(self) -> bool:
+        """Whether the server's container still runs (after a checkpoint that failed: a
+        dump that failed leaves it running, one that failed later may have stopped it)."""
+        api = self.cluster.client(self.node_name)
+        try:
+            info = await self.cluster.run(
+                self.node_name, lambda: api.inspect_container(self.object_id)
+            )
+        except NotOnNode:
+            return False
+        except (GPUHubError, OSError):
+            return True  # not known: the hub's poll decides
+        return bool((info.get("State") or {}).get("Running"))
+
     def _stop_suspended(self) -> None:
         """The stop that follows a checkpoint: the container stays (it holds the
         checkpoint), the GPUs and the place on the node are freed, the allocation ends as
         ``suspended``."""
         self._forget_placement(EndReason.SUSPENDED)
+        self.cluster.pending.discard(self.holder)
         self.object_id = ""
         self.suspending = False
         self.clear_state()
+
+    async def poll(self) -> int | str | None:
+        """DockerSpawner's poll; a container found exited is removed when suspend is on
+        (containers are then made without Docker's auto-remove, which would remove a
+        checkpointed container with its checkpoint)."""
+        status: int | str | None = await super().poll()
+        if status is not None and self.site.suspend and self.object_id and not self.suspending:
+            with contextlib.suppress(GPUHubError, OSError):
+                await self.cluster.run(
+                    self.node_name,
+                    lambda: self.cluster.client(self.node_name).remove_container(
+                        self.object_id, force=True
+                    ),
+                )
+        return status
 
     # ------------------------------------------------------------------ resume
     async def _resumed(
