@@ -29,8 +29,9 @@ loopback, checkpointed with ``Exit`` and started again from the checkpoint in th
 container on the same node; ``--occupy``: two other containers start on the bridge
 meanwhile and take the addresses free then (the server's own among them). More keys:
 ``address_before``, ``address_after``, ``port_before``, ``port_after``, ``memory_mib``
-(``docker stats``' figure before the checkpoint), ``error`` (the engine's, when the
-restore failed). Whether it works depends on the node's ``/etc/criu/runc.conf``
+(``docker stats``' figure before the checkpoint, what the hub records as its size),
+``checkpoint_mib`` (on the node's disk), ``error`` (the engine's, when the restore
+failed). Whether it works depends on the node's ``/etc/criu/runc.conf``
 (``criu_options``): docs/culler.md has the results.
 """
 
@@ -207,6 +208,10 @@ def run(source: Engine, target: Engine, array_mib: int) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def size_of(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
 def keep_alive(address: str, port: int) -> socket.socket:
     """An HTTP/1.1 connection to the server, left open after its first answer."""
     conn = socket.create_connection((address, port), timeout=30)
@@ -254,6 +259,8 @@ def run_bridge(engine: Engine, occupy: bool) -> dict[str, Any]:
         result["memory_mib"] = round((stats["usage"] - cache) / 2**20, 1)
         saved = checkpoint_in_place(client.api, server.id, "suspend")
         result["checkpoint_s"] = round(saved, 2)
+        folder = Path(client.info()["DockerRootDir"]) / "containers" / server.id / "checkpoints"
+        result["checkpoint_mib"] = round(size_of(folder / "suspend") / 2**20, 1)
         for conn in connections:
             conn.close()
         for i in range(2 if occupy else 0):
