@@ -62,8 +62,10 @@ c.GPUCluster.suspend = True
 from jupyterhub_gpu.hub.extensions import register
 from jupyterhub_gpu.hub.api.cluster import CUSTOM_SCOPES, READ_SCOPE
 from jupyterhub_gpu.hub.api.cluster import ClusterAPIHandler, SnapshotCache
+from jupyterhub_gpu.hub.api.notices import HANDLERS as NOTICES
 from jupyterhub_gpu.hub.api.suspend import HANDLERS, SUSPEND_SCOPE, SUSPEND_SCOPES
-register(c, [*HANDLERS, (r"/api/gpu/cluster", ClusterAPIHandler, {{"cache": SnapshotCache(0)}})],
+register(c, [*HANDLERS, *NOTICES,
+             (r"/api/gpu/cluster", ClusterAPIHandler, {{"cache": SnapshotCache(0)}})],
          custom_scopes={{**SUSPEND_SCOPES, **CUSTOM_SCOPES}})
 c.JupyterHub.services.append({{"name": "culler-standin", "api_token": {STANDIN!r}}})
 c.JupyterHub.load_roles.append(
@@ -233,6 +235,14 @@ def test_a_suspended_server_resumes_with_its_kernel_and_its_gpu_is_free_meanwhil
     assert (saved["node"], saved["gpu_uuids"]) == (node.name, [gpu])
     assert saved["allocation"] == before["allocation"] and saved["size_bytes"] > 0
     assert gpu_of_cluster(hub, gpu)["status"] == "free"
+    (notice,) = hub.api("GET", "/gpu/users/alice/notices").json()  # every hub page shows it
+    assert (
+        notice["kind"] == "suspended"
+        and notice["message"].startswith("Your server was suspended at ")
+        and notice["message"].endswith(
+            "resume where you left it, with your kernels and their variables."
+        )
+    )
     recorded(db, **{before["allocation"]: "suspended"})
     offset = hub.wait_log(ROUND, hub.log_offset(), count=2)
     assert container_status(node, saved["container_id"]) == "exited"  # reconciliation keeps it
