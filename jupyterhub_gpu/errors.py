@@ -36,7 +36,8 @@ turned into another error). A builtin base in brackets is kept for code that cat
     ├── PullYielded                   nobody: a pre-pull stopped for a spawn's pull; retried
     ├── ExecFailed                    admin: the SSH gateway's docker exec failed (log)
     ├── KeysRefused                   admin: a user's authorized_keys can't be trusted (log)
-    ├── SuspendFailed                 admin: a checkpoint or restore failed (the reason)
+    ├── SuspendFailed                 admin: a checkpoint or restore failed (the reason; 503)
+    │   └── SuspendRefused            admin: the hub will not suspend that server (409; stopped)
     └── UserFacingError               user: a request can't be served; message shown as is
         ├── InvalidRequest            user: bad or tampered input (HTTP 400)
         ├── NoCapacity                user: nothing free fits now (HTTP 503, says what is free)
@@ -225,7 +226,13 @@ class KeysRefused(GPUHubError):
 
 class SuspendFailed(GPUHubError):
     """A container could not be checkpointed or restored (edges/suspend.py); the message
-    says why (the engine's reason)."""
+    says why (the engine's reason). The suspend API answers 503 with it."""
+
+
+class SuspendRefused(SuspendFailed):
+    """The hub will not suspend a server (suspend is off, its node's engine has no
+    checkpoints, it holds too much memory, it is not running): the suspend API answers
+    409 with the sentence, and the culler stops the server instead."""
 
 
 class UserFacingError(GPUHubError):

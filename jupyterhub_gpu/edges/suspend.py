@@ -14,9 +14,19 @@ same variables. This module is the I/O of it, over docker-py's client:
   (``DATA_ROOT/containers/ID/checkpoints/NAME``): whoever calls this runs on the node
   (its agent, or the test cluster on one machine).
 
-Not wired into the culler yet: docs/culler.md ("Suspend instead of stop") has the design,
-the figures measured with ``benchmarks/suspend.py`` and what is missing (GPU servers need
-NVIDIA's ``cuda-checkpoint`` first).
+The product's path (hub/suspend.py, docs/culler.md "Suspend instead of stop") is the
+same node and the same container, through the node's Docker API alone, so the hub needs
+no access to the node's disk:
+
+- :func:`checkpoint_in_place` dumps a running container into the engine's own folder of
+  that container and stops it (the exited container keeps the checkpoint);
+- :func:`start_from_checkpoint` starts that container again from it, and
+  :func:`remove_checkpoint` drops it once the server runs again;
+- :func:`can_checkpoint` and :func:`memory_in_use`: what the hub asks before it tries.
+
+Moving a checkpoint to another node (:func:`checkpoint` and :func:`restore` above, the
+spike's ``benchmarks/suspend.py``) and GPU servers (NVIDIA's ``cuda-checkpoint``) are not
+in the product yet.
 """
 
 from __future__ import annotations
@@ -115,3 +125,71 @@ def restore(
         reason = err.explanation if isinstance(err, docker.errors.APIError) else err
         raise SuspendFailed(f"The engine could not restore the container: {reason}") from err
     return time.monotonic() - started
+
+
+def _engine_failure(what: str, err: docker.errors.APIError) -> SuspendFailed:
+    return SuspendFailed(f"The engine could not {what}: {err.explanation or err}")
+
+
+def can_checkpoint(api: docker.APIClient) -> bool:
+    """Whether the engine offers checkpoints (Docker hides them behind ``--experimental``;
+    CRIU itself is only found out by trying)."""
+    return bool(api.info().get("ExperimentalBuild"))
+
+
+def memory_in_use(api: docker.APIClient, container_id: str) -> int | None:
+    """The container's memory in bytes as ``docker stats`` shows it (its cgroup's usage
+    less the inactive page cache: about what a checkpoint of it writes), None when the
+    engine does not say."""
+    stats = api.stats(container_id, stream=False, one_shot=True) or {}
+    memory = stats.get("memory_stats") or {}
+    usage, found = memory.get("usage"), memory.get("stats") or {}
+    if not isinstance(usage, int) or isinstance(usage, bool) or usage < 0:
+        return None
+    cache = found.get("inactive_file", found.get("total_inactive_file", 0))
+    cache = cache if isinstance(cache, int) and not isinstance(cache, bool) else 0
+    return max(usage - cache, 0)
+
+
+def checkpoint_in_place(api: docker.APIClient, container_id: str, name: str) -> float:
+    """Dump the running ``container_id`` into its engine's checkpoint ``name`` (kept with
+    the container) and stop it; the seconds it took (it was frozen meanwhile). Raises
+    :class:`SuspendFailed` with the engine's reason: the container then keeps running."""
+    _check_name(name)
+    started = time.monotonic()
+    try:
+        answer = api._post_json(
+            api._url("/containers/{0}/checkpoints", container_id),
+            data={"CheckpointID": name, "Exit": True},
+        )
+        api._raise_for_status(answer)
+    except docker.errors.APIError as err:
+        raise _engine_failure("checkpoint the container", err) from err
+    return time.monotonic() - started
+
+
+def start_from_checkpoint(api: docker.APIClient, container_id: str, name: str) -> float:
+    """Start the exited ``container_id`` from its checkpoint ``name``; the seconds it took.
+    Raises :class:`SuspendFailed` with the engine's reason."""
+    _check_name(name)
+    started = time.monotonic()
+    try:
+        answer = api._post(
+            api._url("/containers/{0}/start", container_id), params={"checkpoint": name}
+        )
+        api._raise_for_status(answer)
+    except docker.errors.APIError as err:
+        raise _engine_failure("restore the container", err) from err
+    return time.monotonic() - started
+
+
+def remove_checkpoint(api: docker.APIClient, container_id: str, name: str) -> None:
+    """Drop ``container_id``'s checkpoint ``name`` (gone already: nothing to do)."""
+    _check_name(name)
+    try:
+        answer = api._delete(api._url("/containers/{0}/checkpoints/{1}", container_id, name))
+        api._raise_for_status(answer)
+    except docker.errors.NotFound:
+        return
+    except docker.errors.APIError as err:
+        raise _engine_failure("remove the checkpoint", err) from err

@@ -254,3 +254,20 @@ async def spawner_exited(spawner: Any, code: int) -> SpawnException:
         holder=spawner.holder,
         node=spawner.node_name,
     )
+
+
+async def spawner_answer(spawner: Any, ip_port: tuple[str, int]) -> None:
+    """A GPUDockerSpawner's own fast wait for its server's first answer, once its
+    container runs (a new one, or one resumed from a checkpoint): within what is left of
+    ``start_timeout`` since ``start`` began, at most ``http_timeout`` and
+    ``answer_check_timeout``; a container that exits meanwhile fails the start."""
+    loop = asyncio.get_running_loop()
+    began = spawner._start_began or loop.time()
+    timeouts = (spawner.start_timeout, spawner.http_timeout, spawner.answer_check_timeout)
+    window = answer_window(began, loop.time(), *timeouts)
+    if window <= 0 or spawner.internal_ssl or spawner.server is None:
+        return
+    base_url = spawner.server.base_url
+    code = await answer_or_exit(ip_port, base_url, window, spawner._on_node, spawner.container_id)
+    if code is not None:
+        raise await spawner_exited(spawner, code)

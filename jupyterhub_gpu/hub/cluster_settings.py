@@ -218,6 +218,41 @@ class GPUCluster(LoggingConfigurable):
         the GPU shares whose own processes hold more memory than their share. Their users
         see it on every hub page (``/hub/api/gpu/users/{user}/notices``). '' = not shown.""",
     )
+    suspend = Bool(
+        False,
+        config=True,
+        help="""Suspend instead of stop (docs/culler.md): when the idle culler reclaims a
+        server, the hub checkpoints its container on its node (Docker's checkpoints, CRIU;
+        the node's dockerd runs with ``--experimental``) and frees its GPUs and its
+        allocation as a stop does; the user's next start resumes it on the same node (and
+        the same GPUs, if they are free), with its kernels and their variables, or starts
+        a new server when it cannot, saying why. A node whose engine cannot checkpoint, a
+        server over ``suspend_max_gib`` or a checkpoint that fails: the culler stops the
+        server as before. A CUDA process cannot be checkpointed yet (NVIDIA's
+        cuda-checkpoint is not wired in): such a server is stopped. While it is on,
+        servers' containers are made without Docker's auto-remove (it would remove a
+        checkpointed container with its checkpoint): the hub removes them when they stop.
+        ``configure_culler`` turns the culler's side on with it.""",
+    )
+    suspend_max_gib = Float(
+        32.0,
+        config=True,
+        help="""GiB: a server whose container holds more memory than this is stopped, not
+        suspended (its checkpoint would take about as much of its node's disk). 0: no
+        limit.""",
+    )
+    suspend_keep_days = Float(
+        7.0,
+        config=True,
+        help="""Days a suspended server's checkpoint is resumed: a start after that is a
+        fresh one (and removes the checkpoint). 0: until the next start.""",
+    )
+    suspend_timeout = Float(
+        300.0,
+        config=True,
+        help="""Seconds a checkpoint (or a restore) may take before the hub gives up on it
+        (the server then keeps running, or starts afresh).""",
+    )
     pull_timeout = Float(
         1800.0,
         config=True,
@@ -305,7 +340,11 @@ class GPUCluster(LoggingConfigurable):
 
 
 #: the keys that moved from ``c.GPUDockerSpawner`` to ``c.GPUCluster`` in this release
-MOVED: frozenset[str] = frozenset(GPUCluster.class_traits(config=True))
+#: keys added to ``c.GPUCluster`` after the move: never the spawner's, not accepted there
+NEVER_THE_SPAWNERS = frozenset(
+    {"suspend", "suspend_max_gib", "suspend_keep_days", "suspend_timeout"}
+)
+MOVED: frozenset[str] = frozenset(GPUCluster.class_traits(config=True)) - NEVER_THE_SPAWNERS
 #: the sections a moved key may still be found in (the spawner's, the more specific last)
 OLD_SECTIONS = ("Spawner", "DockerSpawner", "GPUDockerSpawner")
 
@@ -333,7 +372,7 @@ def old_keys() -> dict[str, Any]:
             return Enum(t.values, t.default_value, config=True, help=help)
         return type(t)(config=True, help=help)
 
-    return {k: like(t) for k, t in sorted(moved.items())}
+    return {k: like(t) for k, t in sorted(moved.items()) if k in MOVED}
 
 
 def deprecation(key: str) -> str:

@@ -275,6 +275,7 @@ def configure_culler(
     warnings_file: str | None = None,
     args: Sequence[str] = (),
     site_secret: str | None = None,
+    suspend: bool | None = None,
 ) -> None:
     """Add the GPU idle culler (docs/culler.md): the service (run by the hub), its role with
     the fewest scopes it needs, and the hub API it learns the nodes' agents from
@@ -293,16 +294,21 @@ def configure_culler(
     reaches the culler in its environment, never on its command line. For the warning
     mails (off unless ``GPUIdleCuller.mail_warnings``), the culler's environment also
     gets the hub's public URL (``JupyterHub.public_url``) and the queue's time zone
-    (``queue_policy``'s ``timezone``) when they are set before this call.
+    (``queue_policy``'s ``timezone``) when they are set before this call. ``suspend``:
+    suspend idle servers instead of stopping them (``GPUCluster.suspend`` and
+    ``GPUIdleCuller.suspend``; default: ``c.GPUCluster.suspend`` as set before this call);
+    the suspend API and its scope, held by the culler's role only, are added either way.
     """
     from jupyterhub_gpu.core.tokens import SITE_SECRET_ENV, site_secret_from
     from jupyterhub_gpu.hub.api.cluster import AGENTS_SCOPE, AGENTS_SCOPES, AgentsAPIHandler
     from jupyterhub_gpu.hub.api.cull import HANDLERS as CULL
+    from jupyterhub_gpu.hub.api.suspend import HANDLERS as SUSPEND
+    from jupyterhub_gpu.hub.api.suspend import SUSPEND_SCOPE, SUSPEND_SCOPES
 
     register(
         c,
-        [(r"/api/gpu/agents", AgentsAPIHandler), *CULL],
-        custom_scopes=AGENTS_SCOPES,
+        [(r"/api/gpu/agents", AgentsAPIHandler), *CULL, *SUSPEND],
+        custom_scopes={**AGENTS_SCOPES, **SUSPEND_SCOPES},
     )
     _add_notices(c)
     site = c.GPUCluster  # where the hub reads the files (an old c.GPUDockerSpawner key too)
@@ -338,6 +344,11 @@ def configure_culler(
     if warnings_file is not None:
         site.cull_warnings_file = warnings_file
         command.append(f"--GPUIdleCuller.warnings_file={warnings_file}")
+    if suspend is None:
+        suspend = bool(site.suspend) if "suspend" in site else False
+    if suspend:  # the hub checkpoints, the culler asks it to (docs/culler.md)
+        site.suspend = True
+        command.append("--GPUIdleCuller.suspend=True")
     ca_cert = c.AgentClient.ca_cert if "ca_cert" in c.AgentClient else ""
     if ca_cert:  # the agents' CA: the culler reads them over HTTPS as the hub does
         command.append(f"--GPUIdleCuller.agent_ca_cert={ca_cert}")
@@ -356,6 +367,7 @@ def configure_culler(
             "delete:servers",  # no access:servers: it reads a server with its own token
             "read:users:groups",  # for group_overrides
             AGENTS_SCOPE,
+            SUSPEND_SCOPE,  # suspend instead of stop, when the hub's GPUCluster.suspend is on
         ],
         "services": [name],
     }

@@ -44,6 +44,9 @@ class GPULedger:
         self._shared: dict[str, dict[str, Hold]] = {}  # uuid -> share key -> hold
         self._servers: dict[str, Hold] = {}  # holder -> the node its server is placed on
         self._orphans: dict[str, Hold] = {}  # Hold.key -> where an orphaned server was
+        # holder -> the allocation its container's labels carry when it is not the server's
+        # own: a server resumed from a checkpoint runs in the container it was created in
+        self._labelled: dict[str, str] = {}
         self._open: dict[str, tuple[str, tuple[str, ...]]] = {}  # allocation -> node, GPUs
         self._listeners: list[Listener] = []
         # what allocations() answers, kept journaled as holds change (see _touch)
@@ -326,6 +329,7 @@ class GPULedger:
         """The hub lets go of ``holder``'s server while its container may still run: its
         GPUs and its place on the node stay held, as an orphan (see :class:`Hold`)."""
         placed = self._servers.pop(holder, None)
+        self._labelled.pop(holder, None)  # its container is no one's now
         allocation = placed.allocation if placed is not None else ""
         for uuid, hold in list(self._holds.items()):
             if hold.holder == holder and not hold.orphaned:
@@ -355,10 +359,20 @@ class GPULedger:
     def place_server(self, holder: str, node: str, allocation: str = "") -> None:
         self._servers[holder] = Hold(holder, node, allocation=allocation)
 
+    def label_allocation(self, holder: str, allocation: str) -> None:
+        """``holder``'s server runs in a container whose (sealed) labels carry
+        ``allocation``, not the server's own: a server resumed from a checkpoint
+        (hub/suspend.py). It counts as live while the server is placed, so reconciliation
+        never takes that container for an interrupted spawn's."""
+        if allocation:
+            self._labelled[holder] = allocation
+
     def live_allocations(self) -> set[str]:
-        """The allocation ids of the servers placed (running or starting); orphans are
-        not: their server was let go of, their container is no longer anyone's."""
-        return {h.allocation for h in self._servers.values() if h.allocation}
+        """The allocation ids of the servers placed (running or starting), and those their
+        containers' labels carry (:meth:`label_allocation`); orphans are not: their server
+        was let go of, their container is no longer anyone's."""
+        live = {h.allocation for h in self._servers.values() if h.allocation}
+        return live | {a for h, a in self._labelled.items() if h in self._servers}
 
     def servers_on(self, node: str) -> int:
         """Servers placed on ``node``, orphans included (their containers still run)."""
@@ -367,3 +381,4 @@ class GPULedger:
 
     def release_server(self, holder: str) -> None:
         self._servers.pop(holder, None)
+        self._labelled.pop(holder, None)

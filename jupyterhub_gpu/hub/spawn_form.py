@@ -1,7 +1,8 @@
 """The spawn form of a GPU spawner (``GPUDockerSpawner.options_form``, which JupyterHub
 calls with the spawner): the catalog with the user's saved images, what is free now,
 the reservations of other groups, what the user holds already, and why their last server
-ended (a cull: when, what it freed, the notebooks open then). Rendered by the pure
+ended (a cull: when, what it freed, the notebooks open then; a suspend: that its next
+start resumes it). Rendered by the pure
 :func:`~jupyterhub_gpu.core.form.spawn_form_html`."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from jupyterhub_gpu.core.culling.warning import stopped_words
 from jupyterhub_gpu.core.form import resolve_bounds, spawn_form_html
 from jupyterhub_gpu.core.form.user_quota import holdings_of
 from jupyterhub_gpu.core.placement import availability
+from jupyterhub_gpu.core.suspend import suspended_words
 from jupyterhub_gpu.hub.cull_notes import after_cull, cull_note
 from jupyterhub_gpu.hub.image_checks import user_catalog
 
@@ -32,7 +34,12 @@ async def spawn_form(spawner: Any) -> str:
     note = cull_note(spawner.site.cull_notes_file, spawner.user.name, spawner.name, last)
     notes = [spawner._ended_note] if spawner._ended_note else []
     notice_time = None
-    if note is not None and not notes:  # the newest is shown: a cull, then its start
+    suspended = spawner.suspended
+    if suspended is not None and not notes:  # its next start resumes it (docs/culler.md)
+        reason = note.reason if note is not None else ""
+        words = suspended_words(spawner.name, suspended.at, reason, datetime.now(timezone.utc))
+        notes, notice_time = [words.text], (words.said, suspended.at.isoformat())
+    elif note is not None and not notes:  # the newest is shown: a cull, then its start
         words = stopped_words(note.server, note.at, note.reason, datetime.now(timezone.utc))
         more = after_cull(spawner._freed, lambda: spawner.home_host_path(ident))
         notes = [f"{words.text} {more}".strip()]

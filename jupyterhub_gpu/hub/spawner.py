@@ -92,7 +92,7 @@ from jupyterhub_gpu.errors import (
     UserFacingError,
 )
 from jupyterhub_gpu.hub.admission import QueueingSpawnerMixin
-from jupyterhub_gpu.hub.answer import answer_or_exit, answer_window, exit_code, spawner_exited
+from jupyterhub_gpu.hub.answer import exit_code, spawner_answer, spawner_exited
 from jupyterhub_gpu.hub.cluster import Cluster
 from jupyterhub_gpu.hub.cluster_settings import GPUCluster, old_keys
 from jupyterhub_gpu.hub.cull_notes import culled_and_freed
@@ -111,6 +111,7 @@ from jupyterhub_gpu.hub.sharing import GPUSharing
 from jupyterhub_gpu.hub.spawn_events import SpawnEvents
 from jupyterhub_gpu.hub.spawn_form import spawn_form
 from jupyterhub_gpu.hub.spawn_request import spawn_request
+from jupyterhub_gpu.hub.suspend import SuspendingSpawnerMixin
 from jupyterhub_gpu.wire.server_state import (
     ServerState,
     decode_state,
@@ -158,7 +159,9 @@ def home_layout(spawner: Any) -> HomeLayout:
     )
 
 
-class GPUDockerSpawner(NewNamedServerMixin, QueueingSpawnerMixin, DockerSpawner):
+class GPUDockerSpawner(
+    SuspendingSpawnerMixin, NewNamedServerMixin, QueueingSpawnerMixin, DockerSpawner
+):
     """A DockerSpawner that gives each server exactly the GPUs it was placed on."""
 
     # the cluster-wide keys moved to c.GPUCluster (cluster_settings.MOVED): accepted here
@@ -551,7 +554,7 @@ class GPUDockerSpawner(NewNamedServerMixin, QueueingSpawnerMixin, DockerSpawner)
             share=self.share,
             port=self.port,
             publish_ip=str(self.host_ip),
-            remove_on_exit=self.remove,
+            remove_on_exit=self.remove and not self.site.suspend,  # hub/suspend.py: kept
             site_create=await site_extras(self.extra_create_kwargs),
             site_host=await site_extras(self.extra_host_config),
         )
@@ -686,6 +689,8 @@ class GPUDockerSpawner(NewNamedServerMixin, QueueingSpawnerMixin, DockerSpawner)
             self._event(10, f"Choosing a node among {len(self.cluster.specs())}")
             snapshot = await self.cluster.snapshot()
             ident, options, request = await self._validated(snapshot)
+            if (resumed := await self._resumed(snapshot, ident, options)) is not None:
+                return resumed  # a suspended server, from its checkpoint (hub/suspend.py)
             quota = resolve_bounds(self.policy, ident.groups).quota
             try:
                 try:
@@ -779,15 +784,7 @@ class GPUDockerSpawner(NewNamedServerMixin, QueueingSpawnerMixin, DockerSpawner)
             ) from None
         self.cluster.ledger.allocation_started(self.allocation_id)
         self._event(90, "Waiting for the server to answer")
-        hub, loop = cast(Any, self), asyncio.get_running_loop()  # JupyterHub's timeouts
-        began = self._start_began or loop.time()
-        timeouts = (hub.start_timeout, hub.http_timeout, self.answer_check_timeout)
-        window = answer_window(began, loop.time(), *timeouts)
-        if window > 0 and not hub.internal_ssl and self.server is not None:
-            code = await answer_or_exit(ip_port, self.server.base_url, window, self._on_node,
-                                        self.container_id)  # fmt: skip
-            if code is not None:
-                raise await spawner_exited(self, code)
+        await spawner_answer(self, ip_port)
         return ip_port
 
     async def _undo(self) -> None:
@@ -810,6 +807,8 @@ class GPUDockerSpawner(NewNamedServerMixin, QueueingSpawnerMixin, DockerSpawner)
         self.runtime.start_prepuller(self.log, self.site.catalog_file)
         if not self.node_name:
             return 0
+        if self.suspending:  # frozen for its checkpoint, or its stop is running
+            return None
         if self.cluster.known_down(self.node_name):
             # an unreachable node says nothing about the server: keep it and its GPUs
             self.log.debug("Poll of %s: node %s is down; kept", self.holder, self.node_name)
@@ -831,6 +830,8 @@ class GPUDockerSpawner(NewNamedServerMixin, QueueingSpawnerMixin, DockerSpawner)
         return status
 
     async def stop(self, now: bool = False) -> None:
+        if self.suspending:  # its container was checkpointed: it stays (hub/suspend.py)
+            return self._stop_suspended()
         if self.object_id and self.node_name:
             allocation = self.allocation_id  # DockerSpawner.stop clears the state
             # JupyterHub stops a server that never answered within http_timeout while

@@ -2,7 +2,10 @@
 encoder, one decoder. What a restarted hub re-adopts from (node, GPUs, share, allocation),
 what the culler reads directly (``server_url``, ``server_token``: culler/access.py; when
 its user pressed "I'm still here": ``cull_postponed_at``), why the hub itself ended the last
-server (``ended_note``) and what a culled server gave back (``freed``), for the spawn form."""
+server (``ended_note``) and what a culled server gave back (``freed``), for the spawn form;
+and a suspended server (``suspended``: :class:`~jupyterhub_gpu.core.suspend.SuspendedServer`)
+or a resumed one's container's own allocation (``labelled_allocation``): :func:`encode_suspension`
+and :func:`decode_suspension`."""
 
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ from jupyterhub_gpu.core.accounting.records import AllocationRecord
 from jupyterhub_gpu.core.containers import share_from_state
 from jupyterhub_gpu.core.culling.warning import POSTPONED_KEY
 from jupyterhub_gpu.core.sharing import Share
+from jupyterhub_gpu.core.suspend import SuspendedServer
+from jupyterhub_gpu.core.times import parse_time
 
 
 @dataclass(frozen=True)
@@ -93,4 +98,90 @@ def rejoined_record(saved: ServerState, user: str, server: str, hub: str) -> All
     )
 
 
-__all__ = ["ServerState", "decode_state", "encode_state", "rejoined_record"]
+SUSPENDED_KEY = "suspended"
+LABELLED_KEY = "labelled_allocation"
+
+
+def encode_suspension(suspended: SuspendedServer | None, labelled: str) -> dict[str, Any]:
+    """The state's keys of a suspended server, and of a resumed one whose container's
+    labels carry another allocation id than its own (``labelled``, "" none)."""
+    state: dict[str, Any] = {LABELLED_KEY: labelled} if labelled else {}
+    if suspended is not None:
+        s = suspended
+        share = [s.share.count, s.share.of, s.share.memory_mib, s.share.mode] if s.share else None
+        state[SUSPENDED_KEY] = {
+            "node": s.node,
+            "container_id": s.container_id,
+            "checkpoint": s.checkpoint,
+            "at": s.at.isoformat(),
+            "size_bytes": s.size_bytes,
+            "seconds": round(s.seconds, 3),
+            "gpu_uuids": list(s.gpu_uuids),
+            "share": share,
+            "allocation": s.allocation,
+            "options_key": s.options_key,
+            "token": s.token,
+        }
+    return state
+
+
+def _text(raw: Mapping[str, Any], key: str, limit: int = 256) -> str:
+    value = raw.get(key)
+    if not isinstance(value, str) or len(value) > limit:
+        raise ValueError(key)
+    return value
+
+
+def _number(raw: Mapping[str, Any], key: str) -> float:
+    value = raw.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(key)
+    return float(value)
+
+
+def decode_suspension(state: Mapping[str, Any]) -> tuple[SuspendedServer | None, str]:
+    """The suspended server a state keeps (None: none, or a malformed record, which is
+    then forgotten: the next start is a fresh one) and the resumed container's allocation
+    ("" none)."""
+    labelled = state.get(LABELLED_KEY)
+    labelled = labelled if isinstance(labelled, str) and len(labelled) <= 64 else ""
+    raw = state.get(SUSPENDED_KEY)
+    if not isinstance(raw, Mapping):
+        return None, labelled
+    try:
+        at = parse_time(_text(raw, "at", 64))
+        gpus = raw.get("gpu_uuids")
+        if at is None or not isinstance(gpus, list) or len(gpus) > 64:
+            raise ValueError("at")
+        if not all(isinstance(u, str) and len(u) <= 128 for u in gpus):
+            raise ValueError("gpu_uuids")
+        suspended = SuspendedServer(
+            node=_text(raw, "node"),
+            container_id=_text(raw, "container_id", 128),
+            checkpoint=_text(raw, "checkpoint", 64),
+            at=at,
+            size_bytes=int(_number(raw, "size_bytes")),
+            seconds=_number(raw, "seconds"),
+            gpu_uuids=tuple(gpus),
+            share=share_from_state(raw.get("share")),
+            allocation=_text(raw, "allocation", 64),
+            options_key=_text(raw, "options_key", 64),
+            token=_text(raw, "token", 512),
+        )
+    except ValueError:
+        return None, labelled
+    if not (suspended.node and suspended.container_id and suspended.checkpoint):
+        return None, labelled
+    return suspended, labelled
+
+
+__all__ = [
+    "LABELLED_KEY",
+    "SUSPENDED_KEY",
+    "ServerState",
+    "decode_state",
+    "decode_suspension",
+    "encode_state",
+    "encode_suspension",
+    "rejoined_record",
+]

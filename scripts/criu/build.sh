@@ -19,8 +19,25 @@ MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 PREFIX=/usr/local/sbin
 log() { printf '[criu] %s\n' "$*" >&2; }
 
+# Docker (runc) passes CRIU the options of this file at every checkpoint and restore:
+# - tcp-established: a server's established TCP connections are dumped (a kernel's to its
+#   server, on the container's loopback; the hub's and the proxy's, on its address);
+# - tcp-close: they are restored closed, not bound to the address the container had. The
+#   engine gives a restored container whatever address is free then (the one it had may
+#   be another container's by then: the restore would fail, "criu failed: type NOTIFY");
+#   the server's listening sockets are restored as they were, its kernels' connections
+#   reconnect, and so do the browser's (docs/culler.md, "Suspend instead of stop").
+runc_conf() {
+  mkdir -p /etc/criu
+  local option
+  for option in tcp-established tcp-close; do
+    grep -qx "$option" /etc/criu/runc.conf 2>/dev/null || echo "$option" >>/etc/criu/runc.conf
+  done
+}
+
 if [[ -x $PREFIX/criu ]] && "$PREFIX/criu" --version 2>/dev/null | grep -q "Version: $VERSION" \
     && "$PREFIX/criu" check >/dev/null 2>&1; then
+  runc_conf
   exit 0
 fi
 log "building CRIU $VERSION (Debian 12's criu cannot run on this kernel)"
@@ -40,9 +57,6 @@ cd "$work/criu-$VERSION"
 for p in "$HERE"/*.patch; do patch -s -p1 <"$p"; done
 make -s -j"$(nproc)" criu >/dev/null
 install -m 0755 criu/criu "$PREFIX/criu"
-# Docker (runc) dumps a container's established TCP connections (a kernel's to its server,
-# on the container's loopback) only with this option, read from CRIU's runc config file
-mkdir -p /etc/criu
-grep -qx tcp-established /etc/criu/runc.conf 2>/dev/null || echo tcp-established >>/etc/criu/runc.conf
+runc_conf
 "$PREFIX/criu" check >/dev/null
 log "installed $("$PREFIX/criu" --version | head -1) at $PREFIX/criu"

@@ -36,6 +36,7 @@ class EndReason(str, enum.Enum):
     INTERRUPTED = "interrupted"  # a spawn or stop cut off by a hub crash (issue 15)
     MISSED = "missed"  # ended while the hub was down: closed when reconciliation saw it
     PREEMPTED = "preempted"  # stopped: its GPUs' reservation for another group began
+    SUSPENDED = "suspended"  # checkpointed by the hub (the culler's suspend); a resume is new
 
 
 @dataclass(frozen=True)

@@ -140,22 +140,32 @@ _IDLE_REASON = re.compile(
 )
 
 
+def said_at(at: datetime, now: datetime) -> str:
+    """When ``at`` was, as a note says it: "14:05 UTC", or "Tue 01 Dec 14:05 UTC" on
+    another day than ``now``'s (a page shows it in the browser's own zone)."""
+    if _utc(at).date() != _utc(now).date():
+        return _utc(at).strftime("%a %d %b %H:%M UTC")
+    return _utc(at).strftime("%H:%M UTC")
+
+
+def because_of(reason: str) -> str:
+    """The culler's one-line decision as a note says it: "because it had been idle for
+    1 h 02 min (the limit is 1 h)", or the reason itself in brackets."""
+    why = reason.strip().rstrip(".")
+    idle = _IDLE_REASON.match(why)
+    if idle:
+        return f"because it had been idle for {idle['idle']} (the limit is {idle['limit']})"
+    return f"({why})"
+
+
 def stopped_words(server: str, at: datetime, reason: str, now: datetime) -> WarningWords:
     """What a user reads after a cull, e.g. "Your server was stopped at 14:05 UTC because
     it had been idle for 1 h 02 min (the limit is 1 h). Your files are kept: start it
     again when you need it." (``reason``: the culler's one-line decision)."""
     which = f"Your server '{server}'" if server else "Your server"
-    said = _utc(at).strftime("%H:%M UTC")
-    if _utc(at).date() != _utc(now).date():
-        said = _utc(at).strftime("%a %d %b %H:%M UTC")
-    why = reason.strip().rstrip(".")
-    idle = _IDLE_REASON.match(why)
-    if idle:
-        because = f"because it had been idle for {idle['idle']} (the limit is {idle['limit']})"
-    else:
-        because = f"({why})"
-    text = f"{which} was stopped at {said} {because}. Your files are kept: start it again "
-    return WarningWords(text + "when you need it.", said, False)
+    said = said_at(at, now)
+    text = f"{which} was stopped at {said} {because_of(reason)}. Your files are kept: start it "
+    return WarningWords(text + "again when you need it.", said, False)
 
 
 def freed_words(gpu_count: int, model: str, cpu: float, mem_gib: float) -> str:

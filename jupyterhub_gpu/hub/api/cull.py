@@ -27,6 +27,7 @@ from jupyterhub.scopes import needs_scope
 from tornado import web
 
 from jupyterhub_gpu.core.culling.warning import CullWarning, stopped_words, warning_words
+from jupyterhub_gpu.core.suspend import suspended_words
 from jupyterhub_gpu.core.times import parse_time
 from jupyterhub_gpu.edges.files import load_cull_warnings, load_notes
 from jupyterhub_gpu.wire.cull_notes import notes_for
@@ -59,8 +60,9 @@ def _warning_of(spawner: Any, holder: str, now: datetime) -> CullWarning | None:
 
 
 def cull_notices(user: Any, now: datetime) -> list[dict[str, Any]]:
-    """The warnings of ``user``'s active servers, and why the culler stopped the others
-    (each note until that server starts again, at most :data:`NOTE_SHOWN_FOR`).
+    """The warnings of ``user``'s active servers, why the culler stopped the others (each
+    note until that server starts again, at most :data:`NOTE_SHOWN_FOR`), and which are
+    suspended (until they start again: docs/culler.md).
     ``keep_url``: "I'm still here"'s API path under the hub's base URL, or ''."""
     found: list[dict[str, Any]] = []
     notes_files: dict[str, Any] = {}
@@ -85,17 +87,30 @@ def cull_notices(user: Any, now: datetime) -> list[dict[str, Any]]:
             )
             continue
         path = _site_file(spawner, "cull_notes_file")
-        if spawner.active or orm.pending or not path:
+        suspended = getattr(spawner, "suspended", None)
+        if spawner.active or orm.pending or not (path or suspended):
             continue
         if path not in notes_files:
-            notes_files[path] = load_notes(path)
+            notes_files[path] = load_notes(path) if path else {}
         # the hub sets last_activity when a server stops: a note after a later start is old
         last = _naive_utc(orm.last_activity)
         since = now - NOTE_SHOWN_FOR
         if last is not None:
             since = max(since, last - timedelta(minutes=10))
         mine = [n for n in notes_for(notes_files[path], user.name, since=since) if n.server == name]
-        if mine:
+        if suspended is not None:  # checkpointed, not stopped: its next start resumes it
+            words = suspended_words(name, suspended.at, mine[-1].reason if mine else "", now)
+            found.append(
+                {
+                    "server": name,
+                    "kind": "suspended",
+                    "at": suspended.at.isoformat(),
+                    "message": words.text,
+                    "said": words.said,
+                    "keep_url": "",
+                }
+            )
+        elif mine:
             words = stopped_words(name, mine[-1].at, mine[-1].reason, now)
             found.append(
                 {

@@ -77,10 +77,8 @@ from jupyterhub_gpu.core.culling.warning import (
 from jupyterhub_gpu.core.times import parse_time
 from jupyterhub_gpu.core.tokens import node_token, site_secret_from
 from jupyterhub_gpu.edges.files import (
-    load_notes,
     save_cull_warnings,
     save_deadlines,
-    save_notes,
     save_share_notices,
 )
 from jupyterhub_gpu.errors import ConfigError, ProbeError
@@ -91,6 +89,7 @@ from jupyterhub_gpu.services.culler.client import (
     describe_failure,
     read_agent,
     read_kernels,
+    suspend_or_stop,
 )
 from jupyterhub_gpu.services.culler.mail import WarningMail
 from jupyterhub_gpu.services.culler.shares import (
@@ -99,7 +98,7 @@ from jupyterhub_gpu.services.culler.shares import (
     gpu_of_key,
     share_of_state,
 )
-from jupyterhub_gpu.wire.cull_notes import CullNote, add_note, drop_note
+from jupyterhub_gpu.wire.cull_notes import CullNote
 from jupyterhub_gpu.wire.share_notices import ShareNotice
 
 _D = Policy()
@@ -187,6 +186,12 @@ class GPUIdleCuller(HubService, WarningMail):
     agent_timeout = Float(5.0, help="Timeout (s) of requests to node agents.").tag(config=True)
     dry_run = Bool(
         False, help="Log what would be stopped (and every keep, at INFO) and stop nothing."
+    ).tag(config=True)
+    suspend = Bool(
+        False,
+        help="""Ask the hub to suspend an idle server (checkpointed, its GPUs freed, resumed
+        at its next start) instead of stopping it; stopped when the hub will not or cannot
+        (docs/culler.md). ``configure_culler(c, suspend=True)`` sets both sides.""",
     ).tag(config=True)
     group_overrides = Union(
         [Callable(), Dict()],
@@ -652,14 +657,14 @@ class GPUIdleCuller(HubService, WarningMail):
         # the note goes first: the hub's spawner reads it while stopping the server, to
         # record the allocation as culled rather than stopped (docs/accounting.md)
         note = CullNote(str(user["name"]), name, now, decision.reason)
-        self._write_notes([note])
+        culler_state.write_notes(self, [note])
         try:
             async with sem:
-                code = await self._hub().stop_server(str(user["name"]), name)
+                code = await suspend_or_stop(self._hub(), str(user["name"]), name, self)
         except httpx.HTTPError as e:
             why = describe_failure(e, self.request_timeout)
             self.log.warning("Could not stop %s (%s); will retry next round", full, why)
-            self._drop_note(note)
+            culler_state.drop_note(self, note)  # the stop did not happen
             return full, decision, None
         if code == 202:
             self.log.info("Server %s is slow to stop", full)
@@ -733,17 +738,6 @@ class GPUIdleCuller(HubService, WarningMail):
 
     # -- files -----------------------------------------------------------------------
 
-    def _write_notes(self, notes: list[CullNote]) -> None:
-        if not notes or not self.notes_file:
-            return
-        data = load_notes(self.notes_file)
-        for note in notes:
-            data = add_note(data, note, keep=self.notes_keep)
-        try:
-            save_notes(self.notes_file, data)
-        except OSError as e:
-            self.log.warning("Could not write cull notes to %s: %s", self.notes_file, e)
-
     def _write_deadlines(self) -> None:
         if not self.deadlines_file or self.dry_run:
             return
@@ -765,15 +759,6 @@ class GPUIdleCuller(HubService, WarningMail):
             save_cull_warnings(self.warnings_file, warned)
         except OSError as e:
             self.log.warning("Could not write cull warnings to %s: %s", self.warnings_file, e)
-
-    def _drop_note(self, note: CullNote) -> None:
-        """Take back the note of a stop that did not happen (no await: atomic on the loop)."""
-        if not self.notes_file:
-            return
-        try:
-            save_notes(self.notes_file, drop_note(load_notes(self.notes_file), note))
-        except OSError as e:
-            self.log.warning("Could not write cull notes to %s: %s", self.notes_file, e)
 
     def save_state(self) -> None:
         """Persist GPU histories and holders so a restart keeps its patience (.state)."""

@@ -100,6 +100,18 @@ class HubAPI:
         except ValueError:
             raise ProbeError("the hub's agent list is not JSON") from None
 
+    async def suspend_server(self, user: str, server: str, timeout: float) -> httpx.Response:
+        """Ask the hub to suspend one server instead of stopping it (``POST
+        /hub/api/gpu/users/{user}[/servers/{name}]/suspend``, docs/culler.md); its answer
+        as it came (200 suspended; 409 or 503: not, and why), waited for ``timeout`` s (a
+        checkpoint takes seconds to minutes)."""
+        path = f"/gpu/users/{quote(user, safe='')}/suspend"
+        if server:
+            path = f"/gpu/users/{quote(user, safe='')}/servers/{quote(server, safe='')}/suspend"
+        return await self.client.post(
+            self.api_url + path, headers=_auth(self.token), timeout=timeout
+        )
+
     async def stop_server(self, user: str, server: str) -> int:
         """Stop one server; returns the status code (204 stopped, 202 stopping)."""
         path = f"/users/{quote(user, safe='')}/server"
@@ -110,6 +122,40 @@ class HubAPI:
         )
         resp.raise_for_status()
         return resp.status_code
+
+
+#: seconds the culler waits for the hub to suspend a server (a checkpoint takes seconds
+#: to minutes; the hub bounds it by GPUCluster.suspend_timeout)
+SUSPEND_WAIT = 600.0
+
+
+async def suspend_or_stop(hub: HubAPI, user: str, server: str, culler: Any) -> int:
+    """Suspend ``user``'s ``server`` (``culler.suspend``: the culler's setting, its log
+    on ``culler.log``), or stop it: when suspend is off, and when the hub answers that it
+    did not suspend it (it says why; the server still runs). The stop's status code, 200
+    for a suspend."""
+    full = f"{user}/{server}" if server else user
+    if culler.suspend:
+        resp = await hub.suspend_server(user, server, SUSPEND_WAIT)
+        if resp.status_code == 200:
+            culler.log.info("Suspended %s: %s", full, resp.text[:300])
+            return 200
+        culler.log.warning("Not suspended %s (%s): stopping it", full, hub_message(resp))
+    return await hub.stop_server(user, server)
+
+
+def hub_message(resp: httpx.Response) -> str:
+    """What the hub's error answer says (JupyterHub's ``{"status", "message"}``), on one
+    line, bounded; its status when it says nothing."""
+    message = ""
+    try:
+        body = resp.json()
+        if isinstance(body, Mapping) and isinstance(body.get("message"), str):
+            message = body["message"]
+    except ValueError:
+        pass
+    words = " ".join(message.split())[:300]
+    return f"HTTP {resp.status_code}: {words}" if words else f"HTTP {resp.status_code}"
 
 
 async def _get_json(

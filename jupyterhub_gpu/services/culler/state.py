@@ -1,4 +1,5 @@
-"""The culler's state file (``GPUIdleCuller.state_file``): its GPU histories, their
+"""The culler's files: its notes of culls (``GPUIdleCuller.notes_file``, which the hub
+reads), and its state file (``GPUIdleCuller.state_file``): its GPU histories, their
 holders and the shares' episodes over their memory, kept across a restart so that it
 keeps its patience. Written atomically; read bounded (:data:`MAX_STATE_FILE`), and a bad
 file is one warning and a fresh start."""
@@ -15,7 +16,9 @@ from jupyterhub_gpu.core.attribution.memory import (
     episodes_to_json,
     recent_episodes,
 )
-from jupyterhub_gpu.edges.files import write_json_atomic
+from jupyterhub_gpu.edges.files import load_notes, save_notes, write_json_atomic
+from jupyterhub_gpu.wire.cull_notes import CullNote, add_note
+from jupyterhub_gpu.wire.cull_notes import drop_note as without_note
 
 MAX_STATE_FILE = 64 << 20  # bytes of the state file read at most
 
@@ -89,4 +92,28 @@ def _restore_episodes(culler: Any, data: Any, now: datetime) -> None:
         )
 
 
-__all__ = ["MAX_STATE_FILE", "load_state", "save_state"]
+__all__ = ["MAX_STATE_FILE", "drop_note", "load_state", "save_state", "write_notes"]
+
+
+def write_notes(culler: Any, notes: list[CullNote]) -> None:
+    """Add ``notes`` to ``culler``'s notes file (a GPUIdleCuller's; each user's newest
+    ``notes_keep``); a failed write is one warning."""
+    if not notes or not culler.notes_file:
+        return
+    data = load_notes(culler.notes_file)
+    for note in notes:
+        data = add_note(data, note, keep=culler.notes_keep)
+    try:
+        save_notes(culler.notes_file, data)
+    except OSError as e:
+        culler.log.warning("Could not write cull notes to %s: %s", culler.notes_file, e)
+
+
+def drop_note(culler: Any, note: CullNote) -> None:
+    """Take back the note of a stop that did not happen (no await: atomic on the loop)."""
+    if not culler.notes_file:
+        return
+    try:
+        save_notes(culler.notes_file, without_note(load_notes(culler.notes_file), note))
+    except OSError as e:
+        culler.log.warning("Could not write cull notes to %s: %s", culler.notes_file, e)

@@ -1,0 +1,212 @@
+"""Suspend instead of stop (issue 35, docs/culler.md): the pure decisions.
+
+When the culler reclaims an idle server the hub may checkpoint its container (CRIU,
+through Docker) instead of removing it, free its GPUs and its allocation as a stop does,
+and on its user's next start start the same container from that checkpoint, with its
+kernels and their variables. This module decides, over plain data:
+
+- :class:`SuspendedServer`: what the hub keeps of a suspended server (in its spawner's
+  state, ``wire/server_state.py``);
+- :func:`suspend_refusal`: whether the hub may suspend a server now, or the sentence why
+  not (the culler then stops it);
+- :func:`resume_or_fresh`: on the next start, resume it (:class:`Resume`, on the same
+  node and the same GPUs) or start afresh (:class:`Fresh`, with the sentence the progress
+  page shows);
+- the words users read (:func:`suspended_words`, :data:`RESUMING`, :func:`fresh_line`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from jupyterhub_gpu.core.culling.warning import WarningWords, because_of, said_at
+from jupyterhub_gpu.core.placement.request import Placement
+from jupyterhub_gpu.core.progress import gib
+from jupyterhub_gpu.core.sharing import Share
+from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
+from jupyterhub_gpu.core.words import duration
+
+#: the progress page's line while a suspended server is started from its checkpoint
+RESUMING = "Resuming your server where you left it"
+
+
+@dataclass(frozen=True)
+class SuspendedServer:
+    """A server checkpointed by the hub: its exited container ``container_id`` on
+    ``node`` holds the checkpoint ``checkpoint`` (Docker keeps it with the container),
+    taken at ``at`` in ``seconds``; ``size_bytes``: the container's memory then (what
+    the checkpoint holds, about its size on the node's disk). ``gpu_uuids`` and
+    ``share``: what it held, to hold again. ``allocation``: the allocation id its
+    container's labels carry (sealed when it was created), so that a resumed server's
+    container is known as that server's. ``options_key``: its start's options
+    (:func:`options_key`). ``token``: the server's API token, which the restored
+    process still uses (the hub keeps it: ``Spawner.will_resume``)."""
+
+    node: str
+    container_id: str
+    checkpoint: str
+    at: datetime  # aware UTC
+    size_bytes: int
+    seconds: float
+    gpu_uuids: tuple[str, ...] = ()
+    share: Share | None = None
+    allocation: str = ""
+    options_key: str = ""
+    token: str = ""
+
+    def __repr__(self) -> str:  # never the token
+        return (
+            f"SuspendedServer(node={self.node!r}, container={self.container_id[:12]!r}, "
+            f"checkpoint={self.checkpoint!r}, at={self.at.isoformat()!r})"
+        )
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Start the suspended container again: hold ``placement`` (its node and GPUs)."""
+
+    placement: Placement
+
+
+@dataclass(frozen=True)
+class Fresh:
+    """Start a new server; ``why``: the clause after "could not be resumed" (for the
+    progress page's line and the log)."""
+
+    why: str
+
+
+def options_key(options: Mapping[str, Any] | None) -> str:
+    """A fingerprint of a start's options (the spawn form's answers): a resumed server
+    must have been started with the same ones."""
+    text = json.dumps(dict(options or {}), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def checkpoint_name(now: datetime) -> str:
+    """The checkpoint's name (Docker's rule: letters, digits, ``_.-``)."""
+    return "jhgpu-" + now.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def suspend_refusal(
+    *,
+    enabled: bool,
+    node: str,
+    checkpoints: bool,
+    memory_bytes: int | None,
+    max_bytes: int,
+) -> str | None:
+    """Why the hub will not suspend a server on ``node`` now (a sentence for the log
+    and the culler, which stops the server instead), or None. ``checkpoints``: the
+    node's engine can checkpoint (``dockerd --experimental``); ``memory_bytes``: the
+    container's memory (None: unknown); ``max_bytes``: the budget (0: none)."""
+    if not enabled:
+        return "suspending servers is off on this hub (GPUCluster.suspend)"
+    if not checkpoints:
+        return (
+            f"node {node}'s Docker engine cannot checkpoint containers (it runs without "
+            "--experimental)"
+        )
+    if max_bytes and memory_bytes is not None and memory_bytes > max_bytes:
+        return (
+            f"it holds {gib(memory_bytes // 2**20)} of memory, more than a checkpoint may take "
+            f"(GPUCluster.suspend_max_gib, {gib(max_bytes // 2**20)})"
+        )
+    return None
+
+
+def _gpus_free(saved: SuspendedServer, snapshot: ClusterSnapshot) -> str | None:
+    """Why ``saved``'s GPUs cannot be held again on its node (None: they can)."""
+    node = next((n for n in snapshot.nodes if n.name == saved.node), None)
+    assert node is not None
+    for uuid in saved.gpu_uuids:
+        gpu = node.inventory.gpu(uuid)
+        if gpu is None:
+            return f"its GPU is no longer on node {saved.node}"
+        if gpu.healthy is False:
+            return f"its GPU on node {saved.node} is not healthy"
+        holder = snapshot.allocations.get(uuid)
+        share = saved.share
+        if share is None and holder is not None:
+            return "its GPU is in use by another server now"
+        if share is not None:
+            used = snapshot.shares.get(uuid, 0) if holder == SHARED else 0
+            if (holder is not None and holder != SHARED) or used + share.count > share.of:
+                return "its share of a GPU is in use by other servers now"
+    return None
+
+
+def resume_or_fresh(
+    saved: SuspendedServer,
+    snapshot: ClusterSnapshot,
+    *,
+    now: datetime,
+    options: str,
+    keep_for_s: float,
+    cap_refusal: str | None = None,
+) -> Resume | Fresh:
+    """Resume ``saved`` or start afresh. ``snapshot``: the cluster with the ledger's holds
+    laid over it; ``options``: this start's :func:`options_key`; ``keep_for_s``: how long
+    a checkpoint is kept (0: no limit); ``cap_refusal``: the user's GPU cap's sentence
+    if holding its GPUs again would pass it."""
+    age = (now - saved.at).total_seconds()
+    if keep_for_s and age > keep_for_s:
+        return Fresh(f"it was suspended {duration(age)} ago, longer than it is kept")
+    if options != saved.options_key:
+        return Fresh("you chose other options than the suspended server's")
+    node = next((n for n in snapshot.nodes if n.name == saved.node), None)
+    if node is None:
+        return Fresh(f"its node {saved.node} is no longer in the cluster")
+    if not node.reachable:
+        return Fresh(f"its node {saved.node} does not answer")
+    if not node.schedulable:
+        return Fresh(f"its node {saved.node} is drained")
+    taken = _gpus_free(saved, snapshot)
+    if taken:
+        return Fresh(taken)
+    if saved.gpu_uuids and cap_refusal:
+        return Fresh(cap_refusal.rstrip("."))
+    return Resume(Placement(saved.node, saved.gpu_uuids, saved.share))
+
+
+def fresh_line(why: str) -> str:
+    """The progress page's one line when a suspended server is not resumed."""
+    return (
+        f"Your suspended server could not be resumed: {why}. Starting a new one: your "
+        "files are kept, your kernels and their variables are not."
+    )
+
+
+def suspended_words(server: str, at: datetime, reason: str, now: datetime) -> WarningWords:
+    """What a user reads about a suspended server (the home page, the spawn form), e.g.
+    "Your server was suspended at 14:05 UTC because it had been idle for 1 h 02 min
+    (the limit is 30 min). Start it again to resume where you left it, with your
+    kernels and their variables." (``reason``: the culler's one-line decision, "" if
+    none)."""
+    which = f"Your server '{server}'" if server else "Your server"
+    said = said_at(at, now)
+    because = f" {because_of(reason)}" if reason.strip() else ""
+    text = (
+        f"{which} was suspended at {said}{because}. Start it again to resume where you "
+        "left it, with your kernels and their variables."
+    )
+    return WarningWords(text, said, False)
+
+
+__all__ = [
+    "RESUMING",
+    "Fresh",
+    "Resume",
+    "SuspendedServer",
+    "checkpoint_name",
+    "fresh_line",
+    "options_key",
+    "resume_or_fresh",
+    "suspend_refusal",
+    "suspended_words",
+]
