@@ -285,7 +285,8 @@ async def test_a_save_reports_progress_and_is_recorded(
 
     def fake_save(client: Any, request: Any, settings: Any, existing: Any, report: Any) -> Any:
         seen.append(request)
-        report(Progress("build", "Step 1/3", 40))
+        report(Progress("build", "Installing 1 package into the image", 40))
+        report(Progress("done", "Saved", 100))  # as the builder ends
         return _saved(request.owner, request.name)
 
     monkeypatch.setattr(service, "save_environment", fake_save)
@@ -298,6 +299,12 @@ async def test_a_save_reports_progress_and_is_recorded(
     assert job.state == "saved", job.message
     assert seen[0].conda_envs == ("miniconda3/envs/torch",)  # the environments chosen
     assert any(e.get("percent") == 40 for e in job.events)
+    # one last line: the hub's sentence replaces the builder's "Saved"
+    assert job.events[0]["message"] == "Saving your server as 'env1'"  # her words
+    assert [e["message"] for e in job.events][-2:] == [
+        "Installing 1 package into the image",
+        "Saved as 'env1': start it under My images in the form.",
+    ]
     assert seen[0].base_slug == "torch-cu121" and seen[0].home == Path("/homes/alice")
     assert [i.name for i in store.saved_images()] == ["env1"]
     assert all(c.closed for c in svc.cluster.clients)  # the node client is closed
