@@ -234,7 +234,7 @@ def _walk(page: Page, hub: Hub, warnings_file: Path, deadlines: Path) -> None:
 
     # ---- 4. My images: save her environment, see it listed
     saving = time.monotonic()
-    saved = _save_my_environment(page, hub)
+    saved, saved_at = _save_my_environment(page, hub)
     print(f"the save took {time.monotonic() - saving:.1f} s in the browser")
 
     # ---- 5. bob holds every GPU: the form offers her image; the outlook, the line, leaving it
@@ -255,7 +255,10 @@ def _walk(page: Page, hub: Hub, warnings_file: Path, deadlines: Path) -> None:
     )
     page.select_option("#jhgpu-image", saved)
     described = words(page, "#jhgpu-image-description")
-    assert described.endswith(f"KiB: {WHEEL}==1.0."), described
+    said = re.fullmatch(
+        rf"Saved (\d\d:\d\d) \(local time\), adds [\d.]+ KiB: {WHEEL}==1\.0\.", described
+    )
+    assert said and said[1] == local_clock(saved_at), (described, saved_at)  # her time
     assert words(page, "#jhgpu-image-facts").startswith("Python 3.11 · CPU only")
     shot(page, "06-form-my-image")
     page.select_option("#jhgpu-image", "demo-cuda12")
@@ -331,9 +334,10 @@ def _walk(page: Page, hub: Hub, warnings_file: Path, deadlines: Path) -> None:
     hub.stop_server("bob")
 
 
-def _save_my_environment(page: Page, hub: Hub) -> str:
+def _save_my_environment(page: Page, hub: Hub) -> tuple[str, datetime]:
     """On My images (the navigation bar's link), her running server, a name as she types
-    it, Save: each step in words and the result; the image listed. Its option's value."""
+    it, Save: each step in words and the result; the image listed. Its option's value and
+    when it was saved."""
     page.click("#jhgpu-my-images-link")
     page.wait_for_selector("#jhgpu-save-form:not(.d-none)")
     assert words(page, "#jhgpu-save-server") == "(default server)"
@@ -370,7 +374,7 @@ def _save_my_environment(page: Page, hub: Hub) -> str:
     assert row.locator("select").input_value() == ""  # private
     assert words(page, "#jhgpu-images tr button.jhgpu-restart") == "Restart with this image"
     shot(page, "05-saved")
-    return image
+    return image, created
 
 
 def _since(start: datetime) -> float:

@@ -150,6 +150,13 @@ def test_the_form_lists_my_images_apart_with_unstartable_ones_disabled() -> None
     assert 'value="saved:alice/env1"' in group
     assert 'value="saved:alice/old" disabled' in group and "no longer in the catalog" in group
     assert 'value="torch-cu121"' not in group
+    # when it was saved: the description's UTC time, and the moment for the reader's zone
+    option = group[group.index('value="saved:alice/env1"') :]
+    option = option[: option.index(">")]
+    said = T0.strftime("%Y-%m-%d %H:%M UTC")
+    assert f'data-description="Saved {said}, adds 3.0 MiB: einops==0.8.0, six==1.17.0."' in option
+    assert f'data-said="{said}" data-at="{T0.isoformat()}"' in option, option
+    assert "data-said" not in html[html.index('value="torch-cu121"') :].split(">", 1)[0]
 
 
 def test_base_of_a_saved_image_is_its_catalog_entry() -> None:
