@@ -10,7 +10,7 @@ zone Europe/Paris, its locale en-GB; the hub's zone UTC):
    which is activity), says the same as a JupyterLab notification with "I'm still here"
    (the ``jupyterhub-gpu-lab`` extension, images/lab, in the test image
    images/lab-test); she presses it there, and the home page's button, pressed after,
-   shows the hub's refusal (once per start);
+   shows the hub's refusal;
 2. the culler's first deadline passes (a whole round after it) and the server is still
    there; a second warning comes, without the button, on the home page and in her
    JupyterLab (a second press is refused);
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import time
 from collections.abc import Callable
@@ -66,6 +67,13 @@ PARIS = ZoneInfo(ZONE)
 WARNED = re.compile(
     r"Your server will be stopped at (\d\d:\d\d) \(local time\) because it has been idle "
     r"for \d+ s\. Save your work, or press I'm still here to keep it\."
+)
+
+
+# the same inside her JupyterLab, short for its notification (140 characters)
+LAB_WARNED = re.compile(
+    r"Idle for \d+ s: this server stops at \d\d:\d\d \(local time\)\. Save your work, or "
+    r"(press I'm still here|use it \(run a cell, open a file\)) to keep it\."
 )
 
 
@@ -165,19 +173,21 @@ _LAB_STATE = """async () => {
 }"""
 
 
-def _lab_warning(lab, text: str):
-    """The JupyterLab notification that says ``text`` (GPUCluster.lab_notices_interval is
-    5 s here)."""
-    toast = lab.locator(".jp-Notification-Toast-warning", has_text=text).last
+def _lab_warning(lab, at: datetime):
+    """The JupyterLab notification of the warning that says her server stops at ``at``
+    (GPUCluster.lab_notices_interval is 5 s here), and its words. The culler says the
+    warning again each round, the idle time grown: the same notification follows it."""
+    toast = lab.locator(
+        ".jp-Notification-Toast-warning", has_text=f"stops at {local_clock(at)} (local time)"
+    )
     wait_until(
         lambda: toast.count() > 0,
         30,
-        f"her JupyterLab to say {text!r}",
+        f"her JupyterLab to warn of a stop at {local_clock(at)}",
         details=lambda: f"{lab.evaluate(_LAB_STATE)}\nconsole: {LAB_CONSOLE[-30:]}",
     )
-    said = " ".join(toast.locator(".jp-toast-message").inner_text().split())
-    assert said == text, (said, text)
-    return toast
+    toast = toast.last  # a notification it replaced may still be leaving
+    return toast, " ".join(toast.locator(".jp-toast-message").inner_text().split())
 
 
 def _walk(page, hub: Hub, warnings_file: Path, home: Path) -> None:
@@ -195,6 +205,9 @@ def _walk(page, hub: Hub, warnings_file: Path, home: Path) -> None:
     opened = ("analysis.ipynb", "week2/train.ipynb")
     data = {f"notebook:{p}": {"data": {"path": p, "factory": "Notebook"}} for p in opened}
     (workspaces / "default-37a8.jupyterlab-workspace").write_text(json.dumps({"data": data}))
+    owner = home.stat()
+    for made in (home / ".jupyter", home / ".jupyter" / "lab", workspaces, *workspaces.iterdir()):
+        os.chown(made, owner.st_uid, owner.st_gid)  # hers, as if JupyterLab had written them
     lab = _hidden_lab(page, hub)
 
     # 1. warned WARN s before the timeout ends, on her home page, in her own zone
@@ -209,7 +222,8 @@ def _walk(page, hub: Hub, warnings_file: Path, home: Path) -> None:
     assert match, text
     assert match[1] == local_clock(first.at), (text, first)
     screenshot(page, "cull-1-warned")
-    toast = _lab_warning(lab, text)  # the same words in her JupyterLab, with the button
+    toast, said = _lab_warning(lab, first.at)  # her JupyterLab says it too, with the button
+    assert LAB_WARNED.fullmatch(said) and said.endswith("press I'm still here to keep it."), said
     buttons = toast.locator(".jp-toast-button")
     assert buttons.all_inner_texts() == ["I'm still here"], buttons.all_inner_texts()
     screenshot(lab, "cull-1-warned-in-jupyterlab")
@@ -222,14 +236,16 @@ def _walk(page, hub: Hub, warnings_file: Path, home: Path) -> None:
     state = (hub.server("zoe") or {})["state"]
     assert "cull_postponed_at" in state, state
     screenshot(lab, "cull-2-kept-in-jupyterlab")
-    # the home page, still open from before: its button now says what the hub answers
+    # the home page, still open from before: its button now says the hub's refusal (kept
+    # once already; or, once the culler's next round dropped the warning, nothing to do)
     page.click(".jhgpu-notice .jhgpu-keep")
     page.wait_for_function(
-        "document.querySelector('.jhgpu-notice-text').textContent.includes('once already')"
+        "!document.querySelector('.jhgpu-notice-text').textContent.includes('will be stopped')"
     )
     refused = " ".join(page.locator(".jhgpu-notice-text").first.inner_text().split())
-    assert refused == (
-        "You kept this server once already: use it (run a cell, open a file) to keep it running."
+    assert refused in (
+        "You kept this server once already: use it (run a cell, open a file) to keep it running.",
+        "Your server is not about to be stopped: nothing to do.",
     ), refused
     screenshot(page, "cull-2-kept")
     assert _notice_text(page, hub, "cull-warning") == ""  # kept: no warning on reload
@@ -260,7 +276,9 @@ def _walk(page, hub: Hub, warnings_file: Path, home: Path) -> None:
     assert text.endswith("Save your work, or use it (run a cell, open a file) to keep it."), text
     assert f"stopped at {local_clock(second.at)} (local time)" in text, text
     assert page.locator(".jhgpu-keep").count() == 0
-    assert _lab_warning(lab, text).locator(".jp-toast-button").count() == 0  # as at home
+    toast, said = _lab_warning(lab, second.at)
+    assert LAB_WARNED.fullmatch(said) and said.endswith("open a file) to keep it."), said
+    assert toast.locator(".jp-toast-button").count() == 0  # no button, as at home
     screenshot(lab, "cull-3-warned-again-in-jupyterlab")
     screenshot(page, "cull-3-warned-again")
     again = hub.api("POST", "/gpu/users/zoe/keep")

@@ -22,15 +22,18 @@ var _JUPYTERLAB;
     try { return el ? JSON.parse(el.textContent || "{}") : {}; } catch (e) { return {}; }
   }
 
+  // The notice's words for JupyterLab (its short form, when the hub gives one: a
+  // notification shows 140 characters), its UTC time in the browser's zone.
   function local(n) {
-    if (!n.said || n.message.indexOf(n.said) < 0) { return n.message; }
+    var message = typeof n.lab_message === "string" && n.lab_message ? n.lab_message : n.message;
+    if (!n.said || message.indexOf(n.said) < 0) { return message; }
     var when = new Date(n.at);
-    if (isNaN(when.getTime())) { return n.message; }
+    if (isNaN(when.getTime())) { return message; }
     var opts = {hour: "2-digit", minute: "2-digit"};
     if (when.toDateString() !== new Date().toDateString()) {
       opts.weekday = "short"; opts.day = "numeric"; opts.month = "short";
     }
-    return n.message.replace(n.said, when.toLocaleString([], opts) + " (local time)");
+    return message.replace(n.said, when.toLocaleString([], opts) + " (local time)");
   }
 
   function activate(app) {
@@ -39,7 +42,7 @@ var _JUPYTERLAB;
     if (!hub) { return; }  // not under JupyterHub: nothing to show
     var server = page.hubServerName || "";
     var xsrf = "";
-    var shown = {};  // notice key -> notification id
+    var shown = {};  // notice key -> {id: the notification's, text: its words}
 
     function notify(message, type, options) {
       return app.commands.execute("apputils:notify", {message: message, type: type,
@@ -64,27 +67,36 @@ var _JUPYTERLAB;
       }
     });
 
+    // One notification per notice (its kind and time): the culler says the warning again
+    // each round, with the idle time grown; the notification's words follow it.
     function show(notices) {
       var now = {};
       notices.forEach(function (n) {
         if ((n.server || "") !== server || n.kind === "culled") { return; }
-        var key = (n.kind || "notice") + "|" + n.at + "|" + n.message;
+        var key = (n.kind || "notice") + "|" + n.at + "|" + (n.keep_url ? "keep" : "");
+        var text = local(n);
         now[key] = true;
-        if (shown[key] !== undefined) { return; }
         var options = {autoClose: false, data: {source: NAME, kind: n.kind || ""}};
         if (n.keep_url) {
           options.actions = [{label: "I'm still here", commandId: KEEP,
                               args: {keep_url: n.keep_url, key: key}}];
         }
-        shown[key] = null;
-        notify(local(n), "warning", options).then(function (id) {
-          if (shown[key] === null) { shown[key] = id; }
+        var known = shown[key];
+        if (known && known.id && known.text !== text) {
+          known.text = text;
+          app.commands.execute("apputils:update-notification", Object.assign(
+            {id: known.id, message: text, type: "warning"}, options));
+        }
+        if (known) { return; }
+        shown[key] = {id: null, text: text};
+        notify(text, "warning", options).then(function (id) {
+          if (shown[key]) { shown[key].id = id; }
         });
       });
       Object.keys(shown).forEach(function (key) {  // gone from the hub: gone from here
         if (now[key]) { return; }
-        if (shown[key]) {
-          app.commands.execute("apputils:dismiss-notification", {id: shown[key]});
+        if (shown[key].id) {
+          app.commands.execute("apputils:dismiss-notification", {id: shown[key].id});
         }
         delete shown[key];
       });
