@@ -211,6 +211,15 @@ class GPUCluster(LoggingConfigurable):
         with "I'm still here" (``/hub/api/gpu/users/{user}[/servers/{name}]/keep``, once per
         server start). ``configure_culler`` sets it. '' = not shown.""",
     )
+    lab_notices_interval = Float(
+        30.0,
+        config=True,
+        help="""Seconds between two reads of a user's notices (the culler's warning with
+        "I'm still here", a share over its memory, a reservation ahead) by her open
+        JupyterLab tabs, when the server's image has the ``jupyterhub-gpu-lab`` extension
+        (images/lab; ``/hub/gpu/lab-notices``). Reads go to the hub, not the server: they
+        are no activity of the server. Bounded to 5 to 600 s. Default 30.""",
+    )
     share_notices_file = Unicode(
         "",
         config=True,

@@ -106,6 +106,9 @@ class SaveJob:
             event["percent"] = progress.percent
         if self.events and self.events[-1] == event:
             return  # the engine repeats itself (a push's layers each say "100%")
+        if self.events and progress.phase == "done" == self.events[-1]["phase"]:
+            self.events[-1] = event  # the builder's "Saved": the hub's sentence says more
+            return
         self.events.append(event)
         del self.events[:-200]  # the newest 200 lines are what a user reads
 
@@ -295,7 +298,8 @@ class MyImages:
                 uuid.uuid4().hex[:16], server.owner, name, server.server, server.node,
                 time.time(),
             )  # fmt: skip
-            job.add(Progress("start", f"Saving server {server.server or '(default)'} as {name!r}"))
+            which = f"your server {server.server!r}" if server.server else "your server"
+            job.add(Progress("start", f"Saving {which} as {name!r}"))
             if not ticket.done():
                 ahead = self._slots.ahead(server.owner)
                 job.add(Progress("queue", _queue_text(ahead, self._slots.size)))

@@ -9,14 +9,20 @@ zone is UTC). alice, as a student would:
 2. starts a CPU server from the form and lands in JupyterLab;
 3. opens a terminal in JupyterLab: ``whoami`` says her name and ``pip install --user``
    from the site's wheel folder works (the README's "My images" step, as written);
-4. while bob holds every GPU: the form says where she would stand and when a GPU should
+4. saves her environment on My images: types a name as people do, presses Save, reads
+   each step in words (never the engine's build lines) and "Saved as ...", sees it listed
+   (its package, based on the catalog's name for the image, saved at her local time);
+   the spawn form then offers it under "My images";
+5. while bob holds every GPU: the form says where she would stand and when a GPU should
    free up, in her time; Start puts her second server in line; the waiting page says her
    place, the estimate in her time and that she can close the tab; she leaves the line;
-5. the culler's warning comes on her home page, with "I'm still here"; after the cull the
+6. the culler's warning comes on her home page, with "I'm still here"; after the cull the
    home page says why, in her time.
 
 Every wait is for an observable event (a page's words, the culler's files and log, the
-hub's answers). Screenshots: artifacts/screenshots/walk-*.png; with
+hub's answers). The save uses a real registry (the session's, on the site address) and
+builds on her server's node, as ``test_my_images.py`` does; it runs while her idle time
+does, inside the wait for the culler's warning. Screenshots: artifacts/screenshots/walk-*.png; with
 ``JHGPU_WALK_SCREENSHOTS=1`` also docs/screenshots/first-hour/walk-*.png (the committed set).
 """
 
@@ -43,6 +49,7 @@ from tests.conftest import gpu_inventory
 from tests.integration.test_browser import ldap_extra
 from tests.integration.test_cull_warning_hub import _notice_text
 from tests.integration.test_culler import INTERVAL, STOP_SLACK, culled_line, culler_extra
+from tests.integration.test_my_images import display_name
 from tests.ldap_fixture import DEMO_PASSWORDS, LDAPServer
 from tests.support.browser import (
     SCREENSHOTS,
@@ -52,6 +59,7 @@ from tests.support.browser import (
     watch_spawn,
 )
 from tests.support.cluster import REPO, Engine
+from tests.support.distribution import Distribution
 from tests.support.hub import TOKEN_ROLE_CONFIG, Hub
 from tests.support.waiting import wait_until
 from tests.support.wheels import make_wheel
@@ -68,6 +76,22 @@ TIMEOUT = 75.0  # alice's idle limit: long enough for steps 3 and 4 on 2 loaded 
 WARN = 40.0  # the warning comes this long before the cull
 MAX_AGE = 900.0  # bob's server's deadline: the queue's estimate (never reached here)
 WHEEL = "first-hour"
+TYPED_NAME, SAVED_AS = "My first env", "my-first-env"  # as she types it, as it is saved
+# the save's log as she reads it (core/saving/stream.py's words): no engine line
+SAVE_LOG = [
+    f"Saving your server as {SAVED_AS!r}",
+    "Reading what you installed",
+    "Fetching 1 package from the site's index",
+    "Building the image",
+    "Installing 1 package into the image",
+    f"Installing {WHEEL} 1.0 (1 of 1)",
+    "Adding the installed packages to your image",
+    "Uploading: 100%",
+    f"Saved as {SAVED_AS!r}: start it under My images in the form.",
+]
+RAW_DOCKER = re.compile(
+    r"Step \d+/\d+|--->|Successfully (built|tagged)|sha256:|RUN \[|\d+\.\d+\.\d+\.\d+:\d+"
+)
 SHOTS = REPO / "docs" / "screenshots" / "first-hour"
 # what alice types in her terminal; the marker is computed, so the echoed line never matches
 TYPED = (
@@ -118,7 +142,11 @@ def ldap_login_http(hub: Hub, user: str) -> None:
 
 
 def test_a_students_first_hour(
-    make_hub: Callable[..., Hub], engines: list[Engine], ldap_server: LDAPServer, tmp_path: Path
+    make_hub: Callable[..., Hub],
+    engines: list[Engine],
+    ldap_server: LDAPServer,
+    real_registry: Distribution,
+    tmp_path: Path,
 ) -> None:
     node = engines[0]
     wheels = tmp_path / "wheels"
@@ -145,6 +173,13 @@ c.GPUDockerSpawner.resource_defaults = {{"max_gpus": 1, "max_cpu": 1, "max_mem_g
     "default_cpu": 0.5, "default_mem_gib": 1}}
 c.JupyterHub.redirect_to_server = False  # after a cull: the home page, not a new start
 c.JupyterHub.last_activity_interval = 5  # her JupyterLab's traffic is activity, soon
+from jupyterhub_gpu.hub.extensions import configure_my_images
+configure_my_images(c)
+c.SavedImages.registry = {real_registry.address!r}
+c.SavedImages.registry_url = "http://" + {real_registry.address!r}
+c.SavedImages.namespace = "first-hour"
+c.SavedImages.no_index = True  # the site's index: the wheel folder
+c.SavedImages.find_links = [{str(wheels)!r}]
 {TOKEN_ROLE_CONFIG}
 """
     hub = make_hub([node], [gpu_inventory(node.name, "f1f1f1f1", [RTX])], extra)
@@ -172,15 +207,15 @@ def _walk(page: Page, hub: Hub, warnings_file: Path, deadlines: Path) -> None:
     assert model.startswith("RTX 3090: 1 of 1 free · 24 GiB"), model
     assert words(page, "#jhgpu-gpu-count-help") == "Up to 1 per server."
     assert page.locator("#jhgpu-offer").is_hidden()  # 1 GPU asked, 1 free: nothing to say
-    shot(page, "1-form")
+    shot(page, "01-form")
 
     # ---- 2. start a CPU server from the form; JupyterLab
     page.select_option("#jhgpu-image", "demo-cpu")
     assert page.locator("#jhgpu-gpu-count").input_value() == "0"
     page.click("#spawn_form button[type=submit]")
-    events = watch_spawn(page, r"/user/alice/lab", "walk-2-progress", 150)
+    events = watch_spawn(page, r"/user/alice/lab", "walk-02-progress", 150)
     assert "Starting the container" in events, events
-    keep_shot("2-progress")
+    keep_shot("02-progress")
     pool = ThreadPoolExecutor(1)
     bob = pool.submit(_bob_takes_the_gpu, hub)  # meanwhile: bob's server takes the only GPU
     pool.shutdown(wait=False)
@@ -193,11 +228,16 @@ def _walk(page: Page, hub: Hub, warnings_file: Path, deadlines: Path) -> None:
     assert "/opt/venv/bin/pip" in terminal, terminal
     assert f"Successfully installed {WHEEL}-1.0" in terminal, terminal
     assert "imported=/home/alice/.local/lib/" in terminal, terminal
-    shot(page, "3-terminal")
+    shot(page, "03-terminal")
     page.goto(f"{hub.url}/hub/home")  # she leaves JupyterLab: her server's idle time runs
     left_lab = datetime.now(timezone.utc)
 
-    # ---- 4. bob holds every GPU: the form's outlook, the line, leaving it
+    # ---- 4. My images: save her environment, see it listed
+    saving = time.monotonic()
+    saved, saved_at = _save_my_environment(page, hub)
+    print(f"the save took {time.monotonic() - saving:.1f} s in the browser")
+
+    # ---- 5. bob holds every GPU: the form offers her image; the outlook, the line, leaving it
     bob.result(timeout=180)
     deadline = wait_until(
         lambda: load_deadlines(deadlines).get("bob/"),
@@ -209,6 +249,19 @@ def _walk(page: Page, hub: Hub, warnings_file: Path, deadlines: Path) -> None:
     expected = local_clock(deadline.at)
     page.goto(f"{hub.url}/hub/spawn/alice/gpu")
     page.wait_for_selector("#jhgpu-form")
+    mine = page.locator(f'#jhgpu-my-images option[value="{saved}"]')
+    assert " ".join(mine.inner_text().split()) == (
+        f"My image: {SAVED_AS} (from {display_name('demo-cpu')})"
+    )
+    page.select_option("#jhgpu-image", saved)
+    described = words(page, "#jhgpu-image-description")
+    said = re.fullmatch(
+        rf"Saved (\d\d:\d\d) \(local time\), adds (\d+ bytes|[\d.]+ KiB): {WHEEL}==1\.0\.",
+        described,
+    )
+    assert said and said[1] == local_clock(saved_at), (described, saved_at)  # her time
+    assert words(page, "#jhgpu-image-facts").startswith("Python 3.11 · CPU only")
+    shot(page, "06-form-my-image")
     page.select_option("#jhgpu-image", "demo-cuda12")
     model = words(page, f'#jhgpu-gpu-model option[value="{RTX[0]}"]')
     assert model.endswith("0 of 1 free · 24 GiB · wait in line for one"), model
@@ -220,7 +273,7 @@ def _walk(page: Page, hub: Hub, warnings_file: Path, deadlines: Path) -> None:
         f"page shows your place and an estimate. Nobody waits for an {RTX[0]} ahead of you; "
         f"yours should free up around {expected} (local time)."
     ), offer
-    shot(page, "4-form-outlook")
+    shot(page, "07-form-outlook")
     page.click("#spawn_form button[type=submit]")
     page.wait_for_url(re.compile(r"/hub/spawn-pending/alice/gpu"))
     page.wait_for_function(
@@ -236,17 +289,18 @@ def _walk(page: Page, hub: Hub, warnings_file: Path, deadlines: Path) -> None:
     assert f"is expected to free up by about {expected} CET (" in news, (news, expected)
     assert page.locator("#progress-message time").get_attribute("title") == "your local time"
     assert (hub.server("alice", "gpu") or {}).get("pending") == "spawn"
-    shot(page, "5-waiting")
+    shot(page, "08-waiting")
     page.click("#stop-server-btn")
     page.wait_for_function(
         "document.getElementById('stop-server-status').textContent.includes('left the queue')"
     )
     assert words(page, "#stop-server-status") == "You left the queue."
-    shot(page, "6-left-the-line")  # before the page reloads itself
+    shot(page, "09-left-the-line")  # before the page reloads itself
     wait_until(lambda: hub.server("alice", "gpu") is None, 30, "her queued start to go")
+    print(f"steps 4 and 5 took {_since(left_lab):.1f} s of her {TIMEOUT:.0f} s idle limit")
     assert (hub.server("bob") or {}).get("ready"), "bob's server went"
 
-    # ---- 5. the cull's warning, with I'm still here; after the cull, why
+    # ---- 6. the cull's warning, with I'm still here; after the cull, why
     warned = wait_until(
         lambda: _warning(warnings_file),
         (left_lab - datetime.now(timezone.utc)).total_seconds() + TIMEOUT + INTERVAL + 30,
@@ -254,13 +308,14 @@ def _walk(page: Page, hub: Hub, warnings_file: Path, deadlines: Path) -> None:
         details=hub.log_tail,
     )
     assert warned is not None
+    print(f"the warning came {_since(left_lab):.1f} s after she left JupyterLab")
     assert culled_line(hub, "alice") is None, "culled before the warning was read"
     text = wait_until(lambda: _notice_text(page, hub, "cull-warning"), 20, "the warning shown")
     match = WARNED.fullmatch(text)
     assert match, text
     assert match[1] == local_clock(warned.at), (text, warned)
     assert words(page, ".jhgpu-notice .jhgpu-keep") == "I'm still here"
-    shot(page, "7-cull-warning")
+    shot(page, "10-cull-warning")
     line = wait_until(
         lambda: culled_line(hub, "alice"),
         (warned.at - datetime.now(timezone.utc)).total_seconds() + INTERVAL + 30,
@@ -276,8 +331,55 @@ def _walk(page: Page, hub: Hub, warnings_file: Path, deadlines: Path) -> None:
         r"you need it\.",
         text,
     ), text
-    shot(page, "8-home-after-cull")
+    shot(page, "11-home-after-cull")
     hub.stop_server("bob")
+
+
+def _save_my_environment(page: Page, hub: Hub) -> tuple[str, datetime]:
+    """On My images (the navigation bar's link), her running server, a name as she types
+    it, Save: each step in words and the result; the image listed. Its option's value and
+    when it was saved."""
+    page.click("#jhgpu-my-images-link")
+    page.wait_for_selector("#jhgpu-save-form:not(.d-none)")
+    assert words(page, "#jhgpu-save-server") == "(default server)"
+    limits = words(page, "#jhgpu-limits")
+    assert limits == "Up to 5 images; each may add up to 20 GiB; 50 GiB in all.", limits
+    assert page.locator("#jhgpu-none").is_visible()
+    assert words(page, "#jhgpu-none") == "No saved images yet."
+    page.fill("#jhgpu-save-name", TYPED_NAME)
+    page.click("#jhgpu-save-button")
+    page.wait_for_selector("#jhgpu-save-status:not(.d-none)")
+    assert words(page, "#jhgpu-save-message").startswith(f"Saving {SAVED_AS} (")
+    shot(page, "04-saving")
+    page.wait_for_function(
+        "() => !document.querySelector('#jhgpu-save-bar')"
+        ".classList.contains('progress-bar-animated')",
+        timeout=240_000,
+    )
+    log = page.inner_text("#jhgpu-save-log").splitlines()
+    assert words(page, "#jhgpu-save-message") == SAVE_LOG[-1], log
+    assert log == SAVE_LOG, log  # her words, step by step
+    assert not [line for line in log if RAW_DOCKER.search(line)], log
+    image = f"saved:alice/{SAVED_AS}"
+    row = page.locator(f"#jhgpu-images tr[data-image='{image}']")
+    row.wait_for()
+    cells = [" ".join(t.split()) for t in row.locator("td").all_inner_texts()]
+    name, owner, base, packages, adds, when = cells[:6]
+    assert (name, owner, packages) == (SAVED_AS, "alice", f"{WHEEL}==1.0"), cells
+    assert base == display_name("demo-cpu"), cells  # the catalog's name, not its slug
+    assert re.fullmatch(r"\d+ bytes|\d+\.\d KiB", adds), cells  # a small wheel's few files
+    r = httpx.get(f"{hub.url}/hub/api/gpu/users/alice/images",
+                  headers={"Authorization": f"token {hub.token}"}, timeout=30)  # fmt: skip
+    created = datetime.fromisoformat(r.json()["images"][0]["created"])
+    assert when.endswith(local_clock(created)), (when, created)  # her time, not the hub's
+    assert row.locator("select").input_value() == ""  # private
+    assert words(page, "#jhgpu-images tr button.jhgpu-restart") == "Restart with this image"
+    shot(page, "05-saved")
+    return image, created
+
+
+def _since(start: datetime) -> float:
+    return (datetime.now(timezone.utc) - start).total_seconds()
 
 
 def _bob_takes_the_gpu(hub: Hub) -> None:

@@ -111,7 +111,7 @@ def save_in_the_browser(
 ) -> dict[str, Any]:
     """What a person does: log in, follow "My images" in the navigation bar, choose the
     server, type the name (a name with spaces and capitals is saved as ``saved_as``),
-    press Save, watch the progress to its end: a short log (one line for the push's
+    press Save, watch the progress to its end: a short log (one line for the upload's
     figures, at most 12 lines). The save as the API then reports it."""
     saved_as = saved_as or name
     with chromium_page(timeout_s=60) as page:
@@ -131,7 +131,7 @@ def save_in_the_browser(
         )
         message = page.inner_text("#jhgpu-save-message")
         log = page.inner_text("#jhgpu-save-log").splitlines()
-        assert len(log) <= 12 and sum(line.startswith("Pushing") for line in log) <= 1, log
+        assert len(log) <= 12 and sum(line.startswith("Uploading") for line in log) <= 1, log
         if message.startswith("Saved as"):
             row = page.locator(f"#jhgpu-images tr[data-image='saved:{user}/{saved_as}']")
             row.wait_for()

@@ -17,15 +17,18 @@ from jupyterhub_gpu.core.culling.idleness import (
     judge,
 )
 from jupyterhub_gpu.core.culling.warning import (
+    LAB_TEXT_MAX,
     CullWarning,
     after_cull_words,
     freed_words,
+    lab_warning_words,
     shortened,
     stopped_words,
     warn_step,
     warning_words,
     with_postponement,
 )
+from jupyterhub_gpu.core.words import duration
 from jupyterhub_gpu.edges.files import load_cull_warnings, save_cull_warnings
 from jupyterhub_gpu.edges.workspaces import open_notebooks
 from jupyterhub_gpu.wire.cull_warnings import decode_cull_warnings, encode_cull_warnings
@@ -149,6 +152,25 @@ def test_the_words_a_student_reads() -> None:
     assert named.text.endswith("use it (run a cell, open a file) to keep it.")
     tomorrow = warning_words("", CullWarning(T0 + timedelta(days=1), T0, T0, False), T0)
     assert tomorrow.said == "Fri 02 Jan 12:00 UTC"
+
+
+@pytest.mark.parametrize("postponable", [True, False])
+@pytest.mark.parametrize("idle", [timedelta(seconds=29), timedelta(hours=23, minutes=59),
+                                  timedelta(days=6, hours=23)])  # fmt: skip
+@pytest.mark.parametrize("ahead", [timedelta(minutes=10), timedelta(days=1)])
+def test_the_words_in_jupyterlab_fit_its_notification(
+    postponable: bool, idle: timedelta, ahead: timedelta
+) -> None:
+    warning = CullWarning(T0 + ahead, T0 - idle, T0, postponable)
+    words = lab_warning_words(warning, T0)
+    # the browser writes the time in its own words: "Tue 25 Nov, 14:05 (local time)" at most
+    shown = words.text.replace(words.said, "Tue 25 Nov, 14:05 (local time)")
+    assert len(shown) <= LAB_TEXT_MAX, (len(shown), shown)
+    assert words.said == warning_words("", warning, T0).said  # the same time, said once
+    assert words.text.startswith(f"Idle for {duration(idle.total_seconds())}: this server stops at")
+    assert words.text.endswith(
+        "press I'm still here to keep it." if postponable else "open a file) to keep it."
+    )
 
 
 def test_the_words_after_a_cull() -> None:

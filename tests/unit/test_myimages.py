@@ -150,6 +150,13 @@ def test_the_form_lists_my_images_apart_with_unstartable_ones_disabled() -> None
     assert 'value="saved:alice/env1"' in group
     assert 'value="saved:alice/old" disabled' in group and "no longer in the catalog" in group
     assert 'value="torch-cu121"' not in group
+    # when it was saved: the description's UTC time, and the moment for the reader's zone
+    option = group[group.index('value="saved:alice/env1"') :]
+    option = option[: option.index(">")]
+    said = T0.strftime("%Y-%m-%d %H:%M UTC")
+    assert f'data-description="Saved {said}, adds 3.0 MiB: einops==0.8.0, six==1.17.0."' in option
+    assert f'data-said="{said}" data-at="{T0.isoformat()}"' in option, option
+    assert "data-said" not in html[html.index('value="torch-cu121"') :].split(">", 1)[0]
 
 
 def test_base_of_a_saved_image_is_its_catalog_entry() -> None:
@@ -285,7 +292,8 @@ async def test_a_save_reports_progress_and_is_recorded(
 
     def fake_save(client: Any, request: Any, settings: Any, existing: Any, report: Any) -> Any:
         seen.append(request)
-        report(Progress("build", "Step 1/3", 40))
+        report(Progress("build", "Installing 1 package into the image", 40))
+        report(Progress("done", "Saved", 100))  # as the builder ends
         return _saved(request.owner, request.name)
 
     monkeypatch.setattr(service, "save_environment", fake_save)
@@ -298,6 +306,12 @@ async def test_a_save_reports_progress_and_is_recorded(
     assert job.state == "saved", job.message
     assert seen[0].conda_envs == ("miniconda3/envs/torch",)  # the environments chosen
     assert any(e.get("percent") == 40 for e in job.events)
+    # one last line: the hub's sentence replaces the builder's "Saved"
+    assert job.events[0]["message"] == "Saving your server as 'env1'"  # her words
+    assert [e["message"] for e in job.events][-2:] == [
+        "Installing 1 package into the image",
+        "Saved as 'env1': start it under My images in the form.",
+    ]
     assert seen[0].base_slug == "torch-cu121" and seen[0].home == Path("/homes/alice")
     assert [i.name for i in store.saved_images()] == ["env1"]
     assert all(c.closed for c in svc.cluster.clients)  # the node client is closed

@@ -103,6 +103,7 @@ class CatalogEntry:
     build: BuildSpec | None = None
     custom: bool = False
     saved_from: str = ""  # a user's saved image (myimages/): the catalog slug it was built on
+    saved_at: float | None = None  # when that image was saved (a POSIX time): the form's clock
 
     @property
     def cpu_only(self) -> bool:

@@ -119,19 +119,41 @@ class WarningWords:
     postponable: bool
 
 
-def warning_words(server: str, warning: CullWarning, now: datetime) -> WarningWords:
-    """ "Your server will be stopped at 14:05 UTC because it has been idle for 50 min."
-    and what to do about it."""
-    which = f"Your server '{server}'" if server else "Your server"
+def _said_and_idle(warning: CullWarning, now: datetime) -> tuple[str, str]:
     said = _utc(warning.at).strftime("%H:%M UTC")
     if _utc(warning.at).date() != _utc(now).date():
         said = _utc(warning.at).strftime("%a %d %b %H:%M UTC")
     idle = duration(max((_utc(now) - _utc(warning.idle_since)).total_seconds(), 0.0))
-    text = f"{which} will be stopped at {said} because it has been idle for {idle}."
+    return said, idle
+
+
+def _what_to_do(warning: CullWarning) -> str:
     if warning.postponable:
-        text += " Save your work, or press I'm still here to keep it."
-    else:
-        text += " Save your work, or use it (run a cell, open a file) to keep it."
+        return "Save your work, or press I'm still here to keep it."
+    return "Save your work, or use it (run a cell, open a file) to keep it."
+
+
+def warning_words(server: str, warning: CullWarning, now: datetime) -> WarningWords:
+    """ "Your server will be stopped at 14:05 UTC because it has been idle for 50 min."
+    and what to do about it."""
+    which = f"Your server '{server}'" if server else "Your server"
+    said, idle = _said_and_idle(warning, now)
+    text = f"{which} will be stopped at {said} because it has been idle for {idle}. "
+    return WarningWords(text + _what_to_do(warning), said, warning.postponable)
+
+
+#: the most characters a JupyterLab notification shows (JupyterLab 4 cuts longer ones
+#: with "…"; the time may grow by 10 in the browser's words, "Tue 25 Nov, 14:05 (local
+#: time)")
+LAB_TEXT_MAX = 140
+
+
+def lab_warning_words(warning: CullWarning, now: datetime) -> WarningWords:
+    """The same warning inside the server's own JupyterLab, short enough for its
+    notification (:data:`LAB_TEXT_MAX`): "Idle for 50 min: this server stops at 14:05
+    UTC. Save your work, or press I'm still here to keep it." """
+    said, idle = _said_and_idle(warning, now)
+    text = f"Idle for {idle}: this server stops at {said}. {_what_to_do(warning)}"
     return WarningWords(text, said, warning.postponable)
 
 

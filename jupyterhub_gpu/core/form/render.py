@@ -34,7 +34,7 @@ from jupyterhub_gpu.core.form.validation import ANY_MODEL, finite_number, whole_
 from jupyterhub_gpu.core.scheduling.outlook import Outlook, WaitView
 from jupyterhub_gpu.core.sharing.policy import NO_SHARING, SharingPolicy
 from jupyterhub_gpu.core.snapshot import ClusterSnapshot
-from jupyterhub_gpu.core.words import UTC
+from jupyterhub_gpu.core.words import UTC, moment
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TEMPLATE_NAME = "spawn_form.html"
@@ -54,6 +54,8 @@ class ImageChoice:
     reason: str
     models: tuple[str, ...]
     saved: bool = False  # a saved image: listed under "My images"
+    said: str = ""  # the UTC time its description names ("2026-11-24 14:00 UTC"), if any,
+    at: str = ""  # and that time (ISO 8601): the browser writes it in its own zone
 
 
 @functools.cache
@@ -119,9 +121,15 @@ def _image_choices(
                 reason=info.reason,
                 models=tuple(m for m in allowed_models if m in info.models),
                 saved=bool(e.saved_from),
+                said=moment(e.saved_at) if e.saved_at is not None else "",
+                at=_iso(e.saved_at),
             )
         )
     return choices
+
+
+def _iso(at: float | None) -> str:
+    return "" if at is None else datetime.fromtimestamp(at, timezone.utc).isoformat()
 
 
 def _clamped(value: Any, low: float, high: float, default: float) -> float:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from jupyterhub_gpu.core.catalog.entries import Catalog, CatalogEntry
 from jupyterhub_gpu.core.saving.data import SavedImage
 from jupyterhub_gpu.core.saving.limits import size_text
+from jupyterhub_gpu.core.words import moment
 
 PREFIX = "saved:"
 
@@ -54,7 +55,7 @@ def display_name(image: SavedImage, user: str, base: str) -> str:
 def describe(image: SavedImage) -> str:
     names = [p.split(":", 1)[-1] for p in image.packages]
     shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-    when = image.created.strftime("%Y-%m-%d %H:%M UTC")
+    when = moment(image.created.timestamp())  # the form shows it in the reader's zone
     return f"Saved {when}, adds {size_text(image.size_bytes)}: {shown or 'no packages'}."
 
 
@@ -97,6 +98,7 @@ def saved_entries(
                 description=describe(image),
                 build=None,
                 saved_from=base.slug,
+                saved_at=image.created.timestamp(),
             )
         )
     return tuple(entries), tuple(unlisted)

@@ -8,7 +8,10 @@ failure reported inside a stream that itself succeeded). :func:`parse_message` i
 only reader of that format here; its in-band errors are read by
 :func:`jupyterhub_gpu.core.progress.pull_error`, the same function the pull uses.
 :class:`BuildLog` and :class:`PushLog` fold the messages into progress for the user and,
-on failure, into a sentence that names the package that failed.
+on failure, into a sentence that names the package that failed. What the user reads is
+sentences of this module (:data:`INSTALLING`, :func:`installing`, ...), never the engine's
+raw lines ("Step 5/9 : RUN [...]", "---> 0a1b", "Successfully tagged ..."): those are kept
+(:attr:`BuildLog.tail`) only to name what failed.
 """
 
 from __future__ import annotations
@@ -78,8 +81,47 @@ def _name_pattern(name: str) -> re.Pattern[str]:
     return re.compile(r"(?<![A-Za-z0-9])" + "[-_.]".join(words) + r"(?![A-Za-z0-9])", re.I)
 
 
+BUILDING = "Building the image"  #: the build's first line (edges/builder/build.py)
+REMOVING = "Removing the base image's copies of the packages you replaced"
+ADDING = "Adding the installed packages to your image"
+UPLOADING = "Uploading it to the site's registry"  #: the push's first line
+
+
+def installing(count: int) -> str:
+    """The sentence of pip's step: how many packages go into the image."""
+    return f"Installing {count} package{'' if count == 1 else 's'} into the image"
+
+
+def installing_one(req: PipRequirement, k: int, n: int) -> str:
+    """pip's step reached one package (``k`` of ``n``)."""
+    return f"Installing {req.name} {req.version} ({k} of {n})"
+
+
+def uploaded(percent: int | None) -> str:
+    """The push's figure, one line that the next figure replaces (:func:`condense`)."""
+    return f"Uploading: {percent if percent is not None else 0}%"
+
+
+def _step_words(instruction: str, requirements: Sequence[PipRequirement]) -> str | None:
+    """What a step of the recipe (core/saving/recipe.py) does, for the user; None for the
+    steps that say nothing to them (FROM, LABEL, ARG, ENV, USER, copying the wheels in,
+    collecting the installed files)."""
+    if instruction.startswith("RUN [") and '"pip", "install"' in instruction:
+        return installing(len(requirements))
+    if instruction.startswith("RUN [") and '"pip", "uninstall"' in instruction:
+        return REMOVING
+    if instruction.startswith("COPY --from=install "):
+        return ADDING
+    return None
+
+
 class BuildLog:
-    """A saved image's build, one message at a time: step, log tail, image ID, failure."""
+    """A saved image's build, one message at a time: step, log tail, image ID, failure.
+
+    :meth:`add` answers the user's sentence for a step that does something they asked
+    for (installing their packages, one by one, replacing the base's copies, adding them
+    to the image), with the build's percent; the engine's own lines stay in
+    :attr:`tail`, for :meth:`failure`."""
 
     def __init__(self, requirements: Sequence[PipRequirement] = ()) -> None:
         self.requirements = tuple(requirements)
@@ -90,7 +132,7 @@ class BuildLog:
         self.tail: deque[str] = deque(maxlen=50)
 
     def add(self, message: Message) -> Progress | None:
-        """Fold one message in; the progress to show, if it says something."""
+        """Fold one message in; the user's sentence to show, if this step says one."""
         if message.aux.get("ID"):
             self.image_id = str(message.aux["ID"])
         if message.error:
@@ -101,14 +143,20 @@ class BuildLog:
             line = clean(line)
             if not line or line.startswith("--->"):
                 continue
+            self.tail.append(line)
+            words = None
             step = _STEP.match(line)
             if step:
                 self.step = (int(step.group(1)), int(step.group(2)))
                 self.instruction = step.group(3)
+                words = _step_words(self.instruction, self.requirements)
             elif line.startswith("Processing "):
                 self.processed += 1
-            self.tail.append(line)
-            shown = Progress("build", line, self.percent)
+                req = self.culprit(line)
+                if req is not None:
+                    words = installing_one(req, self.processed, len(self.requirements))
+            if words is not None:
+                shown = Progress("build", words, self.percent)
         return shown
 
     @property
@@ -186,7 +234,7 @@ class PushLog:
         if percent == self.shown:  # a real push repeats its figures many times over
             return None
         self.shown = percent
-        return Progress("push", f"Pushing: {percent if percent is not None else 0}%", percent)
+        return Progress("push", uploaded(percent), percent)
 
     @property
     def percent(self) -> int | None:
@@ -200,8 +248,8 @@ SHOWN_LINES = 12  #: lines of a save's log a user reads (the newest)
 
 
 def condense(events: Sequence[Mapping[str, Any]], keep: int = SHOWN_LINES) -> list[dict[str, Any]]:
-    """A save's progress lines as a person follows them: a run of push figures ("Pushing:
-    N%", one per percent) is its latest one, and only the newest ``keep`` lines are
+    """A save's progress lines as a person follows them: a run of push figures
+    ("Uploading: N%", one per percent) is its latest one, and only the newest ``keep`` lines are
     shown, after one line that says how many earlier ones there were. The progress
     bar's figure (the last ``percent``) is kept."""
     out: list[dict[str, Any]] = []

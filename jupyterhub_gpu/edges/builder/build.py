@@ -39,7 +39,14 @@ from urllib3.exceptions import ReadTimeoutError
 
 from jupyterhub_gpu.core.saving.data import BuildFailed, PipRequirement, Progress
 from jupyterhub_gpu.core.saving.recipe import BUILD_ID_LABEL, build_args
-from jupyterhub_gpu.core.saving.stream import BuildLog, PushLog, clean, parse_message
+from jupyterhub_gpu.core.saving.stream import (
+    BUILDING,
+    UPLOADING,
+    BuildLog,
+    PushLog,
+    clean,
+    parse_message,
+)
 from jupyterhub_gpu.edges.builder.watch import BuildWatch, api_url
 
 log = logging.getLogger(__name__)
@@ -163,7 +170,7 @@ def build_image(
             report(shown)
 
     query = build_query(reference, labels, build_id, settings)
-    report(Progress("build", "Building the image", 0))
+    report(Progress("build", BUILDING, 0))
     with BuildWatch(client, build_id, settings.max_processes) as watch:
         try:
             stream = post_build(client, context, query, settings.idle_timeout_s)
@@ -205,7 +212,7 @@ def push_image(client: Any, reference: str, report: Report, settings: BuildSetti
         if shown is not None:
             report(shown)
 
-    report(Progress("push", f"Pushing to {repo.split('/', 1)[0]}", 0))
+    report(Progress("push", UPLOADING, 0))
     try:
         auth = dict(settings.auth_config) if settings.auth_config else None
         stream = client.push(repo, tag=tag, stream=True, decode=True, auth_config=auth)

@@ -113,7 +113,8 @@ def save_environment(
     gpus = base_gpus(client, request.base_image)
     text = dockerfile(request.base_image, plan, target, build_id, user, gpus)
     labels = image_labels(request.owner, name, request.base_slug, request.base_image, plan, created)
-    report(Progress("fetch", f"Fetching {len(plan.pip)} packages from the site's index", None))
+    count = f"{len(plan.pip)} package{'' if len(plan.pip) == 1 else 's'}"
+    report(Progress("fetch", f"Fetching {count} from the site's index", None))
     with tempfile.TemporaryDirectory(prefix="jupyterhub-gpu-wheels-") as folder:
         allowed = allowance(existing, request.owner, settings.limits)
         wheels = fetch_wheels(plan.pip, Path(folder), target, settings.index, allowed)

@@ -26,7 +26,12 @@ from jupyterhub.apihandlers.base import APIHandler
 from jupyterhub.scopes import needs_scope
 from tornado import web
 
-from jupyterhub_gpu.core.culling.warning import CullWarning, stopped_words, warning_words
+from jupyterhub_gpu.core.culling.warning import (
+    CullWarning,
+    lab_warning_words,
+    stopped_words,
+    warning_words,
+)
 from jupyterhub_gpu.core.suspend import suspended_words
 from jupyterhub_gpu.core.times import parse_time
 from jupyterhub_gpu.edges.files import load_cull_warnings, load_notes
@@ -83,6 +88,8 @@ def cull_notices(user: Any, now: datetime) -> list[dict[str, Any]]:
                     "message": words.text,
                     "said": words.said,
                     "keep_url": keep if words.postponable else "",
+                    # the same in the server's own JupyterLab, short for its notification
+                    "lab_message": lab_warning_words(warning, now).text,
                 }
             )
             continue

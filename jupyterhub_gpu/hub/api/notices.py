@@ -14,7 +14,13 @@ work before then."). The spawn page and form say it for new servers; this says i
 servers that were already running when the reservation was made. The hub's page
 template (``hub/templates/page.html``) shows them above every page. Scope:
 ``read:servers`` (a user's own; a server's token has none). Added by
-:func:`jupyterhub_gpu.hub.extensions.configure_reservations`.
+:func:`jupyterhub_gpu.hub.extensions.configure_reservations` (and ``configure_culler``).
+
+    GET /hub/gpu/lab-notices   {"notices": [...], "xsrf": "...", "every_s": 30}
+
+The same notices for the signed-in user's JupyterLab tabs (the ``jupyterhub-gpu-lab``
+extension, images/lab; docs/culler.md), with the hub's XSRF token for "I'm still here"
+and how often to read again (``GPUCluster.lab_notices_interval``).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from jupyterhub.apihandlers.base import APIHandler
+from jupyterhub.handlers.base import BaseHandler
 from jupyterhub.scopes import needs_scope
 from tornado import web
 
@@ -87,25 +94,62 @@ def share_notices(user: Any, now: datetime) -> list[dict[str, Any]]:
     return found
 
 
+async def all_notices(settings: Any, user: Any) -> list[dict[str, Any]]:
+    """Every notice of ``user``'s servers: shares over their memory, the culler's warnings
+    and notes, the reservations that will take their GPUs."""
+    runtime = runtime_of(settings)
+    cluster, queue = runtime.cluster, runtime.queue
+    now = datetime.now(timezone.utc)
+    shares = share_notices(user, now) + cull_notices(user, now)
+    if cluster is None or queue is None:  # no spawner since the hub started: no server
+        return shares
+    with contextlib.suppress(Exception):  # the last reservations read serves
+        await queue.refresh()
+    nodes = cluster.last_nodes() or (await cluster.snapshot()).nodes
+    return shares + server_notices(user, queue, nodes, time.time())
+
+
 class NoticesAPIHandler(APIHandler):
     @needs_scope("read:servers")
     async def get(self, user_name: str) -> None:
         user = self.find_user(user_name)
         if user is None:
             raise web.HTTPError(404, f"No user {user_name!r}.")
-        runtime = runtime_of(self.settings)
-        cluster, queue = runtime.cluster, runtime.queue
-        now = datetime.now(timezone.utc)
-        shares = share_notices(user, now) + cull_notices(user, now)
-        if cluster is None or queue is None:  # no spawner since the hub started: no server
-            self.write(json.dumps(shares))
-            return
-        with contextlib.suppress(Exception):  # the last reservations read serves
-            await queue.refresh()
-        nodes = cluster.last_nodes() or (await cluster.snapshot()).nodes
-        self.write(json.dumps(shares + server_notices(user, queue, nodes, time.time())))
+        self.write(json.dumps(await all_notices(self.settings, user)))
+
+
+LAB_NOTICES_EVERY_S = 30.0  #: GPUCluster.lab_notices_interval's default
+
+
+class LabNoticesHandler(BaseHandler):
+    """``GET /hub/gpu/lab-notices``: the signed-in user's notices, for her JupyterLab
+    (the ``jupyterhub-gpu-lab`` extension, docs/culler.md), with the hub's XSRF token
+    that "I'm still here" sends to the keep API.
+
+    A page of the hub, not its API: the JupyterLab page is on the hub's origin but under
+    ``/user/...``, where it can't read the hub's ``_xsrf`` cookie (its path is the hub's),
+    and a cookie-authenticated API request needs that token even to read. The token is
+    the one every hub page already writes into its HTML for its scripts; other origins
+    can't read this answer (no CORS header). Her own notices only, as the API's scope
+    ``read:servers`` on herself allows."""
+
+    @web.authenticated
+    async def get(self) -> None:
+        user = self.current_user
+        notices = await all_notices(self.settings, user)
+        site = runtime_of(self.settings).site
+        every = site.lab_notices_interval if site is not None else LAB_NOTICES_EVERY_S
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.set_header("Cache-Control", "no-store")
+        answer = {
+            "xsrf": self.xsrf_token.decode("ascii"),
+            "notices": notices,
+            "every_s": min(600.0, max(5.0, float(every))),  # when to read again
+        }
+        self.write(json.dumps(answer))
 
 
 HANDLERS: list[tuple[str, type]] = [
     (r"/api/gpu/users/(?P<user_name>[^/]+)/notices", NoticesAPIHandler),
+    (r"/gpu/lab-notices", LabNoticesHandler),
 ]
