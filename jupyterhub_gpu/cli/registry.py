@@ -174,10 +174,27 @@ def install(site: Site, hub_ip: str, root: Path = Path("/")) -> list[str]:
         path = root / UNIT_DIR / name
         write_atomic(path, unit(site, binary, push=push), 0o644)
         written.append(path)
-    return [f"wrote {p}" for p in written] + [
+    said = [f"wrote {p}" for p in written] + [
         f"the site's registry: the nodes pull from {registry_address(hub_ip)}, "
         f"jupyterhub-gpu images publish pushes to {push_address()}"
     ]
+    if _package_service_runs():
+        said.append(
+            "warning: the docker-registry package's own registry runs on this machine (port "
+            "5000 on every address, no TLS, anyone on the network may push): systemctl "
+            "disable --now docker-registry"
+        )
+    return said
+
+
+def _package_service_runs() -> bool:
+    """Whether Debian's (or Ubuntu's) own docker-registry service is active here."""
+    try:
+        done = subprocess.run(["systemctl", "is-active", "--quiet", "docker-registry.service"],
+                              capture_output=True, timeout=10, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def main(argv: list[str]) -> int:

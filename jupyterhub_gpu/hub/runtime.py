@@ -264,7 +264,7 @@ async def start_prepuller_at_hub_start(log: logging.Logger) -> None:
     from jupyterhub.app import JupyterHub
 
     app = JupyterHub.instance()
-    while getattr(app, "tornado_application", None) is None or app.http_server is None:
+    while not (getattr(app, "tornado_application", None) and getattr(app, "http_server", None)):
         await asyncio.sleep(0.5)
     try:
         settings = app.tornado_application.settings

@@ -32,8 +32,8 @@ FIREWALL = "jupyterhub-gpu-firewall.service"
 def install(folder: Path, node: BareNode | None, root: Path) -> Path:
     """The ``systemctl`` stand-in for ``node`` whose ``/`` is ``root`` (None: the hub's
     machine, this host's namespace: ``enable --now`` of the hub's unit runs its
-    ``ExecStartPre`` then its ``ExecStart``, detached, its pid in ``ROOT/run``); its
-    folder."""
+    ``ExecStartPre`` then its ``ExecStart``, detached, its pid in ``ROOT/run``, and so
+    does another unit written there, the site's registry's); its folder."""
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "systemctl"
     script.write_text(
@@ -88,7 +88,7 @@ def _stop_engine(node: BareNode) -> None:
 def start_docker(node: BareNode, root: Path) -> None:
     _stop_engine(node)
     drop_in = root / "etc/systemd/system/docker.service.d/jupyterhub-gpu-tls.conf"
-    node.start_engine(drop_in, root / "etc/docker/daemon.json")
+    node.start_engine(drop_in, root / "etc/docker/daemon.json", root / "etc/docker")
 
 
 def _service_env() -> dict[str, str]:
@@ -121,9 +121,27 @@ def start_hub(root: Path) -> int:
     return 0
 
 
-def stop_hub(root: Path) -> None:
-    """The hub and what it started (its process group)."""
-    pidfile = hub_pidfile(root)
+def start_hub_service(root: Path, unit_name: str) -> int:
+    """Another unit of the hub's machine (the site's registry): its ``ExecStart``,
+    detached, its pid in ``ROOT/run``."""
+    unit = units.Unit(root / "etc/systemd/system" / unit_name)
+    stop_hub(root, unit_name)
+    pidfile = root / "run" / f"{unit_name}.pid"
+    pidfile.parent.mkdir(parents=True, exist_ok=True)
+    proc = unit.popen(_service_env(), root / "run" / f"{unit_name}.log")
+    pidfile.write_text(str(proc.pid))
+    return 0
+
+
+def stop_all(root: Path) -> None:
+    """Every unit the stand-in started on the hub's machine."""
+    for pidfile in sorted((root / "run").glob("*.service.pid")):
+        stop_hub(root, pidfile.name.removesuffix(".pid"))
+
+
+def stop_hub(root: Path, unit_name: str = HUB) -> None:
+    """The hub (or another unit of its machine) and what it started (its process group)."""
+    pidfile = root / "run" / f"{unit_name}.pid"
     if pidfile.exists():
         with contextlib.suppress(ProcessLookupError):
             os.killpg(int(pidfile.read_text()), signal.SIGTERM)
@@ -142,11 +160,19 @@ def main(argv: list[str]) -> int:
         root, args = Path(argv[1]), [a for a in argv[2:] if not a.startswith("--")]
         if args[0] == "daemon-reload":
             return 0
-        if args[0] in ("enable", "start", "restart") and args[-1] == HUB:
+        if args[0] in ("enable", "start", "restart") and args[1:]:
             if args[0] == "enable" and "--now" not in argv:
                 return 0
-            stop_hub(root)
-            return start_hub(root)
+            for name in args[1:]:
+                if name == HUB:
+                    stop_hub(root)
+                    start_hub(root)
+                elif (root / "etc/systemd/system" / name).is_file():
+                    start_hub_service(root, name)
+                else:
+                    print(f"systemctl stand-in: no unit {name} on the hub", file=sys.stderr)
+                    return 1
+            return 0
         print(f"systemctl stand-in: {' '.join(argv[2:])} is not known on the hub", file=sys.stderr)
         return 1
     node, root = BareNode(int(argv[0])), Path(argv[1])
