@@ -62,6 +62,12 @@ class Published:
     size: int
 
 
+@dataclass(frozen=True)
+class NotPublished:
+    slug: str
+    why: str  # a sentence; "" when the image is simply not built here
+
+
 def _docker() -> Any:
     import docker
 
@@ -111,19 +117,19 @@ def _stream_error(events: Any) -> tuple[str, str]:
     return "", digest
 
 
-def publish_one(api: Any, slug: str, image: str, registry: str, push: str) -> Published | str:
+def publish_one(
+    api: Any, slug: str, image: str, registry: str, push: str
+) -> Published | NotPublished:
     """One catalog image pushed through ``push`` (the registry's loopback side); what the
-    catalog names now, or why it was not published (a sentence)."""
+    catalog names now, or why it was not published."""
     source = source_reference(image, registry)
     host, path, tag = split_reference(source)
     if _present(api, source) is None:
         if not host:
-            return f"{slug}: {source} is not on this machine's Docker: build it, " + BUILD.format(
-                slug=slug
-            )
+            return NotPublished(slug, "")  # ours, not built here: never from Docker Hub
         error, _ = _stream_error(api.pull(source, stream=True, decode=True))
         if error or _present(api, source) is None:
-            return f"{slug}: {source} is not here and its pull failed ({error[:200]})"
+            return NotPublished(slug, f"{source} is not here and its pull failed ({error[:200]})")
     target = f"{push}/{path}"
     print(f"pushing {slug} ({source}) into the site's registry ...", flush=True)
     api.tag(source, target, tag)
@@ -132,12 +138,12 @@ def publish_one(api: Any, slug: str, image: str, registry: str, push: str) -> Pu
     finally:
         api.remove_image(f"{target}:{tag}", noprune=True)  # the push's name only
     if error or not digest:
-        return f"{slug}: pushing {source} to {push} failed ({error[:200] or 'no digest'})"
+        return NotPublished(slug, f"pushing {source} to {push} failed ({error[:200] or '?'})")
     info = _present(api, source) or {}
     return Published(slug, f"{registry}/{path}:{tag}@{digest}", int(info.get("Size") or 0))
 
 
-def publish(site: Site, only: list[str]) -> tuple[list[Published], list[str]]:
+def publish(site: Site, only: list[str]) -> tuple[list[Published], list[NotPublished]]:
     """Every catalog image (or those of ``only``) into the site's registry, the catalog
     rewritten to name them there; (published, not published with why)."""
     from jupyterhub_gpu.cli.registry import push_address
@@ -161,13 +167,13 @@ def publish(site: Site, only: list[str]) -> tuple[list[Published], list[str]]:
         raise ConfigError(f"{site.catalog} has no entry {', '.join(unknown)}: give its slugs")
     api = _docker()
     done: list[Published] = []
-    refused: list[str] = []
+    refused: list[NotPublished] = []
     changed: dict[str, str] = {}
     for entry in catalog:
         if only and entry.slug not in only:
             continue
         outcome = publish_one(api, entry.slug, entry.image, registry, push)
-        if isinstance(outcome, str):
+        if isinstance(outcome, NotPublished):
             refused.append(outcome)
             continue
         done.append(outcome)
@@ -204,8 +210,13 @@ def main(argv: list[str]) -> int:
 
     for item in done:
         print(f"published {item.slug}: {item.reference} ({size_words(item.size)})")
-    for why in refused:
-        print(f"not published {why}", file=sys.stderr)
+    for miss in refused:
+        if miss.why:
+            print(f"not published {miss.slug}: {miss.why}", file=sys.stderr)
+    absent = [miss.slug for miss in refused if not miss.why]
+    if absent:
+        print(f"not built on this machine, so not published: {', '.join(absent)}; build each "
+              f"with {BUILD.format(slug='SLUG')}, then publish again", file=sys.stderr)  # fmt: skip
     if done:
         print(f"{site.catalog} names them in the site's registry; the hub's pre-puller puts "
               "them on the nodes (docs/prepull.md)")  # fmt: skip

@@ -84,7 +84,9 @@ def server_problem() -> str:
 def config(site: Site, address: str, *, push: bool) -> dict[str, Any]:
     """Distribution's configuration: the pull side (TLS on ``address``, read-only) or the
     push side (loopback, no TLS, writes), both on the site's registry storage."""
-    maintenance: dict[str, Any] = {"uploadpurging": {"enabled": push}}
+    # the push side clears abandoned uploads (Distribution's default), the read-only one has none
+    purge = {"enabled": True, "age": "168h", "interval": "24h", "dryrun": False}
+    maintenance: dict[str, Any] = {"uploadpurging": purge if push else {"enabled": False}}
     if not push:
         maintenance["readonly"] = {"enabled": True}
     http: dict[str, Any] = {
