@@ -294,11 +294,14 @@ def check(site: Site, config_path: Path) -> list[str]:
             "bad configuration at start."
         )
     problems += section_problems(config, config_path, text, "\n".join(said))
+    missing: set[Path] = set()
     for path, what, secret in _named_files(site, config, s):
-        if path in reported:
-            continue
+        if path in reported or (path == site.public_key and site.public_cert in missing):
+            continue  # a missing public pair is one sentence: the command makes both
         reported.add(path)
-        problems += file_problems(path, what, _fix(site, path), secret=secret)
+        found = file_problems(path, what, _fix(site, path), secret=secret)
+        missing.update([path] if found and not path.exists() else [])
+        problems += found
     problems += placeholder_problems(config, config_path, text, _nodes(s))
     problems += plain_http_problems(config, config_path, text, site.etc)
     hub = _section(config, "JupyterHub")

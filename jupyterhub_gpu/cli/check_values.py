@@ -210,8 +210,9 @@ def plain_http_problems(config: Any, config_path: Path, text: str, etc: Path) ->
     if str(hub.get("public_url") or "").startswith("https://"):
         return []
     where = host or "every address of this machine"
+    at = line_of(text, "JupyterHub.bind_url")
     return [
-        f"{config_path}{line_of(text, 'bind_url')}: the hub serves its logins over plain HTTP "
+        f"{config_path}{at}: the hub serves its logins over plain HTTP "
         f"on {where} ({bind}), so passwords cross the network readable: serve HTTPS "
         f"(jupyterhub-gpu certs public --address HUB_IP --etc {etc}, then set "
         "c.JupyterHub.ssl_cert and ssl_key to its tls/public-cert.pem and public-key.pem), or, "

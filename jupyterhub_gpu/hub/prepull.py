@@ -311,6 +311,12 @@ class PrePullRunner:
         if self.settings.enabled and self._task is None:
             self._task = asyncio.ensure_future(self._forever())
 
+    def stop(self) -> None:
+        """Stop the rounds (the workers' pulls go on to their end: :meth:`idle`)."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
     async def _forever(self) -> None:
         while True:
             seen = self._changes()
