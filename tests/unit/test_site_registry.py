@@ -6,6 +6,8 @@ tests/integration/test_install_quick.py."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -70,6 +72,11 @@ def test_registry_install_writes_a_read_only_tls_side_and_a_loopback_push_side(
     assert "ReadWritePaths" not in pulls.replace("# ", "")  # it writes nowhere
     assert f"ReadWritePaths={site.registry_storage}\n" in pushes
     assert "@" not in pulls + pushes  # every placeholder filled
+    analyze = shutil.which("systemd-analyze")
+    if analyze is not None:  # unknown keys, bad values: warnings on stderr
+        files = [str(units / registry.PULL_UNIT), str(units / registry.PUSH_UNIT)]
+        r = subprocess.run([analyze, "verify", *files], capture_output=True, text=True)
+        assert r.returncode == 0 and r.stderr == "", r.stderr
     kept = site.registry_cert.read_bytes()
     assert cli.main(argv) == 0 and site.registry_cert.read_bytes() == kept  # kept: same name
 
