@@ -140,7 +140,8 @@ def test_a_node_installs_the_wheel_without_the_hub(
         "ldaps://ldap.cs.uni.edu",
     )  # not an example name: check-config flags those
     assert (etc / "catalog.yaml").read_bytes() == (REPO / "images/catalog.yaml").read_bytes()
-    for argv in (["ca"], ["hub"], ["node", "gpu-a", "--address", "127.0.0.1"]):
+    for argv in (["ca"], ["hub"], ["public", "--address", "127.0.0.1"],
+                 ["node", "gpu-a", "--address", "127.0.0.1"]):  # fmt: skip
         run(jg, "certs", "--etc", etc, *argv)
     # what needs the hub says how to get it
     for argv in (["check-config", "--etc", etc], ["report", "--by", "user"]):
