@@ -168,7 +168,7 @@ def pull_failure(image: str, node: str, why: str) -> tuple[str, str]:
     abandoned, from its error text ``why`` (the registry's words, often: shown on one
     line, :func:`~jupyterhub_gpu.core.words.one_line`)."""
     cause = pull_failure_cause(why)
-    why = one_line(why)
+    why = one_line(why.strip())
     head = f"Could not pull {image} on node {node}"
     if cause == DISK_FULL:
         return cause, (

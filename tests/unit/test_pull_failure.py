@@ -70,7 +70,8 @@ IMAGE = "10.250.0.1:5000/jhgpu/torch:2.8"
         ),
         ("unknown blob", OTHER, ": unknown blob. Ask an admin"),
         (  # the site's registry, its CA not in the node's /etc/docker/certs.d (Docker 20.10)
-            'Get "https://10.250.0.1:5000/v2/": x509: certificate signed by unknown authority',
+            'Error response from daemon: Get "https://10.250.0.1:5000/v2/": x509: certificate '
+            "signed by unknown authority\n",  # as the docker CLI prints it
             UNTRUSTED,
             "the node does not trust the TLS certificate of the registry 10.250.0.1:5000 "
             "(certificate signed by unknown authority). Ask an admin to put that registry's CA "
