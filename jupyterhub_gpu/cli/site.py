@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import re
 import secrets
 import shutil
 import sys
@@ -112,7 +113,11 @@ def public_names(args: argparse.Namespace) -> list[str]:
     return list(dict.fromkeys(args.public_names or [args.hub_ip]))
 
 
-def public_tls(site: Site, args: argparse.Namespace) -> str:
+#: what --bind-url may be: a scheme, an optional address, a port (JupyterHub's own form)
+BIND_URL_RE = re.compile(r"https?://(\[[0-9A-Fa-f:.]{2,45}\]|[A-Za-z0-9.-]{0,253})(:[0-9]{1,5})?/?")
+
+
+def public_tls(args: argparse.Namespace) -> str:
     """The configuration's lines for the hub's public address: HTTPS with the site CA's
     certificate (``certs public``), or the admin's own (``--tls-cert``/``--tls-key``,
     checked here: nothing is written when it would not serve), or plain HTTP behind the
@@ -124,13 +129,18 @@ def public_tls(site: Site, args: argparse.Namespace) -> str:
     if own and args.no_tls:
         raise ConfigError("--no-tls serves plain HTTP: leave out --tls-cert and --tls-key, or "
                           "--no-tls; nothing was written.")  # fmt: skip
+    if args.bind_url and not BIND_URL_RE.fullmatch(args.bind_url):
+        raise ConfigError(
+            f"--bind-url {args.bind_url[:80]!r} is not a URL such as https://:8000 or "
+            "https://10.0.0.1:443; nothing was written."
+        )
     if args.no_tls:
         bind = args.bind_url or "http://127.0.0.1:8000"
         if not bind.startswith("http://"):
             raise ConfigError(f"--bind-url {bind}: with --no-tls the hub serves http://, its "
                               "TLS proxy https://; nothing was written.")  # fmt: skip
         return (
-            f'c.JupyterHub.bind_url = "{bind}"\n'
+            f"c.JupyterHub.bind_url = {bind!r}\n"
             "# no TLS here (--no-tls): the site's own TLS proxy in front of the hub serves\n"
             "# https:// to the users. check-config wants this address on loopback (the proxy\n"
             '# on this machine), or c.JupyterHub.public_url = "https://..." (the proxy\'s).'
@@ -148,14 +158,14 @@ def public_tls(site: Site, args: argparse.Namespace) -> str:
         if problem:
             raise ConfigError(problem)
         return (
-            f'c.JupyterHub.bind_url = "{bind}"\n'
+            f"c.JupyterHub.bind_url = {bind!r}\n"
             "# logins over HTTPS with the site's own certificate (site init --tls-cert):\n"
             "# renew it where it came from, then restart the hub\n"
             f"c.JupyterHub.ssl_cert = {str(cert)!r}\n"
             f"c.JupyterHub.ssl_key = {str(key)!r}"
         )
     return (
-        f'c.JupyterHub.bind_url = "{bind}"\n'
+        f"c.JupyterHub.bind_url = {bind!r}\n"
         "# logins over HTTPS with a certificate of the site's CA for the hub's address\n"
         "# (jupyterhub-gpu certs public; certs renew public): browsers trust it once the\n"
         "# users import tls/ca.pem (docs/install.md); or site init --tls-cert/--tls-key\n"
@@ -177,7 +187,7 @@ def config_text(site: Site, args: argparse.Namespace) -> str:
         {
             "ETC": str(site.etc),
             "STATE": str(site.state),
-            "PUBLIC_TLS": public_tls(site, args),
+            "PUBLIC_TLS": public_tls(args),
             "HUB_IP": args.hub_ip,
             "REGISTRY": registry_address(args.hub_ip),
             "LDAP_HOST": server.host,

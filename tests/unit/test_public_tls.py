@@ -117,6 +117,7 @@ def test_an_unreadable_or_password_protected_key_or_half_a_pair_is_refused(
         (["--tls-cert", str(cert)], "--tls-cert and --tls-key go together"),
         (["--tls-cert", str(cert), "--tls-key", str(key), "--no-tls"], "leave out --tls-cert"),
         (["--bind-url", "http://:8000"], "the hub serves logins over HTTPS"),
+        (["--bind-url", 'https://:8000"\nimport os'], "is not a URL such as https://:8000"),
     ]
     for extra, said in cases:
         assert init(site, *extra) == 1, extra
@@ -134,7 +135,7 @@ def test_a_good_own_pair_is_named_in_the_configuration_and_check_config_passes(
     text = site.config.read_text()
     assert f"c.JupyterHub.ssl_cert = {str(cert)!r}" in text
     assert f"c.JupyterHub.ssl_key = {str(key)!r}" in text
-    assert 'c.JupyterHub.bind_url = "https://:8000"' in text
+    assert "c.JupyterHub.bind_url = 'https://:8000'" in text
     certificates(site)  # no certs public: the site's own certificate serves
     assert check.check(site, site.config) == []
     assert not site.public_cert.exists()
@@ -204,7 +205,7 @@ def test_plain_http_logins_are_flagged_unless_on_loopback_or_behind_an_https_pro
     site: Site,
 ) -> None:
     assert init(site, "--no-tls") == 0  # behind a TLS proxy on this machine
-    assert 'c.JupyterHub.bind_url = "http://127.0.0.1:8000"' in site.config.read_text()
+    assert "c.JupyterHub.bind_url = 'http://127.0.0.1:8000'" in site.config.read_text()
     assert "ssl_cert =" not in site.config.read_text()
     certificates(site)
     assert check.check(site, site.config) == []
