@@ -474,6 +474,7 @@ def test_the_install_guide_from_the_wheel_to_alices_server(
     finally:
         if lab.hub_proc is not None:
             units.stop(lab.hub_proc)
+        units.stop_leftovers(hub)  # its services, if the hub went before it stopped them
 
     counts = {
         where: sum(len(guide.commands(b)) for b in blocks[1:] if b.where == where)

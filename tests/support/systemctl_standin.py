@@ -134,9 +134,11 @@ def start_hub_service(root: Path, unit_name: str) -> int:
 
 
 def stop_all(root: Path) -> None:
-    """Every unit the stand-in started on the hub's machine."""
+    """Every unit the stand-in started on the hub's machine, and what the hub started in
+    sessions of its own (its services), should the hub have gone before it stopped them."""
     for pidfile in sorted((root / "run").glob("*.service.pid")):
         stop_hub(root, pidfile.name.removesuffix(".pid"))
+    units.stop_leftovers(root)
 
 
 def stop_hub(root: Path, unit_name: str = HUB) -> None:
