@@ -18,6 +18,8 @@ Imports: ``core``, ``wire``, ``edges``, ``errors`` and ``cli``; never the hub or
                                 (docs/jobs.md; works with the base install)
     jupyterhub-gpu node ...     a node joins with one command (token, join, leave, remove)
     jupyterhub-gpu hub install  a hub set up and started in one command (Quick install)
+    jupyterhub-gpu registry install  the site's registry on the hub (docs/images.md)
+    jupyterhub-gpu images publish    the catalog's images into it; the nodes pull them
     jupyterhub-gpu db current|upgrade  the accounting database's migrations (docs/upgrade.md)
     jupyterhub-gpu login        remember the hub's address and a token for job
 
@@ -45,6 +47,8 @@ COMMANDS = {
     "job": "your GPU batch jobs: submit, list, show, logs, cancel",
     "node": "a GPU node joins or leaves with one command (token, join, leave, remove)",
     "hub": "set up and start a hub in one command (install): docs/install.md, Quick install",
+    "registry": "the site's registry on the hub, where the nodes pull images (install)",
+    "images": "push the catalog's images into the site's registry (publish)",
     "db": "the accounting database's migrations: db current, db upgrade",
     "login": "remember the hub's address and a token of its token page (for job)",
 }

@@ -7,6 +7,11 @@ Made with the ``cryptography`` library (ECDSA P-256, SHA-256), under ``--etc``/t
   others.
 - ``hub``: ``hub-cert.pem``/``hub-key.pem``, the hub's *client* certificate for the nodes'
   Docker APIs (``tls: client_cert/client_key`` in nodes.yaml).
+- ``public --address HUB_IP [--dns NAME]``: ``public-cert.pem``/``public-key.pem``, the
+  hub's *public* HTTPS certificate (the login page, the proxy: ``JupyterHub.ssl_cert``)
+  for its address and the names users open it at. A site with its own certificate
+  (``site init --tls-cert/--tls-key``) skips it; :func:`own_certificate_problem` checks
+  that one.
 - ``node NAME --address ADDR``: ``nodes/NAME/{ca.pem,cert.pem,key.pem}``, the node's
   *server* certificate (subjectAltName: the node's name, its address, and any ``--dns``)
   for its Docker API (port 2376) and its agent's HTTPS (9450). Copy that folder to the
@@ -206,6 +211,113 @@ def make_hub_cert(site: Site, force: bool = False) -> list[Path]:
     return [site.hub_cert, site.hub_key]
 
 
+def make_public_cert(
+    site: Site, address: str, dns: list[str] | None = None, force: bool = False
+) -> list[Path]:
+    """The hub's public HTTPS certificate for ``address`` and every ``dns`` name (the
+    names users open the hub at), signed by the site's CA."""
+    names = [n for n in [address, *(dns or [])] if n]
+    bad = [n for n in names if not _host_name(n)]
+    if not names or bad:
+        raise ConfigError(
+            f"{(bad or [''])[0]!r} is not an IP address or a host name: give the hub's "
+            "address (--address) and the names users open it at (--dns)"
+        )
+    ca = _read_ca(site)
+    _refuse_existing([site.public_cert, site.public_key], force, "")
+    cert, key = issue(*ca, "jupyterhub-gpu hub (public)", server_names=names)
+    private_dir(site.tls)
+    write_all({site.public_cert: (cert, 0o644), site.public_key: (key, SECRET_MODE)})
+    return [site.public_cert, site.public_key]
+
+
+def _host_name(name: str) -> bool:
+    """An IP address or a DNS name (labels of letters, digits and -, a leading ``*.``)."""
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        pass
+    import re
+
+    label = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+    return len(name) <= 253 and re.fullmatch(rf"(?:\*\.)?{label}(?:\.{label})*", name) is not None
+
+
+def names_match(held: str, wanted: str) -> bool:
+    """Whether a certificate's name ``held`` (an IP, a DNS name, ``*.domain``) covers the
+    address ``wanted``, as a browser matches it (one label for a wildcard)."""
+    try:
+        return ipaddress.ip_address(held) == ipaddress.ip_address(wanted)
+    except ValueError:
+        pass
+    held, wanted = held.lower().rstrip("."), wanted.lower().rstrip(".")
+    if held.startswith("*."):
+        first, dot, rest = wanted.partition(".")
+        return bool(first and dot) and rest == held[2:]
+    return held == wanted
+
+
+def own_certificate_problem(
+    cert_path: Path, key_path: Path, names: list[str], now: dt.datetime | None = None
+) -> str:
+    """Why the admin's own certificate and key (``--tls-cert``/``--tls-key``) would not
+    serve the hub's logins at ``names``, in one sentence, or '': both readable PEM, the key
+    the certificate's (unencrypted: the proxy asks for no password), valid now, and every
+    name of ``names`` in its subjectAltName. The certificate file may hold its chain
+    after it."""
+    from jupyterhub_gpu.core.words import duration
+
+    nothing = "; nothing was written."
+    pems: dict[Path, bytes] = {}
+    for path in (cert_path, key_path):
+        try:
+            with path.open("rb") as f:
+                pems[path] = f.read(1 << 20)
+        except OSError as e:
+            return f"{path} cannot be read ({e.strerror}): give a file that root can read{nothing}"
+    try:
+        cert = x509.load_pem_x509_certificates(pems[cert_path])[0]
+    except ValueError:
+        return (
+            f"{cert_path} is not a certificate in PEM form (-----BEGIN CERTIFICATE-----): "
+            f"give the hub's certificate, its chain after it if it has one{nothing}"
+        )
+    try:
+        key = serialization.load_pem_private_key(pems[key_path], password=None)
+    except TypeError:
+        return (
+            f"{key_path} is protected by a password, which the hub's proxy cannot ask for: "
+            f"give the key without one (openssl pkey -in KEY -out KEY.plain){nothing}"
+        )
+    except ValueError:
+        return f"{key_path} is not a private key in PEM form: give the certificate's key{nothing}"
+    spki = serialization.PublicFormat.SubjectPublicKeyInfo
+    der = serialization.Encoding.DER
+    if key.public_key().public_bytes(der, spki) != cert.public_key().public_bytes(der, spki):
+        return f"{key_path} is not the key of {cert_path}: give the key that goes with it{nothing}"
+    now = now or _now()
+    if cert.not_valid_after_utc <= now:
+        ago = duration((now - cert.not_valid_after_utc).total_seconds())
+        return f"{cert_path} expired {ago} ago: give a current certificate{nothing}"
+    if cert.not_valid_before_utc > now:
+        until = duration((cert.not_valid_before_utc - now).total_seconds())
+        return f"{cert_path} becomes valid only in {until}: give a certificate valid now{nothing}"
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        held = [str(n.value) for n in san if isinstance(n, (x509.DNSName, x509.IPAddress))]
+    except x509.ExtensionNotFound:
+        held = []
+    missing = [n for n in names if not any(names_match(h, n) for h in held)]
+    if missing:
+        return (
+            f"{cert_path} is for {', '.join(held) or 'no name (no subjectAltName)'}, not "
+            f"{', '.join(missing)}: give a certificate for the address users open the hub at, "
+            f"and that address with --public-name{nothing}"
+        )
+    return ""
+
+
 def make_node_cert(
     site: Site, node: str, address: str, dns: list[str] | None = None, force: bool = False
 ) -> list[Path]:
@@ -238,7 +350,9 @@ def not_after(path: Path) -> dt.datetime:
     return x509.load_pem_x509_certificate(path.read_bytes()).not_valid_after_utc
 
 
-def renew_cert(site: Site, cert_path: Path, key_path: Path, rotate_key: bool) -> dt.datetime:
+def renew_cert(
+    site: Site, cert_path: Path, key_path: Path, rotate_key: bool, make: str = "hub|node"
+) -> dt.datetime:
     """The certificate at ``cert_path`` issued again by the site's CA for another
     :data:`CERT_DAYS`: the same name, subjectAltName and use, the same key (a new one with
     ``rotate_key``). Both files are replaced together; returns the new expiry."""
@@ -253,7 +367,7 @@ def renew_cert(site: Site, cert_path: Path, key_path: Path, rotate_key: bool) ->
     except FileNotFoundError as e:
         raise ConfigError(
             f"{e.filename} does not exist: there is nothing to renew; make it with "
-            "jupyterhub-gpu certs hub|node"
+            f"jupyterhub-gpu certs {make}"
         ) from None
     except ValueError as e:
         raise ConfigError(f"{cert_path} or its key cannot be read ({e}); make it again") from None
@@ -278,24 +392,51 @@ def renew_cert(site: Site, cert_path: Path, key_path: Path, rotate_key: bool) ->
     return not_after(cert_path)
 
 
+RESTART_HUB = (
+    "  then restart the hub when convenient (systemctl restart jupyterhub-gpu-hub; "
+    "users' servers keep running)"
+)
+
+
+def _hub_side(site: Site, every: bool = False) -> list[tuple[str, Path, Path, str]]:
+    """The hub machine's server certificates from the site's CA (the hub's public HTTPS,
+    the site registry's, the join service's): (label, cert, key, then); those that exist
+    unless ``every``."""
+    found = [
+        ("the hub's public HTTPS certificate", site.public_cert, site.public_key, RESTART_HUB),
+        ("the site registry's certificate", site.registry_cert, site.registry_key,
+         "  then: systemctl restart jupyterhub-gpu-registry"),
+        ("the join service's certificate", site.join_cert, site.join_key, RESTART_HUB),
+    ]  # fmt: skip
+    return [t for t in found if every or t[1].exists()]
+
+
 def renew(site: Site, what: str, name: str | None, rotate_key: bool) -> list[str]:
-    """``certs renew hub|node NAME|all``: what was renewed and what to do next, a line each."""
-    targets: list[tuple[str, Path, Path]] = []
+    """``certs renew hub|public|registry|node NAME|all``: what was renewed and what to do
+    next, a line each."""
+    targets: list[tuple[str, Path, Path, str]] = []
     if what in ("hub", "all"):
-        targets.append(("the hub's client certificate", site.hub_cert, site.hub_key))
+        targets.append(("the hub's client certificate", site.hub_cert, site.hub_key, RESTART_HUB))
+    if what == "public":
+        targets.append(_hub_side(site, every=True)[0])
+    if what == "registry":
+        targets.append(_hub_side(site, every=True)[1])
+    if what == "all":
+        targets += _hub_side(site)
     if what == "node":
         if not name:
             raise ConfigError("certs renew node needs the node's NAME")
         folder = site.node_dir(name)
-        targets.append((f"{name}'s certificate", folder / "cert.pem", folder / "key.pem"))
+        targets.append((f"{name}'s certificate", folder / "cert.pem", folder / "key.pem", ""))
     if what == "all" and (site.tls / "nodes").is_dir():
         for folder in sorted(p for p in (site.tls / "nodes").iterdir() if p.is_dir()):
             targets.append(
-                (f"{folder.name}'s certificate", folder / "cert.pem", folder / "key.pem")
+                (f"{folder.name}'s certificate", folder / "cert.pem", folder / "key.pem", "")
             )
+    make = {"public": "public --address HUB_IP", "registry": "registry install"}.get(what)
     said = []
-    for label, cert, key in targets:
-        until = renew_cert(site, cert, key, rotate_key)
+    for label, cert, key, then in targets:
+        until = renew_cert(site, cert, key, rotate_key, make or "hub|node")
         kept = "a new key" if rotate_key else "the same key"
         said.append(f"renewed {label} until {until:%Y-%m-%d} ({kept}): {cert}")
         if cert.parent.parent == site.tls / "nodes":
@@ -306,11 +447,10 @@ def renew(site: Site, what: str, name: str | None, rotate_key: bool) -> list[str
                 + f" to {node}:{site.tls}/ and run there: systemctl restart docker "
                 "jupyterhub-gpu-agent"
             )
-    if any(c == site.hub_cert for _, c, _ in targets):
-        said.append(
-            "  then restart the hub when convenient (systemctl restart jupyterhub-gpu-hub; "
-            "users' servers keep running)"
-        )
+        elif then and then != RESTART_HUB:
+            said.append(then)
+    if any(then == RESTART_HUB for *_, then in targets):
+        said.append(RESTART_HUB)
     return said
 
 
@@ -378,27 +518,33 @@ def node_instructions(site: Site, node: str, address: str) -> str:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
         prog="jupyterhub-gpu certs",
-        description="The site's CA, the hub's client certificate, a node's server certificate.",
+        description="The site's CA, the hub's client and public certificates, a node's server "
+        "certificate; their renewal.",
     )
     p.add_argument("--etc", type=Path, default=DEFAULT_ETC, help=f"default {DEFAULT_ETC}")
     sub = p.add_subparsers(dest="action", required=True)
     ca = sub.add_parser("ca", help="make the site's CA (once)")
     hub = sub.add_parser("hub", help="the hub's client certificate for the nodes' Docker APIs")
+    public = sub.add_parser("public", help="the hub's public HTTPS certificate (its logins)")
+    public.add_argument("--address", required=True, help="the hub's address (HUB_IP)")
+    public.add_argument("--dns", action="append", default=[], help="a name users open it at "
+                        "(repeat)")  # fmt: skip
     node = sub.add_parser("node", help="a node's server certificate (Docker TLS, agent HTTPS)")
     node.add_argument("name")
     node.add_argument("--address", required=True, help="the IP or host name the hub reaches")
     node.add_argument("--dns", action="append", default=[], help="another name (repeat)")
-    for q in (ca, hub, node):
+    for q in (ca, hub, public, node):
         q.add_argument("--force", action="store_true", help="replace an existing one")
     again = sub.add_parser(
         "renew",
         help=f"issue a certificate again for {CERT_DAYS} days (same names; same key unless "
         "--rotate-key)",
     )
-    again.add_argument("what", choices=["hub", "node", "all"], help="all: the hub and every node")
+    again.add_argument("what", choices=["hub", "public", "registry", "node", "all"],
+                       help="all: the hub's certificates and every node's")  # fmt: skip
     again.add_argument("name", nargs="?", help="the node's name (with node)")
     again.add_argument("--rotate-key", action="store_true", help="a new key as well")
-    for q in (ca, hub, node, again):
+    for q in (ca, hub, public, node, again):
         q.add_argument("--etc", type=Path, default=argparse.SUPPRESS, help="as above")
     args = p.parse_args(argv)
     site = Site(etc=args.etc.absolute())
@@ -411,6 +557,8 @@ def main(argv: list[str]) -> int:
             made = make_site_ca(site, args.force)
         elif args.action == "hub":
             made = make_hub_cert(site, args.force)
+        elif args.action == "public":
+            made = make_public_cert(site, args.address, args.dns, args.force)
         else:
             made = make_node_cert(site, args.name, args.address, args.dns, args.force)
     except ConfigError as e:

@@ -1,17 +1,19 @@
 """``jupyterhub-gpu check-config``: a site's configuration checked without starting a hub.
 
-It loads the site's ``jupyterhub_config.py`` with traitlets' config loader, as JupyterHub
-does; the file ends with ``check_config(c)`` (``jupyterhub_gpu.hub.config``), which runs
-then: unknown keys of our classes, the nodes and the nodes file, the inventory, the
-catalog, the bounds, the queue policy, the mounts. A configuration that does not call it
-is a problem of its own. Then every file the configuration names must exist and be
-readable: the site's secrets (and be readable by their owner only), the cookie secret,
-the TLS files of every node (``nodes`` and the nodes file), the agents' CA, the hub's TLS
-certificate, the nodes file, the catalog, the inventory; the folders of the databases
-and the culler's files must exist. Every section must be a class the hub runs, and every
-key a setting of it or of a class extending it; example hosts and a loopback hub address
-with remote nodes are named (``check_values``). A syntax error is one sentence with its
-line, and a bad nodes file one line naming it.
+It loads the site's ``jupyterhub_config.py`` with traitlets' config loader, as
+JupyterHub does; the file ends with ``check_config(c)`` (``jupyterhub_gpu.hub.config``),
+which runs then: unknown keys of our classes, the nodes and the nodes file, the
+inventory, the catalog, the bounds, the queue policy, the mounts. A configuration that
+does not call it is a problem of its own. Then every file the configuration names must
+exist and be readable: the site's secrets (and be readable by their owner only), the
+cookie secret, the TLS files of every node (``nodes`` and the nodes file), the agents'
+CA, the hub's TLS certificate, the nodes file, the catalog, the inventory; the folders
+of the databases and the culler's files must exist. Logins over plain HTTP on an address
+other machines reach are a problem of their own (``check_values.plain_http_problems``).
+Every section must be a class the hub runs, and every key a setting of it or of a class
+extending it; example hosts and a loopback hub address with remote nodes are named
+(``check_values``). A syntax error is one sentence with its line, and a bad nodes file
+one line naming it.
 
 Each problem is one sentence naming the file and what to do; the exit status is 1 when
 there is any (the hub's unit runs this before each start), 0 when there is none.
@@ -30,7 +32,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from jupyterhub_gpu.cli.check_values import placeholder_problems, section_problems
+from jupyterhub_gpu.cli.check_values import (
+    placeholder_problems,
+    plain_http_problems,
+    section_problems,
+)
 from jupyterhub_gpu.cli.layout import DEFAULT_ETC, DEFAULT_STATE, Site
 from jupyterhub_gpu.errors import ConfigError
 
@@ -57,6 +63,10 @@ def _fix(site: Site, path: Path) -> str:
         site.nodes_file: "create it: jupyterhub-gpu site add-node NAME --address ADDR "
         f"--etc {site.etc}",
         site.catalog: f"copy a catalog there (jupyterhub-gpu site init --force --etc {site.etc})",
+        site.public_cert: "make it: jupyterhub-gpu certs public --address HUB_IP [--dns NAME] "
+        f"--etc {site.etc}",
+        site.public_key: "make it: jupyterhub-gpu certs public --address HUB_IP [--dns NAME] "
+        f"--etc {site.etc}",
     }
     if path in fixes:
         return fixes[path]
@@ -284,12 +294,16 @@ def check(site: Site, config_path: Path) -> list[str]:
             "bad configuration at start."
         )
     problems += section_problems(config, config_path, text, "\n".join(said))
+    missing: set[Path] = set()
     for path, what, secret in _named_files(site, config, s):
-        if path in reported:
-            continue
+        if path in reported or (path == site.public_key and site.public_cert in missing):
+            continue  # a missing public pair is one sentence: the command makes both
         reported.add(path)
-        problems += file_problems(path, what, _fix(site, path), secret=secret)
+        found = file_problems(path, what, _fix(site, path), secret=secret)
+        missing.update([path] if found and not path.exists() else [])
+        problems += found
     problems += placeholder_problems(config, config_path, text, _nodes(s))
+    problems += plain_http_problems(config, config_path, text, site.etc)
     hub = _section(config, "JupyterHub")
     # with the join service (configure_join), nodes join a running hub: none yet is fine
     joins = any(

@@ -6,6 +6,8 @@ what ``check_config(c)`` refuses at the hub's start.
   has (``c.Spawner.cpu_limitt``: traitlets gives a parent's section to its subclasses, so
   ``c.Spawner.image`` is DockerSpawner's ``image``). The classes are JupyterHub's (with
   every installed spawner and authenticator), ours, and their bases.
+- :func:`plain_http_problems`: the hub serving its logins over plain HTTP on an address
+  other machines reach (no ``ssl_cert``, no TLS proxy named by an https ``public_url``).
 - :func:`placeholder_problems`: values left as the examples' placeholders: an LDAP
   server or a host under ``example.org``/``.com``/``.net``, ``.example`` or ``.invalid``
   (RFC 2606), and a loopback hub address that remote GPU nodes cannot reach.
@@ -192,3 +194,28 @@ def placeholder_problems(
             "an example name: set the hub's address on the nodes' network."
         )
     return found
+
+
+def plain_http_problems(config: Any, config_path: Path, text: str, etc: Path) -> list[str]:
+    """The hub's logins on plain HTTP at an address that is not loopback: passwords and
+    cookies cross the network readable. Fine behind a TLS proxy: on this machine (bind to
+    loopback), or elsewhere when ``public_url`` names its https:// address."""
+    hub = config["JupyterHub"] if "JupyterHub" in config else {}  # noqa: SIM401
+    if hub.get("ssl_cert"):
+        return []
+    bind = str(hub.get("bind_url") or "http://:8000")
+    scheme, host = urlsplit(bind).scheme, urlsplit(bind).hostname or ""
+    if scheme not in ("http", "https") or loopback(host):
+        return []  # http+unix://: a socket of this machine
+    if str(hub.get("public_url") or "").startswith("https://"):
+        return []
+    where = host or "every address of this machine"
+    at = line_of(text, "JupyterHub.bind_url")
+    return [
+        f"{config_path}{at}: the hub serves its logins over plain HTTP "
+        f"on {where} ({bind}), so passwords cross the network readable: serve HTTPS "
+        f"(jupyterhub-gpu certs public --address HUB_IP --etc {etc}, then set "
+        "c.JupyterHub.ssl_cert and ssl_key to its tls/public-cert.pem and public-key.pem), or, "
+        "behind your own TLS proxy, bind to 127.0.0.1 or set c.JupyterHub.public_url = "
+        '"https://..." (the proxy\'s address).'
+    ]

@@ -71,7 +71,7 @@ def wheel_dir(site: Site) -> Path:
 
 
 def join_cert(site: Site) -> tuple[Path, Path]:
-    return site.tls / "join-cert.pem", site.tls / "join-key.pem"
+    return site.join_cert, site.join_key
 
 
 # -- the CA and the join service's certificate -------------------------------------------

@@ -87,6 +87,45 @@ class Site:
         return self.tls / "hub-key.pem"
 
     @property
+    def public_cert(self) -> Path:
+        """The hub's public HTTPS certificate (logins), from the site's CA (``certs
+        public``); a site with its own certificate names that one in its configuration."""
+        return self.tls / "public-cert.pem"
+
+    @property
+    def public_key(self) -> Path:
+        return self.tls / "public-key.pem"
+
+    @property
+    def join_cert(self) -> Path:
+        """The join service's server certificate (``node token`` makes it), from the site's CA."""
+        return self.tls / "join-cert.pem"
+
+    @property
+    def join_key(self) -> Path:
+        return self.tls / "join-key.pem"
+
+    @property
+    def registry_cert(self) -> Path:
+        """The site registry's server certificate (``registry install``), from the site's CA."""
+        return self.tls / "registry-cert.pem"
+
+    @property
+    def registry_key(self) -> Path:
+        return self.tls / "registry-key.pem"
+
+    @property
+    def registry_dir(self) -> Path:
+        """The site registry's configuration (``registry install``): its presence turns the
+        pre-puller on in the site's configuration."""
+        return self.etc / "registry"
+
+    @property
+    def registry_storage(self) -> Path:
+        """Where the site registry keeps its images."""
+        return self.state / "registry"
+
+    @property
     def site_env(self) -> Path:
         """This machine's site values (``units install``), read by its units and shells."""
         return self.etc / "site.env"

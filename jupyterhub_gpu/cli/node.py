@@ -10,16 +10,19 @@ inventory, the Container Toolkit, the shared home, cgroup v2) and changes nothin
 something is missing; then it makes its key and certificate request (the key never
 leaves the node), gets its certificate and agent token from the hub, writes Docker's TLS
 settings, the units and the firewall's unit (``units install``, the same code as the
-guide's long path), restarts Docker, makes the users' network, starts the firewall and
-the agent, checks them, and tells the hub the node is ready. Run again, it says the
-node has already joined and repairs what is missing, without a token.
-``node leave`` drains the node, waits for no user server to run there (or ``--force``),
-removes it from the hub's list and stops its agent and firewall.
+guide's long path) and Docker's trust of the site's registry (the site's CA as
+``/etc/docker/certs.d/HUB:5443/ca.crt``: docs/images.md), restarts Docker, makes the
+users' network, starts the firewall and the agent, checks them, and tells the hub the
+node is ready. Run again, it says the node has already joined and repairs what is
+missing, without a token. ``node leave`` drains the node, waits for no user server to
+run there (or ``--force``), removes it from the hub's list and stops its agent and
+firewall.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import socket
@@ -416,7 +419,8 @@ def set_up(args: argparse.Namespace, site: Site, name: str, address: str,
     )  # fmt: skip
     install_units(units_args)
     ensure_live_restore(root / DAEMON_JSON)
-    step("wrote Docker's TLS settings and the units")
+    registry = trust_registry(site, root, str(settings.get("hub") or args.hub))
+    step(f"wrote Docker's TLS settings, its trust of the site's registry {registry}, the units")
     changed = any(((root / p).read_bytes() if (root / p).exists() else b"") != before[p]
                   for p in before)  # fmt: skip
     systemctl("daemon-reload")
@@ -462,6 +466,16 @@ def step(what: str) -> None:
     print(f"[{time.monotonic() - _STARTED:5.1f} s] {what}", flush=True)
 
 
+def trust_registry(site: Site, root: Path, hub: str) -> str:
+    """The node's Docker trusts the site's registry on ``hub`` (docs/images.md): the site's
+    CA as ``/etc/docker/certs.d/HUB:5443/ca.crt``, which Docker reads at each pull (no
+    restart). Harmless where the site runs no registry. Its ``HOST:PORT``."""
+    from jupyterhub_gpu.cli.layout import write_atomic
+
+    write_atomic(root / rules.registry_trust(hub), site.ca_cert.read_bytes(), 0o644)
+    return rules.registry_address(hub)
+
+
 def _ours(daemon_json: Path, address: str) -> bool:
     try:
         current = json.loads(daemon_json.read_text())
@@ -500,8 +514,11 @@ def leave(args: argparse.Namespace) -> str:
     run(["systemctl", "disable", "--now", AGENT_UNIT, FIREWALL_UNIT], timeout=120)
     run(["bash", str(firewall_script()), "--bridge", str(saved.get("bridge", "jhgpu-users")),
          "--remove"])  # fmt: skip
-    for path in (site.agent_token, site.node_key, site.node_cert, site.etc / "node.json"):
+    trust = Path(args.root) / rules.registry_trust(hub)
+    for path in (site.agent_token, site.node_key, site.node_cert, site.etc / "node.json", trust):
         path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # its folder, when nothing else is in it
+        trust.parent.rmdir()
     return f"{name} left {hub}: removed from its nodes; the agent and firewall are stopped"
 
 
@@ -546,16 +563,9 @@ def token_command(args: argparse.Namespace) -> list[str]:
 
 def _hub_address(site: Site) -> str:
     """The hub's address for the nodes: ``hub_connect_ip`` of the site's configuration."""
-    import re
+    from jupyterhub_gpu.cli.site import configured_hub_ip
 
-    try:
-        text = site.config.read_text()
-    except OSError:
-        text = ""
-    m = re.search(r'^c\.JupyterHub\.hub_connect_ip\s*=\s*"([^"]+)"', text, re.M)
-    if not m:
-        raise JoinRefused(f"{site.config} sets no c.JupyterHub.hub_connect_ip: give --hub ADDRESS")
-    return m[1]
+    return configured_hub_ip(site)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -596,6 +606,7 @@ def parser() -> argparse.ArgumentParser:
     j.add_argument("--network", default="jupyterhub-gpu-users", help=argparse.SUPPRESS)
     lv = sub.add_parser("leave", help="on a node: drain it and leave the hub")
     lv.add_argument("--force", action="store_true", help="leave although user servers run")
+    lv.add_argument("--root", default="/", help="where node join wrote Docker's settings")
     for q in (t, s, r, j, lv):
         q.add_argument("--etc", type=Path, default=DEFAULT_ETC, help=f"default {DEFAULT_ETC}")
         q.add_argument("--port", type=int, default=JOIN_PORT, help="the join service's port")

@@ -5,12 +5,17 @@
 ``catalog.yaml`` (a copy of the shipped catalog), ``nodes.yaml`` (the one list of GPU
 nodes), and ``secrets/`` (0700) with the node agents' site secret, the cookie secret and
 ``hub.env`` (JUPYTERHUB_CRYPT_KEY), each 0600, and an empty ``tls/`` (0700) for
-``certs``. ``--state`` (default ``/var/lib/jupyterhub-gpu``, 0700) is created for what
-the hub writes. Every mode is set, none left to the caller's umask. A new site is
-built in a temporary folder beside ``--etc`` and renamed into place: it appears whole or
-not at all. An existing site is refused without ``--force``; with it, the configuration,
-catalog and nodes file are rewritten and the secrets kept (a new cookie secret would log
-everyone out and void the running containers' seals; a new site secret every node token).
+``certs``. The hub serves its users over HTTPS: with ``tls/public-cert.pem`` (``certs
+public`` makes it from the site's CA, for ``--hub-ip`` and each ``--public-name``), or
+the admin's own certificate (``--tls-cert``/``--tls-key``: checked first, nothing
+written when it would not serve those names), or plain HTTP behind the site's own TLS
+proxy (``--no-tls``, on 127.0.0.1 by default). ``--state`` (default
+``/var/lib/jupyterhub-gpu``, 0700) is created for what the hub writes. Every mode is
+set, none left to the caller's umask. A new site is built in a temporary folder beside
+``--etc`` and renamed into place: it appears whole or not at all. An existing site is
+refused without ``--force``; with it, the configuration, catalog and nodes file are
+rewritten and the secrets kept (a new cookie secret would log everyone out and void the
+running containers' seals; a new site secret every node token).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import re
 import secrets
 import shutil
 import sys
@@ -102,7 +108,75 @@ def ldap_users(args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def public_names(args: argparse.Namespace) -> list[str]:
+    """The names users open the hub at: ``--public-name`` values, else ``--hub-ip``."""
+    return list(dict.fromkeys(args.public_names or [args.hub_ip]))
+
+
+#: what --bind-url may be: a scheme, an optional address, a port (JupyterHub's own form)
+BIND_URL_RE = re.compile(r"https?://(\[[0-9A-Fa-f:.]{2,45}\]|[A-Za-z0-9.-]{0,253})(:[0-9]{1,5})?/?")
+
+
+def public_tls(args: argparse.Namespace) -> str:
+    """The configuration's lines for the hub's public address: HTTPS with the site CA's
+    certificate (``certs public``), or the admin's own (``--tls-cert``/``--tls-key``,
+    checked here: nothing is written when it would not serve), or plain HTTP behind the
+    site's own TLS proxy (``--no-tls``). ConfigError: one sentence."""
+    own = args.tls_cert or args.tls_key
+    if own and not (args.tls_cert and args.tls_key):
+        raise ConfigError("--tls-cert and --tls-key go together: give the certificate and its "
+                          "key; nothing was written.")  # fmt: skip
+    if own and args.no_tls:
+        raise ConfigError("--no-tls serves plain HTTP: leave out --tls-cert and --tls-key, or "
+                          "--no-tls; nothing was written.")  # fmt: skip
+    if args.bind_url and not BIND_URL_RE.fullmatch(args.bind_url):
+        raise ConfigError(
+            f"--bind-url {args.bind_url[:80]!r} is not a URL such as https://:8000 or "
+            "https://10.0.0.1:443; nothing was written."
+        )
+    if args.no_tls:
+        bind = args.bind_url or "http://127.0.0.1:8000"
+        if not bind.startswith("http://"):
+            raise ConfigError(f"--bind-url {bind}: with --no-tls the hub serves http://, its "
+                              "TLS proxy https://; nothing was written.")  # fmt: skip
+        return (
+            f"c.JupyterHub.bind_url = {bind!r}\n"
+            "# no TLS here (--no-tls): the site's own TLS proxy in front of the hub serves\n"
+            "# https:// to the users. check-config wants this address on loopback (the proxy\n"
+            '# on this machine), or c.JupyterHub.public_url = "https://..." (the proxy\'s).'
+        )
+    bind = args.bind_url or "https://:8000"
+    if not bind.startswith("https://"):
+        raise ConfigError(f"--bind-url {bind}: the hub serves logins over HTTPS, give "
+                          "https://...; or --no-tls behind your own TLS proxy; nothing was "
+                          "written.")  # fmt: skip
+    if own:
+        from jupyterhub_gpu.cli.certs import own_certificate_problem
+
+        cert, key = Path(args.tls_cert).absolute(), Path(args.tls_key).absolute()
+        problem = own_certificate_problem(cert, key, public_names(args))
+        if problem:
+            raise ConfigError(problem)
+        return (
+            f"c.JupyterHub.bind_url = {bind!r}\n"
+            "# logins over HTTPS with the site's own certificate (site init --tls-cert):\n"
+            "# renew it where it came from, then restart the hub\n"
+            f"c.JupyterHub.ssl_cert = {str(cert)!r}\n"
+            f"c.JupyterHub.ssl_key = {str(key)!r}"
+        )
+    return (
+        f"c.JupyterHub.bind_url = {bind!r}\n"
+        "# logins over HTTPS with a certificate of the site's CA for the hub's address\n"
+        "# (jupyterhub-gpu certs public; certs renew public): browsers trust it once the\n"
+        "# users import tls/ca.pem (docs/install.md); or site init --tls-cert/--tls-key\n"
+        'c.JupyterHub.ssl_cert = str(ETC / "tls" / "public-cert.pem")\n'
+        'c.JupyterHub.ssl_key = str(ETC / "tls" / "public-key.pem")'
+    )
+
+
 def config_text(site: Site, args: argparse.Namespace) -> str:
+    from jupyterhub_gpu.core.join import registry_address
+
     server = parse_ldap_server(args.ldap_server, args.ldap_tls)
     for option, dn in (("--ldap-search-dn", args.ldap_search_dn),
                        ("--ldap-search-base", args.ldap_search_base)):  # fmt: skip
@@ -113,8 +187,9 @@ def config_text(site: Site, args: argparse.Namespace) -> str:
         {
             "ETC": str(site.etc),
             "STATE": str(site.state),
-            "BIND_URL": args.bind_url,
+            "PUBLIC_TLS": public_tls(args),
             "HUB_IP": args.hub_ip,
+            "REGISTRY": registry_address(args.hub_ip),
             "LDAP_HOST": server.host,
             "LDAP_PORT": str(server.port),
             "LDAP_TLS": server.tls,
@@ -211,6 +286,21 @@ def add_node(site: Site, name: str, address: str) -> dict[str, Any]:
     return entry
 
 
+def configured_hub_ip(site: Site) -> str:
+    """The hub's address for the nodes: ``hub_connect_ip`` of the site's configuration."""
+    import re
+
+    try:
+        text = site.config.read_text()
+    except OSError:
+        text = ""
+    m = re.search(r'^c\.JupyterHub\.hub_connect_ip\s*=\s*"([^"]+)"', text, re.M)
+    if not m:
+        raise ConfigError(f"{site.config} sets no c.JupyterHub.hub_connect_ip: give the hub's "
+                          "address (--hub or --hub-ip)")  # fmt: skip
+    return m[1]
+
+
 def _node_arg(value: str) -> tuple[str, str]:
     name, sep, address = value.partition("=")
     if not sep or not name or not address:
@@ -241,7 +331,16 @@ def main(argv: list[str]) -> int:
         help="a GPU node (repeat); more later with `site add-node`",
     )
     i.add_argument("--hub-ip", default="127.0.0.1", help="the hub's address the nodes reach")
-    i.add_argument("--bind-url", default="http://:8000", help="the hub's public URL")
+    i.add_argument("--bind-url", default="", help="where the hub serves its users (default "
+                   "https://:8000; http://127.0.0.1:8000 with --no-tls)")  # fmt: skip
+    i.add_argument("--public-name", dest="public_names", action="append", default=[],
+                   metavar="NAME", help="a name (or address) users open the hub at, for its "
+                   "HTTPS certificate (repeat; default: --hub-ip)")  # fmt: skip
+    i.add_argument("--tls-cert", metavar="FILE", help="the hub's own HTTPS certificate (PEM, its "
+                   "chain after it) instead of one from the site's CA")  # fmt: skip
+    i.add_argument("--tls-key", metavar="FILE", help="its key (PEM, no password)")
+    i.add_argument("--no-tls", action="store_true", help="plain HTTP, for a hub behind the "
+                   "site's own TLS proxy (on this machine: the hub binds 127.0.0.1)")  # fmt: skip
     i.add_argument(
         "--ldap-server",
         default="ldap.example.org:636",
@@ -292,8 +391,12 @@ def main(argv: list[str]) -> int:
     except OSError as e:
         print(f"{e.filename}: {e.strerror}; nothing was changed", file=sys.stderr)
         return 1
+    public = "" if args.tls_cert or args.no_tls else (
+        f", certs public --address {args.hub_ip}"
+        + "".join(f" --dns {n}" for n in public_names(args) if n != args.hub_ip)
+    )  # fmt: skip
     print(
-        f"next: jupyterhub-gpu certs ca --etc {site.etc}, then certs hub and certs node NAME; "
-        f"jupyterhub-gpu check-config --etc {site.etc} --state {site.state}"
+        f"next: jupyterhub-gpu certs ca --etc {site.etc}, then certs hub{public} and certs node "
+        f"NAME; jupyterhub-gpu check-config --etc {site.etc} --state {site.state}"
     )
     return 0

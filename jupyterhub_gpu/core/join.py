@@ -155,3 +155,23 @@ def record_from_json(raw: Mapping[str, object]) -> TokenRecord:
         used=num("used"),
         used_by=str(raw.get("used_by", "") or ""),
     )
+
+
+#: the site registry's port on the hub's address (``registry install``): the nodes pull
+#: the catalog's images there, over TLS with a certificate of the site's CA
+REGISTRY_PORT = 5443
+#: its push side, on the hub's loopback only (``images publish``)
+REGISTRY_PUSH_PORT = 5444
+
+
+def registry_address(hub: str) -> str:
+    """``HOST:PORT`` of the site registry on the hub's address ``hub``, as image
+    references and Docker's ``certs.d`` folder name it."""
+    host = f"[{hub}]" if ":" in hub and not hub.startswith("[") else hub
+    return f"{host}:{REGISTRY_PORT}"
+
+
+def registry_trust(hub: str) -> str:
+    """Where a node's Docker looks for the CA of the site registry on ``hub`` (Docker
+    reads ``/etc/docker/certs.d/HOST:PORT/ca.crt`` at each pull): the path under ``/``."""
+    return f"etc/docker/certs.d/{registry_address(hub)}/ca.crt"

@@ -674,9 +674,14 @@ def _home_problem(f: HomeFacts) -> tuple[str, str] | None:
 
 # ---------------------------------------------------------------- 6. catalog
 def image_present(reference: str, tags: Iterable[str], digests: Iterable[str] = ()) -> bool:
-    """Whether ``reference`` (name:tag, name@digest or a bare name) is on the node."""
+    """Whether ``reference`` (name:tag, name@digest, name:tag@digest as ``images publish``
+    pins them, or a bare name) is on the node; a digest decides when there is one."""
     if "@" in reference:
-        return reference in set(digests)
+        name, _, digest = reference.partition("@")
+        last = name.rsplit("/", 1)[-1]
+        if ":" in last:  # the engine keeps name@digest: the tag is a reader's hint
+            name = name[: len(name) - len(last)] + last.split(":", 1)[0]
+        return f"{name}@{digest}" in set(digests)
     last = reference.rsplit("/", 1)[-1]
     ref = reference if ":" in last else f"{reference}:latest"
     return ref in set(tags)
@@ -757,13 +762,16 @@ def _catalog_image_check(
 
 
 def probe_image(
-    cpu_images: Sequence[str], configured: Sequence[str], tags: Iterable[str]
+    cpu_images: Sequence[str],
+    configured: Sequence[str],
+    tags: Iterable[str],
+    digests: Iterable[str] = (),
 ) -> str | None:
     """The image the probe containers run (it needs python3): the catalog's CPU image,
     else the spawner's configured image, whichever is on the node first."""
-    tags = set(tags)
+    tags, digests = set(tags), set(digests)
     for image in [*cpu_images, *configured]:
-        if image and image_present(image, tags):
+        if image and image_present(image, tags, digests):
             return image
     return None
 

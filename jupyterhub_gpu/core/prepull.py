@@ -100,15 +100,24 @@ def parse_selection(value: object) -> Selection:
     )
 
 
+def in_registry(image: str, registry: str) -> bool:
+    """Whether the reference ``image`` names an image of ``registry`` (``HOST[:PORT]``)."""
+    return image.lower().startswith(registry.lower().rstrip("/") + "/")
+
+
 def choose_entries(
     catalog: Catalog | Iterable[CatalogEntry],
     selection: Selection,
     spawns: Mapping[str, int] | None = None,
+    registry: str = "",
 ) -> tuple[tuple[CatalogEntry, ...], tuple[str, ...]]:
     """The entries to pre-pull, highest priority first, and the listed slugs the catalog
     lacks. ``spawns``: slug -> spawns lately (for ``most-used``; ties in catalog order).
-    Saved and custom entries are never chosen."""
+    Saved and custom entries are never chosen; with ``registry``, only entries whose image
+    is in that registry (the site's: the others are not published yet)."""
     entries = [e for e in catalog if not e.custom and not e.saved_from]
+    if registry:
+        entries = [e for e in entries if in_registry(e.image, registry)]
     if selection.kind == "all":
         return tuple(entries), ()
     if selection.kind == "list":
@@ -405,6 +414,7 @@ __all__ = [
     "custom",
     "foreign",
     "holds",
+    "in_registry",
     "known_sizes",
     "normal_reference",
     "ours",

@@ -119,8 +119,10 @@ def pull_error(event: Mapping[str, Any]) -> str | None:
 
 
 #: a failed pull's cause (:func:`pull_failure`): the registry lacks the image, the
-#: registry did not answer, the node's disk filled up, or anything else the engine said
+#: registry did not answer, the node's disk filled up, the node does not trust the
+#: registry's TLS certificate, or anything else the engine said
 MISSING, REGISTRY_DOWN, DISK_FULL, OTHER = "missing", "registry", "disk", "other"
+UNTRUSTED = "untrusted"
 
 _DISK_FULL = ("no space left on device", "disk quota exceeded")
 _MISSING = ("manifest unknown", "not found", "repository does not exist", "pull access denied",
@@ -131,11 +133,21 @@ _DOWN = ("connection refused", "no such host", "i/o timeout", "connection reset"
          "504 gateway timeout", "unexpected eof", "client.timeout exceeded")  # fmt: skip
 
 
+_UNTRUSTED = (
+    "x509: certificate signed by unknown authority",
+    "x509: certificate is valid for",
+    "x509: certificate is not valid for",
+    "tls: failed to verify certificate",
+)
+
+
 def pull_failure_cause(why: str) -> str:
     """What the engine's error text ``why`` says went wrong with a pull (see above)."""
     text = why.lower()
     if any(s in text for s in _DISK_FULL):
         return DISK_FULL
+    if any(s in text for s in _UNTRUSTED):
+        return UNTRUSTED
     if any(s in text for s in _MISSING):
         return MISSING
     if any(s in text for s in _DOWN):
@@ -156,13 +168,22 @@ def pull_failure(image: str, node: str, why: str) -> tuple[str, str]:
     abandoned, from its error text ``why`` (the registry's words, often: shown on one
     line, :func:`~jupyterhub_gpu.core.words.one_line`)."""
     cause = pull_failure_cause(why)
-    why = one_line(why)
+    why = one_line(why.strip())
     head = f"Could not pull {image} on node {node}"
     if cause == DISK_FULL:
         return cause, (
             f"{head}: the node's disk is full (no space left on device). Try again later; "
             f"ask an admin to free space on node {node} (unused images: docker image prune) "
             "or to lower the pre-puller's disk budget."
+        )
+    if cause == UNTRUSTED:
+        registry = registry_of(image)
+        short = why.rstrip(". ").rsplit("x509: ", 1)[-1]
+        return cause, (
+            f"{head}: the node does not trust the TLS certificate of the registry {registry} "
+            f"({short}). Ask an admin to put that registry's CA in "
+            f"/etc/docker/certs.d/{registry}/ca.crt on node {node} (for the site's own "
+            "registry, running `jupyterhub-gpu node join` there again does it)."
         )
     if cause == REGISTRY_DOWN:
         short = why.rstrip(". ").rsplit(": ", 1)[-1]

@@ -512,7 +512,7 @@ def _run_checks(
         net = None
     if settings.wants("user-network"):
         add(rules.network_checks(name, net, settings.user_network, settings.user_bridge))
-    add(_probe_checks(spec, settings, run, client, tags, net, inventory))
+    add(_probe_checks(spec, settings, run, client, (tags, digests), net, inventory))
     if settings.wants("agent"):
         add(rules.agent_checks(name, agent))
     if settings.wants("catalog"):
@@ -531,16 +531,19 @@ def _probe_checks(
     settings: CheckSettings,
     run: str,
     client: docker.APIClient,
-    tags: Sequence[str],
+    held: tuple[Sequence[str], Sequence[str]],
     net: dict[str, Any] | None,
     inventory: NodeInventory | None,
 ) -> list[rules.Check]:
-    """The firewall, GPU and home checks: what probe containers on the node see."""
+    """The firewall, GPU and home checks: what probe containers on the node see (``held``:
+    the node's image tags and digests)."""
     name = spec.name
+    tags, digests = held
     cpu = [e.image for e in settings.catalog if e.cpu_only]
-    image = settings.probe_image or rules.probe_image(cpu, settings.images, tags)
+    image = settings.probe_image or rules.probe_image(cpu, settings.images, tags, digests)
     agent_port = urlsplit(spec.agent_url).port if spec.agent_url else None
-    if image is None or (settings.probe_image and not rules.image_present(image, tags)):
+    present = rules.image_present(image, tags, digests) if image else False
+    if image is None or (settings.probe_image and not present):
         seen = f"{rules.NOT_RUN} no probe image on the node (one with python3)"
         fix = "load the catalog's CPU image on the node, or give --image"
         groups = ("firewall", "gpu", "home")

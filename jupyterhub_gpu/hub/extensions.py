@@ -423,7 +423,8 @@ def configure_prepuller(c: Config, **policy: Any) -> None:
     """Turn the pre-puller on (docs/prepull.md): ``c.PrePuller.enabled``, any of its
     settings given here (``images="most-used:3"``, ``disk_budget_gib=80``, ...; an unknown
     one is refused), and its API (``/hub/api/gpu/prepull``: its state, and a round now).
-    The hub starts its rounds with its first spawn form, server start or poll."""
+    The rounds start once the hub runs (and with its first spawn form, server start or
+    poll, whichever comes first)."""
     from jupyterhub_gpu.hub.api.cluster import CUSTOM_SCOPES
     from jupyterhub_gpu.hub.api.prepull import HANDLERS
     from jupyterhub_gpu.hub.prepull import PrePuller
@@ -440,6 +441,17 @@ def configure_prepuller(c: Config, **policy: Any) -> None:
     for key, value in policy.items():
         setattr(c.PrePuller, key, value)
     register(c, HANDLERS, custom_scopes=CUSTOM_SCOPES)
+    import asyncio
+    import logging
+
+    from jupyterhub_gpu.hub.runtime import start_prepuller_at_hub_start
+
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return  # not in a running hub (a test reading the configuration)
+    log = logging.getLogger("JupyterHub")
+    loop.call_soon(lambda: asyncio.ensure_future(start_prepuller_at_hub_start(log)))
 
 
 def configure_ssh(

@@ -100,6 +100,21 @@ class PrePuller(LoggingConfigurable):
         budget (custom images are never removed). Example: 100.""",
     )
     interval = Float(300.0, config=True, help="Seconds between two rounds of the pre-puller.")
+    change_check_interval = Float(
+        5.0,
+        config=True,
+        help="""Seconds between two looks, between rounds, at the catalog file and the
+        nodes: when either changed (an image published, a node that joined or was
+        undrained), a round starts at once rather than at the end of interval.""",
+    )
+    registry = Unicode(
+        "",
+        config=True,
+        help="""Pre-pull only the catalog images of this registry (HOST[:PORT], as the
+        catalog's references name it): the site's registry, where `jupyterhub-gpu images
+        publish` puts them (the site's configuration sets it with the registry). The other
+        catalog images count as not chosen (images). Empty: every catalog image.""",
+    )
     pull_timeout = Float(
         3600.0, config=True, help="Seconds before a pre-puller's pull is abandoned."
     )
@@ -135,7 +150,20 @@ class PrePuller(LoggingConfigurable):
             )
         return value
 
-    @validate("interval", "pull_timeout", "pull_stall_timeout")
+    @validate("registry")
+    def _valid_registry(self, proposal: Any) -> str:
+        import re
+
+        value = str(proposal["value"]).strip()
+        host_port = r"[A-Za-z0-9.\-]+(:[0-9]{1,5})?|\[[0-9a-fA-F:.]+\]:[0-9]{1,5}"
+        if value and not re.fullmatch(host_port, value):
+            raise TraitError(
+                f"PrePuller.registry is {value!r}; write HOST[:PORT] as image references name "
+                "the registry, e.g. 10.0.0.1:5443."
+            )
+        return value
+
+    @validate("interval", "pull_timeout", "pull_stall_timeout", "change_check_interval")
     def _positive(self, proposal: Any) -> float:
         value = float(proposal["value"])
         if value <= 0:
@@ -236,6 +264,7 @@ class PrePullRunner:
         spawn_counts: Callable[[datetime], Awaitable[Mapping[str, int]]] | None = None,
         saved_registry: Callable[[], Awaitable[SavedRegistry | None]] | None = None,
         remove_fn: Callable[[Any, HeldImage], bool] = remove_image,
+        changes: Callable[[], object] = lambda: None,
     ) -> None:
         self.cluster = cluster
         self.settings = settings
@@ -246,6 +275,7 @@ class PrePullRunner:
         self.spawn_counts = spawn_counts
         self.saved_registry = saved_registry
         self.remove_fn = remove_fn
+        self.changes = changes  # what, once changed, starts a round early (catalog, nodes)
         self.nodes: dict[str, NodeStatus] = {}
         self.message = ""  # the last round's problem with the policy or the catalog
         self.rounds = 0
@@ -281,14 +311,38 @@ class PrePullRunner:
         if self.settings.enabled and self._task is None:
             self._task = asyncio.ensure_future(self._forever())
 
+    def stop(self) -> None:
+        """Stop the rounds (the workers' pulls go on to their end: :meth:`idle`)."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
     async def _forever(self) -> None:
         while True:
+            seen = self._changes()
             try:
                 await self.round()
             except Exception as e:  # a bad catalog edit, a database down: the next round
                 self.message = f"The last round failed, it is tried again: {e}"
                 self.log.exception("Pre-puller round failed; will retry")
-            await asyncio.sleep(self.settings.interval)
+            await self._until_next_round(seen)
+
+    def _changes(self) -> object:
+        try:
+            return self.changes()
+        except Exception:  # a catalog file gone for a moment: the round says why
+            return None
+
+    async def _until_next_round(self, seen: object) -> None:
+        """``interval`` seconds, or less: until what :attr:`changes` watches differs from
+        ``seen`` (looked at every ``change_check_interval`` seconds)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.interval
+        while (left := deadline - loop.time()) > 0:
+            await asyncio.sleep(min(self.settings.change_check_interval, left))
+            if self._changes() != seen:
+                self.log.info("Pre-puller: the catalog or the nodes changed; a round now")
+                return
 
     async def idle(self) -> None:
         """Until every node's worker has ended (tests, and a hub that stops)."""
@@ -315,7 +369,7 @@ class PrePullRunner:
                 return ()
             since = datetime.now(timezone.utc) - timedelta(days=self.settings.most_used_days)
             counts = await self.spawn_counts(since.replace(tzinfo=None))
-        chosen, missing = choose_entries(catalog, selection, counts)
+        chosen, missing = choose_entries(catalog, selection, counts, self.settings.registry)
         self.message = (
             f"PrePuller.images names slugs the catalog lacks: {', '.join(missing)}."
             if missing
@@ -515,11 +569,17 @@ def prepuller(
     log: logging.Logger,
     catalog: Callable[[], Catalog],
     saves: MyImages,
+    catalog_path: str = "",
 ) -> PrePullRunner:
     """A :class:`PrePullRunner` made from ``config`` (``c.PrePuller.*``), with the saved
-    images' pull credentials and registry (whose images it never touches) and the
-    accounting database's spawn counts; the hub's one is its runtime's
-    (:meth:`jupyterhub_gpu.hub.runtime.HubRuntime.prepuller`)."""
+    images' pull credentials and registry (whose images it never touches), the
+    accounting database's spawn counts, and what starts a round early: the catalog file
+    at ``catalog_path`` and the nodes (names, drains) changing; the hub's one is its
+    runtime's (:meth:`jupyterhub_gpu.hub.runtime.HubRuntime.prepuller`)."""
+
+    def changes() -> object:
+        mtime = Path(catalog_path).stat().st_mtime if catalog_path else 0.0
+        return mtime, tuple((spec.name, spec.drain) for spec in cluster.specs())
 
     async def registry() -> SavedRegistry | None:
         return await saves.registry() if saves.settings.enabled else None
@@ -539,6 +599,7 @@ def prepuller(
         auth=saves.settings.auth_config,
         spawn_counts=spawn_counts,
         saved_registry=registry,
+        changes=changes,
     )
 
 

@@ -183,7 +183,9 @@ class HubRuntime:
                 saves = self.saved_images(log)
                 path = str(catalog_file or default_catalog_path())
                 catalog = catalog_reader(path, log)
-                self._prepuller = prepuller(self.cluster, self.config, log, catalog, saves)
+                self._prepuller = prepuller(
+                    self.cluster, self.config, log, catalog, saves, catalog_path=path
+                )
             self._prepuller.start()
         except (TraitError, ValueError) as e:
             log.error("Pre-puller not started: %s", e)
@@ -253,3 +255,21 @@ def runtime_of(settings: MutableMapping[str, Any] | None) -> HubRuntime:
 
 
 __all__ = ["SETTINGS_KEY", "HubRuntime", "runtime_of", "seal_key_of"]
+
+
+async def start_prepuller_at_hub_start(log: logging.Logger) -> None:
+    """Once the hub runs, its runtime and pre-puller (``configure_prepuller``): a hub with
+    no server yet (a new site, its nodes just joined) pulls ahead all the same, rather
+    than from its first spawn form, start or poll."""
+    from jupyterhub.app import JupyterHub
+
+    app = JupyterHub.instance()
+    while not (getattr(app, "tornado_application", None) and getattr(app, "http_server", None)):
+        await asyncio.sleep(0.5)
+    try:
+        settings = app.tornado_application.settings
+        runtime = runtime_of(settings)
+        runtime.start_from(settings, log)
+        runtime.start_prepuller(log, runtime.site.catalog_file if runtime.site else "")
+    except Exception:
+        log.exception("Pre-puller: not started with the hub; the first spawn starts it")

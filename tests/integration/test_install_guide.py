@@ -276,8 +276,9 @@ def alice_server(lab: Lab) -> tuple[BareNode, str]:
     wait until her server answers through the proxy; (its node, its container)."""
     if lab.alice_container is not None:
         return lab.alice_container
-    url = f"http://{HUB_IP}:8000"
-    with httpx.Client(base_url=url, timeout=30, follow_redirects=True) as browser:
+    url = f"https://{HUB_IP}:8000"  # a browser that trusts the site's CA
+    trust = ssl.create_default_context(cafile=str(lab.etc("hub") / "tls/ca.pem"))
+    with httpx.Client(base_url=url, timeout=30, follow_redirects=True, verify=trust) as browser:
         page = browser.get("/hub/login")
         xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page.text)
         assert xsrf, page.text[-2000:]
@@ -330,6 +331,7 @@ def nothing(lab: Lab, block: guide.Block, index: int) -> None:
     """Nothing to do here (``systemctl daemon-reload``, the journal: the hub's log is a file)."""
 
 
+HUB_API = re.compile(r'^curl -s --cacert "\$ETC/tls/ca.pem" "https://\$HUB_IP:8000/hub/api/"')
 CLIENT_SETUP = re.compile(r"^(install -d -m 700 /root/\.docker|ln -sf .* /root/\.docker/)")
 Handler = Callable[[Lab, guide.Block, int], None]
 MANUAL: list[tuple[re.Pattern[str], str, Handler]] = [
@@ -342,7 +344,7 @@ MANUAL: list[tuple[re.Pattern[str], str, Handler]] = [
     (re.compile(r"^systemctl --no-pager status "), "processes alive", units_running),
     (re.compile(r"^curl .*/healthz\"$"), "ran on each node", wait_for_each_agent),
     (re.compile(r"^journalctl "), "hub.log", nothing),
-    (re.compile(r'^curl -s "http://\$HUB_IP:8000/hub/api/"'), "ran on the hub", wait_for_hub),
+    (HUB_API, "ran on the hub", wait_for_hub),
     (CLIENT_SETUP, "not needed: no build", skip_docker_client_setup),
     (re.compile(r"images/build\.py"), "first image loaded", load_first_image),
     (re.compile(r"jupyterhub-gpu\" check-node "), "ran on the hub", check_nodes),
@@ -472,6 +474,7 @@ def test_the_install_guide_from_the_wheel_to_alices_server(
     finally:
         if lab.hub_proc is not None:
             units.stop(lab.hub_proc)
+        units.stop_leftovers(hub)  # its services, if the hub went before it stopped them
         units.stop_proxy(Path(lab.values["hub"]["STATE"]))  # as systemd's stop would
 
     counts = {

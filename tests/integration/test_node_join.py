@@ -173,6 +173,9 @@ def test_a_node_joins_with_one_command_and_again_safely(
     assert names.get_values_for_type(x509.DNSName) == ["gpu-j"]
     daemon = json.loads((root / "etc/docker/daemon.json").read_text())
     assert daemon["live-restore"] is True and daemon["tlsverify"] is True
+    # its Docker trusts the site's registry on the hub's address (docs/images.md)
+    trust = root / "etc/docker/certs.d" / f"{SITE_ADDRESS}:5443" / "ca.crt"
+    assert trust.read_bytes() == hub.site.ca_cert.read_bytes()
     # the token is used up
     assert "already used" in check_token(hub.site, command.split("--token ")[1].split()[0],
                                          "gpu-j", use=False)  # fmt: skip
@@ -235,11 +238,12 @@ def test_a_node_leaves(hub: Hub, node: tuple[BareNode, Path, dict[str, str]]) ->
     bare, root, env = node
     if not any(e["name"] == "gpu-j" for e in hub.nodes()):
         pytest.skip("needs the joined node of the first test")
-    done = jhgpu("node", "leave", "--etc", str(root / "etc/jupyterhub-gpu"), env=env,
-                 wrap=bare.wrap)  # fmt: skip
+    done = jhgpu("node", "leave", "--etc", str(root / "etc/jupyterhub-gpu"), "--root",
+                 str(root), env=env, wrap=bare.wrap)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "gpu-j left" in done.stdout
     assert all(e["name"] != "gpu-j" for e in hub.nodes())
     assert not (root / "etc/jupyterhub-gpu/agent.token").exists()
+    assert not (root / "etc/docker/certs.d" / f"{SITE_ADDRESS}:5443").exists()
     rules = bare.run(["iptables", "-S", "DOCKER-USER"]).stdout
     assert "jhgpu-users" not in rules, rules

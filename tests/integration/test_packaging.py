@@ -126,10 +126,22 @@ def test_a_node_installs_the_wheel_without_the_hub(
         "--allow", "10.0.0.1:8081", "--root", root, "--etc", etc)  # fmt: skip
     agent_unit = (root / "etc/systemd/system/jupyterhub-gpu-agent.service").read_text()
     assert f"ExecStart={node}/jupyterhub-gpu-agent --node gpu-a" in agent_unit
-    run(jg, "site", "init", "--etc", etc, "--state", state, "--node", "gpu-a=127.0.0.1",
-        "--ldap-server", "ldaps://ldap.cs.uni.edu")  # not an example name: check-config flags those
+    run(
+        jg,
+        "site",
+        "init",
+        "--etc",
+        etc,
+        "--state",
+        state,
+        "--node",
+        "gpu-a=127.0.0.1",
+        "--ldap-server",
+        "ldaps://ldap.cs.uni.edu",
+    )  # not an example name: check-config flags those
     assert (etc / "catalog.yaml").read_bytes() == (REPO / "images/catalog.yaml").read_bytes()
-    for argv in (["ca"], ["hub"], ["node", "gpu-a", "--address", "127.0.0.1"]):
+    for argv in (["ca"], ["hub"], ["public", "--address", "127.0.0.1"],
+                 ["node", "gpu-a", "--address", "127.0.0.1"]):  # fmt: skip
         run(jg, "certs", "--etc", etc, *argv)
     # what needs the hub says how to get it
     for argv in (["check-config", "--etc", etc], ["report", "--by", "user"]):

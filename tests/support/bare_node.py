@@ -14,6 +14,10 @@ What stands in for the real node's system (each a line of the test's report):
   given moves only this machine's shared paths (the unix socket, data-root, exec-root,
   pidfile) into the node's own folder, the TCP+TLS listener stays as written. Without a
   ``containerd`` service here, ``--containerd=`` is left out (dockerd starts its own).
+- the node's ``/etc/docker`` (``certs.d``: which registries its Docker trusts, read at
+  each pull): when :meth:`BareNode.start_engine` is given the node's ``etc/docker``
+  folder, dockerd runs in a mount namespace of its own where that folder is bind-mounted
+  on ``/etc/docker`` (this machine's stays as it is; another node does not see it).
 - ``nvidia-ctk runtime configure``: the TEST-ONLY hook stand-in
   (tests/cluster/fake-nvidia) on dockerd's PATH, so the engine accepts GPU requests.
 """
@@ -122,8 +126,12 @@ class BareNode:
         )  # fmt: skip
 
     # -- docker.service ----------------------------------------------------------------
-    def start_engine(self, drop_in: Path, daemon_json: Path) -> None:
-        """``systemctl restart docker`` with the guide's drop-in and daemon.json."""
+    def start_engine(
+        self, drop_in: Path, daemon_json: Path, etc_docker: Path | None = None
+    ) -> None:
+        """``systemctl restart docker`` with the guide's drop-in and daemon.json;
+        ``etc_docker``: the node's ``/etc/docker`` (its ``certs.d``), seen by dockerd
+        alone."""
         settings = json.loads(daemon_json.read_text())
         settings["hosts"] = [
             f"unix://{self.socket}" if h.startswith("unix://") else h for h in settings["hosts"]
@@ -135,6 +143,11 @@ class BareNode:
         argv += ["--config-file", str(own), "--data-root", str(self.folder / "data")]
         argv += ["--exec-root", str(self.folder / "exec"), "--pidfile", str(self.folder / "pid")]
         env = {**os.environ, "PATH": f"{HOOK_DIR}:{os.environ['PATH']}"}
+        if etc_docker is not None:  # its own mount namespace: the node's /etc/docker
+            Path("/etc/docker").mkdir(exist_ok=True)
+            bind = 'mount --bind "$0" /etc/docker && exec "$@"'
+            argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", bind,
+                    str(etc_docker), *argv]  # fmt: skip
         with open(self.folder / "dockerd.log", "ab") as log:
             self.engine = subprocess.Popen(
                 [*self.wrap, *argv], env=env, stdout=log, stderr=subprocess.STDOUT,

@@ -33,8 +33,8 @@ FIREWALL = "jupyterhub-gpu-firewall.service"
 def install(folder: Path, node: BareNode | None, root: Path) -> Path:
     """The ``systemctl`` stand-in for ``node`` whose ``/`` is ``root`` (None: the hub's
     machine, this host's namespace: ``enable --now`` of the hub's unit runs its
-    ``ExecStartPre`` then its ``ExecStart``, detached, its pid in ``ROOT/run``); its
-    folder."""
+    ``ExecStartPre`` then its ``ExecStart``, detached, its pid in ``ROOT/run``, and so
+    does another unit written there, the site's registry's); its folder."""
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "systemctl"
     script.write_text(
@@ -89,7 +89,7 @@ def _stop_engine(node: BareNode) -> None:
 def start_docker(node: BareNode, root: Path) -> None:
     _stop_engine(node)
     drop_in = root / "etc/systemd/system/docker.service.d/jupyterhub-gpu-tls.conf"
-    node.start_engine(drop_in, root / "etc/docker/daemon.json")
+    node.start_engine(drop_in, root / "etc/docker/daemon.json", root / "etc/docker")
 
 
 def _service_env() -> dict[str, str]:
@@ -122,9 +122,29 @@ def start_hub(root: Path) -> int:
     return 0
 
 
-def stop_hub(root: Path) -> None:
-    """The hub and what it started (its process group)."""
-    pidfile = hub_pidfile(root)
+def start_hub_service(root: Path, unit_name: str) -> int:
+    """Another unit of the hub's machine (the site's registry): its ``ExecStart``,
+    detached, its pid in ``ROOT/run``."""
+    unit = units.Unit(root / "etc/systemd/system" / unit_name)
+    stop_hub(root, unit_name)
+    pidfile = root / "run" / f"{unit_name}.pid"
+    pidfile.parent.mkdir(parents=True, exist_ok=True)
+    proc = unit.popen(_service_env(), root / "run" / f"{unit_name}.log")
+    pidfile.write_text(str(proc.pid))
+    return 0
+
+
+def stop_all(root: Path) -> None:
+    """Every unit the stand-in started on the hub's machine, and what the hub started in
+    sessions of its own (its services), should the hub have gone before it stopped them."""
+    for pidfile in sorted((root / "run").glob("*.service.pid")):
+        stop_hub(root, pidfile.name.removesuffix(".pid"))
+    units.stop_leftovers(root)
+
+
+def stop_hub(root: Path, unit_name: str = HUB) -> None:
+    """The hub (or another unit of its machine) and what it started (its process group)."""
+    pidfile = root / "run" / f"{unit_name}.pid"
     if pidfile.exists():
         with contextlib.suppress(ProcessLookupError):
             os.killpg(int(pidfile.read_text()), signal.SIGTERM)
@@ -136,14 +156,18 @@ def stop_hub(root: Path) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
         pidfile.unlink()
-    _stop_proxy(root)
+    if unit_name == HUB:
+        _stop_proxy(root)
 
 
 def _stop_proxy(root: Path) -> None:
     """The proxy the hub started: JupyterHub starts it in a session of its own (so that it
     outlives a hub restart), out of the hub's process group; systemd's stop reaches it
     through the unit's cgroup. Found by the site's pid file in the unit's working folder."""
-    unit = (root / "etc/systemd/system" / HUB).read_text()
+    try:
+        unit = (root / "etc/systemd/system" / HUB).read_text()
+    except OSError:
+        return
     found = re.search(r"^WorkingDirectory=(.+)$", unit, re.M)
     if found is None:
         return
@@ -157,11 +181,19 @@ def main(argv: list[str]) -> int:
         root, args = Path(argv[1]), [a for a in argv[2:] if not a.startswith("--")]
         if args[0] == "daemon-reload":
             return 0
-        if args[0] in ("enable", "start", "restart") and args[-1] == HUB:
+        if args[0] in ("enable", "start", "restart") and args[1:]:
             if args[0] == "enable" and "--now" not in argv:
                 return 0
-            stop_hub(root)
-            return start_hub(root)
+            for name in args[1:]:
+                if name == HUB:
+                    stop_hub(root)
+                    start_hub(root)
+                elif (root / "etc/systemd/system" / name).is_file():
+                    start_hub_service(root, name)
+                else:
+                    print(f"systemctl stand-in: no unit {name} on the hub", file=sys.stderr)
+                    return 1
+            return 0
         print(f"systemctl stand-in: {' '.join(argv[2:])} is not known on the hub", file=sys.stderr)
         return 1
     node, root = BareNode(int(argv[0])), Path(argv[1])

@@ -141,6 +141,31 @@ def stop(proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
             proc.wait(10)
 
 
+def stop_leftovers(folder: Path) -> list[int]:
+    """SIGKILL every process whose command line names ``folder`` (a test's own machine
+    folder): the hub's services (the join service, the culler, the dashboard), which
+    JupyterHub starts in sessions of their own, outlive a hub killed before it stopped them
+    and keep their ports (a later test's join service then cannot listen). Their pids."""
+    import signal
+
+    marker = (str(folder).rstrip("/") + "/").encode()
+    killed = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker in command:
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            killed.append(int(entry.name))
+    return killed
+
+
 def without_venv(env: Mapping[str, str]) -> dict[str, str]:
     """``env`` as a service gets it: no virtual environment of the test's."""
     return {k: v for k, v in env.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")} | {

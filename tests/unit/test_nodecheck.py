@@ -385,6 +385,11 @@ def test_image_present_and_probe_image() -> None:
     assert nc.probe_image(["lab/cpu:1"], ["single:1"], ["single:1"]) == "single:1"
     assert nc.probe_image(["lab/cpu:1"], ["single:1"], ["single:1", "lab/cpu:1"]) == "lab/cpu:1"
     assert nc.probe_image(["lab/cpu:1"], [], []) is None
+    # as images publish pins them: name:tag@digest; the engine keeps name@digest
+    pinned = "reg:5443/lab/cpu:1@sha256:ab"
+    assert nc.image_present(pinned, [], ["reg:5443/lab/cpu@sha256:ab"])
+    assert not nc.image_present(pinned, ["reg:5443/lab/cpu:1"], ["reg:5443/lab/cpu@sha256:cd"])
+    assert nc.probe_image([pinned], [], [], ["reg:5443/lab/cpu@sha256:ab"]) == pinned
 
 
 def test_render_text_marks_and_fixes() -> None:

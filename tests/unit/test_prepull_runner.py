@@ -426,3 +426,45 @@ async def test_most_used_reads_the_spawn_counts_and_says_when_it_cannot() -> Non
     off = runner(cluster, [Catalog((CPU, TORCH))], fake, images="most-used:1")
     assert (await off.round())["a"].pulls == ()
     assert "accounting database" in off.state()["message"]
+
+
+async def test_with_a_registry_only_its_images_are_pulled() -> None:
+    """PrePuller.registry (the site's): the catalog's images elsewhere are not pulled (not
+    published yet), those of the registry are."""
+    local = CatalogEntry("local", "Local", "none", "0", None, "jupyterhub-gpu/local:1")
+    cluster = FakeCluster(a=Engine())
+    fake = FakePull(cluster)
+    r = runner(cluster, [Catalog((local, CPU))], fake, registry="reg:5000", disk_budget_gib=0)
+    await r.round()
+    await wait_until_async(lambda: len(fake.calls) == 1, 5, "the pull")
+    fake.gate("a", CPU.image).set()
+    await r.idle()
+    assert fake.calls == [("a", CPU.image, True)]
+    assert r.state()["nodes"]["a"]["has"] == ["cpu"]
+    with pytest.raises(Exception, match="HOST\\[:PORT\\]"):
+        PrePuller(registry="https://reg:5000/x")
+
+
+async def test_a_changed_catalog_or_node_list_starts_a_round_before_the_interval() -> None:
+    """Between rounds the runner looks at what ``changes`` returns (the hub's: the
+    catalog file's time and the nodes with their drains) every change_check_interval
+    seconds; a change starts a round at once, not after ``interval`` (an hour here)."""
+    cluster = FakeCluster(a=Engine())
+    fake = FakePull(cluster)
+    catalog = [Catalog(())]
+    version = [1]
+    settings = PrePuller(enabled=True, interval=3600, change_check_interval=0.05)
+    r = PrePullRunner(cluster, settings, lambda: catalog[0], log, pull_fn=fake,  # type: ignore[arg-type]
+                      changes=lambda: version[0])  # fmt: skip
+    r.start()
+    try:
+        await wait_until_async(lambda: r.rounds == 1, 5, "the first round")
+        assert fake.calls == []
+        catalog[0] = Catalog((CPU,))  # an image published: the catalog file changed
+        version[0] = 2
+        await wait_until_async(lambda: r.rounds == 2, 5, "a round on the change")
+        await wait_until_async(lambda: fake.calls == [("a", CPU.image, True)], 5, "the pull")
+    finally:
+        r.stop()
+        fake.gate("a", CPU.image).set()
+        await r.idle()

@@ -16,6 +16,7 @@ from jupyterhub_gpu.core.progress import (
     MISSING,
     OTHER,
     REGISTRY_DOWN,
+    UNTRUSTED,
     pull_failure,
     registry_of,
 )
@@ -68,6 +69,21 @@ IMAGE = "10.250.0.1:5000/jhgpu/torch:2.8"
             "docker image prune",
         ),
         ("unknown blob", OTHER, ": unknown blob. Ask an admin"),
+        (  # the site's registry, its CA not in the node's /etc/docker/certs.d (Docker 20.10)
+            'Error response from daemon: Get "https://10.250.0.1:5000/v2/": x509: certificate '
+            "signed by unknown authority\n",  # as the docker CLI prints it
+            UNTRUSTED,
+            "the node does not trust the TLS certificate of the registry 10.250.0.1:5000 "
+            "(certificate signed by unknown authority). Ask an admin to put that registry's CA "
+            "in /etc/docker/certs.d/10.250.0.1:5000/ca.crt on node gpu-1 (for the site's own "
+            "registry, running `jupyterhub-gpu node join` there again does it).",
+        ),
+        (
+            'Get "https://10.250.0.1:5000/v2/": x509: certificate is valid for 10.0.0.9, not '
+            "10.250.0.1",
+            UNTRUSTED,
+            "(certificate is valid for 10.0.0.9, not 10.250.0.1)",
+        ),
     ],
 )
 def test_each_cause_has_its_sentence(why: str, cause: str, says: str) -> None:

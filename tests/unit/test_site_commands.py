@@ -56,7 +56,12 @@ def mode(path: Path) -> int:
 def ready(paths: Site) -> Site:
     """A site with one node and every certificate: check-config finds nothing."""
     assert init(paths, "--node", "gpu-a=127.0.0.1", "--ldap-server", "ldap.cs.uni.edu") == 0
-    for argv in (["ca"], ["hub"], ["node", "gpu-a", "--address", "127.0.0.1"]):
+    for argv in (
+        ["ca"],
+        ["hub"],
+        ["public", "--address", "10.0.0.1"],
+        ["node", "gpu-a", "--address", "127.0.0.1"],
+    ):
         assert cli.main(["certs", "--etc", str(paths.etc), *argv]) == 0
     return paths
 
@@ -669,7 +674,12 @@ def test_check_config_flags_placeholder_and_loopback_values(
     argv = ["site", "init", "--etc", str(paths.etc), "--state", str(paths.state)]
     assert cli.main([*argv, "--ldap-server", "ldap.cs.uni.edu", *init_args]) == 0
     name, _, address = init_args[init_args.index("--node") + 1].partition("=")
-    for certs_argv in (["ca"], ["hub"], ["node", name, "--address", address]):
+    for certs_argv in (
+        ["ca"],
+        ["hub"],
+        ["public", "--address", "127.0.0.1"],
+        ["node", name, "--address", address],
+    ):
         assert cli.main(["certs", "--etc", str(paths.etc), *certs_argv]) == 0
     (found,) = problems(paths)
     assert said in found, found
@@ -812,6 +822,7 @@ def test_package_data_is_declared(tmp_path: Path) -> None:
         "units/jupyterhub-gpu-agent.service.in",
         "units/jupyterhub-gpu-firewall.service.in",
         "units/jupyterhub-gpu-hub.service.in",
+        "units/jupyterhub-gpu-registry.service.in",
     ]
     base = [
         r.split(">")[0].split("<")[0].strip()

@@ -22,8 +22,8 @@ from jupyterhub_gpu.hub.api.cluster import ADMIN_SCOPE, READ_SCOPE
 from jupyterhub_gpu.hub.runtime import runtime_of
 
 NOT_RUNNING = (
-    "The pre-puller has not started yet: it starts with the hub's first spawn form, server "
-    "start or poll, once c.PrePuller.enabled is set (configure_prepuller)."
+    "The pre-puller has not started yet: it starts once the hub runs, when "
+    "c.PrePuller.enabled is set (configure_prepuller)."
 )
 
 
