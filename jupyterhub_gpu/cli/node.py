@@ -244,6 +244,11 @@ def ensure_network(network: str, bridge: str) -> None:
     for key, value in network_options(bridge).items():
         argv += ["--opt", f"{key}={value}"]
     done = run([*argv, network])
+    if done.returncode != 0 and "already exists" in done.stderr:
+        # a Docker just restarted may answer inspect before it has read its networks back
+        # (a second join's restart did, in a CI run): it was there; its options are
+        # check-node's user-network check, which the join runs at its end
+        return
     if done.returncode != 0:
         raise JoinRefused(f"cannot make the users' network {network}: {done.stderr.strip()}")
 

@@ -197,3 +197,29 @@ def test_node_token_and_the_join_service_agree_on_the_certificate_they_race_for(
         with multiprocessing.get_context("fork").Pool(4) as pool:
             pems = pool.starmap(_issue_after, [(dirs, at)] * 4)
         assert len(set(pems)) == 1, "two certificates were issued"
+
+
+def test_a_network_that_appears_after_the_inspect_is_the_network(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Docker just restarted by the join may say "no such network" and then "already
+    exists" (a CI run's second join): the join goes on; another failure stops it."""
+    import subprocess
+
+    from jupyterhub_gpu.cli import node
+    from jupyterhub_gpu.cli.node import JoinRefused
+
+    def answers(create_err: str) -> object:
+        def run(argv: list[str], *a: object, **k: object) -> subprocess.CompletedProcess[str]:
+            if argv[:3] == ["docker", "network", "inspect"]:
+                return subprocess.CompletedProcess(argv, 1, "", "no such network")
+            return subprocess.CompletedProcess(argv, 1, "", create_err)
+
+        return run
+
+    monkeypatch.setattr(node, "run", answers("Error response from daemon: network with "
+                                             "name users already exists"))  # fmt: skip
+    node.ensure_network("users", "jhgpu-users")
+    monkeypatch.setattr(node, "run", answers("Error response from daemon: pool overlaps"))
+    with pytest.raises(JoinRefused, match="cannot make the users' network users"):
+        node.ensure_network("users", "jhgpu-users")
