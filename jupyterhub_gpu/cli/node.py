@@ -237,20 +237,29 @@ def ensure_live_restore(daemon_json: Path) -> None:
         write_atomic(daemon_json, json.dumps(current, indent=2) + "\n", 0o644)
 
 
-def ensure_network(network: str, bridge: str) -> None:
-    if run(["docker", "network", "inspect", network]).returncode == 0:
-        return
+def ensure_network(network: str, bridge: str, wait: float = 15.0) -> None:
+    """The users' network on this node's Docker, made if missing. A Docker the join has
+    just restarted may answer "no such network" while it still reads its networks back,
+    then refuse the create as a conflict (a name that "already exists", or "networks have
+    same bridge name"): the inspect is tried again for ``wait`` seconds before the join
+    stops with the engine's words. Its options are check-node's user-network check, which
+    the join runs at its end."""
     argv = ["docker", "network", "create", "--driver", "bridge"]
     for key, value in network_options(bridge).items():
         argv += ["--opt", f"{key}={value}"]
-    done = run([*argv, network])
-    if done.returncode != 0 and "already exists" in done.stderr:
-        # a Docker just restarted may answer inspect before it has read its networks back
-        # (a second join's restart did, in a CI run): it was there; its options are
-        # check-node's user-network check, which the join runs at its end
-        return
-    if done.returncode != 0:
-        raise JoinRefused(f"cannot make the users' network {network}: {done.stderr.strip()}")
+    deadline = time.monotonic() + wait
+    while True:
+        if run(["docker", "network", "inspect", network]).returncode == 0:
+            return
+        done = run([*argv, network])
+        if done.returncode == 0:
+            return
+        conflict = "already exists" in done.stderr or "same bridge name" in done.stderr
+        if not conflict or time.monotonic() >= deadline:
+            raise JoinRefused(
+                f"cannot make the users' network {network}: {done.stderr.strip()}"
+            )
+        time.sleep(0.5)
 
 
 def wait_for(what: str, ready: Any, timeout: float) -> bool:

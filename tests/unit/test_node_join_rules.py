@@ -202,24 +202,38 @@ def test_node_token_and_the_join_service_agree_on_the_certificate_they_race_for(
 def test_a_network_that_appears_after_the_inspect_is_the_network(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A Docker just restarted by the join may say "no such network" and then "already
-    exists" (a CI run's second join): the join goes on; another failure stops it."""
+    """A Docker just restarted by the join may say "no such network", then refuse the
+    create as a conflict, then list it (a CI run's join): the join goes on. A conflict that
+    stays, or another failure, stops it with the engine's words."""
     import subprocess
 
     from jupyterhub_gpu.cli import node
     from jupyterhub_gpu.cli.node import JoinRefused
 
-    def answers(create_err: str) -> object:
+    def answers(create_err: str, listed_after: int) -> list[list[str]]:
+        calls: list[list[str]] = []
+
         def run(argv: list[str], *a: object, **k: object) -> subprocess.CompletedProcess[str]:
+            calls.append(argv)
+            inspects = sum(c[:3] == ["docker", "network", "inspect"] for c in calls)
             if argv[:3] == ["docker", "network", "inspect"]:
-                return subprocess.CompletedProcess(argv, 1, "", "no such network")
+                ok = listed_after and inspects > listed_after
+                return subprocess.CompletedProcess(argv, 0 if ok else 1, "", "no such network")
             return subprocess.CompletedProcess(argv, 1, "", create_err)
 
-        return run
+        monkeypatch.setattr(node, "run", run)
+        return calls
 
-    monkeypatch.setattr(node, "run", answers("Error response from daemon: network with "
-                                             "name users already exists"))  # fmt: skip
+    same_bridge = (
+        "Error response from daemon: cannot create network 1ab2 (jhgpu-users): conflicts "
+        "with network 215c (jhgpu-users): networks have same bridge name"
+    )
+    calls = answers(same_bridge, listed_after=1)
     node.ensure_network("users", "jhgpu-users")
-    monkeypatch.setattr(node, "run", answers("Error response from daemon: pool overlaps"))
-    with pytest.raises(JoinRefused, match="cannot make the users' network users"):
+    assert [c[2] for c in calls] == ["inspect", "create", "inspect"]
+    answers("Error response from daemon: network with name users already exists", 0)
+    with pytest.raises(JoinRefused, match="already exists"):
+        node.ensure_network("users", "jhgpu-users", wait=1.0)
+    answers("Error response from daemon: pool overlaps", 0)
+    with pytest.raises(JoinRefused, match=r"cannot make the users' network users: .*overlaps"):
         node.ensure_network("users", "jhgpu-users")
