@@ -20,7 +20,7 @@ VS Code in the browser (FRAMEWORK_PIP="", FRAMEWORK_PIP_PRE="", APT_PACKAGES="",
 VSCODE_IN_BROWSER=no) for a quick test image;
 JUPYTERHUB_VERSION defaults to the JupyterHub installed beside this script's Python
 (so the image matches the hub). With ``--pip-cert`` the build context is a temporary
-copy of images/common, images/vscode, the Dockerfile and the CA bundle (as pip-ca.crt),
+copy of images/common, images/vscode, images/lab, the Dockerfile and the CA bundle (as pip-ca.crt),
 and pip (and npm) in the build trust it; otherwise the context is images/ itself.
 
 ``--registry HOST[:PORT][/PATH]`` prefixes every tag (``jupyterhub-gpu/pytorch:2.8.0-...``
@@ -51,7 +51,7 @@ MINIMAL_ARGS = {
     "VSCODE_IN_BROWSER": "no",  # no code-server (images/vscode): minutes saved
 }
 # the folders of images/ every Dockerfile may COPY (install and start scripts)
-SHARED_FOLDERS = ("common", "vscode")
+SHARED_FOLDERS = ("common", "vscode", "lab")
 
 try:
     from jupyterhub_gpu.core.catalog import CatalogEntry
@@ -199,7 +199,7 @@ def docker_command(
 
 
 def make_context(entry: CatalogEntry, cert: Path, where: Path) -> Path:
-    """A temporary context: images/common and images/vscode, the entry's Dockerfile, the
+    """A temporary context: images/common, images/vscode and images/lab, the entry's Dockerfile, the
     CA bundle."""
     assert entry.build is not None
     for folder in SHARED_FOLDERS:

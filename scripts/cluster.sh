@@ -289,7 +289,9 @@ CPU_BUILD_ARGS=("APT_PACKAGES=libnss-wrapper openssh-sftp-server")
 
 build_catalog_image() {  # the catalog's CPU image, built the way a site builds its images
   local py=python3 hash a args=()
-  hash=$(build_hash "$REPO/images/cpu/Dockerfile" "${CPU_BUILD_ARGS[@]}")
+  hash=$(build_hash "$REPO/images/cpu/Dockerfile" "${CPU_BUILD_ARGS[@]}" \
+    "lab=$(cat "$REPO"/images/lab/jupyterhub-gpu-lab/package.json \
+      "$REPO"/images/lab/jupyterhub-gpu-lab/static/* | sha256sum)")
   built_as "$CPU_IMAGE" "$hash" && return
   [[ -x $REPO/.venv/bin/python ]] && py=$REPO/.venv/bin/python
   for a in "${CPU_BUILD_ARGS[@]}"; do args+=(--build-arg "$a"); done

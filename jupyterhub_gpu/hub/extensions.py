@@ -203,6 +203,7 @@ def configure_dashboard(
         template_vars={"jhgpu_dashboard": name} if nav_link else None,
         custom_scopes=CUSTOM_SCOPES,
     )
+    _add_notices(c, lab_only=True)  # each server's GPU readout in its JupyterLab
     hub = c.JupyterHub
     if accounting_url is None:
         accounting_url = _site_accounting_url(c)
@@ -410,12 +411,19 @@ def configure_reservations(c: Config) -> None:
     _add_notices(c)
 
 
-def _add_notices(c: Config) -> None:
-    """The notices above every hub page (:mod:`.api.notices`), once."""
+def _add_notices(c: Config, lab_only: bool = False) -> None:
+    """The notices above every hub page and in JupyterLab, with each server's GPU
+    readout in its JupyterLab's status bar (:mod:`.api.notices`), once. ``lab_only``:
+    only JupyterLab's (``/hub/gpu/lab-notices``: the dashboard's readout), not the
+    hub pages' notices."""
     from jupyterhub_gpu.hub.api.notices import HANDLERS as NOTICES
+    from jupyterhub_gpu.hub.api.notices import LabNoticesHandler
 
     present = {h[1] for h in _value(c.JupyterHub, "extra_handlers", []) if len(h) > 1}
     handlers = [h for h in NOTICES if h[1] not in present]
+    if lab_only:
+        register(c, [h for h in handlers if h[1] is LabNoticesHandler])
+        return
     register(c, handlers, template_vars={"jhgpu_notices": True})
 
 

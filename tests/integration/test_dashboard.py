@@ -11,6 +11,9 @@
   it, and stops the user's server with a note, which the user reads on her dashboard;
 - hostile input: an image label with HTML is shown as text (no script runs), a forged
   node name is refused, a POST without the page's XSRF token is refused;
+- her JupyterLab's status bar reads her GPU ("RTX 3090 · 95 % · ..."), from the same
+  agent reading (the ``jupyterhub-gpu-lab`` extension, images/lab, in the test image
+  images/lab-test: the catalog's demo-cuda12 runs it here);
 - screenshots at 1280x800 and at a phone's width go to artifacts/screenshots/.
 """
 
@@ -32,6 +35,8 @@ from tests.support.agent import AgentProcess
 from tests.support.browser import chromium_page, hub_login, screenshot
 from tests.support.cluster import Engine
 from tests.support.hub import TOKEN_ROLE_CONFIG, Hub, free_port
+from tests.support.lab_image import LAB_IMAGE
+from tests.support.lab_image import ensure as ensure_lab_image
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
@@ -79,6 +84,7 @@ def dashboard_extra(work: Path) -> str:
     for entry in catalog["images"]:
         if entry["slug"] == "demo-cuda12":
             entry["display_name"] = HOSTILE_LABEL
+            entry["image"] = LAB_IMAGE  # with the JupyterLab extension: the GPU readout
     (work / "catalog.yaml").write_text(yaml.safe_dump(catalog))
     settings = work / "dashboard_config.py"
     settings.write_text(
@@ -93,6 +99,7 @@ def dashboard_extra(work: Path) -> str:
 c.GPUCluster.catalog_file = {str(work / "catalog.yaml")!r}
 c.Authenticator.admin_users = {{"root"}}
 c.JupyterHub.allow_named_servers = True
+c.GPUCluster.lab_notices_interval = 5  # her JupyterLab reads its GPU this often
 from jupyterhub_gpu.hub.extensions import configure_dashboard as configure
 configure(c, url="http://127.0.0.1:{free_port()}", config_file={str(settings)!r},
           snapshot_max_age={POLL})
@@ -138,6 +145,7 @@ def test_dashboard_for_a_user_and_an_admin(
         gpu_inventory(node_b.name, "bbbbbbbb", [A100]),
     ]
     started = agents(inventory)
+    ensure_lab_image([node_a, node_b])
     hub = make_hub([node_a, node_b], inventory, dashboard_extra(tmp_path / "dash"), started)
     for name in ("alice", "root", "bob"):
         hub.create_user(name)
@@ -175,6 +183,33 @@ def test_dashboard_for_a_user_and_an_admin(
         ):
             if hub.server(name, server_name) is not None:
                 hub.stop_server(name, server_name)
+
+
+def _lab_readout(page: Any, hub: Hub) -> None:
+    """Her JupyterLab, in a tab of its own: its status bar reads her GPU as the agent
+    does now (95 % busy, nothing in its memory), its tooltip the longer words."""
+    lab = page.context.new_page()
+    try:
+        lab.goto(f"{hub.url}/user/alice/lab/workspaces/readout?reset")
+        item = lab.locator("#jupyterhub-gpu-readout")
+        want = f"{RTX[0].replace('NVIDIA GeForce ', '')} · 95 % · 0.0 of 24 GiB"
+
+        def said() -> str:
+            return item.inner_text().strip() if item.count() and item.is_visible() else ""
+
+        wait_until(
+            lambda: said() == want,
+            90,  # JupyterLab's first load on 2 loaded cores, then a read every 5 s
+            f"her JupyterLab's status bar to read {want!r}",
+            details=lambda: f"read {said()!r}; {hub.log_tail()}",
+        )
+        title = item.get_attribute("title") or ""
+        assert title.startswith("Your server's GPUs on node "), title
+        assert "95 % busy, 0.0 of 24 GiB of memory in use." in title, title
+        screenshot(lab, "lab-gpu-readout")
+    finally:
+        lab.close()
+        page.bring_to_front()
 
 
 def _as_user(page: Any, hub: Hub, agent: AgentProcess, gpu: str, node_b: Engine) -> None:
@@ -215,6 +250,7 @@ def _as_user(page: Any, hub: Hub, agent: AgentProcess, gpu: str, node_b: Engine)
         lambda: "95%" in row(page, gpu), ONE_REFRESH_S, "95 % on the page", details=hub.log_tail
     )
     assert "GPU under 10%" not in row(page, gpu)
+    _lab_readout(page, hub)
     agent.set_state(gpu, healthy=False)
     wait_until(
         lambda: "unhealthy" in row(page, gpu),

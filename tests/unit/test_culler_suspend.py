@@ -85,5 +85,5 @@ def test_configure_culler_turns_suspend_on_on_both_sides() -> None:
         (role,) = [r for r in c.JupyterHub.load_roles if r["name"] == "gpu-culler"]
         assert SUSPEND_SCOPE in role["scopes"]
         assert SUSPEND_SCOPE in c.JupyterHub.custom_scopes
-        routes = [pattern for pattern, _ in c.JupyterHub.extra_handlers]
+        routes = [handler[0] for handler in c.JupyterHub.extra_handlers]
         assert r"/api/gpu/users/(?P<user_name>[^/]+)/suspend" in routes

@@ -27,6 +27,7 @@ from jupyterhub_gpu.hub.api.cluster import (
     SnapshotCache,
     active_servers,
 )
+from jupyterhub_gpu.hub.api.notices import LabNoticesHandler
 from jupyterhub_gpu.hub.extensions import HUB_TEMPLATES
 from jupyterhub_gpu.hub.extensions import configure_dashboard as configure
 from jupyterhub_gpu.hub.ledger import GPULedger
@@ -324,8 +325,14 @@ def test_configure_adds_api_service_role_and_link_and_keeps_the_sites_own() -> N
     assert [h[0] for h in app.extra_handlers] == [
         "/api/gpu/cluster",
         "/api/gpu/nodes/([^/]+)/drain",
+        "/gpu/lab-notices",  # each server's GPU readout in its JupyterLab
     ]
-    assert [h[1] for h in app.extra_handlers] == [ClusterAPIHandler, NodeDrainAPIHandler]
+    assert [h[1] for h in app.extra_handlers] == [
+        ClusterAPIHandler,
+        NodeDrainAPIHandler,
+        LabNoticesHandler,
+    ]
+    assert "jhgpu_notices" not in app.template_vars  # the hub pages' notices: not asked
     culler, dashboard = app.services
     assert culler["name"] == "gpu-culler"
     assert dashboard["name"] == "gpu-dashboard" and dashboard["oauth_no_confirm"] is True

@@ -16,11 +16,14 @@ template (``hub/templates/page.html``) shows them above every page. Scope:
 ``read:servers`` (a user's own; a server's token has none). Added by
 :func:`jupyterhub_gpu.hub.extensions.configure_reservations` (and ``configure_culler``).
 
-    GET /hub/gpu/lab-notices   {"notices": [...], "xsrf": "...", "every_s": 30}
+    GET /hub/gpu/lab-notices   {"notices": [...], "readout": {...}, "xsrf": "...", "every_s": 30}
 
 The same notices for the signed-in user's JupyterLab tabs (the ``jupyterhub-gpu-lab``
 extension, images/lab; docs/culler.md), with the hub's XSRF token for "I'm still here"
-and how often to read again (``GPUCluster.lab_notices_interval``).
+and how often to read again (``GPUCluster.lab_notices_interval``). ``readout``: for each
+of her running servers with GPUs, the words of its JupyterLab's status bar
+(:mod:`jupyterhub_gpu.core.gpu_readout`: "RTX 3090 · 95 % · 4.0 of 24 GiB" and a tooltip),
+from the cluster's snapshot, read at most every 5 s however many tabs ask.
 """
 
 from __future__ import annotations
@@ -36,8 +39,10 @@ from jupyterhub.handlers.base import BaseHandler
 from jupyterhub.scopes import needs_scope
 from tornado import web
 
+from jupyterhub_gpu.core.gpu_readout import server_readout
 from jupyterhub_gpu.core.inventory import NodeState
 from jupyterhub_gpu.edges.files import load_share_notices
+from jupyterhub_gpu.hub.api.cluster import SnapshotCache
 from jupyterhub_gpu.hub.api.cull import cull_notices
 from jupyterhub_gpu.hub.queue import SpawnQueue
 from jupyterhub_gpu.hub.runtime import runtime_of
@@ -118,6 +123,23 @@ class NoticesAPIHandler(APIHandler):
         self.write(json.dumps(await all_notices(self.settings, user)))
 
 
+def server_readouts(user: Any, nodes: tuple[NodeState, ...]) -> dict[str, dict[str, str]]:
+    """The status-bar words of each of ``user``'s running servers that holds GPUs, by
+    server name (no I/O)."""
+    by_name = {n.name: n for n in nodes}
+    found: dict[str, dict[str, str]] = {}
+    for name, spawner in sorted(user.spawners.items()):
+        gpus = list(getattr(spawner, "gpu_uuids", None) or ())
+        if not spawner.active or not gpus:
+            continue
+        node = by_name.get(str(getattr(spawner, "node_name", "") or ""))
+        container = str(getattr(spawner, "container_id", "") or "")
+        readout = server_readout(node, gpus, container, getattr(spawner, "share", None))
+        if readout is not None:
+            found[name] = readout.to_json()
+    return found
+
+
 LAB_NOTICES_EVERY_S = 30.0  #: GPUCluster.lab_notices_interval's default
 
 
@@ -131,12 +153,25 @@ class LabNoticesHandler(BaseHandler):
     and a cookie-authenticated API request needs that token even to read. The token is
     the one every hub page already writes into its HTML for its scripts; other origins
     can't read this answer (no CORS header). Her own notices only, as the API's scope
-    ``read:servers`` on herself allows."""
+    ``read:servers`` on herself allows. With them, her servers' GPU readouts."""
+
+    def initialize(self, cache: SnapshotCache | None = None) -> None:
+        self.cache = cache or SnapshotCache()
+
+    async def readouts(self, user: Any) -> dict[str, dict[str, str]]:
+        cluster = runtime_of(self.settings).cluster
+        if cluster is None or not any(
+            s.active and getattr(s, "gpu_uuids", None) for s in user.spawners.values()
+        ):
+            return {}
+        snapshot, _fresh, _ = await self.cache.get(cluster)
+        return server_readouts(user, snapshot.nodes)
 
     @web.authenticated
     async def get(self) -> None:
         user = self.current_user
         notices = await all_notices(self.settings, user)
+        readout = await self.readouts(user)
         site = runtime_of(self.settings).site
         every = site.lab_notices_interval if site is not None else LAB_NOTICES_EVERY_S
         self.set_header("Content-Type", "application/json; charset=UTF-8")
@@ -144,12 +179,14 @@ class LabNoticesHandler(BaseHandler):
         answer = {
             "xsrf": self.xsrf_token.decode("ascii"),
             "notices": notices,
+            "readout": readout,
             "every_s": min(600.0, max(5.0, float(every))),  # when to read again
         }
         self.write(json.dumps(answer))
 
 
-HANDLERS: list[tuple[str, type]] = [
+#: one reading of the nodes every 5 s for every JupyterLab tab of the hub
+HANDLERS: list[tuple[Any, ...]] = [
     (r"/api/gpu/users/(?P<user_name>[^/]+)/notices", NoticesAPIHandler),
-    (r"/gpu/lab-notices", LabNoticesHandler),
+    (r"/gpu/lab-notices", LabNoticesHandler, {"cache": SnapshotCache(max_age=5.0)}),
 ]

@@ -9,6 +9,12 @@
  * JupyterLab notification (the "apputils:notify" command): the culler's warning with
  * "I'm still here", which posts to the hub's keep API with the hub's XSRF token. Text
  * only, never HTML; a time the notice names ("said", UTC) in the browser's own zone.
+ *
+ * The same answer carries this server's GPU readout ("RTX 3090 · 95 % · 4.0 of 24 GiB",
+ * core/gpu_readout.py): an item of JupyterLab's status bar, its tooltip the longer words.
+ * The status bar's token and Lumino's Widget are taken from the share scope JupyterLab
+ * gives init() (webpack's module federation: the very modules its core loaded); where
+ * they are missing, the readout is left out and the notices still work.
  */
 var _JUPYTERLAB;
 (function () {
@@ -36,13 +42,35 @@ var _JUPYTERLAB;
     return message.replace(n.said, when.toLocaleString([], opts) + " (local time)");
   }
 
-  function activate(app) {
+  // The status bar's item: made once the hub says this server has GPUs.
+  function readoutItem(statusBar) {
+    var item = null;
+    return function (readout) {
+      if (!statusBar || !shared.Widget) { return; }
+      if (!item) {
+        if (!readout) { return; }
+        item = new shared.Widget();
+        item.id = "jupyterhub-gpu-readout";
+        item.addClass("jp-StatusBar-TextItem");
+        item.node.setAttribute("data-source", NAME);
+        statusBar.registerStatusItem(NAME + ":gpu-readout", {
+          item: item, align: "left", rank: 100, isActive: function () { return true; }
+        });
+      }
+      item.node.textContent = readout ? String(readout.text || "") : "";
+      item.node.title = readout ? String(readout.title || "") : "";
+      if (readout) { item.show(); } else { item.hide(); }
+    };
+  }
+
+  function activate(app, statusBar) {
     var page = config();
     var hub = page.hubPrefix;
     if (!hub) { return; }  // not under JupyterHub: nothing to show
     var server = page.hubServerName || "";
     var xsrf = "";
     var shown = {};  // notice key -> {id: the notification's, text: its words}
+    var readout = readoutItem(statusBar || null);
 
     function notify(message, type, options) {
       return app.commands.execute("apputils:notify", {message: message, type: type,
@@ -116,6 +144,8 @@ var _JUPYTERLAB;
             every = body.every_s * 1000;
           }
           show(body.notices);
+          var mine = body.readout && typeof body.readout === "object" ? body.readout[server] : null;
+          readout(mine && typeof mine.text === "string" ? mine : null);
         }, function () {})
         .then(function () { timer = window.setTimeout(poll, every); });
     }
@@ -126,22 +156,53 @@ var _JUPYTERLAB;
     });
   }
 
-  var plugin = {
-    id: NAME + ":notices",
-    description: "The hub's notices of this server (the culler's warning, I'm still here).",
-    autoStart: true,
-    requires: [],
-    activate: activate
-  };
+  var shared = {Widget: null, IStatusBar: null};  // from JupyterLab's share scope
+  var scope = null;
+
+  // The loaded (else the newest) version of a shared module in the share scope:
+  // {name: {version: {get, loaded, ...}}}; get() gives (a promise of) its factory.
+  function sharedModule(name) {
+    var versions = scope && scope[name];
+    if (!versions) { return Promise.resolve(null); }
+    var keys = Object.keys(versions).sort(function (a, b) {
+      var x = a.split(".").map(Number), y = b.split(".").map(Number);
+      for (var i = 0; i < 3; i++) { if ((x[i] || 0) !== (y[i] || 0)) { return (y[i] || 0) - (x[i] || 0); } }
+      return 0;
+    });
+    var loaded = keys.filter(function (k) { return versions[k].loaded; });
+    var entry = versions[(loaded.length ? loaded : keys)[0]];
+    return Promise.resolve(entry.get()).then(function (factory) { return factory(); },
+                                             function () { return null; });
+  }
+
+  function plugin() {
+    return {
+      id: NAME + ":notices",
+      description: "The hub's notices of this server (the culler's warning, I'm still " +
+        "here) and its GPU readout in the status bar.",
+      autoStart: true,
+      requires: [],
+      optional: shared.IStatusBar ? [shared.IStatusBar] : [],
+      activate: activate
+    };
+  }
 
   var container = {
     get: function (module) {
       if (module !== "./extension" && module !== "./index") {
         return Promise.reject(new Error("Module " + module + " does not exist in container."));
       }
-      return Promise.resolve(function () { return {__esModule: true, "default": plugin}; });
+      return Promise.all([sharedModule("@jupyterlab/statusbar"), sharedModule("@lumino/widgets")])
+        .then(function (found) {
+          shared.IStatusBar = found[0] && found[0].IStatusBar ? found[0].IStatusBar : null;
+          shared.Widget = found[1] && found[1].Widget ? found[1].Widget : null;
+        }, function () {})
+        .then(function () {
+          var made = plugin();
+          return function () { return {__esModule: true, "default": made}; };
+        });
     },
-    init: function () { return Promise.resolve(); }
+    init: function (shareScope) { scope = shareScope || null; return Promise.resolve(); }
   };
   (_JUPYTERLAB = typeof _JUPYTERLAB === "undefined" ? {} : _JUPYTERLAB)[NAME] = container;
 })();
