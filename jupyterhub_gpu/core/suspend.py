@@ -11,7 +11,9 @@ kernels and their variables. This module decides, over plain data:
   not (the culler then stops it);
 - :func:`resume_or_fresh`: on the next start, resume it (:class:`Resume`, on the same
   node and the same GPUs) or start afresh (:class:`Fresh`, with the sentence the progress
-  page shows);
+  page shows); a resume is a start like any other, so what the admission decision
+  (core/scheduling/admission.py) says of this start comes first: refused (the
+  checkpoint is kept: :func:`kept_line`), or wait in the GPU queue like any start;
 - the words users read (:func:`suspended_words`, :data:`RESUMING`, :func:`fresh_line`).
 """
 
@@ -27,6 +29,7 @@ from typing import Any
 from jupyterhub_gpu.core.culling.warning import WarningWords, because_of, said_at
 from jupyterhub_gpu.core.placement.request import Placement
 from jupyterhub_gpu.core.progress import gib
+from jupyterhub_gpu.core.scheduling.admission import Admission, Queue, Refused
 from jupyterhub_gpu.core.sharing import Share
 from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
 from jupyterhub_gpu.core.words import duration
@@ -148,12 +151,20 @@ def resume_or_fresh(
     now: datetime,
     options: str,
     keep_for_s: float,
-    cap_refusal: str | None = None,
-) -> Resume | Fresh:
-    """Resume ``saved`` or start afresh. ``snapshot``: the cluster with the ledger's holds
-    laid over it; ``options``: this start's :func:`options_key`; ``keep_for_s``: how long
-    a checkpoint is kept (0: no limit); ``cap_refusal``: the user's GPU cap's sentence
-    if holding its GPUs again would pass it."""
+    admission: Admission | None = None,
+    fenced: frozenset[str] = frozenset(),
+) -> Resume | Fresh | Queue | Refused:
+    """Resume ``saved``, start afresh, or neither now. ``snapshot``: the cluster with the
+    ledger's holds laid over it; ``options``: this start's :func:`options_key`;
+    ``keep_for_s``: how long a checkpoint is kept (0: no limit).
+
+    ``admission``: what :func:`~jupyterhub_gpu.core.scheduling.admission.admit` says of
+    this start as any start of its size (the user's GPU cap, the group's quota, others
+    waiting in the GPU queue, a reservation coming): a resume takes no shortcut. Refused
+    is returned as it is: the start is refused and the checkpoint kept (a fresh start
+    would be refused too, so dropping it would lose the kernels for nothing). Queue: the
+    start waits in line like any, and resumes if its GPUs are free when its turn comes.
+    ``fenced``: GPUs an active reservation keeps from this user's group."""
     age = (now - saved.at).total_seconds()
     if keep_for_s and age > keep_for_s:
         return Fresh(f"it was suspended {duration(age)} ago, longer than it is kept")
@@ -166,12 +177,23 @@ def resume_or_fresh(
         return Fresh(f"its node {saved.node} does not answer")
     if not node.schedulable:
         return Fresh(f"its node {saved.node} is drained")
+    if saved.gpu_uuids and isinstance(admission, (Refused, Queue)):
+        return admission
+    if fenced.intersection(saved.gpu_uuids):
+        return Fresh("its GPU is reserved for another group now")
     taken = _gpus_free(saved, snapshot)
     if taken:
         return Fresh(taken)
-    if saved.gpu_uuids and cap_refusal:
-        return Fresh(cap_refusal.rstrip("."))
     return Resume(Placement(saved.node, saved.gpu_uuids, saved.share))
+
+
+def kept_line(refusal: str) -> str:
+    """What a user reads when the start of her suspended server is refused (her GPU
+    cap, her group's quota): the refusal, then that nothing of it is lost."""
+    return (
+        f"{refusal.rstrip('.')}. Your suspended server is kept: start it again once this "
+        "allows, and it resumes where you left it."
+    )
 
 
 def fresh_line(why: str) -> str:
@@ -205,6 +227,7 @@ __all__ = [
     "SuspendedServer",
     "checkpoint_name",
     "fresh_line",
+    "kept_line",
     "options_key",
     "resume_or_fresh",
     "suspend_refusal",

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from traitlets import Dict, Float
 
@@ -36,7 +36,14 @@ from jupyterhub_gpu.core.form.user_quota import (
 )
 from jupyterhub_gpu.core.placement.request import Placement, PlacementRequest
 from jupyterhub_gpu.core.scheduling import Policies, QueuedRequest
-from jupyterhub_gpu.core.scheduling.admission import Admit, Queue, QueueView, admit
+from jupyterhub_gpu.core.scheduling.admission import (
+    Admission,
+    Admit,
+    Queue,
+    QueueView,
+    Refused,
+    admit,
+)
 from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.core.waiting import joined_line, news_html
 from jupyterhub_gpu.core.words import duration
@@ -144,9 +151,20 @@ class QueueingSpawnerMixin(_SpawnerBase):
         and apply its answer: reserve, queue (:class:`MustQueue`) or refuse. No await in
         between: concurrent spawns can't collide, nor can two spawns of one user both pass
         their ``max_gpus_per_user``."""
+        verdict, _ = self._admission(self.cluster.ledger.overlay(snapshot), request, quota, group)
+        return self._apply(verdict)
+
+    def _admission(
+        self,
+        snapshot: ClusterSnapshot,
+        request: PlacementRequest,
+        quota: UserQuota | None = None,
+        group: str = "",
+    ) -> tuple[Admission, QueueView]:
+        """What :func:`admit` says of ``request`` now (``snapshot``: the ledger's holds
+        laid over it), and the queue's view it read. No I/O."""
         held = holdings_of(self.cluster.ledger.charged(), self.user.name, exclude=self.holder)
         cap = quota_refusal(held, request.gpu_count, quota or UserQuota(None))
-        snapshot = self.cluster.ledger.overlay(snapshot)
         may_wait = self._max_wait(group) > 0  # 0: this group never waits (refused at once)
         if request.gpu_count:
             item = QueuedRequest(self.holder, self.user.name, group, request, time.time())
@@ -156,10 +174,19 @@ class QueueingSpawnerMixin(_SpawnerBase):
             view = QueueView(may_wait=may_wait)
             servers = {n.name: self.cluster.ledger.servers_on(n.name) for n in snapshot.nodes}
         verdict = admit(snapshot, request, view, user_cap_refusal=cap, servers_on=servers)
+        return verdict, view
+
+    def _apply(self, verdict: Admission) -> Placement:
+        """Reserve an :class:`Admit`'s placement; raise :class:`MustQueue` for a
+        :class:`Queue`, the user's refusal otherwise."""
         if isinstance(verdict, Admit):
             return self._reserve(verdict.placement)
         if isinstance(verdict, Queue):
             raise MustQueue(verdict.reason)
+        self._refuse(verdict)
+
+    def _refuse(self, verdict: Refused) -> NoReturn:
+        """Raise the user's refusal of a :class:`Refused`."""
         if verdict.code == "user_gpu_cap":
             self.log.info("%s: refused, %s", self.holder, verdict.sentence)
             raise GPUQuotaExceeded(verdict.sentence)
@@ -176,25 +203,41 @@ class QueueingSpawnerMixin(_SpawnerBase):
 
     # ------------------------------------------------------------------ the queue
     async def _wait_in_line(
-        self, request: PlacementRequest, quota: UserQuota, why: str, group: str
+        self,
+        request: PlacementRequest,
+        quota: UserQuota,
+        why: str,
+        group: str,
+        prefer: Callable[[], Placement | None] | None = None,
     ) -> Placement:
         """Wait in the GPU queue (spawnqueue.py), charged to ``group`` and for as long as
         that group may wait (:meth:`_max_wait`); the progress page follows its news. When
         its turn comes, the user's GPU cap is checked again (their other servers may have
-        taken GPUs meanwhile): over it, the spawn keeps waiting."""
+        taken GPUs meanwhile): over it, the spawn keeps waiting.
+
+        ``prefer``: called when the turn comes, the placement to take instead of the
+        queue's, if it can be held now (a suspended server's own node and GPUs: it then
+        resumes); None, or taken meanwhile: the queue's. The placement taken is returned."""
+        taken: list[Placement] = []
 
         def take(decision: Placement) -> bool:
             held = holdings_of(self.cluster.ledger.charged(), self.user.name, exclude=self.holder)
             if quota_refusal(held, request.gpu_count, quota):
                 return False
-            return self._take(decision)
+            own = prefer() if prefer is not None else None
+            for choice in (own, decision):
+                if choice is not None and self._take(choice):
+                    taken.append(choice)
+                    return True
+            return False
 
         item = QueuedRequest(self.holder, self.user.name, group, request, time.time())
         limit = self._max_wait(group)
         wait = duration(limit)
         self._queue_news(joined_line(why, wait))
         try:
-            return await self.queue.wait(item, take, self._queue_news, limit, quota.limit)
+            given = await self.queue.wait(item, take, self._queue_news, limit, quota.limit)
+            return taken[-1] if taken else given
         except QueueFull as e:
             raise spawn_refusal(str(e), reason="queue_full", status_code=429) from None
         except QueueTimeout as e:

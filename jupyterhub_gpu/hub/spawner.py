@@ -689,13 +689,16 @@ class GPUDockerSpawner(
             self._event(10, f"Choosing a node among {len(self.cluster.specs())}")
             snapshot = await self.cluster.snapshot()
             ident, options, request = await self._validated(snapshot)
-            if (resumed := await self._resumed(snapshot, ident, options)) is not None:
-                return resumed  # a suspended server, from its checkpoint (hub/suspend.py)
             quota = resolve_bounds(self.policy, ident.groups).quota
             try:
                 try:
                     group = self._group_of(ident, options.charge_group)
-                    decision = self._decide_and_reserve(snapshot, request, quota, group)
+                    # a suspended server: resumed from its checkpoint (hub/suspend.py), or
+                    # the placement its wait in line took, or None: a start as any
+                    resumed = await self._resumed(snapshot, ident, options, request, group)
+                    if isinstance(resumed, tuple):
+                        return resumed
+                    decision = resumed or self._decide_and_reserve(snapshot, request, quota, group)
                 except MustQueue as e:
                     decision = await self._wait_in_line(request, quota, e.reason, group)
             except (UserFacingError, SpawnException) as e:

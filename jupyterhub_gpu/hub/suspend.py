@@ -16,6 +16,8 @@
   A checkpoint that fails leaves the server running (the API says why; the culler then
   stops it).
 - :meth:`~SuspendingSpawnerMixin._resumed` (``start``, once the request is validated):
+  the admission decision of any start of its size first (refused: the checkpoint kept;
+  in line: its own GPUs when its turn comes, if free), then
   :func:`~jupyterhub_gpu.core.suspend.resume_or_fresh` decides; a resume holds the same
   node and GPUs again (a new allocation; the container's labels keep the old one, which
   the ledger counts as this server's: ``GPULedger.label_allocation``), starts the same
@@ -30,18 +32,24 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from jupyterhub_gpu.core.accounting.records import EndReason
 from jupyterhub_gpu.core.form import resolve_bounds
-from jupyterhub_gpu.core.form.user_quota import holdings_of, quota_refusal
+from jupyterhub_gpu.core.placement.request import Placement
+from jupyterhub_gpu.core.scheduling.admission import Admission, Queue, Refused
+from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.core.suspend import (
     RESUMING,
     Fresh,
+    Resume,
     SuspendedServer,
     checkpoint_name,
     fresh_line,
+    kept_line,
     options_key,
     resume_or_fresh,
     suspend_refusal,
@@ -63,12 +71,14 @@ if TYPE_CHECKING:
 
     from jupyterhub_gpu.core.accounting.records import AllocationRecord
     from jupyterhub_gpu.core.form import ResourcePolicy, SpawnOptions
+    from jupyterhub_gpu.core.form.user_quota import UserQuota
     from jupyterhub_gpu.core.identity import Identity
-    from jupyterhub_gpu.core.placement.request import Placement
+    from jupyterhub_gpu.core.placement.request import PlacementRequest
+    from jupyterhub_gpu.core.scheduling.admission import QueueView
     from jupyterhub_gpu.core.sharing import Share
-    from jupyterhub_gpu.core.snapshot import ClusterSnapshot
     from jupyterhub_gpu.hub.cluster import Cluster
     from jupyterhub_gpu.hub.cluster_settings import GPUCluster
+    from jupyterhub_gpu.hub.queue import SpawnQueue
 else:  # JupyterHub refuses a Spawner subclass without its own start, stop and poll
     from traitlets.config import LoggingConfigurable as _SpawnerBase
 
@@ -105,6 +115,24 @@ class SuspendingSpawnerMixin(_SpawnerBase):
         ) -> AllocationRecord: ...
         def _forget_placement(self, ended: EndReason | None = None) -> None: ...
         async def get_ip_and_port(self) -> tuple[str, int]: ...
+        @property
+        def queue(self) -> SpawnQueue: ...
+        def _admission(
+            self,
+            snapshot: ClusterSnapshot,
+            request: PlacementRequest,
+            quota: UserQuota | None = None,
+            group: str = "",
+        ) -> tuple[Admission, QueueView]: ...
+        def _refuse(self, verdict: Refused) -> NoReturn: ...
+        async def _wait_in_line(
+            self,
+            request: PlacementRequest,
+            quota: UserQuota,
+            why: str,
+            group: str,
+            prefer: Callable[[], Placement | None] | None = None,
+        ) -> Placement: ...
 
     #: the suspended server kept in the state (None: this server is not suspended)
     suspended: SuspendedServer | None = None
@@ -239,31 +267,45 @@ class SuspendingSpawnerMixin(_SpawnerBase):
 
     # ------------------------------------------------------------------ resume
     async def _resumed(
-        self, snapshot: ClusterSnapshot, ident: Identity, options: SpawnOptions
-    ) -> tuple[str, int] | None:
-        """The start of a suspended server: resumed from its checkpoint (its address), or
-        None for a fresh start (the progress page said why, the checkpoint is gone)."""
+        self,
+        snapshot: ClusterSnapshot,
+        ident: Identity,
+        options: SpawnOptions,
+        request: PlacementRequest,
+        group: str,
+    ) -> tuple[str, int] | Placement | None:
+        """The start of a suspended server: resumed from its checkpoint (its address); or
+        the placement a wait in line took when its own GPUs were not free then (a fresh
+        start, reserved); or None for a start as any (the progress page said why the
+        server was not resumed, the checkpoint is gone). A start the admission decision
+        refuses is refused here, the checkpoint kept (:func:`kept_line`)."""
         saved = self.suspended
         if saved is None:
             return None
-        held = holdings_of(self.cluster.ledger.charged(), self.user.name, exclude=self.holder)
         quota = resolve_bounds(self.policy, ident.groups).quota
-        decision = resume_or_fresh(
-            saved,
-            self.cluster.ledger.overlay(snapshot),
-            now=datetime.now(timezone.utc),
-            options=options_key(self.user_options),
-            keep_for_s=self.site.suspend_keep_days * DAY,
-            cap_refusal=quota_refusal(held, len(saved.gpu_uuids), quota),
-        )
-        if isinstance(decision, Fresh):
+        overlaid = self.cluster.ledger.overlay(snapshot)
+        admission, view = self._admission(overlaid, request, quota, group)
+        decision = self._resume_decision(saved, overlaid, admission, view.fenced)
+        if isinstance(decision, Refused):  # a fresh start would be refused too: keep it
+            self.log.info("%s: not resumed now, checkpoint kept: %s", self.holder, decision)
+            self._refuse(replace(decision, sentence=kept_line(decision.sentence)))
+        if isinstance(decision, Queue):  # in line like any start; its own GPUs if free then
+            placement = await self._wait_in_line(
+                request, quota, decision.reason, group, prefer=lambda: self._own_placement(group)
+            )
+            if not self._is_own(saved, placement):
+                await self._forget_suspended("its GPU was not free when your turn came")
+                return placement  # reserved: the start goes on as a fresh one
+            decision = Resume(placement)
+        elif isinstance(decision, Fresh):
             await self._forget_suspended(decision.why)
             return None
-        try:
-            self._reserve(decision.placement)  # no await since the decision
-        except KeyError:
-            await self._forget_suspended("its GPU was taken a moment ago")
-            return None
+        else:
+            try:
+                self._reserve(decision.placement)  # no await since the decision
+            except KeyError:
+                await self._forget_suspended("its GPU was taken a moment ago")
+                return None
         self._event(30, RESUMING)
         fresh_token = cast(Any, self).api_token
         try:
@@ -283,6 +325,41 @@ class SuspendingSpawnerMixin(_SpawnerBase):
                 f"starting it from its checkpoint failed ({one_line(str(e))[:200]})"
             )
             return None
+
+    def _resume_decision(
+        self,
+        saved: SuspendedServer,
+        snapshot: ClusterSnapshot,
+        admission: Admission | None,
+        fenced: frozenset[str],
+    ) -> Resume | Fresh | Queue | Refused:
+        return resume_or_fresh(
+            saved,
+            snapshot,
+            now=datetime.now(timezone.utc),
+            options=options_key(self.user_options),
+            keep_for_s=self.site.suspend_keep_days * DAY,
+            admission=admission,
+            fenced=fenced,
+        )
+
+    def _own_placement(self, group: str) -> Placement | None:
+        """When a suspended server's turn in line comes: its own node and GPUs, if they
+        may be held again now (free, healthy, not fenced), else None. No I/O."""
+        saved = self.suspended
+        if saved is None:
+            return None
+        nodes = self.cluster.last_nodes()
+        overlaid = self.cluster.ledger.overlay(ClusterSnapshot(nodes=nodes))
+        fenced = self.queue.fenced_for(group, overlaid)
+        decision = self._resume_decision(saved, overlaid, None, fenced)
+        return decision.placement if isinstance(decision, Resume) else None
+
+    @staticmethod
+    def _is_own(saved: SuspendedServer, placement: Placement) -> bool:
+        return placement.node == saved.node and tuple(placement.gpu_uuids) == tuple(
+            saved.gpu_uuids
+        )
 
     async def _restore(self, saved: SuspendedServer) -> tuple[str, int]:
         """Start the suspended container from its checkpoint, as this server again."""

@@ -8,6 +8,8 @@ its scope alone (a stand-in for the culler, whose side is tests/unit/test_culler
    scope is the culler's); the stand-in suspends it: the hub sees it stopped, its GPU is
    free in the cluster API, its allocation ended ``suspended``, its exited container on
    the node keeps the checkpoint, and a reconciliation round leaves it there;
+   While bob holds the only GPU, her start is refused as any start would be (the
+   admission decision comes first), and the checkpoint is kept;
 2. alice starts it again: it is resumed on the same node and GPU, the same kernel
    answers 42, with the same server token; a new allocation is open, the checkpoint is
    gone, and reconciliation rounds keep the resumed container (its labels carry the
@@ -247,6 +249,22 @@ def test_a_suspended_server_resumes_with_its_kernel_and_its_gpu_is_free_meanwhil
     offset = hub.wait_log(ROUND, hub.log_offset(), count=2)
     assert container_status(node, saved["container_id"]) == "exited"  # reconciliation keeps it
     assert checkpoints(node, saved["container_id"]) == [saved["checkpoint"]]
+
+    # 1b. bob takes the only GPU meanwhile: alice's start is refused as any start of hers
+    # would be now (no queue here), and nothing is lost: the checkpoint is kept
+    hub.create_user("bob")
+    spawn_and_wait(hub, "bob", OPTIONS)
+    refused = hub.spawn("alice", OPTIONS)
+    assert refused.status_code == 503, refused.text
+    message = refused.json()["message"]
+    assert message.endswith(
+        "Your suspended server is kept: start it again once this allows, and it resumes "
+        "where you left it."
+    ), message
+    assert state_of(hub, "alice")["suspended"]["checkpoint"] == saved["checkpoint"]
+    assert checkpoints(node, saved["container_id"]) == [saved["checkpoint"]]
+    hub.stop_server("bob")
+    wait_until(lambda: gpu_of_cluster(hub, gpu)["status"] == "free", 30, "bob's GPU to be free")
 
     # 2. resumed on the next start: the same kernel answers 42
     resume_s = spawn_and_wait(hub, "alice", OPTIONS)

@@ -23,7 +23,7 @@ from jupyterhub_gpu.core.form import SpawnOptions
 from jupyterhub_gpu.core.form.user_quota import UserQuota
 from jupyterhub_gpu.core.identity import Identity
 from jupyterhub_gpu.core.inventory import GPU, NodeInventory, NodeState
-from jupyterhub_gpu.core.placement.request import PlacementRequest
+from jupyterhub_gpu.core.placement.request import Placement, PlacementRequest
 from jupyterhub_gpu.core.scheduling import Reservation, queue_settings
 from jupyterhub_gpu.core.sharing import Share, parse_policy
 from jupyterhub_gpu.core.snapshot import ClusterSnapshot
@@ -550,3 +550,39 @@ def test_waiting_in_line_says_it_once_without_try_later(
     for _ in range(3):  # the queue's rounds repeat the line: the log gets it once
         tell("1st in line for a GPU (group ml-lab).")
     assert [e["message"] for e in s._events].count("1st in line for a GPU (group ml-lab).") == 1
+
+
+# ------------------------------------------------------------------ a suspended server in line
+
+
+def test_a_suspended_server_in_line_takes_its_own_gpus_when_its_turn_comes(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resume waits in line like any start (hub/suspend.py); when its turn comes it
+    takes its own GPU if that can be held then (it resumes), else what the queue gave
+    (a fresh start)."""
+    given = Placement("n1", ("GPU-1",))  # the queue's choice
+    own = Placement("n1", ("GPU-0",))  # the suspended server's
+
+    async def wait(item: Any, take: Any, news: Any, timeout: float, limit: Any) -> Any:
+        assert take(given)
+        return given
+
+    monkeypatch.setattr(queue(), "wait", wait)
+    s = spawner(monkeypatch)
+
+    def in_line(prefer: Any) -> Placement:
+        return asyncio.run(
+            s._wait_in_line(
+                PlacementRequest(gpu_count=1), UserQuota(None), "Busy.", "ml-lab", prefer
+            )
+        )
+
+    assert in_line(lambda: own) == own
+    assert cluster.ledger.held_by(s.holder) == ["GPU-0"]
+    s._forget_placement()
+    cluster.ledger.reserve("bob/", "n1", ["GPU-0"], "b" * 32)  # taken meanwhile
+    assert in_line(lambda: own) == given
+    assert cluster.ledger.held_by(s.holder) == ["GPU-1"]
+    s._forget_placement()
+    assert in_line(lambda: None) == given  # its own GPU can't be held: the queue's

@@ -12,6 +12,7 @@ import pytest
 from jupyterhub_gpu.core.holds import NodeHolds
 from jupyterhub_gpu.core.inventory import GPU, NodeInventory, NodeState
 from jupyterhub_gpu.core.placement.request import Placement
+from jupyterhub_gpu.core.scheduling.admission import Admit, Queue, Refused
 from jupyterhub_gpu.core.sharing import Share
 from jupyterhub_gpu.core.snapshot import SHARED, ClusterSnapshot
 from jupyterhub_gpu.core.suspend import (
@@ -20,6 +21,7 @@ from jupyterhub_gpu.core.suspend import (
     SuspendedServer,
     checkpoint_name,
     fresh_line,
+    kept_line,
     options_key,
     resume_or_fresh,
     suspend_refusal,
@@ -90,14 +92,48 @@ def test_a_cpu_server_is_resumed_on_its_node_whatever_its_gpus() -> None:
          "you chose other options than the suspended server's"),
         ({"now": NOW + timedelta(days=6, hours=22, minutes=1)},
          "it was suspended 7 days ago, longer than it is kept"),
-        ({"cap_refusal": "You hold 2 GPUs (max 2 per user); start it without GPUs."},
-         "You hold 2 GPUs (max 2 per user); start it without GPUs"),
+        ({"fenced": frozenset({"GPU-b0"})}, "its GPU is reserved for another group now"),
     ],
 )  # fmt: skip
 def test_a_suspended_server_is_started_afresh_when_it_cannot_be_resumed(
     change: dict[str, object], why: str
 ) -> None:
     assert decide(**change) == Fresh(why)
+
+
+CAP = Refused("You hold 2 GPUs (max 2 per user); start it without GPUs.", "user_gpu_cap", 429)
+
+
+@pytest.mark.parametrize(
+    "admission",
+    [CAP, Refused("Your group holds 8 GPUs, its quota.", "gpu_quota", 403),
+     Queue("Others are waiting for GPUs before you."), Queue("Some GPUs are reserved.")],
+)  # fmt: skip
+def test_a_resume_is_a_start_like_any_refused_or_in_line_as_admission_says(
+    admission: Refused | Queue,
+) -> None:
+    """Its GPUs free or not: the admission decision of a start of its size comes first
+    (the checkpoint is kept on a refusal; in line, it resumes if its GPUs are free then)."""
+    assert decide(admission=admission) == admission
+    assert decide(snap=snapshot(taken={"GPU-b0": "bob/"}), admission=admission) == admission
+    # what makes the checkpoint useless still comes first
+    old = NOW + timedelta(days=8)
+    assert isinstance(decide(now=old, admission=admission), Fresh)
+    # a CPU server holds no GPU: nothing to wait for, no GPU quota
+    cpu = replace(SAVED, gpu_uuids=())
+    assert decide(cpu, admission=admission) == Resume(Placement("node-b", ()))
+
+
+def test_an_admitted_start_resumes_when_its_gpus_are_free() -> None:
+    admitted = Admit(Placement("node-b", ("GPU-b1",)))  # a fresh start would go there
+    assert decide(admission=admitted) == Resume(Placement("node-b", ("GPU-b0",)))
+
+
+def test_a_refused_resume_keeps_the_checkpoint_in_its_words() -> None:
+    assert kept_line(CAP.sentence) == (
+        "You hold 2 GPUs (max 2 per user); start it without GPUs. Your suspended server is "
+        "kept: start it again once this allows, and it resumes where you left it."
+    )
 
 
 def test_a_gpu_gone_from_its_node_or_broken_is_said_so() -> None:
