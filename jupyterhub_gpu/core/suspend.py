@@ -144,6 +144,12 @@ def _gpus_free(saved: SuspendedServer, snapshot: ClusterSnapshot) -> str | None:
     return None
 
 
+def checkpoint_expired(saved: SuspendedServer, now: datetime, keep_for_s: float) -> bool:
+    """Whether ``saved``'s checkpoint is older than it is kept (``keep_for_s``, 0: no
+    limit): its next start is a fresh one, and the hub's sweep removes it before then."""
+    return bool(keep_for_s) and (now - saved.at).total_seconds() > keep_for_s
+
+
 def resume_or_fresh(
     saved: SuspendedServer,
     snapshot: ClusterSnapshot,
@@ -165,8 +171,8 @@ def resume_or_fresh(
     would be refused too, so dropping it would lose the kernels for nothing). Queue: the
     start waits in line like any, and resumes if its GPUs are free when its turn comes.
     ``fenced``: GPUs an active reservation keeps from this user's group."""
-    age = (now - saved.at).total_seconds()
-    if keep_for_s and age > keep_for_s:
+    if checkpoint_expired(saved, now, keep_for_s):
+        age = (now - saved.at).total_seconds()
         return Fresh(f"it was suspended {duration(age)} ago, longer than it is kept")
     if options != saved.options_key:
         return Fresh("you chose other options than the suspended server's")
@@ -225,6 +231,7 @@ __all__ = [
     "Fresh",
     "Resume",
     "SuspendedServer",
+    "checkpoint_expired",
     "checkpoint_name",
     "fresh_line",
     "kept_line",

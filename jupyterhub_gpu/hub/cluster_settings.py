@@ -256,6 +256,15 @@ class GPUCluster(LoggingConfigurable):
         help="""Days a suspended server's checkpoint is resumed: a start after that is a
         fresh one (and removes the checkpoint). 0: until the next start.""",
     )
+    suspend_sweep_interval = Float(
+        3600.0,
+        config=True,
+        help="""Seconds between the hub's sweeps of suspended servers whose checkpoint is
+        older than ``suspend_keep_days``: their container and checkpoint are removed from
+        their node (its disk) and their server token revoked, as a start after that
+        would; their files are kept. 0: no sweep (a checkpoint then stays until its
+        server's next start).""",
+    )
     suspend_timeout = Float(
         300.0,
         config=True,
@@ -351,7 +360,7 @@ class GPUCluster(LoggingConfigurable):
 #: the keys that moved from ``c.GPUDockerSpawner`` to ``c.GPUCluster`` in this release
 #: keys added to ``c.GPUCluster`` after the move: never the spawner's, not accepted there
 NEVER_THE_SPAWNERS = frozenset(
-    {"suspend", "suspend_max_gib", "suspend_keep_days", "suspend_timeout"}
+    {"suspend", "suspend_max_gib", "suspend_keep_days", "suspend_sweep_interval", "suspend_timeout"}
 )
 MOVED: frozenset[str] = frozenset(GPUCluster.class_traits(config=True)) - NEVER_THE_SPAWNERS
 #: the sections a moved key may still be found in (the spawner's, the more specific last)

@@ -78,6 +78,8 @@ class HubRuntime:
         #: (hub/jobs.py marks the placed jobs live there: configure_jobs)
         self.cluster_hooks: list[Callable[[Cluster], None]] = []
         self.ssh = SSHReport()  # the SSH gateway's last list of open sessions
+        #: the sweep of expired checkpoints (hub/suspend_sweep.py), once started
+        self.suspend_sweep: asyncio.Future[None] | None = None
 
     def __deepcopy__(self, memo: dict[int, Any]) -> HubRuntime:
         # traitlets deep-copies configuration values; the hub must keep this very object

@@ -681,6 +681,7 @@ class GPUDockerSpawner(
         self._ended_note = self._freed = ""  # the form showed why the last one ended
         self._image_checked = None  # each start checks its image on its node afresh
         self.runtime.start_prepuller(self.log, self.site.catalog_file)
+        self._start_sweeping()
         try:
             names = functools.partial(derived_names, self)
             check_name_lengths(names, self.user.name, self.name, self.escape)
@@ -693,8 +694,7 @@ class GPUDockerSpawner(
             try:
                 try:
                     group = self._group_of(ident, options.charge_group)
-                    # a suspended server: resumed from its checkpoint (hub/suspend.py), or
-                    # the placement its wait in line took, or None: a start as any
+                    # resumed (hub/suspend.py), its wait's placement, or None: as any start
                     resumed = await self._resumed(snapshot, ident, options, request, group)
                     if isinstance(resumed, tuple):
                         return resumed
@@ -808,6 +808,7 @@ class GPUDockerSpawner(
         self.cluster.start_reconciling()  # a restarted hub polls its servers first of all
         self.saved_images().start_sweeping()
         self.runtime.start_prepuller(self.log, self.site.catalog_file)
+        self._start_sweeping()
         if not self.node_name:
             return 0
         if self.suspending:  # frozen for its checkpoint, or its stop is running

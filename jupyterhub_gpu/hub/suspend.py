@@ -64,6 +64,7 @@ from jupyterhub_gpu.edges.suspend import (
 )
 from jupyterhub_gpu.errors import GPUHubError, NotOnNode, SuspendFailed, SuspendRefused
 from jupyterhub_gpu.hub.answer import spawner_answer
+from jupyterhub_gpu.hub.suspend_sweep import start_sweeping
 from jupyterhub_gpu.wire.server_state import decode_suspension, encode_suspension
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ if TYPE_CHECKING:
     from jupyterhub_gpu.hub.cluster import Cluster
     from jupyterhub_gpu.hub.cluster_settings import GPUCluster
     from jupyterhub_gpu.hub.queue import SpawnQueue
+    from jupyterhub_gpu.hub.runtime import HubRuntime
 else:  # JupyterHub refuses a Spawner subclass without its own start, stop and poll
     from traitlets.config import LoggingConfigurable as _SpawnerBase
 
@@ -117,6 +119,8 @@ class SuspendingSpawnerMixin(_SpawnerBase):
         async def get_ip_and_port(self) -> tuple[str, int]: ...
         @property
         def queue(self) -> SpawnQueue: ...
+        @property
+        def runtime(self) -> HubRuntime: ...
         def _admission(
             self,
             snapshot: ClusterSnapshot,
@@ -420,6 +424,25 @@ class SuspendingSpawnerMixin(_SpawnerBase):
                 saved.node,
                 e,
             )
+
+    async def forget_expired(self) -> None:
+        """The sweep's (hub/suspend_sweep.py): this stopped server's checkpoint is older
+        than ``GPUCluster.suspend_keep_days``; forget it as its next start would."""
+        saved = self.suspended
+        await self._forget_suspended("")
+        if saved is not None:
+            self.log.info(
+                "%s: removed its checkpoint %s on %s, suspended at %s: older than "
+                "GPUCluster.suspend_keep_days (its files are kept)",
+                self.holder,
+                saved.checkpoint,
+                saved.node,
+                saved.at.isoformat(timespec="seconds"),
+            )
+
+    def _start_sweeping(self) -> None:
+        """The hub's sweep of expired checkpoints, started once (from start and poll)."""
+        start_sweeping(self.runtime, self.user.settings, self.site, self.log)
 
     async def delete_forever(self) -> None:
         """A deleted server (or user): its checkpoint goes too."""
