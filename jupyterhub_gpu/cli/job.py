@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from jupyterhub_gpu.cli.login import config_dir, load
+from jupyterhub_gpu.cli.login import Login, config_dir, is_untrusted, load, untrusted
 from jupyterhub_gpu.core.jobs.spec import JobRequest
 from jupyterhub_gpu.core.words import duration
 from jupyterhub_gpu.errors import BadPayload, InvalidRequest
@@ -37,8 +37,9 @@ TIMEOUT_S = 60.0
 
 
 class Hub:
-    def __init__(self, api: str, token: str) -> None:
+    def __init__(self, api: str, token: str, ca: str = "") -> None:
         self.api, self.token = api.rstrip("/"), token
+        self.context = Login(api, token, ca).context() if api.startswith("https:") else None
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
@@ -49,11 +50,13 @@ class Hub:
             headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
         )
         try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as r:
+            with urllib.request.urlopen(request, timeout=TIMEOUT_S, context=self.context) as r:
                 return json.loads(r.read() or b"null")
         except urllib.error.HTTPError as e:
             raise SystemExit(_message(e)) from None
         except (urllib.error.URLError, OSError) as e:
+            if is_untrusted(e):
+                raise SystemExit(untrusted(self.api.removesuffix("/hub/api"))) from None
             raise SystemExit(
                 f"The hub at {self.api} did not answer ({e}); check JUPYTERHUB_URL."
             ) from None
@@ -87,7 +90,7 @@ def _hub(args: argparse.Namespace) -> Hub:
                 "a token from the hub's token page); inside a server they are set already."
             )
         api = args.hub.rstrip("/") + "/hub/api" if args.hub else stored.api
-        return Hub(api, stored.token)
+        return Hub(api, stored.token, stored.ca)
     if args.hub:
         api = args.hub.rstrip("/") + "/hub/api"
     elif os.environ.get("JUPYTERHUB_API_URL"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import stat
 import subprocess
 import sys
@@ -16,7 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from jupyterhub_gpu.cli.login import FILE_NAME, Login, clean_token, config_dir, hub_url, load, save
+from jupyterhub_gpu.cli.certs import issue, make_ca
+from jupyterhub_gpu.cli.login import (
+    CA_NAME,
+    FILE_NAME,
+    Login,
+    clean_token,
+    config_dir,
+    hub_url,
+    load,
+    save,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -134,3 +145,59 @@ def test_no_hub_there_stores_nothing(tmp_path: Path) -> None:
     done = _cli(["login", "--hub", "http://127.0.0.1:9"], tmp_path, f"{GOOD}\n")
     assert done.returncode != 0 and "No hub answered at http://127.0.0.1:9" in done.stderr
     assert not (tmp_path / ".config").exists()
+
+
+@pytest.fixture
+def tls_hub(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """The same hub over HTTPS, its certificate signed by a site CA of its own (as ``hub
+    install`` makes one): its address and the CA's file."""
+    ca_pem, ca_key = make_ca()
+    cert, key = issue(ca_pem, ca_key, "127.0.0.1", server_names=["127.0.0.1"])
+    folder = tmp_path / "site"
+    folder.mkdir()
+    (folder / "ca.pem").write_bytes(ca_pem)
+    (folder / "hub.crt").write_bytes(cert)
+    (folder / "hub.key").write_bytes(key)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(folder / "hub.crt", folder / "hub.key")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _Hub.seen = []
+    yield f"https://127.0.0.1:{server.server_address[1]}", folder / "ca.pem"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_hub_signed_by_the_sites_own_ca_is_trusted_with_login_ca(
+    tls_hub: tuple[str, Path], tmp_path: Path
+) -> None:
+    hub, ca = tls_hub
+    folder = tmp_path / ".config" / "jupyterhub-gpu"
+    # not trusted: said so, with the command that fixes it; nothing stored
+    refused = _cli(["login", "--hub", hub], tmp_path, f"{GOOD}\n")
+    assert refused.returncode != 0, refused
+    assert refused.stderr.strip() == (
+        f"The hub at {hub} has a certificate this machine does not trust. If your site made "
+        "it, ask your admin for the site's CA certificate (ca.pem) and run jupyterhub-gpu "
+        "login --ca ca.pem."
+    )
+    assert not folder.exists()
+    bogus = tmp_path / "bogus.pem"
+    bogus.write_text("not a certificate\n")
+    bad = _cli(["login", "--hub", hub, "--ca", str(bogus)], tmp_path, f"{GOOD}\n")
+    assert bad.returncode != 0 and "is not a CA certificate (PEM)" in bad.stderr, bad
+    # with the site's CA: checked, then stored beside the login (0600), and job uses it
+    done = _cli(["login", "--hub", hub, "--ca", str(ca)], tmp_path, f"{GOOD}\n")
+    assert done.returncode == 0, done.stderr
+    stored = json.loads((folder / FILE_NAME).read_text())
+    assert stored == {"url": hub, "token": GOOD, "ca": str(folder / CA_NAME)}
+    assert (folder / CA_NAME).read_bytes() == ca.read_bytes()
+    assert stat.S_IMODE((folder / CA_NAME).stat().st_mode) == 0o600
+    _Hub.seen.clear()
+    listed = _cli(["job", "list"], tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert _Hub.seen == [("/hub/api/gpu/jobs", f"token {GOOD}")]
+    gone = _cli(["login", "--forget"], tmp_path)
+    assert gone.returncode == 0 and not (folder / CA_NAME).exists()
