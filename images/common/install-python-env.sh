@@ -11,7 +11,11 @@
 #      $FRAMEWORK_PIP_PRE; then `python -c "$FRAMEWORK_CHECK"`;
 #   5. /etc/profile.d/jupyterhub-gpu-path.sh: login shells (JupyterLab's terminal) get
 #      the image's PATH back, $VENV/bin first; jupyterhub-gpu-name.sh: a login shell the
-#      server did not start (SSH's docker exec) gets the user's name (libnss_wrapper).
+#      server did not start (SSH's docker exec) gets the user's name (libnss_wrapper);
+#   6. JupyterLab's site settings ($VENV/share/jupyter/lab/settings/overrides.json): no
+#      "Would you like to receive official Jupyter news?" prompt and no update check
+#      (a server here reaches no news feed, and the corner is where the hub's warnings
+#      show: docs/culler.md); a user may still turn them on in her own settings.
 # pip trusts $PIP_CA_BUNDLE when set (a CA bundle copied into the build context).
 set -eu
 set -f  # no globbing: requirement specs like 'pkg[extra]>=1' stay literal
@@ -115,6 +119,16 @@ if [ -z "${NSS_WRAPPER_PASSWD:-}" ] && [ -r /proc/1/environ ]; then
 fi
 PROFILE
 chmod 0644 /etc/profile.d/jupyterhub-gpu-name.sh
+
+mkdir -p "$VENV/share/jupyter/lab/settings"
+cat > "$VENV/share/jupyter/lab/settings/overrides.json" <<'SETTINGS'
+{
+  "@jupyterlab/apputils-extension:notification": {
+    "checkForUpdates": false,
+    "fetchNews": "false"
+  }
+}
+SETTINGS
 chmod 0755 "$here/start-singleuser.sh"
 chmod 1777 /tmp  # a docker-imported rootfs may lack the sticky, world-writable /tmp
 chmod -R a+rX "$VENV"

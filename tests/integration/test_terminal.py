@@ -39,6 +39,10 @@ TYPED = (
     "command -v pip; python -c 'import sys; print(\"prefix=\" + sys.prefix)'; whoami; id -un; "
     "echo home=$HOME; if test -w /etc/passwd; then echo passwd=writable; "
     "else echo passwd=read-only; fi; stat -c passwd-owner=%u:%a /etc/passwd; "
+    "python -c 'import json, sys; s = json.load(open(sys.prefix + "
+    "\"/share/jupyter/lab/settings/overrides.json\")); "
+    "print(\"news=\" + s[\"@jupyterlab/apputils-extension:notification\"][\"fetchNews\"])'; "
+    "ls -1 $VENV/share/jupyter/labextensions; "
     f"pip install --user --no-index --find-links /srv/wheels {WHEEL} && "
     "python -c 'import first_hour; print(\"imported=\" + first_hour.__file__)'; "
     "echo done-$((6 * 7))"
@@ -124,6 +128,10 @@ c.GPUDockerSpawner.group_mounts = {mounts!r}
     assert "home=/home/alice" in lines, out
     # ... without a writable /etc/passwd (she would write a uid-0 entry)
     assert "passwd=read-only" in lines and "passwd-owner=0:644" in lines, out
+    # JupyterLab asks no "Jupyter news?" question (the hub's warnings use that corner)
+    assert "news=false" in lines, out
+    if slug == "python-cpu":  # the catalog's images carry the JupyterLab extension
+        assert "jupyterhub-gpu-lab" in lines, out
     # the README's "My images" step, as written
     assert f"Successfully installed {WHEEL}-1.0" in out, out
     assert "imported=/home/alice/.local/lib/" in out, out
