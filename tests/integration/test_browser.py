@@ -131,7 +131,7 @@ def _walk_through(page, hub, inventory, node_a: Engine, node_b: Engine, home) ->
     page.select_option("#jhgpu-gpu-model", RTX[0])
     page.click("#jhgpu-form details > summary")  # the list of images that can't run now
     cannot = " ".join(page.locator("#jhgpu-form details").inner_text().split())
-    assert "Python + JupyterLab (CUDA 13.0 rules): No node can run it" in cannot, cannot
+    assert "Python 3.11 + JupyterLab for CUDA 13.0: No node can run it" in cannot, cannot
     screenshot(page, "browser-1-form")
 
     # ---- submit, watch the progress page, land in JupyterLab
