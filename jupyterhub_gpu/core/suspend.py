@@ -103,11 +103,15 @@ def suspend_refusal(
     checkpoints: bool,
     memory_bytes: int | None,
     max_bytes: int,
+    node_held_bytes: int = 0,
+    node_max_bytes: int = 0,
 ) -> str | None:
     """Why the hub will not suspend a server on ``node`` now (a sentence for the log
     and the culler, which stops the server instead), or None. ``checkpoints``: the
     node's engine can checkpoint (``dockerd --experimental``); ``memory_bytes``: the
-    container's memory (None: unknown); ``max_bytes``: the budget (0: none)."""
+    container's memory (None: unknown); ``max_bytes``: the budget (0: none);
+    ``node_held_bytes``: what the node's suspended servers' checkpoints hold already,
+    ``node_max_bytes`` the node's budget for them (0: none)."""
     if not enabled:
         return "suspending servers is off on this hub (GPUCluster.suspend)"
     if not checkpoints:
@@ -119,6 +123,12 @@ def suspend_refusal(
         return (
             f"it holds {gib(memory_bytes // 2**20)} of memory, more than a checkpoint may take "
             f"(GPUCluster.suspend_max_gib, {gib(max_bytes // 2**20)})"
+        )
+    if node_max_bytes and node_held_bytes + (memory_bytes or 0) > node_max_bytes:
+        return (
+            f"node {node}'s suspended servers hold {gib(node_held_bytes // 2**20)} of its disk "
+            f"already; this one's {gib((memory_bytes or 0) // 2**20)} would pass its budget "
+            f"(GPUCluster.suspend_node_gib, {gib(node_max_bytes // 2**20)})"
         )
     return None
 

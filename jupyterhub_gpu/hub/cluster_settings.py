@@ -250,6 +250,14 @@ class GPUCluster(LoggingConfigurable):
         suspended (its checkpoint would take about as much of its node's disk). 0: no
         limit.""",
     )
+    suspend_node_gib = Float(
+        64.0,
+        config=True,
+        help="""GiB of one node's disk its suspended servers' checkpoints may hold together
+        (each counted as its container's memory when suspended, about what its checkpoint
+        takes): a suspend that would pass it stops the server instead, so checkpoints
+        never fill a node's disk under the servers that run there. 0: no limit.""",
+    )
     suspend_keep_days = Float(
         7.0,
         config=True,
@@ -360,7 +368,14 @@ class GPUCluster(LoggingConfigurable):
 #: the keys that moved from ``c.GPUDockerSpawner`` to ``c.GPUCluster`` in this release
 #: keys added to ``c.GPUCluster`` after the move: never the spawner's, not accepted there
 NEVER_THE_SPAWNERS = frozenset(
-    {"suspend", "suspend_max_gib", "suspend_keep_days", "suspend_sweep_interval", "suspend_timeout"}
+    {
+        "suspend",
+        "suspend_max_gib",
+        "suspend_keep_days",
+        "suspend_node_gib",
+        "suspend_sweep_interval",
+        "suspend_timeout",
+    }
 )
 MOVED: frozenset[str] = frozenset(GPUCluster.class_traits(config=True)) - NEVER_THE_SPAWNERS
 #: the sections a moved key may still be found in (the spawner's, the more specific last)

@@ -64,7 +64,7 @@ from jupyterhub_gpu.edges.suspend import (
 )
 from jupyterhub_gpu.errors import GPUHubError, NotOnNode, SuspendFailed, SuspendRefused
 from jupyterhub_gpu.hub.answer import spawner_answer
-from jupyterhub_gpu.hub.suspend_sweep import start_sweeping
+from jupyterhub_gpu.hub.suspend_sweep import held_on, start_sweeping
 from jupyterhub_gpu.wire.server_state import decode_suspension, encode_suspension
 
 if TYPE_CHECKING:
@@ -188,6 +188,8 @@ class SuspendingSpawnerMixin(_SpawnerBase):
             checkpoints=bool(checkpoints),
             memory_bytes=memory,
             max_bytes=int(site.suspend_max_gib * 2**30),
+            node_held_bytes=held_on(self.user.db, node) if site.suspend_node_gib else 0,
+            node_max_bytes=int(site.suspend_node_gib * 2**30),
         )
         if refusal:
             raise SuspendRefused(refusal)

@@ -1,4 +1,6 @@
-"""The sweep of expired checkpoints (docs/culler.md, "Suspend instead of stop").
+"""The hub's checkpoints as its own database knows them (docs/culler.md, "Suspend
+instead of stop"): what one node's hold (:func:`held_on`, for
+``GPUCluster.suspend_node_gib``), and the sweep of expired ones.
 
 A suspended server's checkpoint takes its node's disk (about its container's memory)
 until its user starts it again. One who never comes back would hold it for ever: every
@@ -29,6 +31,18 @@ def _orm() -> Any:
     from jupyterhub import orm  # the hub's own tables: this runs inside the hub
 
     return orm
+
+
+def held_on(db: Any, node: str) -> int:
+    """Bytes the checkpoints of the stopped servers suspended on ``node`` hold (their
+    containers' memory when suspended), from the hub's own database."""
+    orm = _orm()
+    held = 0
+    for row in db.query(orm.Spawner).filter(orm.Spawner.server_id.is_(None)).all():
+        saved, _ = decode_suspension(row.state or {})
+        if saved is not None and saved.node == node:
+            held += max(saved.size_bytes, 0)
+    return held
 
 
 async def sweep_expired(
@@ -97,4 +111,4 @@ def start_sweeping(runtime: Any, settings: Mapping[str, Any], site: Any, log: An
         runtime.suspend_sweep = asyncio.ensure_future(sweep_forever(settings, site, log))
 
 
-__all__ = ["start_sweeping", "sweep_expired", "sweep_forever"]
+__all__ = ["held_on", "start_sweeping", "sweep_expired", "sweep_forever"]

@@ -180,6 +180,13 @@ def test_the_options_fingerprint_ignores_key_order_and_sees_any_change() -> None
          "(GPUCluster.suspend_max_gib, 32 GiB)"),
         ({"memory_bytes": 40 * 2**30, "max_bytes": 0}, None),
         ({"memory_bytes": None}, None),
+        # the node's budget for checkpoints (GPUCluster.suspend_node_gib)
+        ({"node_held_bytes": 60 * 2**30, "node_max_bytes": 64 * 2**30, "memory_bytes": 8 * 2**30},
+         "node node-b's suspended servers hold 60 GiB of its disk already; this one's 8.0 "
+         "GiB would pass its budget (GPUCluster.suspend_node_gib, 64 GiB)"),
+        ({"node_held_bytes": 56 * 2**30, "node_max_bytes": 64 * 2**30, "memory_bytes": 8 * 2**30},
+         None),  # just fits
+        ({"node_held_bytes": 600 * 2**30, "node_max_bytes": 0}, None),  # no limit
     ],
 )  # fmt: skip
 def test_when_the_hub_refuses_to_suspend(kw: dict[str, object], refusal: str | None) -> None:

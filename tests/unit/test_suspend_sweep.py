@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from jupyterhub import orm
 
-from jupyterhub_gpu.hub.suspend_sweep import DAY, sweep_expired
+from jupyterhub_gpu.hub.suspend_sweep import DAY, held_on, sweep_expired
 from jupyterhub_gpu.wire.server_state import decode_suspension, encode_suspension
 from tests.unit.test_suspend_decisions import NOW, SAVED
 
@@ -90,3 +90,16 @@ def test_only_stopped_servers_with_an_expired_checkpoint_are_swept() -> None:
     assert decode_suspension(rows[("dave", "")])[0] is not None  # next sweep
     # no limit: nothing is ever swept
     assert asyncio.run(sweep_expired(Users(), db, 0, NOW, logging.getLogger("t"))) == []
+
+
+def test_what_a_nodes_checkpoints_hold_is_read_from_the_hubs_database() -> None:
+    db = _db()
+    big = replace(SAVED, size_bytes=3 * 2**30)
+    _add(db, "alice", "", encode_suspension(big, ""))
+    _add(db, "bob", "", encode_suspension(replace(big, size_bytes=2**30), ""))
+    _add(db, "carol", "", encode_suspension(replace(big, node="node-c"), ""))
+    _add(db, "dave", "", {"other": 1})  # not suspended
+    _add(db, "erin", "running", encode_suspension(big, ""), running=True)  # resumed: none
+    assert held_on(db, "node-b") == 4 * 2**30
+    assert held_on(db, "node-c") == 3 * 2**30
+    assert held_on(db, "node-a") == 0
