@@ -35,6 +35,7 @@ from jupyterhub_gpu.core.culling.idleness import Deadline
 from jupyterhub_gpu.core.culling.warning import CullWarning
 from jupyterhub_gpu.errors import ConfigError
 from jupyterhub_gpu.wire.cull_notes import Notes, decode_notes, encode_notes
+from jupyterhub_gpu.wire.cull_policy import CullPolicy, decode_cull_policy, encode_cull_policy
 from jupyterhub_gpu.wire.cull_warnings import MAX_FILE as WARNINGS_MAX_FILE
 from jupyterhub_gpu.wire.cull_warnings import decode_cull_warnings, encode_cull_warnings
 from jupyterhub_gpu.wire.deadlines import decode_deadlines, encode_deadlines
@@ -145,6 +146,20 @@ def save_drains(path: str | os.PathLike[str], drains: Mapping[str, str]) -> None
 def _fresh(written: float, now: datetime | None, max_age: float) -> bool:
     when = datetime.fromtimestamp(written, timezone.utc)
     return (now or datetime.now(timezone.utc)) - when <= timedelta(seconds=max_age)
+
+
+def save_cull_policy(path: str | Path, policy: CullPolicy) -> None:
+    _write_shared(path, encode_cull_policy(policy))
+
+
+def load_cull_policy(
+    path: str | Path, now: datetime | None = None, max_age: float = 3600.0
+) -> CullPolicy | None:
+    """The culler's terms as it last wrote them (``wire/cull_policy.py``), or None when
+    the file is missing, unreadable, too large or older than ``max_age`` s (a culler that
+    stopped writing: its terms are not known)."""
+    text = _read_fresh(path, 16 * 2**20, now, max_age)
+    return decode_cull_policy(text) if text is not None else None
 
 
 def save_deadlines(path: str | Path, deadlines: Mapping[str, Deadline | None]) -> None:

@@ -211,6 +211,14 @@ class GPUCluster(LoggingConfigurable):
         with "I'm still here" (``/hub/api/gpu/users/{user}[/servers/{name}]/keep``, once per
         server start). ``configure_culler`` sets it. '' = not shown.""",
     )
+    cull_policy_file = Unicode(
+        "",
+        config=True,
+        help="""The idle culler's policy file (``GPUIdleCuller.policy_file``): the terms it
+        runs with, which the spawn form tells each user ("Idle servers stop after 30 min
+        with a GPU, 2 h without. You are warned 10 min before. ..."), hers by her groups.
+        ``configure_culler`` sets both sides. '' = the form says nothing of the culler.""",
+    )
     lab_notices_interval = Float(
         30.0,
         config=True,
@@ -375,6 +383,7 @@ NEVER_THE_SPAWNERS = frozenset(
         "suspend_node_gib",
         "suspend_sweep_interval",
         "suspend_timeout",
+        "cull_policy_file",
     }
 )
 MOVED: frozenset[str] = frozenset(GPUCluster.class_traits(config=True)) - NEVER_THE_SPAWNERS

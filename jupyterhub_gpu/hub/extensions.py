@@ -274,6 +274,7 @@ def configure_culler(
     deadlines_file: str | None = None,
     share_notices_file: str | None = None,
     warnings_file: str | None = None,
+    policy_file: str | None = None,
     args: Sequence[str] = (),
     site_secret: str | None = None,
     suspend: bool | None = None,
@@ -283,9 +284,10 @@ def configure_culler(
     (``/hub/api/gpu/agents``), so that the nodes are written in one place, the hub's.
 
     ``config_file``: more ``c.GPUIdleCuller.*`` settings (timeouts, group overrides).
-    ``notes_file``, ``deadlines_file``, ``share_notices_file`` and ``warnings_file``: the
-    files the culler writes and the hub reads (default: ``c.GPUCluster``'s ``cull_notes_file``,
-    ``cull_deadlines_file``, ``share_notices_file`` and ``cull_warnings_file`` when set);
+    ``notes_file``, ``deadlines_file``, ``share_notices_file``, ``warnings_file`` and
+    ``policy_file``: the files the culler writes and the hub reads (default:
+    ``c.GPUCluster``'s ``cull_notes_file``, ``cull_deadlines_file``, ``share_notices_file``,
+    ``cull_warnings_file`` and ``cull_policy_file`` when set);
     they are set on both sides here. The notices above every hub page (the culler's
     warnings with "I'm still here", why a server was culled) and their API are added.
     ``args``: more command-line options of the culler (e.g.
@@ -345,6 +347,11 @@ def configure_culler(
     if warnings_file is not None:
         site.cull_warnings_file = warnings_file
         command.append(f"--GPUIdleCuller.warnings_file={warnings_file}")
+    if policy_file is None and "cull_policy_file" in site:
+        policy_file = str(site.cull_policy_file)
+    if policy_file is not None:  # the terms the spawn form tells each user
+        site.cull_policy_file = policy_file
+        command.append(f"--GPUIdleCuller.policy_file={policy_file}")
     if suspend is None:
         suspend = bool(site.suspend) if "suspend" in site else False
     if suspend:  # the hub checkpoints, the culler asks it to (docs/culler.md)

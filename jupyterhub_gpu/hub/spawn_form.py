@@ -11,11 +11,13 @@ import contextlib
 from datetime import datetime, timezone
 from typing import Any
 
+from jupyterhub_gpu.core.culling.terms import idle_terms_words
 from jupyterhub_gpu.core.culling.warning import stopped_words
 from jupyterhub_gpu.core.form import resolve_bounds, spawn_form_html
 from jupyterhub_gpu.core.form.user_quota import holdings_of
 from jupyterhub_gpu.core.placement import availability
 from jupyterhub_gpu.core.suspend import suspended_words
+from jupyterhub_gpu.edges.files import load_cull_policy
 from jupyterhub_gpu.hub.cull_notes import after_cull, cull_note
 from jupyterhub_gpu.hub.image_checks import user_catalog
 
@@ -67,7 +69,19 @@ async def spawn_form(spawner: Any) -> str:
         wait_view=queue.wait_view(snapshot) if waits else None,
         user=spawner.user.name,
         tz=queue.settings.timezone,
+        idle_terms=_idle_terms(spawner.site, spawner.user.name, ident.groups),
     )
+
+
+def _idle_terms(site: Any, user: str, groups: Any) -> str:
+    """The culler's terms for ``user`` as it last wrote them (``GPUCluster.cull_policy_file``;
+    "" when there is none, or it is stale: nothing said rather than something wrong)."""
+    path = str(getattr(site, "cull_policy_file", "") or "")
+    policy = load_cull_policy(path) if path else None
+    if policy is None:
+        return ""
+    terms = policy.terms_for(user, groups or ())
+    return idle_terms_words(terms, policy.warn_before_s, policy.suspend)
 
 
 __all__ = ["spawn_form"]

@@ -5,7 +5,8 @@ limit and its warning), Debian's Chromium in Europe/Paris with en-GB formats (th
 zone is UTC). alice, as a student would:
 
 1. logs in with her LDAP password and reads the spawn form: the image's framework, Python
-   and CUDA first, the admin's details last, what is free now;
+   and CUDA first, the admin's details last, what is free now, and the idle policy as the
+   culler runs it;
 2. starts a CPU server from the form and lands in JupyterLab;
 3. opens a terminal in JupyterLab: ``whoami`` says her name and ``pip install --user``
    from the site's wheel folder works (the README's "My images" step, as written);
@@ -160,7 +161,8 @@ def test_a_students_first_hour(
         settings=f"c.GPUIdleCuller.warn_before = {WARN}\n"
         f"c.GPUIdleCuller.max_age = {MAX_AGE}\n"
         f"c.GPUIdleCuller.warnings_file = {str(warnings_file)!r}\n"
-        f"c.GPUIdleCuller.deadlines_file = {str(deadlines)!r}",
+        f"c.GPUIdleCuller.deadlines_file = {str(deadlines)!r}\n"
+        f"c.GPUIdleCuller.policy_file = {str(culler_dir / 'policy.json')!r}",
     )
     mounts = {"gpu-users": [{"source": str(wheels), "target": "/srv/wheels"}]}
     extra += f"""
@@ -168,6 +170,7 @@ c.GPUDockerSpawner.max_queue_wait = 300  # the queue is on (culler_extra turns i
 c.GPUCluster.cull_notes_file = {str(culler_dir / "notes.json")!r}
 c.GPUCluster.cull_warnings_file = {str(warnings_file)!r}
 c.GPUCluster.cull_deadlines_file = {str(deadlines)!r}
+c.GPUCluster.cull_policy_file = {str(culler_dir / "policy.json")!r}
 c.GPUDockerSpawner.group_mounts = {mounts!r}
 c.GPUDockerSpawner.resource_defaults = {{"max_gpus": 1, "max_cpu": 1, "max_mem_gib": 2,
     "default_cpu": 0.5, "default_mem_gib": 1}}
@@ -197,6 +200,8 @@ c.SavedImages.find_links = [{str(wheels)!r}]
 def _walk(page: Page, hub: Hub, warnings_file: Path, deadlines: Path) -> None:
     # ---- 1. log in (LDAP) and read the form
     hub_login(page, hub.url, "alice", DEMO_PASSWORDS["alice"])
+    policy = warnings_file.parent / "policy.json"  # the culler's first round writes it
+    wait_until(policy.exists, INTERVAL + 60, "the culler's terms", details=hub.log_tail)
     page.goto(f"{hub.url}/hub/spawn/alice")
     page.wait_for_selector("#jhgpu-form")
     page.select_option("#jhgpu-image", "demo-cuda12")
@@ -207,6 +212,11 @@ def _walk(page: Page, hub: Hub, warnings_file: Path, deadlines: Path) -> None:
     assert model.startswith("RTX 3090: 1 of 1 free · 24 GiB"), model
     assert words(page, "#jhgpu-gpu-count-help") == "Up to 1 per server."
     assert page.locator("#jhgpu-offer").is_hidden()  # 1 GPU asked, 1 free: nothing to say
+    # the idle policy, as the culler runs it, in her words
+    assert words(page, "#jhgpu-idle-terms") == (
+        f"Idle servers stop after {TIMEOUT:.0f} s. You are warned {WARN:.0f} s before. Your "
+        f"files are kept. Any server stops after {MAX_AGE / 60:.0f} min."
+    )
     shot(page, "01-form")
 
     # ---- 2. start a CPU server from the form; JupyterLab

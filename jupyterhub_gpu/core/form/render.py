@@ -201,8 +201,12 @@ def render_form(
     wait_view: WaitView | None = None,
     user: str = "",
     tz: tzinfo = UTC,
+    idle_terms: str = "",
 ) -> str:
     """The form's HTML (inserted into JupyterHub's ``spawn.html``).
+
+    ``idle_terms``: the idle culler's terms for this user, in her words
+    (:func:`~jupyterhub_gpu.core.culling.terms.idle_terms_words`), shown under the choices.
 
     ``wait_view``: the GPU queue as plain data (the hub's ``SpawnQueue.wait_view``); with
     it, each offer also says where ``user``'s server would stand in line and the queue's
@@ -286,6 +290,7 @@ def render_form(
             unlisted=list(unlisted),
             shares=share_choices(sharing, [(m.model, m.memory_mib) for m in allowed]),
             chosen_share=str((previous_choices or {}).get("gpu_share") or ""),
+            idle_terms=idle_terms,
         )
     )
 
@@ -322,6 +327,7 @@ def spawn_form_html(
     wait_view: WaitView | None = None,
     user: str = "",
     tz: tzinfo = UTC,
+    idle_terms: str = "",
 ) -> str:
     """Everything in one call: the user's images, their availability on ``snapshot``'s
     nodes and where each is ready (``image_sizes``: identity -> bytes on disk, for what
@@ -358,4 +364,5 @@ def spawn_form_html(
         wait_view=wait_view,
         user=user,
         tz=tz,
+        idle_terms=idle_terms,
     )

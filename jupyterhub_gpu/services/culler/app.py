@@ -264,6 +264,13 @@ class GPUIdleCuller(HubService, WarningMail):
         (GPUCluster.cull_warnings_file; configure_culler sets both). '' = not
         written (the warning still delays the cull, and is logged).""",
     ).tag(config=True)
+    policy_file = Unicode(
+        "",
+        help="""JSON file the culler rewrites each round with the terms it runs with (its
+        timeouts, each user's own where group overrides change them, its warning, whether
+        it suspends: wire/cull_policy.py); the hub's spawn form tells each user hers
+        (GPUCluster.cull_policy_file; configure_culler sets both). '' = not written.""",
+    ).tag(config=True)
     share_memory_action = Enum(
         list(ACTIONS),
         default_value="warn",
@@ -713,6 +720,7 @@ class GPUIdleCuller(HubService, WarningMail):
             if decision.cull:
                 self._deadlines.pop(full if "/" in full else f"{full}/", None)
         self._write_deadlines()
+        await culler_state.write_policy(self, users)
         self._write_warnings(decisions)
         await self.mail_round(users, decisions, self._new_warnings, at)
         self._end_share_round(decisions)

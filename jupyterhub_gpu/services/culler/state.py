@@ -1,12 +1,14 @@
 """The culler's files: its notes of culls (``GPUIdleCuller.notes_file``, which the hub
-reads), and its state file (``GPUIdleCuller.state_file``): its GPU histories, their
-holders and the shares' episodes over their memory, kept across a restart so that it
-keeps its patience. Written atomically; read bounded (:data:`MAX_STATE_FILE`), and a bad
-file is one warning and a fresh start."""
+reads), the terms it runs with (``policy_file``, for the hub's spawn form), and its
+state file (``GPUIdleCuller.state_file``): its GPU histories, their holders and the
+shares' episodes over their memory, kept across a restart so that it keeps its patience.
+Written atomically; read bounded (:data:`MAX_STATE_FILE`), and a bad file is one warning
+and a fresh start."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -16,9 +18,12 @@ from jupyterhub_gpu.core.attribution.memory import (
     episodes_to_json,
     recent_episodes,
 )
-from jupyterhub_gpu.edges.files import load_notes, save_notes, write_json_atomic
+from jupyterhub_gpu.core.culling.idleness import validate_overrides
+from jupyterhub_gpu.core.culling.terms import IdleTerms, idle_terms
+from jupyterhub_gpu.edges.files import load_notes, save_cull_policy, save_notes, write_json_atomic
 from jupyterhub_gpu.wire.cull_notes import CullNote, add_note
 from jupyterhub_gpu.wire.cull_notes import drop_note as without_note
+from jupyterhub_gpu.wire.cull_policy import CullPolicy
 
 MAX_STATE_FILE = 64 << 20  # bytes of the state file read at most
 
@@ -92,7 +97,14 @@ def _restore_episodes(culler: Any, data: Any, now: datetime) -> None:
         )
 
 
-__all__ = ["MAX_STATE_FILE", "drop_note", "load_state", "save_state", "write_notes"]
+__all__ = [
+    "MAX_STATE_FILE",
+    "drop_note",
+    "load_state",
+    "save_state",
+    "write_notes",
+    "write_policy",
+]
 
 
 def write_notes(culler: Any, notes: list[CullNote]) -> None:
@@ -117,3 +129,29 @@ def drop_note(culler: Any, note: CullNote) -> None:
         save_notes(culler.notes_file, without_note(load_notes(culler.notes_file), note))
     except OSError as e:
         culler.log.warning("Could not write cull notes to %s: %s", culler.notes_file, e)
+
+
+async def write_policy(culler: Any, users: Sequence[Mapping[str, Any]]) -> None:
+    """The terms ``culler`` runs with (a GPUIdleCuller's), each running user's own where
+    its overrides are a function, for the hub's spawn form (its ``policy_file``)."""
+    if not culler.policy_file or culler.dry_run:
+        return
+    default = idle_terms(culler.base_policy())
+    own: dict[str, IdleTerms] = {}
+    overrides: Any = culler.group_overrides
+    if callable(overrides):  # each running user's, as resolved for this round
+        for user in users:
+            name = user.get("name")
+            try:
+                terms = idle_terms(await culler.policy_for(user))
+            except Exception:  # an override that fails: its user reads the default
+                continue
+            if isinstance(name, str) and terms != default:
+                own[name] = terms
+        overrides = {}
+    warn, suspend = float(culler.warn_before), bool(culler.suspend)
+    policy = CullPolicy(default, warn, suspend, own, validate_overrides(overrides))
+    try:
+        save_cull_policy(culler.policy_file, policy)
+    except OSError as e:
+        culler.log.warning("Could not write the cull policy to %s: %s", culler.policy_file, e)
