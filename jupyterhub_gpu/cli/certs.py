@@ -117,30 +117,29 @@ def sans(names: list[str]) -> list[x509.GeneralName]:
     return out
 
 
-def issue(
+def sign(
     ca_cert_pem: bytes,
     ca_key_pem: bytes,
     common_name: str,
+    public_key: ec.EllipticCurvePublicKey,
     *,
     server_names: list[str] | None = None,
     client: bool = False,
-    key: ec.EllipticCurvePrivateKey | None = None,
-) -> tuple[bytes, bytes]:
-    """A leaf certificate signed by the CA: a server's (``server_names`` become its
-    subjectAltName) or a client's, for ``key`` (default: a new one). Returns (certificate
-    PEM, key PEM)."""
+) -> bytes:
+    """A leaf certificate for ``public_key`` signed by the site's CA, the one way every
+    certificate of the site is issued: a server's (``server_names`` become its
+    subjectAltName) or a client's, valid :data:`CERT_DAYS`. Returns its PEM."""
     ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
     ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise ConfigError("the CA key is not an EC key made by `jupyterhub-gpu certs ca`")
-    key = key or _key()
     now = _now()
     usage = [ExtendedKeyUsageOID.CLIENT_AUTH] if client else [ExtendedKeyUsageOID.SERVER_AUTH]
     builder = (
         x509.CertificateBuilder()
         .subject_name(_name(common_name))
         .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
+        .public_key(public_key)
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + dt.timedelta(days=CERT_DAYS))
@@ -166,8 +165,29 @@ def issue(
     )
     if server_names:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans(server_names)), False)
-    cert = builder.sign(ca_key, hashes.SHA256())
-    return _cert_pem(cert), _key_pem(key)
+    return _cert_pem(builder.sign(ca_key, hashes.SHA256()))
+
+
+def issue(
+    ca_cert_pem: bytes,
+    ca_key_pem: bytes,
+    common_name: str,
+    *,
+    server_names: list[str] | None = None,
+    client: bool = False,
+    key: ec.EllipticCurvePrivateKey | None = None,
+) -> tuple[bytes, bytes]:
+    """:func:`sign` for ``key`` (default: a new one). Returns (certificate PEM, key PEM)."""
+    key = key or _key()
+    cert = sign(
+        ca_cert_pem,
+        ca_key_pem,
+        common_name,
+        key.public_key(),
+        server_names=server_names,
+        client=client,
+    )
+    return cert, _key_pem(key)
 
 
 def _refuse_existing(paths: list[Path], force: bool, what: str) -> None:
@@ -178,7 +198,7 @@ def _refuse_existing(paths: list[Path], force: bool, what: str) -> None:
         )
 
 
-def _read_ca(site: Site) -> tuple[bytes, bytes]:
+def read_ca(site: Site) -> tuple[bytes, bytes]:
     try:
         return site.ca_cert.read_bytes(), site.ca_key.read_bytes()
     except FileNotFoundError as e:
@@ -203,7 +223,7 @@ def make_site_ca(site: Site, force: bool = False) -> list[Path]:
 
 
 def make_hub_cert(site: Site, force: bool = False) -> list[Path]:
-    ca = _read_ca(site)
+    ca = read_ca(site)
     _refuse_existing([site.hub_cert, site.hub_key], force, "")
     cert, key = issue(*ca, "jupyterhub-gpu hub", client=True)
     private_dir(site.tls)
@@ -223,7 +243,7 @@ def make_public_cert(
             f"{(bad or [''])[0]!r} is not an IP address or a host name: give the hub's "
             "address (--address) and the names users open it at (--dns)"
         )
-    ca = _read_ca(site)
+    ca = read_ca(site)
     _refuse_existing([site.public_cert, site.public_key], force, "")
     cert, key = issue(*ca, "jupyterhub-gpu hub (public)", server_names=names)
     private_dir(site.tls)
@@ -328,7 +348,7 @@ def make_node_cert(
         {"name": node, "docker_url": "unix:///var/run/docker.sock", "address": address},
         f"node {node}",
     )
-    ca_cert, ca_key = _read_ca(site)
+    ca_cert, ca_key = read_ca(site)
     folder = site.node_dir(node)  # becomes the node's etc/tls: ca.pem, cert.pem, key.pem
     cert_path, key_path = folder / site.node_cert.name, folder / site.node_key.name
     _refuse_existing([cert_path, key_path], force, "")
@@ -356,7 +376,7 @@ def renew_cert(
     """The certificate at ``cert_path`` issued again by the site's CA for another
     :data:`CERT_DAYS`: the same name, subjectAltName and use, the same key (a new one with
     ``rotate_key``). Both files are replaced together; returns the new expiry."""
-    ca_cert, ca_key = _read_ca(site)
+    ca_cert, ca_key = read_ca(site)
     try:
         old = x509.load_pem_x509_certificate(cert_path.read_bytes())
         key = (

@@ -139,7 +139,7 @@ def _registry_cert(site: Site, hub_ip: str) -> list[Path]:
     """The pull side's certificate for the hub's address (kept when it names it)."""
     from cryptography import x509
 
-    from jupyterhub_gpu.cli.certs import _read_ca, issue
+    from jupyterhub_gpu.cli.certs import issue, read_ca
 
     if site.registry_cert.exists() and site.registry_key.exists():
         cert = x509.load_pem_x509_certificate(site.registry_cert.read_bytes())
@@ -149,7 +149,7 @@ def _registry_cert(site: Site, hub_ip: str) -> list[Path]:
                 return []
         except x509.ExtensionNotFound:
             pass
-    cert_pem, key_pem = issue(*_read_ca(site), "jupyterhub-gpu site registry",
+    cert_pem, key_pem = issue(*read_ca(site), "jupyterhub-gpu site registry",
                               server_names=[hub_ip])  # fmt: skip
     private_dir(site.tls)
     write_all({site.registry_cert: (cert_pem, 0o644), site.registry_key: (key_pem, SECRET_MODE)})
