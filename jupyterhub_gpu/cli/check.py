@@ -37,7 +37,7 @@ from jupyterhub_gpu.cli.check_values import (
     plain_http_problems,
     section_problems,
 )
-from jupyterhub_gpu.cli.layout import DEFAULT_ETC, DEFAULT_STATE, Site
+from jupyterhub_gpu.cli.layout import Site, add_site_args, site_from_args
 from jupyterhub_gpu.errors import ConfigError
 
 HUB_INSTALL = "pip install 'jupyterhub-gpu[hub]'"
@@ -428,11 +428,10 @@ def main(argv: list[str]) -> int:
         prog="jupyterhub-gpu check-config",
         description="Check a site's configuration and the files it names, without a hub.",
     )
-    p.add_argument("--etc", type=Path, default=DEFAULT_ETC, help=f"default {DEFAULT_ETC}")
-    p.add_argument("--state", type=Path, default=DEFAULT_STATE, help=f"default {DEFAULT_STATE}")
+    add_site_args(p)
     p.add_argument("config", nargs="?", type=Path, help="default: ETC/jupyterhub_config.py")
     args = p.parse_args(argv)
-    site = Site(etc=args.etc.absolute(), state=args.state.absolute())
+    site = site_from_args(args)
     config = (args.config or site.config).absolute()
     import logging
 
