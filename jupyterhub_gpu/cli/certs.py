@@ -29,14 +29,17 @@ import argparse
 import datetime as dt
 import ipaddress
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from jupyterhub_gpu.cli.layout import DEFAULT_ETC, SECRET_MODE, Site, private_dir, write_all
+from jupyterhub_gpu.core.public_cert import PublicCertFacts
 from jupyterhub_gpu.errors import ConfigError
 
 CA_DAYS = 3650
@@ -278,6 +281,46 @@ def names_match(held: str, wanted: str) -> bool:
     return held == wanted
 
 
+def _read_pem(path: Path) -> bytes:
+    """A certificate's or key's file, its first MiB (a PEM chain is a few KiB)."""
+    with path.open("rb") as f:
+        return f.read(1 << 20)
+
+
+def key_matches(cert: x509.Certificate, key: PrivateKeyTypes) -> bool:
+    """Whether ``key`` is the private key of ``cert``."""
+    spki = serialization.PublicFormat.SubjectPublicKeyInfo
+    der = serialization.Encoding.DER
+    return key.public_key().public_bytes(der, spki) == cert.public_key().public_bytes(der, spki)
+
+
+def public_cert_facts(cert_path: Path, key_path: Path, renew: str) -> PublicCertFacts:
+    """What the hub's public certificate and key files hold, for check-config
+    (core/public_cert.py judges them); ``renew``: the command that renews it, if any."""
+    facts = PublicCertFacts(str(cert_path), str(key_path), renew=renew)
+    cert = None
+    try:
+        cert = x509.load_pem_x509_certificates(_read_pem(cert_path))[0]
+        facts = replace(
+            facts,
+            not_before=cert.not_valid_before_utc.timestamp(),
+            not_after=cert.not_valid_after_utc.timestamp(),
+        )
+    except OSError as e:
+        facts = replace(facts, cert_error=str(e.strerror))
+    except ValueError:
+        facts = replace(facts, cert_error="no PEM certificate")
+    try:
+        key = serialization.load_pem_private_key(_read_pem(key_path), password=None)
+    except OSError as e:
+        return replace(facts, key_error=str(e.strerror))
+    except TypeError:
+        return replace(facts, key_error="it is protected by a password")
+    except ValueError:
+        return replace(facts, key_error="no PEM private key")
+    return replace(facts, key_matches=True if cert is None else key_matches(cert, key))
+
+
 def own_certificate_problem(
     cert_path: Path, key_path: Path, names: list[str], now: dt.datetime | None = None
 ) -> str:
@@ -292,8 +335,7 @@ def own_certificate_problem(
     pems: dict[Path, bytes] = {}
     for path in (cert_path, key_path):
         try:
-            with path.open("rb") as f:
-                pems[path] = f.read(1 << 20)
+            pems[path] = _read_pem(path)
         except OSError as e:
             return f"{path} cannot be read ({e.strerror}): give a file that root can read{nothing}"
     try:
@@ -312,9 +354,7 @@ def own_certificate_problem(
         )
     except ValueError:
         return f"{key_path} is not a private key in PEM form: give the certificate's key{nothing}"
-    spki = serialization.PublicFormat.SubjectPublicKeyInfo
-    der = serialization.Encoding.DER
-    if key.public_key().public_bytes(der, spki) != cert.public_key().public_bytes(der, spki):
+    if not key_matches(cert, key):
         return f"{key_path} is not the key of {cert_path}: give the key that goes with it{nothing}"
     now = now or _now()
     if cert.not_valid_after_utc <= now:
