@@ -6,18 +6,16 @@ The decision (core/public_cert.py) over plain facts, then real certificates made
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from jupyterhub_gpu import cli
 from jupyterhub_gpu.cli import certs, check
 from jupyterhub_gpu.cli.layout import Site
 from jupyterhub_gpu.core.public_cert import WARN_WITHIN_DAYS, PublicCertFacts, public_cert_lines
+from tests.support.pki import valid_until
 
 pytestmark = pytest.mark.unit
 HUB_IP = "10.0.0.1"
@@ -100,20 +98,7 @@ def site(tmp_path: Path) -> Site:
 def reissue(s: Site, days_left: float) -> None:
     """The hub's public certificate issued again by the site's CA, for its key, valid
     until ``days_left`` days from now (negative: expired that long ago)."""
-    ca = x509.load_pem_x509_certificate(s.ca_cert.read_bytes())
-    ca_key = serialization.load_pem_private_key(s.ca_key.read_bytes(), password=None)
-    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
-    old = x509.load_pem_x509_certificate(s.public_cert.read_bytes())
-    now = dt.datetime.now(dt.timezone.utc)
-    builder = (
-        x509.CertificateBuilder().subject_name(old.subject).issuer_name(ca.subject)
-        .public_key(old.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(days=400))
-        .not_valid_after(now + dt.timedelta(days=days_left))
-    )  # fmt: skip
-    for ext in old.extensions:
-        builder = builder.add_extension(ext.value, ext.critical)
-    pem = builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+    pem = valid_until(s.public_cert.read_bytes(), s.ca_key.read_bytes(), days_left)
     s.public_cert.write_bytes(pem)
 
 
