@@ -29,14 +29,17 @@ import argparse
 import datetime as dt
 import ipaddress
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from jupyterhub_gpu.cli.layout import DEFAULT_ETC, SECRET_MODE, Site, private_dir, write_all
+from jupyterhub_gpu.core.public_cert import PublicCertFacts
 from jupyterhub_gpu.errors import ConfigError
 
 CA_DAYS = 3650
@@ -117,30 +120,29 @@ def sans(names: list[str]) -> list[x509.GeneralName]:
     return out
 
 
-def issue(
+def sign(
     ca_cert_pem: bytes,
     ca_key_pem: bytes,
     common_name: str,
+    public_key: ec.EllipticCurvePublicKey,
     *,
     server_names: list[str] | None = None,
     client: bool = False,
-    key: ec.EllipticCurvePrivateKey | None = None,
-) -> tuple[bytes, bytes]:
-    """A leaf certificate signed by the CA: a server's (``server_names`` become its
-    subjectAltName) or a client's, for ``key`` (default: a new one). Returns (certificate
-    PEM, key PEM)."""
+) -> bytes:
+    """A leaf certificate for ``public_key`` signed by the site's CA, the one way every
+    certificate of the site is issued: a server's (``server_names`` become its
+    subjectAltName) or a client's, valid :data:`CERT_DAYS`. Returns its PEM."""
     ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
     ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise ConfigError("the CA key is not an EC key made by `jupyterhub-gpu certs ca`")
-    key = key or _key()
     now = _now()
     usage = [ExtendedKeyUsageOID.CLIENT_AUTH] if client else [ExtendedKeyUsageOID.SERVER_AUTH]
     builder = (
         x509.CertificateBuilder()
         .subject_name(_name(common_name))
         .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
+        .public_key(public_key)
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + dt.timedelta(days=CERT_DAYS))
@@ -166,8 +168,29 @@ def issue(
     )
     if server_names:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans(server_names)), False)
-    cert = builder.sign(ca_key, hashes.SHA256())
-    return _cert_pem(cert), _key_pem(key)
+    return _cert_pem(builder.sign(ca_key, hashes.SHA256()))
+
+
+def issue(
+    ca_cert_pem: bytes,
+    ca_key_pem: bytes,
+    common_name: str,
+    *,
+    server_names: list[str] | None = None,
+    client: bool = False,
+    key: ec.EllipticCurvePrivateKey | None = None,
+) -> tuple[bytes, bytes]:
+    """:func:`sign` for ``key`` (default: a new one). Returns (certificate PEM, key PEM)."""
+    key = key or _key()
+    cert = sign(
+        ca_cert_pem,
+        ca_key_pem,
+        common_name,
+        key.public_key(),
+        server_names=server_names,
+        client=client,
+    )
+    return cert, _key_pem(key)
 
 
 def _refuse_existing(paths: list[Path], force: bool, what: str) -> None:
@@ -178,7 +201,7 @@ def _refuse_existing(paths: list[Path], force: bool, what: str) -> None:
         )
 
 
-def _read_ca(site: Site) -> tuple[bytes, bytes]:
+def read_ca(site: Site) -> tuple[bytes, bytes]:
     try:
         return site.ca_cert.read_bytes(), site.ca_key.read_bytes()
     except FileNotFoundError as e:
@@ -203,7 +226,7 @@ def make_site_ca(site: Site, force: bool = False) -> list[Path]:
 
 
 def make_hub_cert(site: Site, force: bool = False) -> list[Path]:
-    ca = _read_ca(site)
+    ca = read_ca(site)
     _refuse_existing([site.hub_cert, site.hub_key], force, "")
     cert, key = issue(*ca, "jupyterhub-gpu hub", client=True)
     private_dir(site.tls)
@@ -223,7 +246,7 @@ def make_public_cert(
             f"{(bad or [''])[0]!r} is not an IP address or a host name: give the hub's "
             "address (--address) and the names users open it at (--dns)"
         )
-    ca = _read_ca(site)
+    ca = read_ca(site)
     _refuse_existing([site.public_cert, site.public_key], force, "")
     cert, key = issue(*ca, "jupyterhub-gpu hub (public)", server_names=names)
     private_dir(site.tls)
@@ -258,6 +281,46 @@ def names_match(held: str, wanted: str) -> bool:
     return held == wanted
 
 
+def _read_pem(path: Path) -> bytes:
+    """A certificate's or key's file, its first MiB (a PEM chain is a few KiB)."""
+    with path.open("rb") as f:
+        return f.read(1 << 20)
+
+
+def key_matches(cert: x509.Certificate, key: PrivateKeyTypes) -> bool:
+    """Whether ``key`` is the private key of ``cert``."""
+    spki = serialization.PublicFormat.SubjectPublicKeyInfo
+    der = serialization.Encoding.DER
+    return key.public_key().public_bytes(der, spki) == cert.public_key().public_bytes(der, spki)
+
+
+def public_cert_facts(cert_path: Path, key_path: Path, renew: str) -> PublicCertFacts:
+    """What the hub's public certificate and key files hold, for check-config
+    (core/public_cert.py judges them); ``renew``: the command that renews it, if any."""
+    facts = PublicCertFacts(str(cert_path), str(key_path), renew=renew)
+    cert = None
+    try:
+        cert = x509.load_pem_x509_certificates(_read_pem(cert_path))[0]
+        facts = replace(
+            facts,
+            not_before=cert.not_valid_before_utc.timestamp(),
+            not_after=cert.not_valid_after_utc.timestamp(),
+        )
+    except OSError as e:
+        facts = replace(facts, cert_error=str(e.strerror))
+    except ValueError:
+        facts = replace(facts, cert_error="no PEM certificate")
+    try:
+        key = serialization.load_pem_private_key(_read_pem(key_path), password=None)
+    except OSError as e:
+        return replace(facts, key_error=str(e.strerror))
+    except TypeError:
+        return replace(facts, key_error="it is protected by a password")
+    except ValueError:
+        return replace(facts, key_error="no PEM private key")
+    return replace(facts, key_matches=True if cert is None else key_matches(cert, key))
+
+
 def own_certificate_problem(
     cert_path: Path, key_path: Path, names: list[str], now: dt.datetime | None = None
 ) -> str:
@@ -272,8 +335,7 @@ def own_certificate_problem(
     pems: dict[Path, bytes] = {}
     for path in (cert_path, key_path):
         try:
-            with path.open("rb") as f:
-                pems[path] = f.read(1 << 20)
+            pems[path] = _read_pem(path)
         except OSError as e:
             return f"{path} cannot be read ({e.strerror}): give a file that root can read{nothing}"
     try:
@@ -292,9 +354,7 @@ def own_certificate_problem(
         )
     except ValueError:
         return f"{key_path} is not a private key in PEM form: give the certificate's key{nothing}"
-    spki = serialization.PublicFormat.SubjectPublicKeyInfo
-    der = serialization.Encoding.DER
-    if key.public_key().public_bytes(der, spki) != cert.public_key().public_bytes(der, spki):
+    if not key_matches(cert, key):
         return f"{key_path} is not the key of {cert_path}: give the key that goes with it{nothing}"
     now = now or _now()
     if cert.not_valid_after_utc <= now:
@@ -328,7 +388,7 @@ def make_node_cert(
         {"name": node, "docker_url": "unix:///var/run/docker.sock", "address": address},
         f"node {node}",
     )
-    ca_cert, ca_key = _read_ca(site)
+    ca_cert, ca_key = read_ca(site)
     folder = site.node_dir(node)  # becomes the node's etc/tls: ca.pem, cert.pem, key.pem
     cert_path, key_path = folder / site.node_cert.name, folder / site.node_key.name
     _refuse_existing([cert_path, key_path], force, "")
@@ -356,7 +416,7 @@ def renew_cert(
     """The certificate at ``cert_path`` issued again by the site's CA for another
     :data:`CERT_DAYS`: the same name, subjectAltName and use, the same key (a new one with
     ``rotate_key``). Both files are replaced together; returns the new expiry."""
-    ca_cert, ca_key = _read_ca(site)
+    ca_cert, ca_key = read_ca(site)
     try:
         old = x509.load_pem_x509_certificate(cert_path.read_bytes())
         key = (

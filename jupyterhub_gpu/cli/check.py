@@ -10,6 +10,9 @@ cookie secret, the TLS files of every node (``nodes`` and the nodes file), the a
 CA, the hub's TLS certificate, the nodes file, the catalog, the inventory; the folders
 of the databases and the culler's files must exist. Logins over plain HTTP on an address
 other machines reach are a problem of their own (``check_values.plain_http_problems``).
+The hub's public HTTPS certificate (``ssl_cert``/``ssl_key``) must be valid now and its
+key its own; one that expires within 14 days is a warning, which does not fail
+(``core/public_cert.py`` decides).
 Every section must be a class the hub runs, and every key a setting of it or of a class
 extending it; example hosts and a loopback hub address with remote nodes are named
 (``check_values``). A syntax error is one sentence with its line, and a bad nodes file
@@ -27,8 +30,10 @@ import importlib
 import shutil
 import stat
 import sys
+import time
 import traceback
 from collections.abc import Iterator, Mapping
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +42,7 @@ from jupyterhub_gpu.cli.check_values import (
     plain_http_problems,
     section_problems,
 )
-from jupyterhub_gpu.cli.layout import DEFAULT_ETC, DEFAULT_STATE, Site
+from jupyterhub_gpu.cli.layout import Site, add_site_args, site_from_args
 from jupyterhub_gpu.errors import ConfigError
 
 HUB_INSTALL = "pip install 'jupyterhub-gpu[hub]'"
@@ -266,6 +271,17 @@ def _load_problem(e: BaseException, config_path: Path, reported: set[Path]) -> s
 
 def check(site: Site, config_path: Path) -> list[str]:
     """Every problem of the site's configuration, one sentence each."""
+    return review(site, config_path)[0]
+
+
+def review(site: Site, config_path: Path) -> tuple[list[str], list[str]]:
+    """(every problem, every warning) of the site's configuration, one sentence each: a
+    problem stops the hub's start, a warning (a certificate that expires soon) does not."""
+    warnings: list[str] = []
+    return _problems(site, config_path, warnings), warnings
+
+
+def _problems(site: Site, config_path: Path, warnings: list[str]) -> list[str]:
     problems = file_problems(config_path, "the hub's configuration", _fix(site, config_path))
     if problems:
         return problems
@@ -295,13 +311,17 @@ def check(site: Site, config_path: Path) -> list[str]:
         )
     problems += section_problems(config, config_path, text, "\n".join(said))
     missing: set[Path] = set()
+    troubled: set[Path] = set()
     for path, what, secret in _named_files(site, config, s):
         if path in reported or (path == site.public_key and site.public_cert in missing):
+            troubled.add(path)
             continue  # a missing public pair is one sentence: the command makes both
         reported.add(path)
         found = file_problems(path, what, _fix(site, path), secret=secret)
         missing.update([path] if found and not path.exists() else [])
+        troubled.update([path] if found else [])
         problems += found
+    problems += _public_cert_problems(site, config, troubled, warnings)
     problems += placeholder_problems(config, config_path, text, _nodes(s))
     problems += plain_http_problems(config, config_path, text, site.etc)
     hub = _section(config, "JupyterHub")
@@ -322,6 +342,28 @@ def check(site: Site, config_path: Path) -> list[str]:
         )
     problems += _spawner_folder_problems(s, reported)
     return problems + proxy_problems(config, config_path)
+
+
+def _public_cert_problems(
+    site: Site, config: Any, troubled: set[Path], warnings: list[str]
+) -> list[str]:
+    """The hub's public HTTPS certificate (JupyterHub.ssl_cert and ssl_key, when both are
+    set and readable): expired, expiring soon (into ``warnings``), not its key's."""
+    hub = _section(config, "JupyterHub")
+    if not hub.get("ssl_cert") or not hub.get("ssl_key"):
+        return []
+    cert, key = Path(hub["ssl_cert"]), Path(hub["ssl_key"])
+    if cert in troubled or key in troubled:
+        return []  # said above: missing or unreadable
+    from jupyterhub_gpu.cli.certs import public_cert_facts
+    from jupyterhub_gpu.core.public_cert import public_cert_lines
+
+    ours = cert == site.public_cert  # made by the site's CA: certs renew renews it
+    renew = f"jupyterhub-gpu certs renew public --etc {site.etc}" if ours else ""
+    local = datetime.now().astimezone().tzinfo or timezone.utc
+    lines = public_cert_lines(public_cert_facts(cert, key, renew), time.time(), local)
+    warnings += lines.warnings
+    return list(lines.problems)
 
 
 def _secret_problems(site: Site, config_path: Path, reported: set[Path]) -> list[str]:
@@ -428,16 +470,17 @@ def main(argv: list[str]) -> int:
         prog="jupyterhub-gpu check-config",
         description="Check a site's configuration and the files it names, without a hub.",
     )
-    p.add_argument("--etc", type=Path, default=DEFAULT_ETC, help=f"default {DEFAULT_ETC}")
-    p.add_argument("--state", type=Path, default=DEFAULT_STATE, help=f"default {DEFAULT_STATE}")
+    add_site_args(p)
     p.add_argument("config", nargs="?", type=Path, help="default: ETC/jupyterhub_config.py")
     args = p.parse_args(argv)
-    site = Site(etc=args.etc.absolute(), state=args.state.absolute())
+    site = site_from_args(args)
     config = (args.config or site.config).absolute()
     import logging
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
-    problems = check(site, config)
+    problems, warnings = review(site, config)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     for problem in problems:
         print(problem, file=sys.stderr)
     if problems:
@@ -446,5 +489,6 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 1
-    print(f"{config}: no problem found")
+    above = f" ({len(warnings)} warning(s) above)" if warnings else ""
+    print(f"{config}: no problem found{above}")
     return 0

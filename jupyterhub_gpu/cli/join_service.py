@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import datetime as dt
 import fcntl
 import hashlib
 import hmac
@@ -43,9 +42,8 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from jupyterhub_gpu.cli.certs import CERT_DAYS, _name, issue, sans
+from jupyterhub_gpu.cli.certs import issue, read_ca, sign
 from jupyterhub_gpu.cli.layout import SECRET_MODE, Site, private_dir, write_all, write_atomic
 from jupyterhub_gpu.cli.site import node_entry, nodes_yaml
 from jupyterhub_gpu.core import join as rules
@@ -110,14 +108,7 @@ def ensure_join_cert(site: Site, address: str) -> bytes:
                 address in names.get_values_for_type(x509.DNSName)
             ):
                 return pem
-        try:
-            ca = site.ca_cert.read_bytes(), site.ca_key.read_bytes()
-        except FileNotFoundError:
-            raise ConfigError(
-                f"{site.ca_cert} does not exist: make the site's CA first (jupyterhub-gpu "
-                f"certs ca --etc {site.etc})"
-            ) from None
-        cert, key = issue(*ca, "jupyterhub-gpu join service", server_names=[address])
+        cert, key = issue(*read_ca(site), "jupyterhub-gpu join service", server_names=[address])
         write_all({cert_path: (cert, 0o644), key_path: (key, SECRET_MODE)})
         return cert
 
@@ -188,42 +179,7 @@ def sign_csr(site: Site, csr_pem: bytes, node: str, address: str) -> bytes:
     key = csr.public_key()
     if not isinstance(key, ec.EllipticCurvePublicKey):
         raise ConfigError("the certificate request must be for an EC key")
-    ca_cert = x509.load_pem_x509_certificate(site.ca_cert.read_bytes())
-    ca_key = serialization.load_pem_private_key(site.ca_key.read_bytes(), password=None)
-    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
-        raise ConfigError("the CA key is not an EC key made by `jupyterhub-gpu certs ca`")
-    now = dt.datetime.now(dt.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(_name(node))
-        .issuer_name(ca_cert.subject)
-        .public_key(key)
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=CERT_DAYS))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=True,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
-        )
-        .add_extension(x509.SubjectAlternativeName(sans([node, address])), False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    return cert.public_bytes(serialization.Encoding.PEM)
+    return sign(*read_ca(site), node, key, server_names=[node, address])
 
 
 def set_node(site: Site, name: str, address: str | None, *, drain: bool | None = None) -> None:

@@ -12,6 +12,7 @@ and ``tls/`` (:func:`private_dir`), 0600 keys, 0644 certificates.
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -170,6 +171,17 @@ class Site:
     def ssh_host_key(self) -> Path:
         """The SSH gateway's host key (docs/ssh.md), made by the gateway on first start."""
         return self.state / "ssh_host_ed25519_key"
+
+
+def add_site_args(p: argparse.ArgumentParser) -> None:
+    """``--etc`` and ``--state``: where a command finds the site's files."""
+    p.add_argument("--etc", type=Path, default=DEFAULT_ETC, help=f"default {DEFAULT_ETC}")
+    p.add_argument("--state", type=Path, default=DEFAULT_STATE, help=f"default {DEFAULT_STATE}")
+
+
+def site_from_args(args: argparse.Namespace) -> Site:
+    """The site that :func:`add_site_args`' options name, its folders absolute."""
+    return Site(etc=args.etc.absolute(), state=args.state.absolute())
 
 
 def package_file(*parts: str) -> Path:

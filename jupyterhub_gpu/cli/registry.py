@@ -33,13 +33,13 @@ from typing import Any
 import yaml
 
 from jupyterhub_gpu.cli.layout import (
-    DEFAULT_ETC,
-    DEFAULT_STATE,
     SECRET_MODE,
     Site,
+    add_site_args,
     package_file,
     private_dir,
     render,
+    site_from_args,
     write_all,
     write_atomic,
 )
@@ -139,7 +139,7 @@ def _registry_cert(site: Site, hub_ip: str) -> list[Path]:
     """The pull side's certificate for the hub's address (kept when it names it)."""
     from cryptography import x509
 
-    from jupyterhub_gpu.cli.certs import _read_ca, issue
+    from jupyterhub_gpu.cli.certs import issue, read_ca
 
     if site.registry_cert.exists() and site.registry_key.exists():
         cert = x509.load_pem_x509_certificate(site.registry_cert.read_bytes())
@@ -149,7 +149,7 @@ def _registry_cert(site: Site, hub_ip: str) -> list[Path]:
                 return []
         except x509.ExtensionNotFound:
             pass
-    cert_pem, key_pem = issue(*_read_ca(site), "jupyterhub-gpu site registry",
+    cert_pem, key_pem = issue(*read_ca(site), "jupyterhub-gpu site registry",
                               server_names=[hub_ip])  # fmt: skip
     private_dir(site.tls)
     write_all({site.registry_cert: (cert_pem, 0o644), site.registry_key: (key_pem, SECRET_MODE)})
@@ -206,14 +206,13 @@ def main(argv: list[str]) -> int:
     )
     sub = p.add_subparsers(dest="action", required=True)
     i = sub.add_parser("install", help="write and start the site's registry (docs/images.md)")
-    i.add_argument("--etc", type=Path, default=DEFAULT_ETC, help=f"default {DEFAULT_ETC}")
-    i.add_argument("--state", type=Path, default=DEFAULT_STATE, help=f"default {DEFAULT_STATE}")
+    add_site_args(i)
     i.add_argument("--hub-ip", default="", help="the hub's address for the nodes (default: the "
                    "configuration's hub_connect_ip)")  # fmt: skip
     i.add_argument("--root", type=Path, default=Path("/"), help="write the units under this root")
     i.add_argument("--no-start", action="store_true", help="write everything, start nothing")
     args = p.parse_args(argv)
-    site = Site(etc=args.etc.absolute(), state=args.state.absolute())
+    site = site_from_args(args)
     try:
         hub_ip = args.hub_ip or configured_hub_ip(site)
         for line in install(site, hub_ip, args.root):

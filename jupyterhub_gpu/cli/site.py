@@ -34,13 +34,13 @@ from typing import Any
 import yaml
 
 from jupyterhub_gpu.cli.layout import (
-    DEFAULT_ETC,
-    DEFAULT_STATE,
     SECRET_MODE,
     Site,
+    add_site_args,
     package_file,
     private_dir,
     render,
+    site_from_args,
     write_all,
     write_atomic,
 )
@@ -308,11 +308,6 @@ def _node_arg(value: str) -> tuple[str, str]:
     return name, address
 
 
-def add_site_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--etc", type=Path, default=DEFAULT_ETC, help=f"default {DEFAULT_ETC}")
-    p.add_argument("--state", type=Path, default=DEFAULT_STATE, help=f"default {DEFAULT_STATE}")
-
-
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
         prog="jupyterhub-gpu site", description="Lay out a site's configuration and secrets."
@@ -374,7 +369,7 @@ def main(argv: list[str]) -> int:
     a.add_argument("name")
     a.add_argument("--address", required=True, help="the IP or host name the hub reaches")
     args = p.parse_args(argv)
-    site = Site(etc=args.etc.absolute(), state=args.state.absolute())
+    site = site_from_args(args)
     try:
         if args.action == "add-node":
             entry = add_node(site, args.name, args.address)

@@ -33,9 +33,8 @@ import sys
 from pathlib import Path
 
 from jupyterhub_gpu.cli.layout import (
-    DEFAULT_ETC,
-    DEFAULT_STATE,
     Site,
+    add_site_args,
     package_file,
     render,
     write_atomic,
@@ -325,8 +324,7 @@ def main(argv: list[str]) -> int:
     i.add_argument(
         "--docker-tls", action="store_true", help="docker.service drop-in and daemon.json"
     )
-    i.add_argument("--etc", type=Path, default=DEFAULT_ETC, help=f"default {DEFAULT_ETC}")
-    i.add_argument("--state", type=Path, default=DEFAULT_STATE, help=f"default {DEFAULT_STATE}")
+    add_site_args(i)
     i.add_argument("--root", type=Path, default=Path("/"), help="write under this root")
     i.add_argument(
         "--venv", type=Path, default=Path(sys.prefix), help="the environment the units run"

@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+
+from jupyterhub_gpu.wire.by_server import json_object
 
 Notes = dict[str, list[dict[str, str]]]
 
@@ -82,10 +83,4 @@ def encode_notes(notes: Notes) -> bytes:
 def decode_notes(text: str | bytes) -> Notes:
     """The notes in ``text``; ``{}`` when it is not a JSON object (a user's entry that is
     not a list is left out; bad notes in a list are skipped by :func:`notes_for`)."""
-    try:
-        data: Any = json.loads(text)
-    except ValueError:
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {str(u): v for u, v in data.items() if isinstance(v, list)}
+    return {str(u): v for u, v in json_object(text).items() if isinstance(v, list)}

@@ -12,55 +12,47 @@ for the hub (the culler keeps its own warnings in memory and acts on those).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
 from jupyterhub_gpu.core.culling.warning import CullWarning
+from jupyterhub_gpu.wire.by_server import decode_by_server, encode_by_server, utc_text
 
 MAX_FILE = 1 << 20  # bytes read at most
 _TIMES = ("at", "idle_since", "issued")
 
 
+def _entry(w: CullWarning) -> dict[str, Any]:
+    return {
+        "at": utc_text(w.at),
+        "idle_since": utc_text(w.idle_since),
+        "issued": utc_text(w.issued),
+        "postponable": w.postponable,
+    }
+
+
 def encode_cull_warnings(warnings: Mapping[str, CullWarning]) -> bytes:
     """The file's bytes."""
-    data = {
-        holder: {
-            "at": w.at.astimezone(timezone.utc).isoformat(),
-            "idle_since": w.idle_since.astimezone(timezone.utc).isoformat(),
-            "issued": w.issued.astimezone(timezone.utc).isoformat(),
-            "postponable": w.postponable,
-        }
-        for holder, w in sorted(warnings.items())
-    }
-    return json.dumps(data, indent=1, sort_keys=True).encode("utf-8")
+    return encode_by_server(warnings, _entry)
+
+
+def _warning(holder: str, item: Any) -> CullWarning | None:
+    at, idle_since, issued = (datetime.fromisoformat(item[k]) for k in _TIMES)
+    postponable = item["postponable"]
+    if "/" not in holder or not isinstance(postponable, bool):
+        return None
+    if any(t.tzinfo is None for t in (at, idle_since, issued)):
+        return None
+    return CullWarning(
+        at.astimezone(timezone.utc),
+        idle_since.astimezone(timezone.utc),
+        issued.astimezone(timezone.utc),
+        postponable,
+    )
 
 
 def decode_cull_warnings(text: str | bytes) -> dict[str, CullWarning]:
     """holder -> :class:`CullWarning`; ``{}`` when ``text`` is not a JSON object; bad
     entries (a time without its zone, a holder without ``/``) skipped."""
-    try:
-        data: Any = json.loads(text)
-    except ValueError:
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    out: dict[str, CullWarning] = {}
-    for holder, item in data.items():
-        try:
-            at, idle_since, issued = (datetime.fromisoformat(item[k]) for k in _TIMES)
-            postponable = item["postponable"]
-        except (KeyError, TypeError, ValueError):
-            continue
-        if "/" not in str(holder) or not isinstance(postponable, bool):
-            continue
-        if any(t.tzinfo is None for t in (at, idle_since, issued)):
-            continue
-        out[str(holder)] = CullWarning(
-            at.astimezone(timezone.utc),
-            idle_since.astimezone(timezone.utc),
-            issued.astimezone(timezone.utc),
-            postponable,
-        )
-    return out
+    return decode_by_server(text, _warning)

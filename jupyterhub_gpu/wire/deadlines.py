@@ -11,42 +11,34 @@ an estimate is then "not known", never wrong.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
 from jupyterhub_gpu.core.culling.idleness import Deadline
+from jupyterhub_gpu.wire.by_server import decode_by_server, encode_by_server, utc_text
 
 WHY = ("idle", "max_age")
 
 
+def _entry(d: Deadline | None) -> dict[str, Any] | None:
+    return None if d is None else {"at": utc_text(d.at), "why": d.why}
+
+
 def encode_deadlines(deadlines: Mapping[str, Deadline | None]) -> bytes:
     """The file's bytes; a server with no deadline (``None``) is left out."""
-    data = {
-        holder: {"at": d.at.astimezone(timezone.utc).isoformat(), "why": d.why}
-        for holder, d in sorted(deadlines.items())
-        if d is not None
-    }
-    return json.dumps(data, indent=1, sort_keys=True).encode("utf-8")
+    return encode_by_server(deadlines, _entry)
+
+
+def _deadline(holder: str, item: Any) -> Deadline | None:
+    at = datetime.fromisoformat(item["at"])
+    why = str(item["why"])
+    if "/" in holder and why in WHY and at.tzinfo is not None:
+        return Deadline(at.astimezone(timezone.utc), why)
+    return None
 
 
 def decode_deadlines(text: str | bytes) -> dict[str, Deadline]:
     """holder -> :class:`Deadline`; ``{}`` when ``text`` is not a JSON object; bad entries
     skipped."""
-    try:
-        data: Any = json.loads(text)
-    except ValueError:
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    out = {}
-    for holder, item in data.items():
-        try:
-            at = datetime.fromisoformat(item["at"])
-            why = str(item["why"])
-        except (KeyError, TypeError, ValueError):
-            continue
-        if "/" in str(holder) and why in WHY and at.tzinfo is not None:
-            out[str(holder)] = Deadline(at.astimezone(timezone.utc), why)
-    return out
+    return decode_by_server(text, _deadline)

@@ -12,11 +12,12 @@ culler stopped writing), unreadable or oversized file as empty, and at most
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
+
+from jupyterhub_gpu.wire.by_server import decode_by_server, encode_by_server, utc_text
 
 MAX_FILE = 1 << 20  # bytes read at most
 MAX_MESSAGE = 500  # characters of one message
@@ -29,36 +30,24 @@ class ShareNotice:
     message: str
 
 
+def _entry(n: ShareNotice) -> dict[str, Any]:
+    return {"at": utc_text(n.at), "gpu": n.gpu, "message": n.message[:MAX_MESSAGE]}
+
+
 def encode_share_notices(notices: Mapping[str, ShareNotice]) -> bytes:
     """The file's bytes; each message cut to :data:`MAX_MESSAGE` characters."""
-    data = {
-        holder: {
-            "at": n.at.astimezone(timezone.utc).isoformat(),
-            "gpu": n.gpu,
-            "message": n.message[:MAX_MESSAGE],
-        }
-        for holder, n in sorted(notices.items())
-    }
-    return json.dumps(data, indent=1, sort_keys=True).encode("utf-8")
+    return encode_by_server(notices, _entry)
+
+
+def _notice(holder: str, item: Any) -> ShareNotice | None:
+    at = datetime.fromisoformat(item["at"])
+    gpu, message = item["gpu"], item["message"]
+    if not (isinstance(gpu, str) and isinstance(message, str)) or at.tzinfo is None:
+        return None
+    return ShareNotice(at, gpu[:128], message[:MAX_MESSAGE])
 
 
 def decode_share_notices(text: str | bytes) -> dict[str, ShareNotice]:
     """holder -> :class:`ShareNotice`; ``{}`` when ``text`` is not a JSON object; bad
     entries skipped, GPU names and messages cut short."""
-    try:
-        data: Any = json.loads(text)
-    except ValueError:
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    out: dict[str, ShareNotice] = {}
-    for holder, item in data.items():
-        try:
-            at = datetime.fromisoformat(item["at"])
-            gpu, message = item["gpu"], item["message"]
-        except (KeyError, TypeError, ValueError):
-            continue
-        if not (isinstance(gpu, str) and isinstance(message, str)) or at.tzinfo is None:
-            continue
-        out[str(holder)] = ShareNotice(at, gpu[:128], message[:MAX_MESSAGE])
-    return out
+    return decode_by_server(text, _notice)

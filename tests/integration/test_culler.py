@@ -20,8 +20,6 @@ Every decision is one line of the culler's log, asserted with its reason.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
 import re
 import signal
@@ -37,8 +35,6 @@ import httpx
 import pytest
 import yaml
 from sqlalchemy import select
-from tornado.httpclient import HTTPRequest
-from tornado.websocket import websocket_connect
 
 from jupyterhub_gpu.core.culling.warning import stopped_words
 from jupyterhub_gpu.edges.accounting.schema import AllocationRow
@@ -50,6 +46,7 @@ from tests.conftest import gpu_inventory
 from tests.support.agent import AgentProcess
 from tests.support.cluster import REPO, Engine
 from tests.support.hub import Hub
+from tests.support.kernels import start_busy_kernel
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -223,45 +220,6 @@ def spawn_all(hub: Hub, options: dict[str, dict[str, Any]]) -> dict[str, float]:
     return ready
 
 
-async def start_busy_kernel(hub: Hub, user: str, seconds: int = 600) -> str:
-    """Start a kernel on ``user``'s server and run ``time.sleep`` in it, as a notebook
-    would (the kernel REST API, then an ``execute_request`` over the kernel websocket);
-    returns once the kernel said it is busy with that cell."""
-    headers = {"Authorization": f"token {hub.token}"}
-    async with httpx.AsyncClient(timeout=60) as client:
-        r = await client.post(f"{hub.url}/user/{user}/api/kernels", headers=headers, json={})
-        assert r.status_code == 201, r.text
-        kernel_id = str(r.json()["id"])
-    ws_url = "ws" + hub.url[4:] + f"/user/{user}/api/kernels/{kernel_id}/channels"
-    ws = await websocket_connect(HTTPRequest(ws_url, headers=headers, connect_timeout=30))
-    msg_id = uuid.uuid4().hex
-    header = {
-        "msg_id": msg_id,
-        "msg_type": "execute_request",
-        "username": user,
-        "session": uuid.uuid4().hex,
-        "date": datetime.now(timezone.utc).isoformat(),
-        "version": "5.3",
-    }
-    content = {"code": f"import time; time.sleep({seconds})", "silent": False}
-    content |= {"store_history": False, "user_expressions": {}, "allow_stdin": False}
-    message = {"header": header, "parent_header": {}, "metadata": {}, "content": content}
-    await ws.write_message(json.dumps({**message, "channel": "shell"}))
-    try:
-        while True:
-            raw = await asyncio.wait_for(ws.read_message(), 30)
-            assert raw is not None, "the kernel websocket closed before the cell ran"
-            msg = json.loads(raw) if isinstance(raw, str) else {}
-            if (
-                msg.get("msg_type") == "status"
-                and msg.get("parent_header", {}).get("msg_id") == msg_id
-                and msg["content"].get("execution_state") == "busy"
-            ):
-                return kernel_id
-    finally:
-        ws.close()  # the cell keeps running: nobody is watching, as with a forgotten tab
-
-
 def kernel_states(hub: Hub, user: str) -> list[str]:
     r = httpx.get(
         f"{hub.url}/user/{user}/api/kernels",
@@ -312,7 +270,7 @@ def test_idle_gpu_server_is_culled_and_working_ones_are_kept(
     assert {servers[u]["state"]["node"] for u in ("ann", "bob", "carol")} == {node_a.name}
 
     agents[node_a.name].set_state(gpu["carol"], utilization_pct=90)  # (c) a training
-    asyncio.run(start_busy_kernel(hub, "bob"))  # (b) a long cell nobody watches
+    start_busy_kernel(hub, "bob")  # (b) a long cell nobody watches
     # (d) dave's GPU is observed idle for half his timeout, then his node's agent goes away:
     # the event is the culler's round that judged him that long after his last activity
     # (his GPU observed all along: its agent still answers), not the time alone

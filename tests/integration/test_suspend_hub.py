@@ -21,26 +21,21 @@ its scope alone (a stand-in for the culler, whose side is tests/unit/test_culler
 
 from __future__ import annotations
 
-import asyncio
-import json
 import secrets
 import time
-import uuid
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import docker
 import httpx
 import pytest
-from tornado.httpclient import HTTPRequest
-from tornado.websocket import websocket_connect
 
 from jupyterhub_gpu.edges.accounting.store import AccountingStore
 from tests.conftest import gpu_inventory
 from tests.support.cluster import Engine
 from tests.support.hub import TOKEN_ROLE_CONFIG, Hub
+from tests.support.kernels import run_cell, start_kernel
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -82,17 +77,6 @@ c.JupyterHub.load_roles.append(
 # -- a kernel, as a notebook uses it ----------------------------------------------------
 
 
-def start_kernel(hub: Hub, user: str) -> str:
-    r = httpx.post(
-        f"{hub.url}/user/{user}/api/kernels",
-        headers={"Authorization": f"token {hub.token}"},
-        json={},
-        timeout=60,
-    )
-    assert r.status_code == 201, r.text
-    return str(r.json()["id"])
-
-
 def kernel_ids(hub: Hub, user: str) -> list[str]:
     r = httpx.get(
         f"{hub.url}/user/{user}/api/kernels",
@@ -101,47 +85,6 @@ def kernel_ids(hub: Hub, user: str) -> list[str]:
     )
     r.raise_for_status()
     return [k["id"] for k in r.json()]
-
-
-async def _run(hub: Hub, user: str, kernel: str, code: str) -> str:
-    headers = {"Authorization": f"token {hub.token}"}
-    url = "ws" + hub.url[4:] + f"/user/{user}/api/kernels/{kernel}/channels"
-    ws = await websocket_connect(HTTPRequest(url, headers=headers, connect_timeout=60))
-    msg_id = uuid.uuid4().hex
-    header = {
-        "msg_id": msg_id,
-        "msg_type": "execute_request",
-        "username": user,
-        "session": uuid.uuid4().hex,
-        "date": datetime.now(timezone.utc).isoformat(),
-        "version": "5.3",
-    }
-    content = {"code": code, "silent": False, "store_history": False}
-    content |= {"user_expressions": {}, "allow_stdin": False}
-    message = {"header": header, "parent_header": {}, "metadata": {}, "content": content}
-    await ws.write_message(json.dumps({**message, "channel": "shell"}))
-    out: list[str] = []
-    try:
-        while True:
-            raw = await asyncio.wait_for(ws.read_message(), 60)
-            assert raw is not None, "the kernel websocket closed before the cell ended"
-            msg = json.loads(raw) if isinstance(raw, str) else {}
-            if msg.get("parent_header", {}).get("msg_id") != msg_id:
-                continue
-            if msg.get("msg_type") == "stream":
-                out.append(msg["content"]["text"])
-            elif msg.get("msg_type") == "error":
-                out.append(f"{msg['content']['ename']}: {msg['content']['evalue']}")
-            elif msg.get("msg_type") == "execute_reply":
-                return "".join(out).strip()
-    finally:
-        ws.close()
-
-
-def run_cell(hub: Hub, user: str, kernel: str, code: str) -> str:
-    """Run ``code`` in ``kernel`` of ``user``'s server through the hub's proxy, as a
-    notebook does (the kernel websocket); its output."""
-    return asyncio.run(_run(hub, user, kernel, code))
 
 
 # -- what the hub and the node say ------------------------------------------------------

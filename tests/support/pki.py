@@ -28,3 +28,28 @@ def issue(folder: Path, ca: tuple[Path, Path], name: str, san: str) -> tuple[Pat
     openssl("x509", "-req", "-in", csr, "-CA", ca[1], "-CAkey", ca[0], "-CAcreateserial",
             "-out", cert, "-days", "2", "-extfile", ext)  # fmt: skip
     return cert, key
+
+
+def valid_until(cert_pem: bytes, ca_key_pem: bytes, days_left: float) -> bytes:
+    """``cert_pem`` signed again by its CA's key ``ca_key_pem`` (``cryptography``): the
+    same subject, issuer, key and extensions, valid from 400 days ago until ``days_left``
+    days from now (negative: expired that long ago)."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    old = x509.load_pem_x509_certificate(cert_pem)
+    signer = serialization.load_pem_private_key(ca_key_pem, password=None)
+    assert isinstance(signer, ec.EllipticCurvePrivateKey)
+    now = dt.datetime.now(dt.timezone.utc)
+    builder = (
+        x509.CertificateBuilder().subject_name(old.subject).issuer_name(old.issuer)
+        .public_key(old.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(days=400))
+        .not_valid_after(now + dt.timedelta(days=days_left))
+    )  # fmt: skip
+    for ext in old.extensions:
+        builder = builder.add_extension(ext.value, ext.critical)
+    return builder.sign(signer, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)

@@ -6,7 +6,6 @@ install`` making the public one."""
 
 from __future__ import annotations
 
-import datetime as dt
 import socket
 import ssl
 import threading
@@ -14,12 +13,13 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from jupyterhub_gpu import cli
 from jupyterhub_gpu.cli import certs, check
 from jupyterhub_gpu.cli.layout import Site
+from tests.support.pki import valid_until
 
 pytestmark = pytest.mark.unit
 HUB_IP = "10.0.0.1"
@@ -52,20 +52,7 @@ def own_pair(folder: Path, names: list[str], *, days: float = 90,
     key = ec.generate_private_key(ec.SECP256R1())
     cert_pem, key_pem = certs.issue(ca_cert, ca_key, "hub", server_names=names, key=key)
     if days != 90:
-        old = x509.load_pem_x509_certificate(cert_pem)
-        signer = serialization.load_pem_private_key(ca_key, password=None)
-        now = dt.datetime.now(dt.timezone.utc)
-        builder = (
-            x509.CertificateBuilder().subject_name(old.subject).issuer_name(old.issuer)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(days=400))
-            .not_valid_after(now + dt.timedelta(days=days))
-        )  # fmt: skip
-        for ext in old.extensions:
-            builder = builder.add_extension(ext.value, ext.critical)
-        cert_pem = builder.sign(signer, hashes.SHA256()).public_bytes(  # type: ignore[arg-type]
-            serialization.Encoding.PEM
-        )
+        cert_pem = valid_until(cert_pem, ca_key, days)
     if other_key:
         key_pem = certs._key_pem(ec.generate_private_key(ec.SECP256R1()))
     (folder / "hub.pem").write_bytes(cert_pem + ca_cert)  # the chain after it

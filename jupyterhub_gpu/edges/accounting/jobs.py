@@ -8,29 +8,16 @@ submission number (:meth:`JobStore.add`) is never taken twice."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timezone
 
 from sqlalchemy import func, select, update
 
 from jupyterhub_gpu.core.jobs.record import JobRecord
 from jupyterhub_gpu.core.jobs.states import ACTIVE, JobState, StopCause
 from jupyterhub_gpu.edges.accounting.schema import AllocationRow, JobRow
-from jupyterhub_gpu.edges.accounting.store import AccountingStore
+from jupyterhub_gpu.edges.accounting.store import AccountingStore, column_time, unix_time
 from jupyterhub_gpu.wire.jobs import decode_spec, encode_spec
 
 _STOPS: dict[str, StopCause] = {"cancel": "cancel", "time": "time", "preempt": "preempt"}
-
-
-def _dt(t: float | None) -> datetime | None:
-    if t is None:
-        return None
-    return datetime.fromtimestamp(t, timezone.utc).replace(tzinfo=None)
-
-
-def _ts(t: datetime | None) -> float | None:
-    if t is None:
-        return None
-    return t.replace(tzinfo=timezone.utc).timestamp()
 
 
 def _columns(job: JobRecord) -> dict[str, object]:
@@ -38,8 +25,8 @@ def _columns(job: JobRecord) -> dict[str, object]:
     return {
         "state": job.state.value,
         "reason": job.reason[:2000],
-        "started_at": _dt(job.started_at),
-        "ended_at": _dt(job.ended_at),
+        "started_at": column_time(job.started_at),
+        "ended_at": column_time(job.ended_at),
         "exit_code": job.exit_code,
         "node": job.node,
         "gpu_uuids": ",".join(job.gpu_uuids),
@@ -47,8 +34,8 @@ def _columns(job: JobRecord) -> dict[str, object]:
         "allocation": job.allocation,
         "container": job.container,
         "stopping": job.stopping,
-        "stop_since": _dt(job.stop_since),
-        "term_sent_at": _dt(job.term_sent_at),
+        "stop_since": column_time(job.stop_since),
+        "term_sent_at": column_time(job.term_sent_at),
         "restarts": job.restarts,
     }
 
@@ -64,9 +51,9 @@ def _record(row: JobRow) -> JobRecord:
         array_index=row.array_index,
         state=JobState(row.state),
         reason=row.reason,
-        submitted_at=_ts(row.submitted_at) or 0.0,
-        started_at=_ts(row.started_at),
-        ended_at=_ts(row.ended_at),
+        submitted_at=unix_time(row.submitted_at) or 0.0,
+        started_at=unix_time(row.started_at),
+        ended_at=unix_time(row.ended_at),
         exit_code=row.exit_code,
         node=row.node,
         gpu_uuids=tuple(u for u in row.gpu_uuids.split(",") if u),
@@ -74,8 +61,8 @@ def _record(row: JobRow) -> JobRecord:
         allocation=row.allocation,
         container=row.container,
         stopping=_STOPS.get(row.stopping or ""),
-        stop_since=_ts(row.stop_since),
-        term_sent_at=_ts(row.term_sent_at),
+        stop_since=unix_time(row.stop_since),
+        term_sent_at=unix_time(row.term_sent_at),
         restarts=row.restarts,
         **decode_spec(row.spec),
     )
@@ -103,7 +90,7 @@ class JobStore:
                         spec=encode_spec(job),
                         array_id=job.array_id,
                         array_index=job.array_index,
-                        submitted_at=_dt(job.submitted_at),
+                        submitted_at=column_time(job.submitted_at),
                         **_columns(job),
                     )
                 )
@@ -116,34 +103,29 @@ class JobStore:
     def active(self, hub: str) -> list[JobRecord]:
         """This hub's jobs not ended (queued, starting, running), in submission order."""
         states = [s.value for s in ACTIVE]
-        with self.store.session() as s:
-            rows = s.scalars(
-                select(JobRow)
-                .where(JobRow.hub == hub, JobRow.state.in_(states))
-                .order_by(JobRow.seq, JobRow.array_index)
-            ).all()
-            return [_record(r) for r in rows]
+        query = (
+            select(JobRow)
+            .where(JobRow.hub == hub, JobRow.state.in_(states))
+            .order_by(JobRow.seq, JobRow.array_index)
+        )
+        return self.store.records(query, _record)
 
     def recent(self, hub: str, user: str | None, limit: int = 500) -> list[JobRecord]:
         """The newest ``limit`` jobs of ``user`` (everyone's for None), newest first."""
-        with self.store.session() as s:
-            query = select(JobRow).where(JobRow.hub == hub)
-            if user is not None:
-                query = query.where(JobRow.user == user)
-            rows = s.scalars(
-                query.order_by(JobRow.seq.desc(), JobRow.array_index).limit(limit)
-            ).all()
-            return [_record(r) for r in rows]
+        query = select(JobRow).where(JobRow.hub == hub)
+        if user is not None:
+            query = query.where(JobRow.user == user)
+        query = query.order_by(JobRow.seq.desc(), JobRow.array_index).limit(limit)
+        return self.store.records(query, _record)
 
     def array(self, hub: str, array_id: str) -> list[JobRecord]:
         """Every task of array ``array_id``, in index order."""
-        with self.store.session() as s:
-            rows = s.scalars(
-                select(JobRow)
-                .where(JobRow.hub == hub, JobRow.array_id == array_id)
-                .order_by(JobRow.array_index)
-            ).all()
-            return [_record(r) for r in rows]
+        query = (
+            select(JobRow)
+            .where(JobRow.hub == hub, JobRow.array_id == array_id)
+            .order_by(JobRow.array_index)
+        )
+        return self.store.records(query, _record)
 
     def get(self, job_id: str) -> JobRecord | None:
         with self.store.session() as s:

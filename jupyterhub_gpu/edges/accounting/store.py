@@ -11,10 +11,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TypeVar, overload
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, func, inspect, or_, select, update
+from sqlalchemy import Engine, Select, create_engine, event, func, inspect, or_, select, update
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -32,6 +33,8 @@ MIGRATIONS = Path(__file__).with_name("migrations")
 VERSION_TABLE = "jhgpu_alembic_version"
 # where the hub, the report command and the services look when no URL is configured
 DEFAULT_URL = "sqlite:///jupyterhub-gpu-accounting.sqlite"
+R = TypeVar("R")
+T = TypeVar("T")
 
 
 def alembic_config() -> Config:
@@ -43,6 +46,24 @@ def alembic_config() -> Config:
 
 def naive_utc(t: datetime) -> datetime:
     return t.astimezone(timezone.utc).replace(tzinfo=None) if t.tzinfo else t
+
+
+@overload
+def column_time(t: float) -> datetime: ...
+@overload
+def column_time(t: float | None) -> datetime | None: ...
+def column_time(t: float | None) -> datetime | None:
+    """A Unix time as the tables keep it: naive UTC (None stays None)."""
+    return None if t is None else datetime.fromtimestamp(t, timezone.utc).replace(tzinfo=None)
+
+
+@overload
+def unix_time(t: datetime) -> float: ...
+@overload
+def unix_time(t: datetime | None) -> float | None: ...
+def unix_time(t: datetime | None) -> float | None:
+    """A table's naive UTC time as a Unix time (None stays None)."""
+    return None if t is None else t.replace(tzinfo=timezone.utc).timestamp()
 
 
 def safe_url(url: str) -> str:
@@ -103,6 +124,11 @@ class AccountingStore:
                 ". Check that it runs and that the hub may write to it; records wait and "
                 "are written when it answers again.",
             ) from None
+
+    def records(self, query: Select[R], convert: Callable[[R], T]) -> list[T]:
+        """``convert`` of each row that ``query`` selects, in order, in one session."""
+        with self.session() as s:
+            return [convert(row) for row in s.scalars(query)]
 
     def upgrade(self) -> None:
         """Create or migrate the schema to the newest revision (idempotent)."""
@@ -283,8 +309,7 @@ class AccountingStore:
             .where(ReservationRow.ends_at > naive_utc(ending_after))
             .order_by(ReservationRow.starts_at, ReservationRow.id)
         )
-        with self.session() as s:
-            return [_reservation_of(row) for row in s.scalars(q)]
+        return self.records(q, _reservation_of)
 
     def add_reservation(self, r: Reservation, note: str = "", by: str = "") -> None:
         with self.session() as s:
@@ -292,8 +317,8 @@ class AccountingStore:
                 ReservationRow(
                     id=r.id,
                     group=r.group,
-                    starts_at=_naive_ts(r.start),
-                    ends_at=_naive_ts(r.end),
+                    starts_at=column_time(r.start),
+                    ends_at=column_time(r.end),
                     gpu_model=r.model,
                     gpu_count=r.count,
                     nodes=",".join(sorted(r.nodes)),
@@ -317,8 +342,7 @@ class AccountingStore:
     def saved_images(self) -> list[SavedImage]:
         """Every saved image, by owner and name (a site has tens to thousands)."""
         q = select(SavedImageRow).order_by(SavedImageRow.owner, SavedImageRow.name)
-        with self.session() as s:
-            return [_saved_of(row) for row in s.scalars(q)]
+        return self.records(q, _saved_of)
 
     def add_saved_image(
         self,
@@ -415,16 +439,12 @@ def _aware(t: datetime | None) -> datetime | None:
     return t.replace(tzinfo=timezone.utc) if t is not None else None
 
 
-def _naive_ts(t: float) -> datetime:
-    return datetime.fromtimestamp(t, timezone.utc).replace(tzinfo=None)
-
-
 def _reservation_of(row: ReservationRow) -> Reservation:
     return Reservation(
         id=row.id,
         group=row.group,
-        start=row.starts_at.replace(tzinfo=timezone.utc).timestamp(),
-        end=row.ends_at.replace(tzinfo=timezone.utc).timestamp(),
+        start=unix_time(row.starts_at),
+        end=unix_time(row.ends_at),
         model=row.gpu_model,
         count=row.gpu_count,
         nodes=frozenset(n for n in row.nodes.split(",") if n),
