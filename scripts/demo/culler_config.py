@@ -15,6 +15,7 @@ DEMO = Path(os.environ["JHGPU_DEMO_DIR"])
 c.GPUIdleCuller.agent_urls = {"node-a": os.environ["JHGPU_DEMO_AGENT_URL"]}
 c.GPUIdleCuller.notes_file = str(DEMO / "cull-notes.json")
 c.GPUIdleCuller.deadlines_file = str(DEMO / "cull-deadlines.json")
+c.GPUIdleCuller.policy_file = str(DEMO / "cull-policy.json")  # the spawn form says it
 c.GPUIdleCuller.state_file = str(DEMO / "culler-state.json")
 if os.environ.get("JHGPU_DEMO_CULL_TIMEOUT"):
     seconds = float(os.environ["JHGPU_DEMO_CULL_TIMEOUT"])

@@ -161,6 +161,8 @@ c.JupyterHub.load_roles = [
 c.GPUCluster.cull_notes_file = str(DEMO / "cull-notes.json")
 # the queue's estimates and the dashboard's "culled at the earliest" come from it
 c.GPUCluster.cull_deadlines_file = str(DEMO / "cull-deadlines.json")
+# the culler's terms, which the spawn form tells each user
+c.GPUCluster.cull_policy_file = str(DEMO / "cull-policy.json")
 c.Spawner.default_url = "/lab"
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120
