@@ -1,8 +1,11 @@
 """The culler's warnings before a cull: a small JSON file, rewritten each round.
 
-``{"alice/": {"at": ISO, "idle_since": ISO, "issued": ISO, "postponable": true}}``: one
-entry per server (``user/server``) the culler will stop at ``at`` at the earliest if it
-stays idle (:class:`~jupyterhub_gpu.core.culling.warning.CullWarning`). The culler writes
+``{"alice/": {"at": ISO, "idle_since": ISO, "issued": ISO, "postponable": true,
+"suspend": false}}``: one entry per server (``user/server``) the culler will stop (with
+``suspend``: suspend) at ``at`` at the earliest if it stays idle
+(:class:`~jupyterhub_gpu.core.culling.warning.CullWarning`; a file without ``suspend``
+reads as a stop). The culler keeps the same entries, keyed ``user/server@started``, in its
+state file (:func:`warnings_to_json`, :func:`warnings_from_json`). The culler writes
 it atomically; the hub's notices API reads it and shows each warning on its user's pages
 with "I'm still here" while ``postponable`` (both through :mod:`jupyterhub_gpu.edges.files`,
 which reads a missing, stale, unreadable or oversized file as empty, at most
@@ -23,18 +26,51 @@ MAX_FILE = 1 << 20  # bytes read at most
 _TIMES = ("at", "idle_since", "issued")
 
 
-def encode_cull_warnings(warnings: Mapping[str, CullWarning]) -> bytes:
-    """The file's bytes."""
-    data = {
-        holder: {
+def warnings_to_json(warnings: Mapping[str, CullWarning]) -> dict[str, dict[str, Any]]:
+    """The warnings as JSON values, by key."""
+    return {
+        key: {
             "at": w.at.astimezone(timezone.utc).isoformat(),
             "idle_since": w.idle_since.astimezone(timezone.utc).isoformat(),
             "issued": w.issued.astimezone(timezone.utc).isoformat(),
             "postponable": w.postponable,
+            "suspend": w.suspend,
         }
-        for holder, w in sorted(warnings.items())
+        for key, w in sorted(warnings.items())
     }
-    return json.dumps(data, indent=1, sort_keys=True).encode("utf-8")
+
+
+def warnings_from_json(data: Any) -> dict[str, CullWarning]:
+    """:func:`warnings_to_json`'s value back: key -> :class:`CullWarning`; ``{}`` when
+    ``data`` is not an object; bad entries (a time without its zone, a key without ``/``)
+    skipped."""
+    if not isinstance(data, dict):
+        return {}
+    out: dict[str, CullWarning] = {}
+    for key, item in data.items():
+        try:
+            at, idle_since, issued = (datetime.fromisoformat(item[k]) for k in _TIMES)
+            postponable = item["postponable"]
+            suspend = item.get("suspend", False)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue
+        if "/" not in str(key) or not isinstance(postponable, bool):
+            continue
+        if not isinstance(suspend, bool) or any(t.tzinfo is None for t in (at, idle_since, issued)):
+            continue
+        out[str(key)] = CullWarning(
+            at.astimezone(timezone.utc),
+            idle_since.astimezone(timezone.utc),
+            issued.astimezone(timezone.utc),
+            postponable,
+            suspend,
+        )
+    return out
+
+
+def encode_cull_warnings(warnings: Mapping[str, CullWarning]) -> bytes:
+    """The file's bytes."""
+    return json.dumps(warnings_to_json(warnings), indent=1, sort_keys=True).encode("utf-8")
 
 
 def decode_cull_warnings(text: str | bytes) -> dict[str, CullWarning]:
@@ -44,23 +80,4 @@ def decode_cull_warnings(text: str | bytes) -> dict[str, CullWarning]:
         data: Any = json.loads(text)
     except ValueError:
         return {}
-    if not isinstance(data, dict):
-        return {}
-    out: dict[str, CullWarning] = {}
-    for holder, item in data.items():
-        try:
-            at, idle_since, issued = (datetime.fromisoformat(item[k]) for k in _TIMES)
-            postponable = item["postponable"]
-        except (KeyError, TypeError, ValueError):
-            continue
-        if "/" not in str(holder) or not isinstance(postponable, bool):
-            continue
-        if any(t.tzinfo is None for t in (at, idle_since, issued)):
-            continue
-        out[str(holder)] = CullWarning(
-            at.astimezone(timezone.utc),
-            idle_since.astimezone(timezone.utc),
-            issued.astimezone(timezone.utc),
-            postponable,
-        )
-    return out
+    return warnings_from_json(data)
