@@ -170,11 +170,11 @@ def lab_warning_words(warning: CullWarning, now: datetime) -> WarningWords:
     """The same warning inside the server's own JupyterLab, short enough for its
     notification (:data:`LAB_TEXT_MAX`): "Idle for 50 min: this server stops at 14:05
     UTC. Save your work, or press I'm still here to keep it." (suspended: "Idle for 50
-    min: this server is suspended at 14:05 UTC, kernels kept. Press I'm still here to
+    min: this server suspends at 14:05 UTC, kernels kept. Press I'm still here to
     keep it running.")"""
     said, idle = _said_and_idle(warning, now)
     if warning.suspend:
-        text = f"Idle for {idle}: this server is suspended at {said}, kernels kept. "
+        text = f"Idle for {idle}: this server suspends at {said}, kernels kept. "
     else:
         text = f"Idle for {idle}: this server stops at {said}. "
     return WarningWords(text + _what_to_do(warning), said, warning.postponable)
