@@ -52,6 +52,7 @@ from jupyterhub_gpu.core.culling.idleness import (
     KernelsObservation,
     Policy,
     ServerObservation,
+    first_gap,
     judge,
 )
 from jupyterhub_gpu.core.culling.tracker import GpuTracker
@@ -176,44 +177,40 @@ class Ours:
     def feed(self, at: float, util: float, mem_mib: float | None) -> None:
         self.tracker.add(datetime.fromtimestamp(at, timezone.utc), util, mem_mib)
 
-    def cull(self, t: float, hub_last: float, kernel_busy: bool, kernel_last: float | None) -> bool:
+    def observe(
+        self, hub_last: float, kernel_busy: bool, kernel_last: float | None
+    ) -> ServerObservation:
+        """What the service hands :func:`judge`: the hub's activity, one kernel, one GPU."""
         utc = timezone.utc
         kernel = KernelObservation(
             "busy" if kernel_busy else "idle",
             None if kernel_last is None else datetime.fromtimestamp(kernel_last, utc),
         )
-        obs = ServerObservation(
+        return ServerObservation(
             name=self.name,
             started=self.started,
             last_activity=datetime.fromtimestamp(hub_last, utc),
             gpus={self.name: self.tracker.summary()},
             kernels=KernelsObservation((kernel,)),
         )
-        return judge(obs, self.policy, datetime.fromtimestamp(t, utc)).cull
+
+    def cull(self, t: float, hub_last: float, kernel_busy: bool, kernel_last: float | None) -> bool:
+        obs = self.observe(hub_last, kernel_busy, kernel_last)
+        return judge(obs, self.policy, datetime.fromtimestamp(t, timezone.utc)).cull
 
 
 class KernelWork(Ours):
-    """Suspend at the first idle gap when the GPU's work was the kernels' (its last busy
-    reading no later than the kernels' last message, plus one ``gpu_window``: a cell's
-    work), else with the memory-held waits of ``held`` (a process outside the kernels, a
-    serving loop in a terminal, may resume by itself: freezing it would interrupt it).
-    A rule for the product's suspend to consider (issue 35, item 4), not the product's."""
-
-    def __init__(self, name: str, gap: Policy, held: Policy, started: float) -> None:
-        super().__init__(name, held, started)
-        self.gap = gap
+    """The product's suspend: :func:`judge` with ``suspending`` (the first idle gap when
+    the GPU's work was the kernels': its last busy reading no later than the kernels'
+    last message, plus one ``gpu_window``; else ``policy``'s memory-held waits, as a
+    process outside the kernels, a serving loop in a terminal, may resume by itself and
+    freezing it would interrupt it). Issue 35, item 4; the culler applies it when it
+    suspends (``GPUIdleCuller.suspend_reclaims_cells``)."""
 
     def cull(self, t: float, hub_last: float, kernel_busy: bool, kernel_last: float | None) -> bool:
-        busy = self.tracker.last_busy_at
-        cells = busy is None or (
-            kernel_last is not None and busy.timestamp() <= kernel_last + self.gap.gpu_window
-        )
-        held = self.policy
-        self.policy = self.gap if cells else held
-        try:
-            return super().cull(t, hub_last, kernel_busy, kernel_last)
-        finally:
-            self.policy = held
+        utc = timezone.utc
+        obs = self.observe(hub_last, kernel_busy, kernel_last)
+        return judge(obs, self.policy, datetime.fromtimestamp(t, utc), suspending=True).cull
 
 
 class Stock:
@@ -454,13 +451,7 @@ def first_gap_policy(timeout_s: float) -> Policy:
     """Suspend's policy: the product's judge at the first idle gap, every signal idle for
     the timeout (no memory-held waits, no pause-based wait: a suspended kernel keeps its
     state, so they have nothing left to protect)."""
-    return Policy(
-        gpu_timeout=timeout_s,
-        timeout=timeout_s,
-        gpu_held_idle=0.0,
-        gpu_loaded_idle=0.0,
-        gpu_pause_factor=0.0,
-    )
+    return first_gap(Policy(gpu_timeout=timeout_s, timeout=timeout_s))
 
 
 def makers(timeout_min: float) -> dict[str, tuple[Maker, bool]]:
@@ -474,7 +465,7 @@ def makers(timeout_min: float) -> dict[str, tuple[Maker, bool]]:
         "stock": (lambda tl: lambda since: Stock(s), False),
         "gpu_threshold": (lambda tl: lambda since: GpuThreshold(s, since), False),
         "suspend": (lambda tl: lambda since: Ours(tl.name, gap, since), True),
-        "suspend_kernel": (lambda tl: lambda since: KernelWork(tl.name, gap, policy, since), True),
+        "suspend_kernel": (lambda tl: lambda since: KernelWork(tl.name, policy, since), True),
     }
 
 

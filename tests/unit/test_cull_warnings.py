@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -154,23 +155,54 @@ def test_the_words_a_student_reads() -> None:
     assert tomorrow.said == "Fri 02 Jan 12:00 UTC"
 
 
+@pytest.mark.parametrize("suspend", [False, True])
 @pytest.mark.parametrize("postponable", [True, False])
 @pytest.mark.parametrize("idle", [timedelta(seconds=29), timedelta(hours=23, minutes=59),
                                   timedelta(days=6, hours=23)])  # fmt: skip
 @pytest.mark.parametrize("ahead", [timedelta(minutes=10), timedelta(days=1)])
 def test_the_words_in_jupyterlab_fit_its_notification(
-    postponable: bool, idle: timedelta, ahead: timedelta
+    postponable: bool, idle: timedelta, ahead: timedelta, suspend: bool
 ) -> None:
-    warning = CullWarning(T0 + ahead, T0 - idle, T0, postponable)
+    warning = CullWarning(T0 + ahead, T0 - idle, T0, postponable, suspend)
     words = lab_warning_words(warning, T0)
     # the browser writes the time in its own words: "Tue 25 Nov, 14:05 (local time)" at most
     shown = words.text.replace(words.said, "Tue 25 Nov, 14:05 (local time)")
     assert len(shown) <= LAB_TEXT_MAX, (len(shown), shown)
     assert words.said == warning_words("", warning, T0).said  # the same time, said once
-    assert words.text.startswith(f"Idle for {duration(idle.total_seconds())}: this server stops at")
-    assert words.text.endswith(
-        "press I'm still here to keep it." if postponable else "open a file) to keep it."
+    what = "suspends at" if suspend else "stops at"
+    assert words.text.startswith(f"Idle for {duration(idle.total_seconds())}: this server {what}")
+    if suspend:
+        assert words.text.endswith(
+            "Press I'm still here to keep it running."
+            if postponable
+            else "Run a cell or open a file to keep it running."
+        )
+        assert ", kernels kept." in words.text and "Save your work" not in words.text
+    else:
+        assert words.text.endswith(
+            "press I'm still here to keep it." if postponable else "open a file) to keep it."
+        )
+
+
+def test_the_words_of_a_suspend_say_suspended_and_what_is_kept() -> None:
+    """A server the culler will suspend: the words the hub uses after a suspend
+    (core/suspend.py's suspended_words), nothing about losing work."""
+    warning = CullWarning(T0 + timedelta(minutes=10), T0 - timedelta(minutes=50), T0, True, True)
+    assert warning_words("", warning, T0).text == (
+        "Your server will be suspended at 12:10 UTC because it has been idle for 50 min: "
+        "start it again to resume where you left it, with your kernels and their variables. "
+        "Press I'm still here to keep it running."
     )
+    second = replace(warning, postponable=False)
+    assert warning_words("big", second, T0).text.startswith("Your server 'big' will be suspended")
+    assert warning_words("big", second, T0).text.endswith(
+        "Run a cell or open a file to keep it running."
+    )
+    decision = judge(cpu_server(120), POLICY, T0)
+    out, given = warn_step(decision, decision, None, deadline=None, idle_since=T0, now=T0,
+                           warn_before=WARN, postponable=True, suspend=True)  # fmt: skip
+    assert given is not None and given.suspend
+    assert out.reason.startswith("warned, suspended at 12:10:00 UTC at the earliest: idle: ")
 
 
 def test_the_words_after_a_cull() -> None:
@@ -197,6 +229,13 @@ def test_the_words_after_a_cull() -> None:
 def test_the_file_round_trips_and_skips_bad_entries(tmp_path: Path) -> None:
     w = CullWarning(T0 + timedelta(minutes=10), T0 - timedelta(minutes=50), T0, True)
     assert decode_cull_warnings(encode_cull_warnings({"alice/": w})) == {"alice/": w}
+    s = replace(w, suspend=True)
+    assert decode_cull_warnings(encode_cull_warnings({"alice/": s})) == {"alice/": s}
+    # a file written before "suspend" reads as a stop; a "suspend" not true/false is skipped
+    old = json.loads(encode_cull_warnings({"alice/": s, "bob/": s}))
+    del old["alice/"]["suspend"]
+    old["bob/"]["suspend"] = "yes"
+    assert decode_cull_warnings(json.dumps(old)) == {"alice/": w}
     bad = b'{"alice/": {"at": "2026-01-01T12:00:00"}, "bob": {}, "x/": 3}'
     assert decode_cull_warnings(bad) == {} and decode_cull_warnings(b"[]") == {}
     path = tmp_path / "warnings.json"

@@ -10,6 +10,7 @@ import logging
 import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from datetime import timedelta
 from email import message_from_bytes
 from email.message import Message
@@ -19,6 +20,7 @@ from typing import Any
 from urllib.parse import quote
 from zoneinfo import ZoneInfo
 
+import httpx
 import pytest
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 from traitlets.config import Config
@@ -84,6 +86,16 @@ def test_the_mail_says_which_server_when_in_the_sites_zone_what_is_lost_and_wher
     # another day: the date is said
     tomorrow = warning_mail_words("a", "", 0, warning(), T0 - timedelta(days=1), PARIS, "x", True)
     assert "Thu 01 Jan 13:10 CET" in tomorrow.subject
+
+
+def test_the_mail_of_a_suspend_says_suspended_and_what_is_kept() -> None:
+    suspend = replace(warning(), suspend=True)
+    words = warning_mail_words("alice", "", 1, suspend, T0, PARIS, "https://h/hub/home", True)
+    assert words.subject == "Your server will be suspended at 13:10 CET if it stays idle"
+    assert "idle for 50 min. It will be suspended at 13:10 CET unless it is used" in words.body
+    assert "resume where you left it, with your kernels and their variables" in words.body
+    assert "you will be warned again before it is stopped" in words.body
+    assert "Save your work" not in words.body and "is lost" not in words.body
 
 
 def test_user_chosen_text_is_cleaned_and_bounded() -> None:
@@ -486,3 +498,100 @@ def test_mail_is_off_by_default_and_configure_culler_passes_the_url_and_the_zone
     assert culler.mail_hub_url == "https://hub.lab.example/jh"
     assert culler.mail_timezone == "Europe/Paris"
     assert home_link(culler.mail_hub_url) == "https://hub.lab.example/jh/hub/home"
+
+
+async def test_a_restarted_culler_mails_no_warning_twice(
+    world: World, tmp_path: Path, smtpd: Callable[..., Any]
+) -> None:
+    """The culler restarts while its warnings stand: the same warnings go on (the cull at
+    their time, not ``warn_before`` later) and nobody is mailed again. The same restart
+    without the state file mails both users a second time (the bug this prevents)."""
+    inbox, port = await smtpd()
+    culler = mailing(world, tmp_path, port)
+    await poll(culler)
+    await culler.cull_once(now=T0)
+    assert len(inbox.envelopes) == 2
+    restart = T0 + timedelta(minutes=1)
+    culler.save_state(restart)  # on its way out
+    again = mailing(world, tmp_path, port)
+    again.load_state(now=restart)
+    await poll(again, start=-1, stop=-1)
+    kept = await again.cull_once(now=restart)
+    assert kept["alice"].signal is Signal.WARNED and len(inbox.envelopes) == 2
+    assert load_cull_warnings(tmp_path / "warnings.json")["alice/"].at == T0 + timedelta(minutes=10)
+    await poll(again, start=-2, stop=-10)
+    done = await again.cull_once(now=T0 + timedelta(minutes=10))
+    assert done["alice"].cull and done["erin/train"].cull and len(inbox.envelopes) == 2
+    # without the state file a restart warns afresh, and mails again
+    fresh = World()
+    amnesic = mailing(fresh, tmp_path / "amnesic", port, state_file="")
+    (tmp_path / "amnesic").mkdir()
+    await poll(amnesic)
+    await amnesic.cull_once(now=T0)
+    forgot = mailing(fresh, tmp_path / "amnesic", port, state_file="")
+    await poll(forgot, start=40, stop=-1)  # the same readings: only the state file differs
+    await forgot.cull_once(now=restart)
+    assert [e.rcpt_tos for e in inbox.envelopes][4:] == [
+        ["alice@lab.example"],
+        ["erin@lab.example"],
+    ]
+
+
+async def test_one_mail_per_idle_stretch_even_when_the_warning_is_given_again(
+    world: World, tmp_path: Path, smtpd: Callable[..., Any]
+) -> None:
+    """A warning dropped for missing data (alice's node's agent stops answering for a
+    while) and given again when it answers is the same idle stretch: not mailed again.
+    Activity ends the stretch: the next warning is mailed."""
+    inbox, port = await smtpd()
+    world.users = [u for u in world.users if u["name"] != "erin"]  # alice alone is warned
+    culler = mailing(world, tmp_path, port)
+    await poll(culler)
+    await culler.cull_once(now=T0)
+    assert [e.rcpt_tos for e in inbox.envelopes] == [["alice@lab.example"]]
+    healthy = world.agent_a
+    world.agent_answers["agent-a.test"] = lambda: httpx.Response(503)
+    await poll(culler, start=-1, stop=-1)
+    blind = await culler.cull_once(now=T0 + timedelta(minutes=1))
+    assert blind["alice"].signal is Signal.GPU_MISSING  # no warning shown meanwhile
+    assert "alice/" not in load_cull_warnings(tmp_path / "warnings.json")
+    del world.agent_answers["agent-a.test"]
+    assert world.agent_a == healthy
+    # observed again for 20 minutes (the warning's shorter wait): warned again, not mailed
+    await poll(culler, start=-2, stop=-22)
+    await culler.cull_once(now=T0 + timedelta(minutes=22))
+    again = load_cull_warnings(tmp_path / "warnings.json")["alice/"]
+    assert again.issued == T0 + timedelta(minutes=22) and len(inbox.envelopes) == 1
+    # she comes back, then leaves again: a new stretch, a new warning, a new mail
+    alice = world.users[0]["servers"][""]
+    alice["last_activity"] = (T0 + timedelta(minutes=25)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    await poll(culler, start=-23, stop=-26)
+    assert (await culler.cull_once(now=T0 + timedelta(minutes=26)))["alice"].signal is Signal.HUB
+    assert "alice/" not in load_cull_warnings(tmp_path / "warnings.json")
+    await poll(culler, start=-27, stop=-46)
+    await culler.cull_once(now=T0 + timedelta(minutes=46))
+    assert "alice/" in load_cull_warnings(tmp_path / "warnings.json")
+    assert [e.rcpt_tos for e in inbox.envelopes] == [["alice@lab.example"]] * 2
+
+
+async def test_a_refused_suspend_is_mailed_again_as_a_stop(
+    world: World, tmp_path: Path, smtpd: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """erin was mailed that her server would be suspended; the hub will not: the warning
+    given again as a stop is mailed too, as that first mail said it would be."""
+    from tests.unit.test_culler_suspend import SuspendAPI
+
+    world.users = [u for u in world.users if u["name"] == "erin"]
+    hub = SuspendAPI(world)
+    monkeypatch.setattr(world, "hub", hub)
+    inbox, port = await smtpd()
+    culler = mailing(world, tmp_path, port, suspend=True)
+    await poll(culler)
+    await culler.cull_once(now=T0)
+    hub.refuse("erin", 409)
+    await poll(culler, start=-1, stop=-10)
+    await culler.cull_once(now=T0 + timedelta(minutes=10))
+    assert hub.asked == ["erin"] and world.deletes() == []
+    first, second = inbox.messages()
+    assert first["Subject"] == "Your server 'train' will be suspended at 13:10 CET if it stays idle"
+    assert second["Subject"] == "Your server 'train' will be stopped at 13:20 CET if it stays idle"

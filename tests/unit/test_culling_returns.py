@@ -215,9 +215,9 @@ def test_kernel_work_suspends_a_cells_gap_but_waits_for_a_loop_outside_the_kerne
     gap, held = cr.first_gap_policy(1_800), idleness.Policy(gpu_timeout=1_800)
     costs = cr.SuspendCosts()
     first = cr.measure(loop, lambda since: cr.Ours("s", gap, since), 1_800, costs)
-    aware = cr.measure(loop, lambda since: cr.KernelWork("s", gap, held, since), 1_800, costs)
+    aware = cr.measure(loop, lambda since: cr.KernelWork("s", held, since), 1_800, costs)
     assert first.interrupted_gpu_minutes == pytest.approx(10.0)
     assert aware.interrupted_gpu_minutes == 0 and aware.culls == 1
     cells = session(cr, [(0, 600), (7_800, 8_400)], [(0, 60), (7_700, 8_500)], 30_000)
-    (early, *_) = cr.replay(cells, lambda since: cr.KernelWork("s", gap, held, since), costs)
+    (early, *_) = cr.replay(cells, lambda since: cr.KernelWork("s", held, since), costs)
     assert 2_400 <= early.at <= 2_400 + gap.gpu_window + cr.TICK_S and early.restored

@@ -20,6 +20,12 @@ are the server's own answers (her code can write them), its hub activity is what
 server posts with its own token and what her browser sends, its GPU use is what she runs.
 They are her claim, believed only up to ``max_age``, which is checked first, so nothing a
 server says outlasts it; it is on by default (:data:`DEFAULT_MAX_AGE`, 7 days).
+
+When the culler suspends instead of stopping (docs/culler.md, "Suspend instead of stop"),
+a server whose GPU work was its kernels' (:func:`kernels_did_the_gpu_work`) goes at the
+first idle gap (:func:`first_gap`): the suspend keeps its kernels' state, which the
+memory-held waits protect for a stop. GPU work outside the kernels keeps every wait
+(:func:`suspend_policy`; benchmarks/culling_returns.py's ``KernelWork`` measures it).
 """
 
 from __future__ import annotations
@@ -242,8 +248,61 @@ def _kernels_idle_for(
     return idle
 
 
-def judge(obs: ServerObservation, policy: Policy, now: datetime) -> Decision:
-    """Keep or cull ``obs`` at ``now`` under ``policy``, with a one-line reason."""
+def kernels_did_the_gpu_work(obs: ServerObservation, gpu_window: float) -> bool | None:
+    """Whether every GPU of ``obs`` did only its kernels' work: its last busy reading
+    (``last_busy_at``) is no later than the kernels' last activity plus ``gpu_window``
+    (the window a cell's work takes to fall out of the mean), or it has none since its
+    server started. ``None`` when the kernels were not read; ``False`` when a GPU computed
+    later than that (a process outside the kernels: a serving or training loop in a
+    terminal, which may resume by itself), or has no reading (missing data decides
+    nothing). Only the kernels' own ``last_activity`` counts, not ``/api/status``'s
+    (terminals write that one)."""
+    if obs.kernels is None:
+        return None
+    stamps = [k.last_activity for k in obs.kernels.kernels if k.last_activity is not None]
+    kernels_last = max(stamps, default=None)
+    for summary in (obs.gpus or {}).values():
+        if summary is None:
+            return False
+        busy = summary.last_busy_at
+        if busy is None:
+            continue
+        if kernels_last is None or busy > kernels_last + timedelta(seconds=gpu_window):
+            return False
+    return True
+
+
+def first_gap(policy: Policy) -> Policy:
+    """``policy`` without the waits that protect a running process's state: no
+    memory-held waits (``gpu_held_idle``, ``gpu_loaded_idle``) and no pause-based wait.
+    A suspended server keeps its kernels' state, so for GPU work that was its kernels'
+    they have nothing left to protect: every signal idle for the timeout is enough."""
+    return replace(policy, gpu_held_idle=0.0, gpu_loaded_idle=0.0, gpu_pause_factor=0.0)
+
+
+def suspend_policy(obs: ServerObservation, policy: Policy, *, kernels_unknown: bool) -> Policy:
+    """The policy a server the culler would suspend (not stop) is judged by: :func:`first_gap`
+    when its GPU work was its kernels' (:func:`kernels_did_the_gpu_work`), ``policy`` (the
+    stop's waits) when it was not. ``kernels_unknown``: the choice while the kernels are
+    unread (:func:`judge` takes the shorter one, as it never culls unread kernels for
+    idleness: it only asks for them; :func:`earliest_cull` the longer one)."""
+    in_kernels = kernels_did_the_gpu_work(obs, policy.gpu_window)
+    if in_kernels is None:
+        in_kernels = kernels_unknown
+    return first_gap(policy) if in_kernels else policy
+
+
+def judge(
+    obs: ServerObservation, policy: Policy, now: datetime, *, suspending: bool = False
+) -> Decision:
+    """Keep or cull ``obs`` at ``now`` under ``policy``, with a one-line reason.
+
+    ``suspending``: the culler will suspend this server, not stop it (its kernels' state
+    kept): a GPU whose work was its kernels' is reclaimed at the first idle gap, with no
+    memory-held or pause-based wait (:func:`suspend_policy`); GPU work outside the kernels
+    keeps those waits. A stop (``suspending`` False) keeps them all."""
+    if suspending:
+        policy = suspend_policy(obs, policy, kernels_unknown=True)
     age = _since(obs.started, now)
     if policy.max_age and age is not None and age >= policy.max_age:
         reason = f"running for {duration(age)}, over the maximum age of "
@@ -290,9 +349,15 @@ class Deadline:
     why: str
 
 
-def earliest_cull(obs: ServerObservation, policy: Policy, now: datetime) -> Deadline | None:
+def earliest_cull(
+    obs: ServerObservation, policy: Policy, now: datetime, *, suspending: bool = False
+) -> Deadline | None:
     """When ``obs`` would be culled at the earliest, or None when nothing bounds it (idle
-    culling off and no ``max_age``, or its GPUs unread: missing data keeps a server)."""
+    culling off and no ``max_age``, or its GPUs unread: missing data keeps a server).
+    ``suspending``: as :func:`judge`'s, the first idle gap once its kernels were read and
+    did the GPU work (unread kernels: the stop's waits, the later time)."""
+    if suspending:
+        policy = suspend_policy(obs, policy, kernels_unknown=False)
     deadlines: list[Deadline] = []
     if policy.max_age and obs.started is not None:
         deadlines.append(Deadline(obs.started + timedelta(seconds=policy.max_age), "max_age"))

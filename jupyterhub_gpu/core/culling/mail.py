@@ -168,7 +168,8 @@ def warning_mail_words(
     when = zoned_clock(at, now.timestamp(), tz)
     idle = duration(max((now - warning.idle_since).total_seconds(), 0.0))
     holds = f" (it holds {gpus(gpu_count)})" if gpu_count > 0 else ""
-    subject = f"{which} will be stopped at {when} if it stays idle"
+    verb = "suspended" if warning.suspend else "stopped"
+    subject = f"{which} will be {verb} at {when} if it stays idle"
     if postponable:
         act = (
             f'To keep it, log in to the hub and press "I\'m still here" at\n{link}\n'
@@ -179,14 +180,24 @@ def warning_mail_words(
             "To keep it, use it before then: open it from the hub at\n"
             f"{link}\nand run a cell or open a file."
         )
+    lost = (
+        "When it stops, what runs in it ends and its memory is lost: the variables "
+        "of your notebooks and anything you have not saved. Save your work now. "
+        "The files in your home folder are kept."
+    )
+    if warning.suspend:
+        lost = (
+            "When it is suspended, its GPUs go to others and what runs in it is kept: "
+            "start it again from the hub to resume where you left it, with your kernels "
+            "and their variables. If the hub cannot suspend it, you will be warned again "
+            "before it is stopped."
+        )
     body = "\n\n".join(
         [
             f"Hello {clean(user)},",
-            f"{which}{holds} has been idle for {idle}. It will be stopped at "
+            f"{which}{holds} has been idle for {idle}. It will be {verb} at "
             f"{when} unless it is used before then.",
-            "When it stops, what runs in it ends and its memory is lost: the variables "
-            "of your notebooks and anything you have not saved. Save your work now. "
-            "The files in your home folder are kept.",
+            lost,
             act,
             "-- \nThe GPU hub's idle culler sends one such mail per warning; the same "
             "warning shows on the hub's pages.",

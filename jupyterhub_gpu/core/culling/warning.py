@@ -31,12 +31,14 @@ POSTPONED_KEY = "cull_postponed_at"
 
 @dataclass(frozen=True)
 class CullWarning:
-    """A warned server: stopped at ``at`` at the earliest if it stays idle."""
+    """A warned server: stopped (``suspend``: suspended) at ``at`` at the earliest if it
+    stays idle."""
 
     at: datetime  # aware UTC
     idle_since: datetime  # the hub's last activity it counts from (aware UTC)
     issued: datetime  # the round that first warned (aware UTC)
     postponable: bool  # its user may still press "I'm still here" (once per start)
+    suspend: bool = False  # the culler will ask the hub to suspend it, not stop it
 
 
 def shortened(policy: Policy, warn_before: float) -> Policy:
@@ -80,12 +82,14 @@ def warn_step(
     now: datetime,
     warn_before: float,
     postponable: bool,
+    suspend: bool = False,
 ) -> tuple[Decision, CullWarning | None]:
     """One round's decision for a server, with warnings: ``decision`` is the policy's
     judgement, ``early`` the :func:`shortened` policy's, ``previous`` the warning given
     before (this server's start), ``deadline`` the earliest idle cull
-    (:func:`~.idleness.earliest_cull`). Returns the decision to act on and the warning to
-    show (``None``: none). ``warn_before`` 0: no warnings, ``decision`` as it is."""
+    (:func:`~.idleness.earliest_cull`), ``suspend``: the cull will ask to suspend it (the
+    warning says so). Returns the decision to act on and the warning to show (``None``:
+    none). ``warn_before`` 0: no warnings, ``decision`` as it is."""
     if warn_before <= 0 or (decision.cull and decision.signal is not Signal.IDLE):
         return decision, None
     if decision.cull:
@@ -93,19 +97,20 @@ def warn_step(
             return decision, None
         if previous is None:
             previous = CullWarning(now + timedelta(seconds=warn_before), idle_since, now, False)
-        warning = replace(previous, idle_since=idle_since, postponable=postponable)
+        warning = replace(previous, idle_since=idle_since, postponable=postponable, suspend=suspend)
         return _warned(warning, decision), warning
     if not (early.cull and early.signal is Signal.IDLE):
         return decision, None  # active again (or kept for missing data): no warning
     issued = previous.issued if previous is not None else now
     at = max(deadline or now, issued + timedelta(seconds=warn_before))
-    warning = CullWarning(at, idle_since, issued, postponable)
+    warning = CullWarning(at, idle_since, issued, postponable, suspend)
     return decision, warning
 
 
 def _warned(warning: CullWarning, decision: Decision) -> Decision:
     when = _utc(warning.at).strftime("%H:%M:%S UTC")
-    reason = f"warned, stopped at {when} at the earliest: {decision.reason}"
+    verb = "suspended" if warning.suspend else "stopped"
+    reason = f"warned, {verb} at {when} at the earliest: {decision.reason}"
     return Decision(False, reason, Signal.WARNED)
 
 
@@ -128,6 +133,10 @@ def _said_and_idle(warning: CullWarning, now: datetime) -> tuple[str, str]:
 
 
 def _what_to_do(warning: CullWarning) -> str:
+    if warning.suspend:  # nothing is lost: keeping it running is the only choice left
+        if warning.postponable:
+            return "Press I'm still here to keep it running."
+        return "Run a cell or open a file to keep it running."
     if warning.postponable:
         return "Save your work, or press I'm still here to keep it."
     return "Save your work, or use it (run a cell, open a file) to keep it."
@@ -135,10 +144,19 @@ def _what_to_do(warning: CullWarning) -> str:
 
 def warning_words(server: str, warning: CullWarning, now: datetime) -> WarningWords:
     """ "Your server will be stopped at 14:05 UTC because it has been idle for 50 min."
-    and what to do about it."""
+    and what to do about it; a server the culler will suspend: "Your server will be
+    suspended at 14:05 UTC because it has been idle for 50 min: start it again to resume
+    where you left it, with your kernels and their variables." (the words of
+    :func:`~jupyterhub_gpu.core.suspend.suspended_words`)."""
     which = f"Your server '{server}'" if server else "Your server"
     said, idle = _said_and_idle(warning, now)
-    text = f"{which} will be stopped at {said} because it has been idle for {idle}. "
+    if warning.suspend:
+        text = (
+            f"{which} will be suspended at {said} because it has been idle for {idle}: start "
+            "it again to resume where you left it, with your kernels and their variables. "
+        )
+    else:
+        text = f"{which} will be stopped at {said} because it has been idle for {idle}. "
     return WarningWords(text + _what_to_do(warning), said, warning.postponable)
 
 
@@ -151,10 +169,15 @@ LAB_TEXT_MAX = 140
 def lab_warning_words(warning: CullWarning, now: datetime) -> WarningWords:
     """The same warning inside the server's own JupyterLab, short enough for its
     notification (:data:`LAB_TEXT_MAX`): "Idle for 50 min: this server stops at 14:05
-    UTC. Save your work, or press I'm still here to keep it." """
+    UTC. Save your work, or press I'm still here to keep it." (suspended: "Idle for 50
+    min: this server suspends at 14:05 UTC, kernels kept. Press I'm still here to
+    keep it running.")"""
     said, idle = _said_and_idle(warning, now)
-    text = f"Idle for {idle}: this server stops at {said}. {_what_to_do(warning)}"
-    return WarningWords(text, said, warning.postponable)
+    if warning.suspend:
+        text = f"Idle for {idle}: this server suspends at {said}, kernels kept. "
+    else:
+        text = f"Idle for {idle}: this server stops at {said}. "
+    return WarningWords(text + _what_to_do(warning), said, warning.postponable)
 
 
 _IDLE_REASON = re.compile(

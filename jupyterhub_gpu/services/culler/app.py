@@ -89,9 +89,9 @@ from jupyterhub_gpu.services.culler.client import (
     describe_failure,
     read_agent,
     read_kernels,
-    suspend_or_stop,
 )
 from jupyterhub_gpu.services.culler.mail import WarningMail
+from jupyterhub_gpu.services.culler.reclaim import SuspendOrStop
 from jupyterhub_gpu.services.culler.shares import (
     SEPARATOR,
     ShareWatch,
@@ -109,9 +109,10 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class GPUIdleCuller(HubService, WarningMail):
+class GPUIdleCuller(HubService, WarningMail, SuspendOrStop):
     """Stop idle single-user servers, reading the hub, the kernels and the GPUs (and mail
-    their users the warnings before, where the site turns it on: :mod:`.mail`)."""
+    their users the warnings before, where the site turns it on: :mod:`.mail`); suspend
+    them instead where the site turns that on (:mod:`.reclaim`)."""
 
     name = "jupyterhub-gpu-culler"
     description = "GPU-aware idle culler for jupyterhub-gpu (a hub-managed service)."
@@ -186,12 +187,6 @@ class GPUIdleCuller(HubService, WarningMail):
     agent_timeout = Float(5.0, help="Timeout (s) of requests to node agents.").tag(config=True)
     dry_run = Bool(
         False, help="Log what would be stopped (and every keep, at INFO) and stop nothing."
-    ).tag(config=True)
-    suspend = Bool(
-        False,
-        help="""Ask the hub to suspend an idle server (checkpointed, its GPUs freed, resumed
-        at its next start) instead of stopping it; stopped when the hub will not or cannot
-        (docs/culler.md). ``configure_culler(c, suspend=True)`` sets both sides.""",
     ).tag(config=True)
     group_overrides = Union(
         [Callable(), Dict()],
@@ -342,6 +337,9 @@ class GPUIdleCuller(HubService, WarningMail):
         self._cull_warnings: dict[str, CullWarning] = {}  # "holder@started" -> warning
         self._warned_now: dict[str, CullWarning] = {}  # this round's, by holder
         self._new_warnings: dict[str, CullWarning] = {}  # issued this round: mailed once
+        # "holder@started" -> why the hub did not suspend it: judged as a stop from then on
+        self._suspend_refused: dict[str, str] = {}
+        self._mailed: dict[str, str] = {}  # "holder@started" -> idle stretch mailed (.mail)
         self.rounds = 0  # cull rounds finished (one DEBUG line each: tests wait on it)
 
     # -- configuration ---------------------------------------------------------------
@@ -576,9 +574,12 @@ class GPUIdleCuller(HubService, WarningMail):
         obs = with_postponement(obs, postponed)
         policy = await self.policy_for(user)
         early_policy = shortened(policy, self.warn_before) if self.warn_before > 0 else policy
-        decision, early = judge(obs, policy, now), judge(obs, early_policy, now)
         holder = full if "/" in full else f"{full}/"
-        deadline = earliest_cull(obs, policy, now)
+        # suspending: the first idle gap of the kernels' GPU work (core/culling/idleness.py)
+        cells = self.suspend_reclaims_cells and self._suspending(holder, server)
+        decision = judge(obs, policy, now, suspending=cells)
+        early = judge(obs, early_policy, now, suspending=cells)
+        deadline = earliest_cull(obs, policy, now, suspending=cells)
         self._deadlines[holder] = deadline  # dropped if culled
         if Signal.KERNELS_MISSING in (decision.signal, early.signal):  # else all idle
             access = server_access(server, self.proxy_url)
@@ -599,7 +600,10 @@ class GPUIdleCuller(HubService, WarningMail):
                 self.log.info("Keeping %s: its kernels could not be read (%s)", full, why)
                 return decision
             obs = replace(obs, kernels=kernels)
-            decision, early = judge(obs, policy, now), judge(obs, early_policy, now)
+            decision = judge(obs, policy, now, suspending=cells)
+            early = judge(obs, early_policy, now, suspending=cells)
+            deadline = earliest_cull(obs, policy, now, suspending=cells)
+            self._deadlines[holder] = deadline
         return self._with_warning(holder, server, obs, decision, early, deadline, postponed, now)
 
     def _with_warning(
@@ -615,7 +619,7 @@ class GPUIdleCuller(HubService, WarningMail):
     ) -> Decision:
         """The decision once warnings are counted (core/culling/warning.py): an idle server
         is warned ``warn_before`` ahead, and stopped only once its warning's time passed."""
-        key = f"{holder}@{server.get('started')}"
+        key = self._key(holder, server)
         decision, warning = warn_step(
             decision,
             early,
@@ -625,6 +629,7 @@ class GPUIdleCuller(HubService, WarningMail):
             now=now,
             warn_before=self.warn_before,
             postponable=postponed is None,
+            suspend=self._suspending(holder, server),
         )
         if warning is None:
             self._cull_warnings.pop(key, None)
@@ -660,22 +665,7 @@ class GPUIdleCuller(HubService, WarningMail):
         if self.dry_run:
             self.log.info("Would cull %s (dry run): %s", full, decision.reason)
             return full, decision, None
-        self.log.info("Culling %s: %s", full, decision.reason)
-        # the note goes first: the hub's spawner reads it while stopping the server, to
-        # record the allocation as culled rather than stopped (docs/accounting.md)
-        note = CullNote(str(user["name"]), name, now, decision.reason)
-        culler_state.write_notes(self, [note])
-        try:
-            async with sem:
-                code = await suspend_or_stop(self._hub(), str(user["name"]), name, self)
-        except httpx.HTTPError as e:
-            why = describe_failure(e, self.request_timeout)
-            self.log.warning("Could not stop %s (%s); will retry next round", full, why)
-            culler_state.drop_note(self, note)  # the stop did not happen
-            return full, decision, None
-        if code == 202:
-            self.log.info("Server %s is slow to stop", full)
-        return full, decision, note
+        return await self._cull(sem, user, name, server, decision, now)
 
     def _hub(self) -> HubAPI:
         return HubAPI(
@@ -697,7 +687,7 @@ class GPUIdleCuller(HubService, WarningMail):
         except (httpx.HTTPError, ProbeError, ValueError) as e:
             why = describe_failure(e, self.request_timeout)
             self.log.warning("Hub API unavailable (%s); next try in %.0fs", why, self.interval)
-            self.save_state()
+            self.save_state(at)
             return {}
         sem = asyncio.Semaphore(max(self.concurrency, 1))
         self._deadlines = {}
@@ -722,9 +712,10 @@ class GPUIdleCuller(HubService, WarningMail):
         self._write_deadlines()
         await culler_state.write_policy(self, users)
         self._write_warnings(decisions)
+        self._end_refusals(users, decisions)
         await self.mail_round(users, decisions, self._new_warnings, at)
         self._end_share_round(decisions)
-        self.save_state()
+        self.save_state(at)
         self.rounds += 1
         self.log.debug("Cull round %d done: %d server(s) judged", self.rounds, len(decisions))
         return decisions
@@ -768,9 +759,10 @@ class GPUIdleCuller(HubService, WarningMail):
         except OSError as e:
             self.log.warning("Could not write cull warnings to %s: %s", self.warnings_file, e)
 
-    def save_state(self) -> None:
-        """Persist GPU histories and holders so a restart keeps its patience (.state)."""
-        culler_state.save_state(self)
+    def save_state(self, now: datetime | None = None) -> None:
+        """Persist GPU histories and holders so a restart keeps its patience, and the
+        warnings standing so that it warns no one twice (.state)."""
+        culler_state.save_state(self, now or utcnow())
 
     def load_state(self, now: datetime | None = None) -> None:
         """Restore :meth:`save_state`'s file (a bad one: one warning, a fresh start)."""

@@ -129,19 +129,16 @@ class HubAPI:
 SUSPEND_WAIT = 600.0
 
 
-async def suspend_or_stop(hub: HubAPI, user: str, server: str, culler: Any) -> int:
-    """Suspend ``user``'s ``server`` (``culler.suspend``: the culler's setting, its log
-    on ``culler.log``), or stop it: when suspend is off, and when the hub answers that it
-    did not suspend it (it says why; the server still runs). The stop's status code, 200
-    for a suspend."""
-    full = f"{user}/{server}" if server else user
-    if culler.suspend:
-        resp = await hub.suspend_server(user, server, SUSPEND_WAIT)
-        if resp.status_code == 200:
-            culler.log.info("Suspended %s: %s", full, resp.text[:300])
-            return 200
-        culler.log.warning("Not suspended %s (%s): stopping it", full, hub_message(resp))
-    return await hub.stop_server(user, server)
+async def ask_suspend(hub: HubAPI, user: str, server: str) -> tuple[bool, str]:
+    """Ask the hub to suspend ``user``'s ``server`` (waiting up to :data:`SUSPEND_WAIT`):
+    ``(True, its answer)`` when it did, else ``(False, what its answer says)`` on one line
+    (:func:`hub_message`: 409 it will not, 503 the checkpoint failed; the server still
+    runs either way), each bounded. The culler decides what a refusal means
+    (docs/culler.md)."""
+    resp = await hub.suspend_server(user, server, SUSPEND_WAIT)
+    if resp.status_code == 200:
+        return True, " ".join(resp.text[:300].split())
+    return False, hub_message(resp)
 
 
 def hub_message(resp: httpx.Response) -> str:

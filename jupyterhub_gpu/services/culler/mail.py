@@ -3,7 +3,11 @@ e-mail"): the ``mail_*`` settings of ``GPUIdleCuller`` and one round's sending.
 
 Off by default. When a site turns it on, each warning the culler issues (a server that
 will be stopped ``warn_before`` from now if it stays idle) is mailed to its user once,
-at the end of the round that issued it: the words are
+at the end of the round that issued it: once per idle stretch of a server start (its
+``idle_since``; a suspend the hub refused, warned again as a stop, is mailed again),
+remembered in the culler's state file, so that a warning issued again for the same
+stretch (after a restart of the culler, or a blip of missing data) is not mailed
+again. The words are
 :func:`~jupyterhub_gpu.core.culling.mail.warning_mail_words`, the message
 :mod:`~jupyterhub_gpu.wire.cull_mail`, the sending :mod:`~jupyterhub_gpu.edges.mail` (in
 a thread: ``smtplib`` blocks). A mail that could not be sent is not sent again: a dead
@@ -50,6 +54,13 @@ from jupyterhub_gpu.errors import ConfigError
 from jupyterhub_gpu.wire.cull_mail import OutgoingMail, encode_warning_mail
 
 
+def _stretch(warning: CullWarning) -> str:
+    """What one mail covers: a server's idle stretch (its ``idle_since``), and whether it
+    was to be suspended or stopped (a suspend the hub refused is warned, and mailed,
+    again as a stop)."""
+    return warning.idle_since.isoformat() + (" suspend" if warning.suspend else "")
+
+
 class WarningMail(HasTraits):
     """The ``mail_*`` settings of :class:`~.app.GPUIdleCuller` and their sending."""
 
@@ -57,6 +68,8 @@ class WarningMail(HasTraits):
         log: Any
         dry_run: bool
         warnings_file: str
+        # "user/server@started" -> the idle_since (ISO) of the warning last mailed
+        _mailed: dict[str, str]
 
         def _warn_once(self, key: str, message: str) -> None: ...
 
@@ -253,19 +266,29 @@ class WarningMail(HasTraits):
     ) -> MailReport:
         """Mail ``new``, the warnings this round issued by holder (``alice/``,
         ``alice/train``), of the servers it kept; nothing when mail is off."""
-        if not self.mail_warnings or not new:
+        if not self.mail_warnings:
             return MailReport()
         found = []
+        live: dict[str, str] = {}
         for user in users:
             for name, server in sorted((user.get("servers") or {}).items()):
-                warning = new.get(f"{user['name']}/{name}")
+                key = f"{user['name']}/{name}@{server.get('started')}"
                 full = f"{user['name']}/{name}" if name else str(user["name"])
-                if warning is None or full not in decisions or decisions[full].cull:
+                if full not in decisions or decisions[full].cull:
                     continue
+                if key in self._mailed:
+                    live[key] = self._mailed[key]
+                warning = new.get(f"{user['name']}/{name}")
+                if warning is None or live.get(key) == _stretch(warning):
+                    continue  # no new warning, or this idle stretch's was mailed already
+                live[key] = _stretch(warning)  # mailed once: a failed send is not retried
                 state = server.get("state")
                 uuids = state.get("gpu_uuids") if isinstance(state, Mapping) else None
                 count = len(uuids) if isinstance(uuids, list) else 0
                 found.append((user, str(name), count, warning))
+        self._mailed = live
+        if not found:
+            return MailReport()
         try:
             return await self.mail_warnings_now(found, now)
         except (ValueError, ConfigError) as e:  # settings checked at start: not expected

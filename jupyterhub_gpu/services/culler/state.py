@@ -1,9 +1,11 @@
 """The culler's files: its notes of culls (``GPUIdleCuller.notes_file``, which the hub
 reads), the terms it runs with (``policy_file``, for the hub's spawn form), and its
 state file (``GPUIdleCuller.state_file``): its GPU histories, their holders and the
-shares' episodes over their memory, kept across a restart so that it keeps its patience.
-Written atomically; read bounded (:data:`MAX_STATE_FILE`), and a bad file is one warning
-and a fresh start."""
+shares' episodes over their memory, kept across a restart so that it keeps its patience;
+its warnings before a cull, so that a restart neither warns (nor mails) a server twice
+nor pushes its cull ``warn_before`` later; and the servers the hub would not suspend
+(:mod:`.reclaim`). Written atomically; read bounded (:data:`MAX_STATE_FILE`), and a bad
+file is one warning and a fresh start."""
 
 from __future__ import annotations
 
@@ -20,23 +22,30 @@ from jupyterhub_gpu.core.attribution.memory import (
 )
 from jupyterhub_gpu.core.culling.idleness import validate_overrides
 from jupyterhub_gpu.core.culling.terms import IdleTerms, idle_terms
+from jupyterhub_gpu.core.times import parse_time
 from jupyterhub_gpu.edges.files import load_notes, save_cull_policy, save_notes, write_json_atomic
 from jupyterhub_gpu.wire.cull_notes import CullNote, add_note
 from jupyterhub_gpu.wire.cull_notes import drop_note as without_note
 from jupyterhub_gpu.wire.cull_policy import CullPolicy
+from jupyterhub_gpu.wire.cull_warnings import warnings_from_json, warnings_to_json
 
 MAX_STATE_FILE = 64 << 20  # bytes of the state file read at most
 
 
-def save_state(culler: Any) -> None:
-    """Persist ``culler``'s (a GPUIdleCuller) GPU histories, holders and share episodes."""
+def save_state(culler: Any, now: datetime) -> None:
+    """Persist ``culler``'s (a GPUIdleCuller) GPU histories, holders, share episodes,
+    warnings and the hub's refusals to suspend, as of ``now``."""
     if not culler.state_file:
         return
     data = {
         "version": 1,
+        "saved_at": now.isoformat(),
         "holders": culler._holders,
         "trackers": {u: t.to_dict() for u, t in culler._trackers.items()},
         "share_episodes": episodes_to_json(culler._shares.episodes()),
+        "cull_warnings": warnings_to_json(culler._cull_warnings),
+        "suspend_refused": dict(culler._suspend_refused),
+        "mailed": dict(culler._mailed),
     }
     try:
         write_json_atomic(culler.state_file, data)
@@ -74,6 +83,33 @@ def load_state(culler: Any, now: datetime) -> None:
         "Restored the history of %d GPU(s) from %s", len(culler._trackers), culler.state_file
     )
     _restore_episodes(culler, data.get("share_episodes", {}), now)
+    _restore_warnings(culler, data, now)
+
+
+def _restore_warnings(culler: Any, data: Any, now: datetime) -> None:
+    """The warnings standing at a short restart (saved at most ``interval +
+    gpu_stale_after`` s before ``now``): the same warning goes on, mailed once, its cull
+    at its time. After a longer one the servers are warned afresh (what happened
+    meanwhile is unknown). The hub's refusals to suspend and the idle stretches mailed
+    are kept either way (per server start: a server started again starts afresh)."""
+    for section, attribute in (("suspend_refused", "_suspend_refused"), ("mailed", "_mailed")):
+        saved = data.get(section, {})
+        if isinstance(saved, dict):
+            kept = {str(k): v[:300] for k, v in saved.items() if isinstance(v, str)}
+            setattr(culler, attribute, kept)
+    saved_at = parse_time(data.get("saved_at"))
+    if saved_at is None:
+        return
+    age = (now - saved_at).total_seconds()
+    if not 0 <= age <= culler.interval + culler.gpu_stale_after:
+        return
+    culler._cull_warnings = warnings_from_json(data.get("cull_warnings", {}))
+    if culler._cull_warnings:
+        culler.log.info(
+            "Restored %d warning(s) before a cull (saved %.0f s ago)",
+            len(culler._cull_warnings),
+            age,
+        )
 
 
 def _restore_episodes(culler: Any, data: Any, now: datetime) -> None:
