@@ -206,6 +206,8 @@ def _lab_readout(page: Any, hub: Hub) -> None:
         title = item.get_attribute("title") or ""
         assert title.startswith("Your server's GPUs on node "), title
         assert "95 % busy, 0.0 of 24 GiB of memory in use." in title, title
+        with contextlib.suppress(Exception):  # JupyterLab's splash gone, for the picture
+            lab.locator("#jupyterlab-splash").wait_for(state="detached", timeout=30_000)
         screenshot(lab, "lab-gpu-readout")
     finally:
         lab.close()
