@@ -56,7 +56,7 @@ class Hub:
             raise SystemExit(_message(e)) from None
         except (urllib.error.URLError, OSError) as e:
             if is_untrusted(e):
-                raise SystemExit(untrusted(self.api.removesuffix("/hub/api"))) from None
+                raise SystemExit(untrusted(self.api.removesuffix("/hub/api"), e)) from None
             raise SystemExit(
                 f"The hub at {self.api} did not answer ({e}); check JUPYTERHUB_URL."
             ) from None

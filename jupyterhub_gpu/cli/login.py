@@ -66,8 +66,23 @@ class Login:
         return context
 
 
-def untrusted(url: str) -> str:
+#: OpenSSL's verify codes that a CA file does not mend (X509_V_ERR_*)
+CERT_EXPIRED, HOSTNAME_MISMATCH, IP_MISMATCH = 10, 62, 64
+
+
+def untrusted(url: str, error: BaseException | None = None) -> str:
     """The sentence for a hub whose certificate this machine does not trust."""
+    code = getattr(getattr(error, "reason", error), "verify_code", None)
+    if code == CERT_EXPIRED:
+        return (
+            f"The hub at {url} has a certificate that has expired; tell your admin "
+            "(jupyterhub-gpu certs renew public renews it)."
+        )
+    if code in (HOSTNAME_MISMATCH, IP_MISMATCH):
+        return (
+            f"The hub's certificate is not for the address {url}; use the address your "
+            "admin gave you (the name in the certificate)."
+        )
     return (
         f"The hub at {url} has a certificate this machine does not trust. If your site "
         "made it, ask your admin for the site's CA certificate (ca.pem) and run "
@@ -185,7 +200,7 @@ def whose(login: Login) -> str:
         raise SystemExit(f"The hub answered HTTP {e.code}; check its address.") from None
     except (urllib.error.URLError, OSError, ValueError) as e:
         if is_untrusted(e):
-            raise SystemExit(untrusted(login.url)) from None
+            raise SystemExit(untrusted(login.url, e)) from None
         raise SystemExit(f"No hub answered at {login.url}; check its address.") from None
     name = body.get("name") if isinstance(body, dict) else None
     if not isinstance(name, str) or not name:

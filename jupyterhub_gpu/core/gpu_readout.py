@@ -141,5 +141,6 @@ def _text(readings: Sequence[GpuReading], share: Share | None) -> str:
 def _title(readings: Iterable[GpuReading], share: Share | None, node: str) -> str:
     lines = [f"Your server's GPUs on node {node}, as its agent read them:"]
     lines += [_line(r, share) for r in readings]
-    lines.append("Busy: the share of time a kernel ran. The hub's GPU dashboard has more.")
+    lines.append("Busy: how much of the last moments the GPU was computing. The hub's GPU "
+                 "dashboard has more.")  # fmt: skip
     return "\n".join(lines)

@@ -169,6 +169,7 @@ def resume_or_fresh(
     keep_for_s: float,
     admission: Admission | None = None,
     fenced: frozenset[str] = frozenset(),
+    allowed_models: frozenset[str] | None = None,
 ) -> Resume | Fresh | Queue | Refused:
     """Resume ``saved``, start afresh, or neither now. ``snapshot``: the cluster with the
     ledger's holds laid over it; ``options``: this start's :func:`options_key`;
@@ -180,10 +181,13 @@ def resume_or_fresh(
     is returned as it is: the start is refused and the checkpoint kept (a fresh start
     would be refused too, so dropping it would lose the kernels for nothing). Queue: the
     start waits in line like any, and resumes if its GPUs are free when its turn comes.
-    ``fenced``: GPUs an active reservation keeps from this user's group."""
+    ``fenced``: GPUs an active reservation keeps from this user's group;
+    ``allowed_models``: the GPU models the group's quota leaves room on now (None: any)."""
     if checkpoint_expired(saved, now, keep_for_s):
         age = (now - saved.at).total_seconds()
         return Fresh(f"it was suspended {duration(age)} ago, longer than it is kept")
+    if saved.gpu_uuids and isinstance(admission, Refused):
+        return admission  # whatever else holds, a start now is refused: keep it
     if options != saved.options_key:
         return Fresh("you chose other options than the suspended server's")
     node = next((n for n in snapshot.nodes if n.name == saved.node), None)
@@ -193,19 +197,29 @@ def resume_or_fresh(
         return Fresh(f"its node {saved.node} does not answer")
     if not node.schedulable:
         return Fresh(f"its node {saved.node} is drained")
-    if saved.gpu_uuids and isinstance(admission, (Refused, Queue)):
+    if saved.gpu_uuids and isinstance(admission, Queue):
         return admission
     if fenced.intersection(saved.gpu_uuids):
         return Fresh("its GPU is reserved for another group now")
+    models = {g.model for u in saved.gpu_uuids if (g := node.inventory.gpu(u)) is not None}
+    if allowed_models is not None and not models <= allowed_models:
+        return Fresh("your group has no room left on its GPU model now")
     taken = _gpus_free(saved, snapshot)
     if taken:
         return Fresh(taken)
     return Resume(Placement(saved.node, saved.gpu_uuids, saved.share))
 
 
-def kept_line(refusal: str) -> str:
+def kept_line(refusal: str, lasting: bool = False) -> str:
     """What a user reads when the start of her suspended server is refused (her GPU
-    cap, her group's quota): the refusal, then that nothing of it is lost."""
+    cap, her group's quota): the refusal, then that nothing of it is lost. ``lasting``:
+    the refusal will not pass by itself (over an absolute cap): a start with other
+    options is a new server."""
+    if lasting:
+        return (
+            f"{refusal.rstrip('.')}. Your suspended server is kept until it expires, but it "
+            "holds more than you may now: a start with fewer GPUs starts a new server."
+        )
     return (
         f"{refusal.rstrip('.')}. Your suspended server is kept: start it again once this "
         "allows, and it resumes where you left it."

@@ -69,19 +69,28 @@ async def spawn_form(spawner: Any) -> str:
         wait_view=queue.wait_view(snapshot) if waits else None,
         user=spawner.user.name,
         tz=queue.settings.timezone,
-        idle_terms=_idle_terms(spawner.site, spawner.user.name, ident.groups),
+        # the groups the culler sees (JupyterHub's), not the authenticator's
+        idle_terms=_idle_terms(
+            spawner.site, spawner.user.name, [g.name for g in spawner.user.groups], spawner.log
+        ),
     )
 
 
-def _idle_terms(site: Any, user: str, groups: Any) -> str:
+def _idle_terms(site: Any, user: str, groups: Any, log: Any = None) -> str:
     """The culler's terms for ``user`` as it last wrote them (``GPUCluster.cull_policy_file``;
-    "" when there is none, or it is stale: nothing said rather than something wrong)."""
+    "" when there is none, it is stale, or hers are not known: nothing said rather than
+    something wrong). Never fails the form."""
     path = str(getattr(site, "cull_policy_file", "") or "")
-    policy = load_cull_policy(path) if path else None
-    if policy is None:
+    try:
+        policy = load_cull_policy(path) if path else None
+        terms = policy.terms_for(user, groups or ()) if policy is not None else None
+        if policy is None or terms is None:
+            return ""
+        return idle_terms_words(terms, policy.warn_before_s, policy.suspend)
+    except Exception:  # a file the hub can't make sense of: the form goes on without it
+        if log is not None:
+            log.exception("The culler's terms in %s could not be read", path)
         return ""
-    terms = policy.terms_for(user, groups or ())
-    return idle_terms_words(terms, policy.warn_before_s, policy.suspend)
 
 
 __all__ = ["spawn_form"]

@@ -41,6 +41,7 @@ from jupyterhub_gpu.core.accounting.records import EndReason
 from jupyterhub_gpu.core.form import resolve_bounds
 from jupyterhub_gpu.core.placement.request import Placement
 from jupyterhub_gpu.core.scheduling.admission import Admission, Queue, Refused
+from jupyterhub_gpu.core.scheduling.quota import Allowed
 from jupyterhub_gpu.core.snapshot import ClusterSnapshot
 from jupyterhub_gpu.core.suspend import (
     RESUMING,
@@ -291,10 +292,12 @@ class SuspendingSpawnerMixin(_SpawnerBase):
         quota = resolve_bounds(self.policy, ident.groups).quota
         overlaid = self.cluster.ledger.overlay(snapshot)
         admission, view = self._admission(overlaid, request, quota, group)
-        decision = self._resume_decision(saved, overlaid, admission, view.fenced)
+        allowed = view.quota.request.allowed_models if isinstance(view.quota, Allowed) else None
+        decision = self._resume_decision(saved, overlaid, admission, view.fenced, allowed)
         if isinstance(decision, Refused):  # a fresh start would be refused too: keep it
             self.log.info("%s: not resumed now, checkpoint kept: %s", self.holder, decision)
-            self._refuse(replace(decision, sentence=kept_line(decision.sentence)))
+            lasting = decision.code == "gpu_quota" and decision.status == 403
+            self._refuse(replace(decision, sentence=kept_line(decision.sentence, lasting)))
         if isinstance(decision, Queue):  # in line like any start; its own GPUs if free then
             placement = await self._wait_in_line(
                 request, quota, decision.reason, group, prefer=lambda: self._own_placement(group)
@@ -338,6 +341,7 @@ class SuspendingSpawnerMixin(_SpawnerBase):
         snapshot: ClusterSnapshot,
         admission: Admission | None,
         fenced: frozenset[str],
+        allowed_models: frozenset[str] | None = None,
     ) -> Resume | Fresh | Queue | Refused:
         return resume_or_fresh(
             saved,
@@ -347,6 +351,7 @@ class SuspendingSpawnerMixin(_SpawnerBase):
             keep_for_s=self.site.suspend_keep_days * DAY,
             admission=admission,
             fenced=fenced,
+            allowed_models=allowed_models,
         )
 
     def _own_placement(self, group: str) -> Placement | None:
@@ -358,6 +363,8 @@ class SuspendingSpawnerMixin(_SpawnerBase):
         nodes = self.cluster.last_nodes()
         overlaid = self.cluster.ledger.overlay(ClusterSnapshot(nodes=nodes))
         fenced = self.queue.fenced_for(group, overlaid)
+        if saved.gpu_uuids and self.queue.upcoming(self.holder, list(saved.gpu_uuids), nodes):
+            return None  # a reservation of another group takes them soon: the queue's
         decision = self._resume_decision(saved, overlaid, None, fenced)
         return decision.placement if isinstance(decision, Resume) else None
 

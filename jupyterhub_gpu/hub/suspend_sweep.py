@@ -55,18 +55,21 @@ async def sweep_expired(
         return []
     orm = _orm()
     swept: list[str] = []
-    for row in db.query(orm.Spawner).filter(orm.Spawner.server_id.is_(None)).all():
-        state: Mapping[str, Any] = row.state or {}
-        saved, _ = decode_suspension(state)
-        if saved is None or not checkpoint_expired(saved, now, keep_for_s):
+    rows = db.query(orm.Spawner.id).filter(orm.Spawner.server_id.is_(None)).all()
+    for (spawner_id,) in rows:  # each row read again: the sweep awaits between them
+        row = db.get(orm.Spawner, spawner_id)
+        if row is None or row.server_id is not None or row.user is None:
             continue
-        spawner = users[row.user].spawners[row.name]
-        if spawner.active or spawner.pending:
+        saved, _ = decode_suspension(row.state or {})
+        if saved is None or not checkpoint_expired(saved, now, keep_for_s):
             continue
         holder = f"{row.user.name}/{row.name}"
         try:
+            spawner = users[row.user].spawners[row.name]
+            if spawner.active or spawner.pending or spawner.suspended != saved:
+                continue  # started again meanwhile, or another suspension now
             await spawner.forget_expired()
-        except Exception:  # its node did not answer: next time
+        except Exception:  # its node did not answer, its user went: next time
             log.exception("%s: the expired checkpoint could not be removed; next sweep", holder)
             continue
         row.state = spawner.get_state()
@@ -100,7 +103,8 @@ async def sweep_forever(settings: Mapping[str, Any], site: Any, log: Any) -> Non
 def start_sweeping(runtime: Any, settings: Mapping[str, Any], site: Any, log: Any) -> None:
     """Start the sweep of this hub (its runtime, its tornado ``settings``) if it isn't
     running and suspending is on (needs the event loop)."""
-    if not getattr(site, "suspend", False) or float(site.suspend_sweep_interval) <= 0:
+    # not only while suspend is on: checkpoints made before an admin turned it off expire too
+    if float(site.suspend_keep_days) <= 0 or float(site.suspend_sweep_interval) <= 0:
         return
     if "users" not in settings or "db" not in settings:
         return  # not inside a hub (a unit test's spawner)

@@ -44,11 +44,16 @@ class CullPolicy:
     suspend: bool = False
     users: Mapping[str, IdleTerms] = field(default_factory=dict)
     overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    per_user: bool = False  # the overrides are a function: only ``users`` are known
 
-    def terms_for(self, user: str, groups: Iterable[str] = ()) -> IdleTerms:
-        """``user``'s terms: her own as the culler resolved them, else by her groups."""
+    def terms_for(self, user: str, groups: Iterable[str] = ()) -> IdleTerms | None:
+        """``user``'s terms: her own as the culler resolved them, else by her groups;
+        None when they are not known (overrides that are a function, for a user the
+        culler has not resolved: nothing is said rather than the default)."""
         if user in self.users:
             return self.users[user]
+        if self.per_user:
+            return None
         d = self.default
         base = Policy(timeout=d.timeout_s, gpu_timeout=d.gpu_timeout_s, max_age=d.max_age_s)
         return idle_terms(resolve_policy(base, self.overrides, groups))
@@ -59,7 +64,9 @@ def told_overrides(overrides: Mapping[str, Mapping[str, Any]]) -> dict[str, dict
     change none of them left out)."""
     out: dict[str, dict[str, Any]] = {}
     for key, entry in overrides.items():
-        kept = {k: v for k, v in entry["policy_override"].items() if k in TOLD}
+        # a term past any bound (an admin's float("inf")) means never, as 0 does
+        kept = {k: v if _bounded(v) else 0.0 for k, v in entry["policy_override"].items()
+                if k in TOLD}  # fmt: skip
         if kept:
             out[key] = {"groups": list(entry["groups"]), "policy_override": kept}
     return out
@@ -76,16 +83,22 @@ def encode_cull_policy(policy: CullPolicy) -> bytes:
         "suspend": policy.suspend,
         "default": _terms_json(policy.default),
         "overrides": told_overrides(policy.overrides),
+        "per_user": policy.per_user,
         "users": users,
     }
     return json.dumps(data, indent=1, sort_keys=True).encode("utf-8")
 
 
+def _bounded(value: Any) -> bool:
+    """A number of seconds a file may say: finite, 0 to :data:`MAX_S`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value) and 0 <= value <= MAX_S
+
+
 def _seconds(item: Mapping[str, Any], key: str) -> float:
     value = item[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(key)
-    if not math.isfinite(value) or not 0 <= value <= MAX_S:
+    if not _bounded(value):
         raise ValueError(key)
     return float(value)
 
@@ -104,10 +117,10 @@ def decode_cull_policy(text: str | bytes) -> CullPolicy | None:
         data: Any = json.loads(text)
         default = _terms(data["default"])
         warn = _seconds(data, "warn_before")
-        suspend = data.get("suspend", False)
-        if not isinstance(suspend, bool):
+        suspend, per_user = data.get("suspend", False), data.get("per_user", False)
+        if not isinstance(suspend, bool) or not isinstance(per_user, bool):
             raise ValueError("suspend")
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return None
     users: dict[str, IdleTerms] = {}
     raw = data.get("users")
@@ -125,7 +138,7 @@ def decode_cull_policy(text: str | bytes) -> CullPolicy | None:
             overrides = told_overrides(validate_overrides(raw_overrides))
         except (ConfigError, TypeError, ValueError):
             overrides = {}  # the default for every group, never a wrong term
-    return CullPolicy(default, warn, suspend, users, overrides)
+    return CullPolicy(default, warn, suspend, users, overrides, per_user)
 
 
 __all__ = ["CullPolicy", "decode_cull_policy", "encode_cull_policy", "told_overrides"]

@@ -214,8 +214,8 @@ def _walk(page: Page, hub: Hub, warnings_file: Path, deadlines: Path) -> None:
     assert page.locator("#jhgpu-offer").is_hidden()  # 1 GPU asked, 1 free: nothing to say
     # the idle policy, as the culler runs it, in her words
     assert words(page, "#jhgpu-idle-terms") == (
-        f"Idle servers stop after {TIMEOUT:.0f} s. You are warned {WARN:.0f} s before. Your "
-        f"files are kept. Any server stops after {MAX_AGE / 60:.0f} min."
+        f"Idle servers stop after at least {TIMEOUT:.0f} s. You are warned {WARN:.0f} s "
+        f"before. Your files are kept. Any server stops after {MAX_AGE / 60:.0f} min."
     )
     shot(page, "01-form")
 

@@ -188,6 +188,10 @@ def test_a_hub_signed_by_the_sites_own_ca_is_trusted_with_login_ca(
     bogus.write_text("not a certificate\n")
     bad = _cli(["login", "--hub", hub, "--ca", str(bogus)], tmp_path, f"{GOOD}\n")
     assert bad.returncode != 0 and "is not a CA certificate (PEM)" in bad.stderr, bad
+    # the right CA but another name for the hub than its certificate's: said so
+    other = hub.replace("127.0.0.1", "localhost")
+    wrong = _cli(["login", "--hub", other, "--ca", str(ca)], tmp_path, f"{GOOD}\n")
+    assert wrong.returncode != 0 and "is not for the address" in wrong.stderr, wrong
     # with the site's CA: checked, then stored beside the login (0600), and job uses it
     done = _cli(["login", "--hub", hub, "--ca", str(ca)], tmp_path, f"{GOOD}\n")
     assert done.returncode == 0, done.stderr

@@ -31,14 +31,14 @@ SHIPPED = IdleTerms(timeout_s=2 * H, gpu_timeout_s=0.5 * H, max_age_s=7 * D)
     "terms, warn, suspend, words",
     [
         (SHIPPED, 600, False,
-         "Idle servers stop after 30 min with a GPU, 2 h without. You are warned 10 min "
-         "before. Your files are kept. Any server stops after 7 days."),
+         "Idle servers stop after at least 30 min with a GPU, 2 h without. You are warned "
+         "10 min before. Your files are kept. Any server stops after 7 days."),
         (IdleTerms(H, H, 0), 0, True,
-         "Idle servers are suspended after 1 h. Starting your server again resumes your "
-         "kernels where you left them."),
+         "Idle servers are suspended after at least 1 h. Starting your server again resumes "
+         "your kernels where you left them."),
         (IdleTerms(0, 0.5 * H, 0), 300, False,
-         "Idle servers with a GPU stop after 30 min; others run on. You are warned 5 min "
-         "before. Your files are kept."),
+         "Idle servers with a GPU stop after at least 30 min; others run on. You are warned "
+         "5 min before. Your files are kept."),
         (IdleTerms(0, 0, 2 * D), 600, False,
          "Idle servers run on. Any server stops after 2 days."),
     ],
@@ -120,6 +120,8 @@ async def test_each_round_writes_the_terms_the_culler_runs_with(
     policy = load_cull_policy(path)
     assert policy is not None and policy.users["bob"].gpu_timeout_s == 0
     assert "alice" not in policy.users  # the default's: not repeated
+    # a user the function was not asked about (no running server): not known, not the default
+    assert policy.per_user and policy.terms_for("nobody-running", ["staff"]) is None
 
 
 def test_the_form_says_the_terms(tmp_path: Path) -> None:
@@ -129,11 +131,26 @@ def test_the_form_says_the_terms(tmp_path: Path) -> None:
     path.write_bytes(encode_cull_policy(CullPolicy(SHIPPED, 600, False, {}, STAFF)))
     site = type("Site", (), {"cull_policy_file": str(path)})()
     assert _idle_terms(site, "alice", ["students"]).startswith(
-        "Idle servers stop after 30 min with a GPU, 2 h without."
+        "Idle servers stop after at least 30 min with a GPU, 2 h without."
     )
     assert _idle_terms(site, "grace", ["staff"]).startswith(
-        "Idle servers stop after 4 h with a GPU, 2 h without."
+        "Idle servers stop after at least 4 h with a GPU, 2 h without."
     )
     assert _idle_terms(type("Site", (), {"cull_policy_file": ""})(), "alice", []) == ""
     path.write_text("{}")  # not the culler's: nothing said
     assert _idle_terms(site, "alice", []) == ""
+
+
+def test_a_terms_file_that_would_break_the_form_says_nothing(tmp_path: Path) -> None:
+    """Deeply nested JSON, and an override of float("inf") (which the culler's own
+    validation lets through): the form says nothing, or says "never", and never fails."""
+    from jupyterhub_gpu.hub.spawn_form import _idle_terms
+
+    path = tmp_path / "policy.json"
+    site = type("Site", (), {"cull_policy_file": str(path)})()
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    assert _idle_terms(site, "alice", []) == ""
+    endless = {"1": {"groups": ["long"], "policy_override": {"max_age": float("inf")}}}
+    path.write_bytes(encode_cull_policy(CullPolicy(SHIPPED, 600, False, {}, endless)))
+    words = _idle_terms(site, "kim", ["long"])
+    assert words.startswith("Idle servers stop after at least 30 min") and "Any server" not in words

@@ -262,3 +262,28 @@ def test_a_resumed_servers_container_allocation_is_live_while_its_server_is_plac
     ledger.orphan("alice/")  # a stop that could not reach the node: no one's container
     assert ledger.live_allocations() == set()
     assert isinstance(ledger.on_node("node-b"), NodeHolds)
+
+
+def test_a_resume_keeps_to_the_models_the_groups_quota_leaves_room_on() -> None:
+    """The quota narrowed the start to other models: a resume onto its own would pass
+    the group's cap on its model, so the start is a fresh one there."""
+    admitted = Admit(Placement("node-b", ("GPU-b1",)))
+    others = frozenset({"A100"})
+    assert decide(admission=admitted, allowed_models=others) == Fresh(
+        "your group has no room left on its GPU model now"
+    )
+    assert decide(admission=admitted, allowed_models=frozenset({"RTX"})) == Resume(
+        Placement("node-b", ("GPU-b0",))
+    )
+
+
+def test_a_refusal_keeps_the_checkpoint_whatever_else_holds() -> None:
+    """A drained node or other options would make a fresh start, but a start now is
+    refused anyway: the checkpoint is kept (before, it was dropped for nothing)."""
+    drained = snapshot(node(schedulable=False))
+    assert decide(snap=drained, admission=CAP) == CAP
+    assert decide(options=options_key({"gpu_count": 2}), admission=CAP) == CAP
+    assert kept_line(CAP.sentence, lasting=True).endswith(
+        "Your suspended server is kept until it expires, but it holds more than you may "
+        "now: a start with fewer GPUs starts a new server."
+    )

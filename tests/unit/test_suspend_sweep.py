@@ -29,6 +29,7 @@ class FakeSpawner:
     def __init__(self, state: dict[str, Any], active: bool = False, fails: bool = False) -> None:
         self.state, self.active, self.pending, self.fails = state, active, None, fails
         self.forgotten = 0
+        self.suspended = decode_suspension(state)[0]
 
     async def forget_expired(self) -> None:
         if self.fails:
@@ -69,6 +70,7 @@ def test_only_stopped_servers_with_an_expired_checkpoint_are_swept() -> None:
         ("carol", ""): FakeSpawner({"other": 1}),  # not suspended
         ("dave", ""): FakeSpawner(old, fails=True),  # its node does not answer
         ("erin", "running"): FakeSpawner(old),
+        ("fay", ""): FakeSpawner(old),  # suspended again since the row was read: not this one
     }
     for (user, name), spawner in spawners.items():
         _add(db, user, name, spawner.state, running=name == "running")
@@ -76,6 +78,8 @@ def test_only_stopped_servers_with_an_expired_checkpoint_are_swept() -> None:
         u: type("U", (), {"spawners": {n: s for (v, n), s in spawners.items() if v == u}})()
         for u in {u for u, _ in spawners}
     }
+
+    spawners[("fay", "")].suspended = replace(SAVED, at=NOW)
 
     class Users:
         def __getitem__(self, row: Any) -> Any:

@@ -3,8 +3,9 @@ says what a student looks for, the idle policy among it). Pure.
 
 The culler (services/culler) writes the terms it runs with, each user's own when group
 overrides change them (``wire/cull_policy.py``); the hub's form reads the signed-in user's
-and shows, e.g.: "Idle servers stop after 30 min with a GPU, 2 h without. You are warned
-10 min before, and your files are kept. Any server stops after 7 days."
+and shows, e.g.: "Idle servers stop after at least 30 min with a GPU, 2 h without. You
+are warned 10 min before. Your files are kept. Any server stops after 7 days." ("at
+least": a GPU that still holds a paused run's memory is given longer.)
 """
 
 from __future__ import annotations
@@ -38,14 +39,21 @@ def idle_terms_words(terms: IdleTerms, warn_before_s: float, suspend: bool) -> s
     user is warned (0: not); ``suspend``: an idle server is suspended, not stopped."""
     gpu, cpu = terms.gpu_timeout_s, terms.timeout_s
     verb = "are suspended" if suspend else "stop"
+    # "at least": a GPU still holding a paused run's memory is given longer (docs/culler.md)
     if gpu and cpu and gpu == cpu:
-        head = f"Idle servers {verb} after {duration(gpu)}."
+        head = f"Idle servers {verb} after at least {duration(gpu)}."
     elif gpu and cpu:
-        head = f"Idle servers {verb} after {duration(gpu)} with a GPU, {duration(cpu)} without."
+        head = (
+            f"Idle servers {verb} after at least {duration(gpu)} with a GPU, "
+            f"{duration(cpu)} without."
+        )
     elif gpu:
-        head = f"Idle servers with a GPU {verb} after {duration(gpu)}; others run on."
+        head = f"Idle servers with a GPU {verb} after at least {duration(gpu)}; others run on."
     elif cpu:
-        head = f"Idle servers without a GPU {verb} after {duration(cpu)}; GPU servers run on."
+        head = (
+            f"Idle servers without a GPU {verb} after at least {duration(cpu)}; GPU servers "
+            "run on."
+        )
     else:
         head = "Idle servers run on."
     parts = [head]
@@ -57,7 +65,8 @@ def idle_terms_words(terms: IdleTerms, warn_before_s: float, suspend: bool) -> s
         else:
             parts.append("Your files are kept.")
     if terms.max_age_s:
-        parts.append(f"Any server stops after {duration(terms.max_age_s)}.")
+        any_verb = "is suspended" if suspend else "stops"
+        parts.append(f"Any server {any_verb} after {duration(terms.max_age_s)}.")
     return " ".join(parts)
 
 

@@ -164,8 +164,9 @@ class LabNoticesHandler(BaseHandler):
             s.active and getattr(s, "gpu_uuids", None) for s in user.spawners.values()
         ):
             return {}
-        snapshot, _fresh, _ = await self.cache.get(cluster)
-        return server_readouts(user, snapshot.nodes)
+        snapshot, fresh, _ = await self.cache.get(cluster)
+        # nodes not read now: "no reading now", never the last figures as if new
+        return server_readouts(user, snapshot.nodes if fresh else ())
 
     @web.authenticated
     async def get(self) -> None:

@@ -175,7 +175,8 @@ async def write_policy(culler: Any, users: Sequence[Mapping[str, Any]]) -> None:
     default = idle_terms(culler.base_policy())
     own: dict[str, IdleTerms] = {}
     overrides: Any = culler.group_overrides
-    if callable(overrides):  # each running user's, as resolved for this round
+    per_user = callable(overrides)
+    if per_user:  # each running user's, as resolved for this round
         for user in users:
             name = user.get("name")
             try:
@@ -186,7 +187,7 @@ async def write_policy(culler: Any, users: Sequence[Mapping[str, Any]]) -> None:
                 own[name] = terms
         overrides = {}
     warn, suspend = float(culler.warn_before), bool(culler.suspend)
-    policy = CullPolicy(default, warn, suspend, own, validate_overrides(overrides))
+    policy = CullPolicy(default, warn, suspend, own, validate_overrides(overrides), per_user)
     try:
         save_cull_policy(culler.policy_file, policy)
     except OSError as e:
