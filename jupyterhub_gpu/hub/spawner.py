@@ -791,8 +791,7 @@ class GPUDockerSpawner(
         return ip_port
 
     async def _undo(self) -> None:
-        """A start that failed: its container removed (if any; never a suspended one's,
-        which holds its checkpoint under the same name), its GPUs freed."""
+        """A failed start: its container removed (never a suspended one's), GPUs freed."""
         if self.node_name and self.suspended is None:
             try:
                 await self._on_node("remove_container", self.container_name, force=True)
