@@ -80,6 +80,8 @@ class HubRuntime:
         self.ssh = SSHReport()  # the SSH gateway's last list of open sessions
         #: the sweep of expired checkpoints (hub/suspend_sweep.py), once started
         self.suspend_sweep: asyncio.Future[None] | None = None
+        #: node -> bytes of the checkpoints being taken there now (their node's budget)
+        self.suspending_bytes: dict[str, int] = {}
 
     def __deepcopy__(self, memo: dict[int, Any]) -> HubRuntime:
         # traitlets deep-copies configuration values; the hub must keep this very object

@@ -189,7 +189,12 @@ class SuspendingSpawnerMixin(_SpawnerBase):
             checkpoints=bool(checkpoints),
             memory_bytes=memory,
             max_bytes=int(site.suspend_max_gib * 2**30),
-            node_held_bytes=held_on(self.user.db, node) if site.suspend_node_gib else 0,
+            # what the node's checkpoints hold, and those being taken there now
+            node_held_bytes=(
+                held_on(self.user.db, node) + self.runtime.suspending_bytes.get(node, 0)
+                if site.suspend_node_gib
+                else 0
+            ),
             node_max_bytes=int(site.suspend_node_gib * 2**30),
         )
         if refusal:
@@ -198,6 +203,7 @@ class SuspendingSpawnerMixin(_SpawnerBase):
         name = checkpoint_name(now)
         self.suspending = True  # poll says "running" while it is frozen, stop keeps it
         cluster.pending.add(self.holder)  # nor does reconciliation free it meanwhile
+        self._taking(node, memory or 0)  # counted in the node's budget until its stop
         try:
             with contextlib.closing(cluster.new_client(node, site.suspend_timeout)) as long:
                 seconds = await cluster.run(
@@ -206,6 +212,7 @@ class SuspendingSpawnerMixin(_SpawnerBase):
         except BaseException as e:
             self.suspending = False
             cluster.pending.discard(self.holder)
+            self._taking(node, -(memory or 0))
             if isinstance(e, SuspendFailed) and not await self._still_runs():
                 raise SuspendFailed(f"{e} (the server stopped: its hub poll ends it)") from e
             raise
@@ -233,6 +240,11 @@ class SuspendingSpawnerMixin(_SpawnerBase):
         )
         return self.suspended
 
+    def _taking(self, node: str, size: int) -> None:
+        """Count (or, negative, uncount) a checkpoint being taken on ``node`` in its budget."""
+        taking = self.runtime.suspending_bytes
+        taking[node] = max(taking.get(node, 0) + size, 0)
+
     async def _still_runs(self) -> bool:
         """Whether the server's container still runs (after a checkpoint that failed: a
         dump that failed leaves it running, one that failed later may have stopped it)."""
@@ -253,6 +265,8 @@ class SuspendingSpawnerMixin(_SpawnerBase):
         ``suspended``."""
         self._forget_placement(EndReason.SUSPENDED)
         self.cluster.pending.discard(self.holder)
+        if self.suspended is not None:  # its record, in the state now, counts it from here
+            self._taking(self.suspended.node, -self.suspended.size_bytes)
         self.object_id = ""
         self.suspending = False
         self.clear_state()
