@@ -155,6 +155,7 @@ def _print_container_logs(hub: Hub, nodes: list[Engine]) -> None:
     for e in nodes:
         with e.client() as client:
             for c in client.containers.list(
+                ignore_removed=True,
                 all=True, filters={"label": f"jupyterhub-gpu.hub={hub.hub_id}"}
             ):
                 print(f"===== container {c.name} on {e.name} ({c.status}) =====")

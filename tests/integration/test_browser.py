@@ -68,6 +68,7 @@ def option_texts(page, select: str) -> dict[str, str]:
 def container_of(engine: Engine, hub, user: str, server: str):
     with engine.client() as client:
         (container,) = client.containers.list(
+            ignore_removed=True,
             filters={
                 "label": [
                     f"jupyterhub-gpu.hub={hub.hub_id}",

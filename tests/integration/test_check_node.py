@@ -217,7 +217,10 @@ def failing(checks: dict[str, dict]) -> dict[str, str]:
 
 def no_probe_left(node: Engine) -> None:
     with node.client() as client:
-        assert client.containers.list(all=True, filters={"label": PROBE_LABEL}) == []
+        assert (
+            client.containers.list(ignore_removed=True, all=True, filters={"label": PROBE_LABEL})
+            == []
+        )
 
 
 def test_a_healthy_node_passes_every_check(node: Engine, write_config: Any) -> None:
@@ -498,7 +501,11 @@ def test_ctrl_c_leaves_no_probe_container(node: Engine, write_config: Any) -> No
 
         def probing() -> bool:
             with node.client() as client:
-                return bool(client.containers.list(all=True, filters={"label": PROBE_LABEL}))
+                return bool(
+                    client.containers.list(
+                        ignore_removed=True, all=True, filters={"label": PROBE_LABEL}
+                    )
+                )
 
         wait_until(probing, 30, "a probe container")
         proc.send_signal(signal.SIGINT)

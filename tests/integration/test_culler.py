@@ -473,6 +473,7 @@ def test_dry_run_logs_what_it_would_do_and_stops_nothing(
     assert not notes_for(load_notes(culler_dir / "notes.json"), "yan"), "a note for no cull"
     with node.client() as client:
         (container,) = client.containers.list(
+            ignore_removed=True,
             filters={"label": [f"jupyterhub-gpu.hub={hub.hub_id}", "jupyterhub-gpu.owner=yan"]}
         )
         assert container.status == "running"

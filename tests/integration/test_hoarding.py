@@ -29,6 +29,7 @@ def _containers(engine: Engine, hub, owner: str) -> list[str]:
         return [
             c.name
             for c in client.containers.list(
+                ignore_removed=True,
                 all=True,
                 filters={
                     "label": [f"jupyterhub-gpu.hub={hub.hub_id}", f"jupyterhub-gpu.owner={owner}"]

@@ -217,6 +217,7 @@ def reachable(host: str, port: int) -> bool:
 def container(node: Engine, hub: Hub, owner: str) -> Any:
     with node.client() as client:
         found = client.containers.list(
+            ignore_removed=True,
             filters={"label": [f"jupyterhub-gpu.hub={hub.hub_id}", f"jupyterhub-gpu.owner={owner}"]}
         )
         assert len(found) == 1, found

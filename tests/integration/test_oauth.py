@@ -154,6 +154,7 @@ def login_with(
 def containers_of(engine: Engine, hub: Hub, owner: str) -> list:
     with engine.client() as client:
         return client.containers.list(
+            ignore_removed=True,
             all=True,
             filters={
                 "label": [f"jupyterhub-gpu.hub={hub.hub_id}", f"jupyterhub-gpu.owner={owner}"]

@@ -173,6 +173,7 @@ def test_a_registry_error_is_a_sentence_and_holds_nothing(
     assert hub.server("dora") is None
     with node_b.client() as client:
         left = client.containers.list(
+            ignore_removed=True,
             all=True, filters={"label": f"jupyterhub-gpu.hub={hub.hub_id}"}
         )
     assert left == []

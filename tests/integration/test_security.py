@@ -103,6 +103,7 @@ def as_user(hub: Hub, token: str, method: str, path: str, **kw: Any) -> httpx.Re
 def containers_of(engine: Engine, hub: Hub, owner: str) -> list:
     with engine.client() as client:
         return client.containers.list(
+            ignore_removed=True,
             all=True,
             filters={
                 "label": [f"jupyterhub-gpu.hub={hub.hub_id}", f"jupyterhub-gpu.owner={owner}"]
@@ -125,6 +126,7 @@ def is_server_status(r: httpx.Response) -> bool:
 def alice_container(engine: Engine, hub: Hub) -> Any:
     with engine.client() as client:
         (found,) = client.containers.list(
+            ignore_removed=True,
             filters={"label": [f"jupyterhub-gpu.hub={hub.hub_id}", "jupyterhub-gpu.owner=alice"]}
         )
         return found

@@ -36,6 +36,7 @@ def two_gpu_hub(make_hub, engine: Engine, extra: str = ""):
 def containers_of(engine: Engine, hub, owner: str) -> list:
     with engine.client() as client:
         return client.containers.list(
+            ignore_removed=True,
             all=True,
             filters={
                 "label": [f"jupyterhub-gpu.hub={hub.hub_id}", f"jupyterhub-gpu.owner={owner}"]

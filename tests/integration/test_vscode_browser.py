@@ -71,6 +71,7 @@ def listening_tcp_ports(engine: Engine, hub: Hub, user: str) -> set[int]:
     """The TCP ports something listens on inside ``user``'s container (/proc/net/tcp*)."""
     with engine.client() as client:
         (container,) = client.containers.list(
+            ignore_removed=True,
             filters={"label": [f"jupyterhub-gpu.hub={hub.hub_id}", f"jupyterhub-gpu.owner={user}"]}
         )
         code, out = container.exec_run(["sh", "-c", "cat /proc/net/tcp /proc/net/tcp6"])
@@ -87,6 +88,7 @@ def code_server_args(engine: Engine, hub: Hub, user: str) -> list[str]:
     """The command line of the code-server process in ``user``'s container ([] if none)."""
     with engine.client() as client:
         (container,) = client.containers.list(
+            ignore_removed=True,
             filters={"label": [f"jupyterhub-gpu.hub={hub.hub_id}", f"jupyterhub-gpu.owner={user}"]}
         )
         code, out = container.exec_run(
