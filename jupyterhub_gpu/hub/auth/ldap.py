@@ -499,8 +499,11 @@ class GPULDAPAuthenticator(LDAPAuthenticator):
                 user=userdn,
                 password=password,
                 auto_bind=auto_bind,
-                # ldap3 packs this into SO_RCVTIMEO as whole seconds
-                receive_timeout=math.ceil(self.ldap_timeout),
+                # ldap3 packs this into SO_RCVTIMEO as whole seconds; a second past the
+                # login's own deadline, so that a directory that stops answering is always
+                # the 503 of that deadline, never a failed bind ("invalid password") that a
+                # busy event loop let finish first
+                receive_timeout=math.ceil(self.ldap_timeout) + 1,
                 read_only=True,
             )
         except (LDAPSocketOpenError, LDAPStartTLSError, LDAPCertificateError) as e:
