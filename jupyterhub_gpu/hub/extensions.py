@@ -204,6 +204,8 @@ def configure_dashboard(
         custom_scopes=CUSTOM_SCOPES,
     )
     _add_notices(c, lab_only=True)  # each server's GPU readout in its JupyterLab
+    # one reading of the nodes for the dashboard and the readouts alike
+    _value(c.JupyterHub, "tornado_settings", {})[SETTINGS_KEY].snapshots = cache
     hub = c.JupyterHub
     if accounting_url is None:
         accounting_url = _site_accounting_url(c)

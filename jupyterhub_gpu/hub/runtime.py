@@ -80,6 +80,9 @@ class HubRuntime:
         self.ssh = SSHReport()  # the SSH gateway's last list of open sessions
         #: the sweep of expired checkpoints (hub/suspend_sweep.py), once started
         self.suspend_sweep: asyncio.Future[None] | None = None
+        #: the dashboard's cache of the cluster's snapshot (hub/api/cluster.py's
+        #: SnapshotCache), which the JupyterLab readouts share; None without a dashboard
+        self.snapshots: Any = None
         #: node -> bytes of the checkpoints being taken there now (their node's budget)
         self.suspending_bytes: dict[str, int] = {}
 

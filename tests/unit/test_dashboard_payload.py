@@ -31,6 +31,7 @@ from jupyterhub_gpu.hub.api.notices import LabNoticesHandler
 from jupyterhub_gpu.hub.extensions import HUB_TEMPLATES
 from jupyterhub_gpu.hub.extensions import configure_dashboard as configure
 from jupyterhub_gpu.hub.ledger import GPULedger
+from jupyterhub_gpu.hub.runtime import SETTINGS_KEY
 from jupyterhub_gpu.wire.cluster import (
     GPU_STATUSES,
     ServerInfo,
@@ -333,6 +334,9 @@ def test_configure_adds_api_service_role_and_link_and_keeps_the_sites_own() -> N
         LabNoticesHandler,
     ]
     assert "jhgpu_notices" not in app.template_vars  # the hub pages' notices: not asked
+    # the readouts read the nodes through the dashboard's cache: one reading for both
+    runtime = app.tornado_settings[SETTINGS_KEY]
+    assert runtime.snapshots is app.extra_handlers[0][2]["cache"]
     culler, dashboard = app.services
     assert culler["name"] == "gpu-culler"
     assert dashboard["name"] == "gpu-dashboard" and dashboard["oauth_no_confirm"] is True

@@ -174,6 +174,11 @@ class SnapshotCache:
         self._failing = False
         self._check_changes = 0  # the cluster's check_changes when the snapshot was asked
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> SnapshotCache:
+        # traitlets deep-copies configuration values (extra_handlers' kwargs): the hub
+        # keeps this very object, which the JupyterLab readouts share (HubRuntime.snapshots)
+        return self
+
     def invalidate(self) -> None:
         self._at = float("-inf")
 

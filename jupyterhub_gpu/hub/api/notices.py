@@ -164,7 +164,8 @@ class LabNoticesHandler(BaseHandler):
             s.active and getattr(s, "gpu_uuids", None) for s in user.spawners.values()
         ):
             return {}
-        snapshot, fresh, _ = await self.cache.get(cluster)
+        cache = runtime_of(self.settings).snapshots or self.cache  # the dashboard's, if any
+        snapshot, fresh, _ = await cache.get(cluster)
         # nodes not read now: "no reading now", never the last figures as if new
         return server_readouts(user, snapshot.nodes if fresh else ())
 
